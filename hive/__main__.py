@@ -1,0 +1,3 @@
+from hive.cli import main
+
+main()

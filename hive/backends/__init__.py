@@ -1,0 +1,1 @@
+"""Agent backends behind one protocol (base.py): claude, codex, scripted."""

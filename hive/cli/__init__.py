@@ -1,0 +1,87 @@
+"""`git hive`: the click group. Each command lives in its own module, imported only when run.
+
+Start-up matters (every `git hive list` pays it), so `--help` and dispatch need nothing but this
+file and click; a command's module, and the heavy libraries it needs, load only when it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from hive.errors import HiveError
+
+# name -> (module under hive.cli, attribute, one-line help for `git hive --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "init": ("init", "init", "Set up this repository: state branch, .hive/ checkout, hooks, merge driver."),
+    "create": ("issues", "create", "Create an issue; prints its id."),
+    "list": ("issues", "list_issues", "List issues (every status unless filtered)."),
+    "show": ("issues", "show", "Show one issue."),
+    "log": ("issues", "log", "The history of one issue, from the commits of hive/state."),
+    "edit": ("issues", "edit", "Open an issue file in $EDITOR; validate; commit."),
+    "update": ("issues", "update", "Change fields of an issue."),
+    "dep": ("issues", "dep", "Add or remove a dependency."),
+    "cancel": ("issues", "cancel", "Cancel an issue (its agent, if any, is stopped)."),
+    "retry": ("issues", "retry", "Put a failed or escalated issue back in the queue."),
+    "finalize": ("issues", "finalize", "Mark a done issue as merged (manual merge mode)."),
+    "note": ("notes", "note", "Add a note for the agents (project-wide or for one issue)."),
+    "notes": ("notes", "notes", "List notes."),
+    "status": ("status", "status", "Issues by status, agents, merge queue, needs-attention."),
+    "watch": ("watch", "watch", "Commit valid edits saved in .hive/ as they happen."),
+    "doctor": ("doctor", "doctor", "Check (and with --fix, repair) this repository's hive setup."),
+    "reindex": ("doctor", "reindex", "Rebuild the SQLite index from hive/state."),
+    "config": ("config", "config", "Read and change configuration (get | set | list)."),
+    "merge-driver": ("doctor", "merge_driver", "The `hive` git merge driver (called by git)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(f"hive.cli.{module}"), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-C", "directory", type=click.Path(file_okay=False), default=None,
+              help="Run as if started in this directory.")
+@click.version_option(package_name="git-hive", prog_name="git hive")
+@click.pass_context
+def cli(ctx: click.Context, directory: str | None) -> None:
+    """git hive: run many LLM coding agents on one codebase, with the queue stored in git."""
+    if directory:
+        import os
+
+        os.chdir(directory)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    try:
+        return cli.main(args=argv, prog_name="git hive", standalone_mode=False)
+    except HiveError as exc:
+        click.echo(f"git hive: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("git hive: aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,122 @@
+"""git hive doctor / reindex / merge-driver"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+import click
+
+from hive.errors import BadInput, HiveError
+
+
+def checks(fix: bool) -> list[tuple[bool, str]]:
+    """(ok, message) for every part of the setup."""
+    from hive import git
+    from hive.initialize import CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize, merge_driver_command
+    from hive.project import Project
+
+    paths = git.discover()
+    if fix:
+        initialize()
+    results: list[tuple[bool, str]] = []
+    tip = git.read_ref(paths.common_dir, git.STATE_REF)
+    results.append((tip is not None, f"branch {git.STATE_BRANCH}" + ("" if tip else " is missing: run `git hive init`")))
+    if tip is None:
+        return results
+    project = Project(paths)
+    results.append((project.checkout.exists, ".hive/ checkout" + ("" if project.checkout.exists else
+                                                                   " is missing (doctor --fix recreates it)")))
+    driver = git.config_get(paths.common_dir, "merge.hive.driver")
+    results.append((bool(driver), "merge driver `hive`" + (f": {driver}" if driver else " is not registered")))
+    if driver and driver.split()[0] == "git-hive" and not shutil.which("git-hive"):
+        results.append((False, "git-hive is not on PATH, so git cannot run the merge driver"))
+    hook_dir = hooks_dir(paths)
+    for name, content in hook_sources().items():
+        installed = (hook_dir / name).exists() and (hook_dir / name).read_bytes() == content
+        chained = (hook_dir / (name + CHAINED_SUFFIX)).exists()
+        results.append((installed, f"hook {name}" + (" (chained to your previous hook)" if chained else "")
+                        + ("" if installed else f" is missing or outdated in {hook_dir}")))
+    exclude = paths.common_dir / "info" / "exclude"
+    text = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+    missing = [e for e in EXCLUDES if e not in text.splitlines()]
+    results.append((not missing, "excludes" + (f": missing {', '.join(missing)}" if missing else "")))
+    if fix:
+        project.index.rebuild()
+    problems = project.sync(full=True, warn=False)
+    problems += [p for p in project.index.problems() if str(p) not in {str(q) for q in problems}]
+    results.append((not problems, f"issue files: {len(problems)} problem(s)" if problems else "issue files"))
+    for problem in problems:
+        results.append((False, f"  {problem}"))
+    try:
+        config = project.config
+    except BadInput as exc:
+        results.append((False, f"config: {exc}"))
+        return results
+    results.append((True, "config"))
+    for role in ("worker", "refinery", "queen"):
+        backend = config.backend_for(role)
+        if backend in ("claude", "codex"):
+            command = getattr(config, f"{backend}_command")
+            results.append(_check_cli(role, backend, command))
+    return results
+
+
+def _check_cli(role: str, backend: str, command: str) -> tuple[bool, str]:
+    import shlex
+
+    argv = shlex.split(command)
+    if not argv or not shutil.which(argv[0]):
+        return False, f"{role} backend {backend}: `{command}` not found (set {backend}_command)"
+    try:
+        proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"{role} backend {backend}: `{command} --version` failed: {exc}"
+    version = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
+    if proc.returncode != 0:
+        return False, f"{role} backend {backend}: `{command} --version` exited {proc.returncode}"
+    return True, f"{role} backend {backend}: {version[0] if version else 'ok'}"
+
+
+@click.command()
+@click.option("--fix", is_flag=True, help="Repair what can be repaired (re-run init, rebuild the index).")
+def doctor(fix: bool) -> None:
+    """Check this repository's hive setup; exit 2 if an issue file is invalid, 1 on other problems."""
+    results = checks(fix)
+    for ok, message in results:
+        mark = click.style("ok ", fg="green") if ok else click.style("!! ", fg="red")
+        click.echo(f"{mark} {message}")
+    bad = [m for ok, m in results if not ok]
+    if any(m.startswith("  ") for m in bad):
+        sys.exit(2)
+    if bad:
+        sys.exit(1)
+
+
+@click.command()
+def reindex() -> None:
+    """Rebuild the SQLite index from hive/state."""
+    from hive.project import Project
+
+    project = Project.open()
+    project.checkout.absorb(full=True)
+    started = time.perf_counter()
+    problems = project.index.rebuild()
+    took = time.perf_counter() - started
+    total = sum(project.index.counts().values())
+    click.echo(f"indexed {total} issues in {took:.2f}s")
+    for problem in problems:
+        click.echo(f"warning: {problem}", err=True)
+
+
+@click.command("merge-driver", hidden=True)
+@click.argument("args", nargs=-1)
+def merge_driver(args: tuple[str, ...]) -> None:
+    """Called by git as `git hive merge-driver %O %A %B %P`."""
+    from hive.state import merge_driver as driver
+
+    if len(args) != 4:
+        raise HiveError("usage: git hive merge-driver BASE OURS THEIRS PATH")
+    sys.exit(driver.main(list(args)))

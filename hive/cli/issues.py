@@ -1,0 +1,274 @@
+"""Issue commands: create, list, show, log, edit, update, dep, cancel, retry, finalize."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import click
+
+from hive.cli.output import ISSUE_HEADERS, issue_rows, print_json, show_issue, table
+from hive.errors import BadInput, HiveError
+from hive.project import Project
+from hive.state import issue_file
+
+STATUS = click.Choice(issue_file.STATUSES)
+TYPE = click.Choice(issue_file.TYPES)
+PRIORITY = click.IntRange(min(issue_file.PRIORITIES), max(issue_file.PRIORITIES))
+
+
+def open_project() -> Project:
+    project = Project.open()
+    project.sync()
+    return project
+
+
+def resolve(project: Project, given: str) -> str:
+    from hive.state.issues import resolve_id
+
+    return resolve_id(project, given)
+
+
+@click.command()
+@click.argument("title")
+@click.option("-d", "--description", default="", help="The description (Markdown).")
+@click.option("-p", "--priority", type=PRIORITY, default=issue_file.DEFAULT_PRIORITY, show_default=True,
+              help="0 = highest.")
+@click.option("-t", "--type", "kind", type=TYPE, default="task", show_default=True)
+@click.option("--parent", default="", help="The epic this issue belongs to.")
+@click.option("--depends-on", "depends_on", multiple=True, help="A blocker (repeatable).")
+@click.option("-l", "--label", "labels", multiple=True, help="A label (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the created issue as JSON.")
+def create(title: str, description: str, priority: int, kind: str, parent: str,
+           depends_on: tuple[str, ...], labels: tuple[str, ...], as_json: bool) -> None:
+    """Create an issue and print its id."""
+    from hive.state import issues
+
+    project = open_project()
+    blockers = [resolve(project, d) for d in depends_on]
+    parent_id = resolve(project, parent) if parent else ""
+    issue = issues.create(project, title, description=description, priority=priority, type=kind,
+                          parent=parent_id, depends_on=blockers, labels=labels)
+    if as_json:
+        print_json(issue.to_json(with_body=True))
+    else:
+        click.echo(issue.id)
+
+
+@click.command("list")
+@click.option("--status", "statuses", type=STATUS, multiple=True, help="Only these statuses (repeatable).")
+@click.option("--ready", is_flag=True, help="Only issues an agent could take now, in queue order.")
+@click.option("--parent", default=None, help="Only children of this epic.")
+@click.option("--json", "as_json", is_flag=True)
+def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_json: bool) -> None:
+    """List issues: every status unless filtered."""
+    project = open_project()
+    if ready:
+        found = [i for i in project.index.ready() if not statuses or i.status in statuses]
+    else:
+        found = project.index.list(statuses or None, parent=resolve(project, parent) if parent else None)
+    if as_json:
+        print_json([i.to_json() for i in found])
+    elif found:
+        table(issue_rows(found), ISSUE_HEADERS)
+    else:
+        click.echo("no issues" + (" ready" if ready else ""))
+
+
+@click.command()
+@click.argument("issue_id")
+@click.option("--json", "as_json", is_flag=True)
+def show(issue_id: str, as_json: bool) -> None:
+    """Show one issue, with its description."""
+    project = open_project()
+    issue = project.index.get(resolve(project, issue_id))
+    assert issue is not None
+    if as_json:
+        data = issue.to_json(with_body=True)
+        data["path"] = project.index.path_of(issue.id)
+        data["dependents"] = project.index.dependents_of(issue.id)
+        print_json(data)
+        return
+    show_issue(issue)
+    dependents = project.index.dependents_of(issue.id)
+    if dependents:
+        click.echo(f"\nblocks: {', '.join(sorted(dependents))}")
+
+
+@click.command()
+@click.argument("issue_id")
+@click.option("--json", "as_json", is_flag=True)
+def log(issue_id: str, as_json: bool) -> None:
+    """The history of one issue: every commit of hive/state that touched it."""
+    from hive import git
+    from hive.state import layout
+
+    project = open_project()
+    issue_id = resolve(project, issue_id)
+    fields = ["%H", "%aI", "%an", "%s", "%(trailers:key=Hive-Event,valueonly,separator=)",
+              "%(trailers:key=Hive-Agent,valueonly,separator=)"]
+    paths = [*layout.candidate_paths(issue_id), layout.notes_path(issue_id)]
+    proc = git.run(["log", "--reverse", "--format=" + "%x1f".join(fields) + "%x1e", git.STATE_REF,
+                    "--", *paths], project.paths.worktree)
+    entries = []
+    for record in proc.stdout.split("\x1e"):
+        parts = record.strip("\n").split("\x1f")
+        if len(parts) != len(fields):
+            continue
+        oid, when, author, subject, event, agent = (p.strip() for p in parts)
+        entries.append({"commit": oid, "at": when, "author": author, "event": event or "edited",
+                        "agent": agent, "summary": subject})
+    if as_json:
+        print_json(entries)
+        return
+    for e in entries:
+        who = e["agent"] or e["author"]
+        click.echo(f"{e['at']}  {e['commit'][:10]}  {e['event']:<12} {who:<16} {e['summary']}")
+
+
+@click.command()
+@click.argument("issue_id")
+def edit(issue_id: str) -> None:
+    """Open the issue's file in $EDITOR; on save it is validated and committed.
+
+    An invalid file is left exactly as you wrote it in .hive/ (nothing is lost) and the command
+    exits 2 naming the file and line; run `git hive edit` again to fix it.
+    """
+    project = open_project()
+    issue_id = resolve(project, issue_id)
+    if not project.checkout.exists:
+        raise HiveError("the .hive/ checkout is missing: run `git hive doctor --fix`")
+    path = project.paths.state_checkout / project.index.path_of(issue_id)
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    while True:
+        if subprocess.call([*_split(editor), str(path)]) != 0:
+            raise HiveError(f"{editor} exited with an error; {path} is left as it is")
+        problems = project.checkout.absorb().problems
+        mine = [p for p in problems if (p.where or "").startswith(f".hive/{path.relative_to(project.paths.state_checkout)}")]
+        if not mine:
+            project.checkout.refresh()
+            click.echo(f"saved {issue_id}")
+            return
+        click.echo(f"git hive: {mine[0]}", err=True)
+        if not (os.isatty(0) and click.confirm("edit again?", default=True)):
+            raise BadInput(str(mine[0]).split(": ", 1)[-1], mine[0].where)
+
+
+def _split(command: str) -> list[str]:
+    import shlex
+
+    return shlex.split(command)
+
+
+@click.command()
+@click.argument("issue_id")
+@click.option("--status", type=STATUS)
+@click.option("-p", "--priority", type=PRIORITY)
+@click.option("--title")
+@click.option("-t", "--type", "kind", type=TYPE)
+@click.option("-d", "--description", default=None, help="Replace the description.")
+@click.option("--parent", default=None, help="Set the epic ('' to clear).")
+@click.option("--assignee", default=None)
+@click.option("-l", "--add-label", "add_labels", multiple=True)
+@click.option("--remove-label", "remove_labels", multiple=True)
+@click.option("--json", "as_json", is_flag=True)
+def update(issue_id: str, status: str | None, priority: int | None, title: str | None, kind: str | None,
+           description: str | None, parent: str | None, assignee: str | None,
+           add_labels: tuple[str, ...], remove_labels: tuple[str, ...], as_json: bool) -> None:
+    """Change fields of an issue (one commit)."""
+    from hive.state import issues
+
+    project = open_project()
+    issue_id = resolve(project, issue_id)
+    current = project.index.get(issue_id)
+    assert current is not None
+    changes: dict[str, object] = {}
+    for key, value in (("status", status), ("priority", priority), ("title", title), ("type", kind),
+                       ("assignee", assignee)):
+        if value is not None:
+            changes[key] = value
+    if parent is not None:
+        changes["parent"] = resolve(project, parent) if parent else ""
+    if add_labels or remove_labels:
+        labels = [l for l in dict.fromkeys([*current.labels, *add_labels]) if l not in remove_labels]
+        changes["labels"] = labels
+    if not changes and description is None:
+        raise BadInput("nothing to change: give at least one option (see --help)")
+    event = status if status else "updated"
+    updated = issues.update(project, issue_id, changes, event=event, body=description,
+                            summary=f"update {issue_id}: " + ", ".join(
+                                f"{k}={v}" for k, v in changes.items()) if changes else f"describe {issue_id}")
+    if as_json and updated is not None:
+        print_json(updated.to_json(with_body=True))
+    elif updated is not None:
+        click.echo(f"{issue_id}: {updated.status}")
+
+
+@click.group()
+def dep() -> None:
+    """Add or remove a dependency (ID is blocked by BLOCKER)."""
+
+
+@dep.command("add")
+@click.argument("issue_id")
+@click.argument("blocker")
+def dep_add(issue_id: str, blocker: str) -> None:
+    from hive.state import issues
+
+    project = open_project()
+    issue_id, blocker = resolve(project, issue_id), resolve(project, blocker)
+    issues.add_dependency(project, issue_id, blocker)
+    click.echo(f"{issue_id} now depends on {blocker}")
+
+
+@dep.command("rm")
+@click.argument("issue_id")
+@click.argument("blocker")
+def dep_rm(issue_id: str, blocker: str) -> None:
+    from hive.state import issues
+
+    project = open_project()
+    issue_id, blocker = resolve(project, issue_id), resolve(project, blocker)
+    issues.remove_dependency(project, issue_id, blocker)
+    click.echo(f"{issue_id} no longer depends on {blocker}")
+
+
+def _set_status(issue_id: str, status: str, allowed_from: tuple[str, ...] | None, verb: str) -> None:
+    from hive.state import issues
+    from hive.state.store import Refused
+
+    project = open_project()
+    issue_id = resolve(project, issue_id)
+
+    def check(current: issue_file.Issue) -> None:
+        if allowed_from is not None and current.status not in allowed_from:
+            raise Refused(f"{issue_id} is {current.status}: only {' or '.join(allowed_from)} issues can be {verb}")
+
+    result = issues.update(project, issue_id, {"status": status}, event=status, check=check,
+                           summary=f"{status} {issue_id}")
+    if result is None:
+        current = project.index.get(issue_id)
+        raise HiveError(f"{issue_id} is {current.status if current else 'gone'}: "
+                        f"only {' or '.join(allowed_from or ())} issues can be {verb}")
+    click.echo(f"{issue_id}: {status}")
+
+
+@click.command()
+@click.argument("issue_id")
+def cancel(issue_id: str) -> None:
+    """Cancel an issue; a running agent on it is stopped by the daemon."""
+    _set_status(issue_id, "canceled", None, "canceled")
+
+
+@click.command()
+@click.argument("issue_id")
+def retry(issue_id: str) -> None:
+    """Put an escalated, failed or canceled issue back in the queue with a fresh retry budget."""
+    _set_status(issue_id, "open", ("escalated", "failed", "canceled"), "retried")
+
+
+@click.command()
+@click.argument("issue_id")
+def finalize(issue_id: str) -> None:
+    """Mark a done issue as finalized (its work is merged)."""
+    _set_status(issue_id, "finalized", ("done",), "finalized")

@@ -1,0 +1,55 @@
+"""How commands print: JSON for scripts, aligned text for people."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Any, Iterable, Sequence
+
+import click
+
+from hive.state.issue_file import Issue
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
+    rows = [list(map(str, r)) for r in rows]
+    width = shutil.get_terminal_size((120, 20)).columns
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    fixed = sum(widths[:-1]) + 2 * (len(widths) - 1)
+    widths[-1] = max(10, min(widths[-1], width - fixed))
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for cell, w in zip(cells, widths):
+            out.append(cell if len(cell) <= w else cell[: w - 1] + "…")
+        return "  ".join(c.ljust(w) for c, w in zip(out[:-1], widths[:-1])) + ("  " if len(out) > 1 else "") + out[-1]
+    click.echo(click.style(line(headers), bold=True))
+    for row in rows:
+        click.echo(line(row))
+
+
+def issue_rows(issues: Iterable[Issue]) -> list[list[str]]:
+    return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-",
+             ",".join(i.depends_on) or "-", i.title] for i in issues]
+
+
+ISSUE_HEADERS = ("ID", "STATUS", "PRI", "TYPE", "ASSIGNEE", "BLOCKED BY", "TITLE")
+
+
+def show_issue(issue: Issue) -> None:
+    click.echo(click.style(f"{issue.id}  {issue.title}", bold=True))
+    click.echo(f"status {issue.status} · priority {issue.priority} · type {issue.type}"
+               + (f" · assignee {issue.assignee}" if issue.assignee else ""))
+    if issue.parent:
+        click.echo(f"parent: {issue.parent}")
+    if issue.depends_on:
+        click.echo(f"depends on: {', '.join(issue.depends_on)}")
+    if issue.labels:
+        click.echo(f"labels: {', '.join(issue.labels)}")
+    click.echo(f"created {issue.created} · updated {issue.updated}")
+    if issue.body.strip():
+        click.echo("")
+        click.echo(issue.body.rstrip())

@@ -1,0 +1,35 @@
+"""git hive watch"""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+
+from hive.project import Project
+
+
+@click.command()
+def watch() -> None:
+    """Commit valid edits saved in .hive/ as they happen; report invalid ones. Ctrl-C stops."""
+    from hive.state.watch import needs_full_scan, wakeups
+
+    project = Project.open()
+    project.sync()
+    click.echo(f"watching {project.paths.state_checkout} (Ctrl-C to stop)")
+
+    async def loop() -> None:
+        async for wake in wakeups(project):
+            if wake.checkout_paths:
+                result = project.checkout.absorb(full=needs_full_scan(wake.checkout_paths))
+                for path in result.committed:
+                    click.echo(f"committed .hive/{path}")
+                for problem in result.problems:
+                    click.echo(f"not committed: {problem}", err=True)
+            project.checkout.refresh()
+            project.index.ensure_current()
+
+    try:
+        asyncio.run(loop())
+    except KeyboardInterrupt:
+        click.echo("stopped")

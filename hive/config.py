@@ -1,0 +1,561 @@
+"""git-hive's configuration: four layers, later ones win (DESIGN §6, §7).
+
+1. defaults (the `Config` field defaults below);
+2. global: `$HIVE_GLOBAL_CONFIG`, else `$XDG_CONFIG_HOME/hive/config.toml`, else
+   `~/.config/hive/config.toml`;
+3. project: `.hive.toml` *on the target branch* (trusted, because it is code there): the main
+   worktree's file when the main worktree has the target branch checked out, otherwise the blob in
+   the tip commit of `refs/heads/<target_branch>`. Never a linked (worker) worktree's copy;
+4. environment: `HIVE_<UPPER_KEY>`, parsed per the key's type.
+
+Precedence is per key; the `[codex]` table is one key, so a later layer's table replaces an
+earlier one as a whole (it is passed verbatim to codex, never merged).
+
+Reading uses `tomllib` (fast); `set_value`/`unset_value` edit with `tomlkit` so that comments and
+layout survive. Every problem a person can fix is a `BadInput` naming `file:line` or the env var.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import tempfile
+import tomllib
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hive.errors import BadInput
+from hive.git import read_ref
+
+if TYPE_CHECKING:
+    from hive.git import RepoPaths
+
+PROJECT_FILE = ".hive.toml"
+GLOBAL_ENV = "HIVE_GLOBAL_CONFIG"
+ENV_PREFIX = "HIVE_"
+BACKENDS = ("claude", "codex", "scripted")
+ROLES = ("worker", "refinery", "queen")
+
+_ID_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")   # keeps ids within hive.state.issue_file.ID_RE
+_SUBKEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(default: Any, doc: str, *, choices: tuple[str, ...] = (), minimum: int = 0,
+         nonempty: bool = False) -> Any:
+    return field(default=default, metadata={
+        "doc": doc, "choices": choices, "minimum": minimum, "nonempty": nonempty})
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration: one typed attribute per key. `Config()` is all defaults."""
+
+    max_agents: int = _key(3, "How many workers run at once.", minimum=1)
+    backend: str = _key("claude", "Agent backend for every role without an override.", choices=BACKENDS)
+    worker_model: str = _key("claude-sonnet-4-6", "Model of the workers.", nonempty=True)
+    refinery_model: str = _key("claude-opus-4-6", "Model of the refinery session.", nonempty=True)
+    queen_model: str = _key("claude-opus-4-6", "Model of the queen (planning) session.", nonempty=True)
+    max_tokens_per_issue: int = _key(200_000, "Token budget of one issue; going over is a failure.")
+    max_tokens_per_run: int = _key(0, "Token budget of one `git hive run`; 0 = no cap.")
+    max_retries: int = _key(2, "Retries with the same agent before switching agents.")
+    max_agent_switches: int = _key(2, "Fresh agents in a clean worktree before escalating.")
+    anomaly_failure_threshold: int = _key(
+        3, "This many failures within anomaly_window_minutes escalate at once.", minimum=1)
+    anomaly_window_minutes: int = _key(10, "Window of the anomaly detector, in minutes.", minimum=1)
+    test_command: str = _key("", "Shell command that tests a merge candidate; empty = no tests.")
+    test_timeout_seconds: int = _key(600, "Time limit of one test_command run, in seconds.", minimum=1)
+    target_branch: str = _key("main", "Branch that finished work is merged into.", nonempty=True)
+    merge_mode: str = _key("auto", "auto: merge when green; manual: wait for `git hive review`.",
+                           choices=("auto", "manual"))
+    id_prefix: str = _key("hv", "Prefix of new issue ids (<prefix>-<6 chars>).", nonempty=True)
+    lease_seconds: int = _key(900, "How long a claim lives without a heartbeat.", minimum=1)
+    stall_seconds: int = _key(300, "No agent activity for this long is a stall.", minimum=1)
+    claude_command: str = _key("claude", "The claude CLI: a path or a name on PATH.", nonempty=True)
+    codex_command: str = _key("codex", "The codex CLI: a path or a name on PATH.", nonempty=True)
+    queen_backend: str = _key("", "Backend of the queen; empty = backend.", choices=("",) + BACKENDS)
+    worker_backend: str = _key("", "Backend of the workers; empty = backend.", choices=("",) + BACKENDS)
+    refinery_backend: str = _key("", "Backend of the refinery; empty = backend.",
+                                 choices=("",) + BACKENDS)
+    sync_remote: str = _key("", "Remote that `git hive sync` uses; empty = the usual default.")
+    scripted_script: str = _key("", "Path of the scripted backend's script file.")
+    codex: dict = field(default_factory=dict, hash=False, metadata={
+        "doc": "Table written verbatim into the config.toml of hive's private CODEX_HOME.",
+        "choices": (), "minimum": 0, "nonempty": False})
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            problem = _problem(f.name, getattr(self, f.name))
+            if problem:
+                raise BadInput(problem)
+
+    def backend_for(self, role: str) -> str:
+        """The backend of `role` (worker|refinery|queen): its override, else `backend`."""
+        _check_role(role)
+        return getattr(self, role + "_backend") or self.backend
+
+    def model_for(self, role: str) -> str:
+        """The model of `role` (worker|refinery|queen)."""
+        _check_role(role)
+        return getattr(self, role + "_model")
+
+    def as_dict(self) -> dict[str, Any]:
+        """Key -> effective value, in declaration order (a deep copy: safe to mutate)."""
+        return {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self)}
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+
+
+@dataclass(frozen=True)
+class Key:
+    """The declaration of one configuration key."""
+
+    name: str
+    type: type                      # int, str or dict
+    default: Any
+    choices: tuple[str, ...]        # allowed values; empty = any
+    minimum: int                    # for ints
+    nonempty: bool                  # for strings
+    doc: str
+
+    @property
+    def env(self) -> str:
+        """Name of the environment variable that overrides this key."""
+        return ENV_PREFIX + self.name.upper()
+
+
+def _declare() -> dict[str, Key]:
+    table = {}
+    for f in fields(Config):
+        default = f.default_factory() if f.default is MISSING else f.default
+        table[f.name] = Key(f.name, type(default), default, f.metadata["choices"],
+                            f.metadata["minimum"], f.metadata["nonempty"], f.metadata["doc"])
+    return table
+
+
+KEYS: dict[str, Key] = _declare()
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and parsing of single values
+
+def valid_branch_name(name: str) -> bool:
+    """True if `name` is safe as `refs/heads/<name>` (a subset of `git check-ref-format`)."""
+    if not name or name == "@" or name.startswith(("-", "/")) or name.endswith(("/", ".", ".lock")):
+        return False
+    if ".." in name or "//" in name or "@{" in name:
+        return False
+    if any(ch in " ~^:?*[\\" or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name):
+        return False
+    return not any(part.startswith(".") or part.endswith(".lock") for part in name.split("/"))
+
+
+def _problem(name: str, value: Any) -> str | None:
+    """Why `value` is not acceptable for key `name`, or None if it is."""
+    key = KEYS[name]
+    expected = key.type
+    if expected is int:
+        if type(value) is not int:
+            return f"{name} must be an integer, not {_describe(value)}"
+        if value < key.minimum:
+            return f"{name} must be at least {key.minimum}, not {value}"
+        return None
+    if expected is dict:
+        return None if isinstance(value, dict) else f"{name} must be a table, not {_describe(value)}"
+    if type(value) is not str:
+        return f"{name} must be a string, not {_describe(value)}"
+    if key.choices and value not in key.choices:
+        allowed = "|".join(repr(c) if c == "" else c for c in key.choices)
+        return f"{name} must be one of {allowed}, not {value!r}"
+    if key.nonempty and not value:
+        return f"{name} must not be empty"
+    if name == "target_branch":
+        if not valid_branch_name(value):
+            return f"target_branch {value!r} is not a valid branch name"
+        if value == "hive" or value.startswith("hive/"):
+            return f"target_branch {value!r} is one of hive's own branches"
+    if name == "id_prefix" and not _ID_PREFIX_RE.match(value):
+        return f"id_prefix {value!r} must be a lowercase letter then up to 15 lowercase letters or digits"
+    return None
+
+
+def _describe(value: Any) -> str:
+    kind = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+    return f"{kind} ({value!r})" if not isinstance(value, (dict, list)) else kind
+
+
+def _unknown(name: str) -> str:
+    import difflib  # only on this error path
+
+    near = difflib.get_close_matches(name, KEYS, n=1)
+    return f"unknown key {name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+
+
+def parse_value(key: str, text: str) -> Any:
+    """Turn the text of a command-line or env value into the typed value of `key`, validated.
+
+    Ints are decimal; strings are taken as they are; `codex` (a table) takes a TOML inline table
+    such as `{model = "o3"}`. Raises BadInput (without a location) when the value does not fit.
+    """
+    if key not in KEYS:
+        raise BadInput(_unknown(key))
+    kind = KEYS[key].type
+    if kind is int:
+        try:
+            value: Any = int(text.strip(), 10)
+        except ValueError:
+            raise BadInput(f"{key} must be an integer, not {text!r}") from None
+    elif kind is dict:
+        try:
+            value = tomllib.loads("v = " + text)["v"]
+        except tomllib.TOMLDecodeError:
+            raise BadInput(f"{key} must be a TOML inline table such as {{model = \"o3\"}}, not {text!r}") from None
+    else:
+        value = text
+    problem = _problem(key, value)
+    if problem:
+        raise BadInput(problem)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading TOML text with locations for errors
+
+def _parse_toml(text: str, where: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = re.search(r"\s*\(at line (\d+), column \d+\)$", message)
+        if match:
+            line = int(match.group(1))
+            message = message[:match.start()]
+        else:
+            line = max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+            message = re.sub(r"\s*\(at end of document\)$", " (at end of file)", message)
+        raise BadInput(f"invalid TOML: {message}", f"{where}:{line}") from None
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """The line where top-level `key` is set (as `key = `, `key.x = ` or `[key]`), if found."""
+    quoted = rf"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
+    assign = re.compile(rf"^\s*{quoted}\s*[=.]")
+    header = re.compile(r"^\s*\[\[?\s*" + quoted + r"\s*[\].]")
+    any_header = re.compile(r"^\s*\[")
+    in_string: str | None = None
+    in_table = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if in_string:
+            if line.count(in_string) % 2:
+                in_string = None
+            continue
+        if header.match(line):
+            return number
+        if any_header.match(line):
+            in_table = True
+        elif not in_table and assign.match(line):
+            return number
+        for delim in ('"""', "'''"):
+            if line.count(delim) % 2:
+                in_string = delim
+                break
+    return None
+
+
+def _at(where: str, text: str, key: str) -> str:
+    line = _line_of(text, key)
+    return f"{where}:{line}" if line else where
+
+
+def _validate_layer(data: dict[str, Any], text: str, where: str) -> dict[str, Any]:
+    """Check every key of one parsed file; return its values. `where` names the file."""
+    for name, value in data.items():
+        if name not in KEYS:
+            raise BadInput(_unknown(name), _at(where, text, name))
+        problem = _problem(name, value)
+        if problem:
+            raise BadInput(problem, _at(where, text, name))
+    return data
+
+
+def _read_text(path: Path, *, project: bool = False) -> str | None:
+    """A config file's text; None if there is none. A project file must not be a symlink
+    (it would read a file from outside the target branch); a global one may be."""
+    try:
+        if project and path.is_symlink():
+            raise BadInput(f"{PROJECT_FILE} is a symlink; git hive reads it only as a regular file",
+                           str(path))
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BadInput(f"cannot read config file: {exc.strerror or exc}", str(path)) from None
+    return _decode(data, str(path))
+
+
+def _decode(data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        raise BadInput("config file is not valid UTF-8", where) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the layers are
+
+def global_path() -> Path:
+    """The global config file: $HIVE_GLOBAL_CONFIG, else $XDG_CONFIG_HOME/hive/config.toml,
+    else ~/.config/hive/config.toml (a relative XDG_CONFIG_HOME is ignored, as the spec says)."""
+    override = os.environ.get(GLOBAL_ENV)
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".config"
+    return base / "hive" / "config.toml"
+
+
+def project_path(repo: RepoPaths) -> Path:
+    """The main worktree's `.hive.toml` (the file `git hive config set --project` edits)."""
+    return repo.main_worktree / PROJECT_FILE
+
+
+def _main_head_branch(repo: RepoPaths) -> str | None:
+    """The branch the main worktree has checked out (None if detached or unreadable)."""
+    try:
+        head = (repo.common_dir / "HEAD").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return head[len("ref: refs/heads/"):] if head.startswith("ref: refs/heads/") else None
+
+
+_BLOB_CACHE: dict[tuple[str, str], str | None] = {}
+
+
+def _read_branch_file(repo: RepoPaths, branch: str) -> str | None:
+    """The text of `.hive.toml` in the tip commit of `refs/heads/<branch>`; None if absent."""
+    oid = read_ref(repo.common_dir, "refs/heads/" + branch)
+    if oid is None:
+        return None                               # no such branch: no pygit2 import at all
+    cache_key = (str(repo.common_dir), oid)
+    if cache_key in _BLOB_CACHE:
+        return _BLOB_CACHE[cache_key]
+    import pygit2  # lazily: ~170 ms, and most commands never get here
+
+    where = f"{branch}:{PROJECT_FILE}"
+    try:
+        commit = pygit2.Repository(str(repo.common_dir))[oid].peel(pygit2.Commit)
+        entry = commit.tree[PROJECT_FILE] if PROJECT_FILE in commit.tree else None
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise BadInput(f"cannot read branch {branch!r}: {exc}", where) from None
+    if entry is None:
+        text = None
+    elif entry.filemode == pygit2.GIT_FILEMODE_LINK or not isinstance(entry, pygit2.Blob):
+        raise BadInput(f"{PROJECT_FILE} is not a regular file on branch {branch!r}", where)
+    else:
+        text = _decode(entry.data, where)
+    if len(_BLOB_CACHE) > 64:
+        _BLOB_CACHE.clear()
+    _BLOB_CACHE[cache_key] = text
+    return text
+
+
+@dataclass
+class _Layer:
+    label: str                  # "global: <path>", "project: <path>", "project: <branch>:.hive.toml"
+    values: dict[str, Any]
+
+
+def _project_layer(repo: RepoPaths, base_target: str, base_source: str,
+                   env_target: str | None) -> tuple[_Layer | None, str, str]:
+    """The trusted project layer, plus the target branch and where that came from.
+
+    The target branch is needed to find the layer, so it is first resolved from
+    defaults + global + env + the main worktree's own `.hive.toml`. If the file then read from a
+    branch tip names another target branch (and the environment did not fix it), that branch is
+    followed instead, so a stale checkout cannot make hive merge into the wrong branch.
+    """
+    main_file = project_path(repo)
+    head_branch = _main_head_branch(repo)
+    work_text: str | None = None
+    work_read = False
+    target, target_source = base_target, base_source
+    if env_target is not None:
+        target, target_source = env_target, f"env: {KEYS['target_branch'].env}"
+    else:
+        work_text, work_read = _read_text(main_file, project=True), True
+        if work_text is not None:
+            data = _parse_toml(work_text, str(main_file))
+            if "target_branch" in data:
+                problem = _problem("target_branch", data["target_branch"])
+                if problem:
+                    raise BadInput(problem, _at(str(main_file), work_text, "target_branch"))
+                target, target_source = data["target_branch"], f"project: {main_file}"
+    seen: list[str] = []
+    while True:
+        if head_branch == target:
+            if not work_read:
+                work_text, work_read = _read_text(main_file, project=True), True
+            text, where = work_text, str(main_file)
+        else:
+            text, where = _read_branch_file(repo, target), f"{target}:{PROJECT_FILE}"
+        if text is None:
+            return None, target, target_source
+        values = _validate_layer(_parse_toml(text, where), text, where)
+        named = values.pop("target_branch", None)
+        if env_target is not None or named is None:
+            return _Layer(f"project: {where}", values), target, target_source
+        if named == target:
+            return _Layer(f"project: {where}", values), target, f"project: {where}"
+        seen.append(target)
+        if named in seen:
+            raise BadInput(f"target_branch goes round in a loop: {' -> '.join(seen + [named])}",
+                           _at(where, text, "target_branch"))
+        target, target_source = named, f"project: {where}"
+
+
+def _env_layer() -> dict[str, Any]:
+    values = {}
+    for key in KEYS.values():
+        text = os.environ.get(key.env)
+        if text is not None:
+            try:
+                values[key.name] = parse_value(key.name, text)
+            except BadInput as exc:
+                raise BadInput(str(exc), key.env) from None
+    return values
+
+
+def _resolve(repo: RepoPaths | None) -> tuple[dict[str, Any], dict[str, str]]:
+    values = {name: copy.deepcopy(key.default) for name, key in KEYS.items()}
+    sources = dict.fromkeys(KEYS, "default")
+
+    def apply(layer_values: dict[str, Any], label: str) -> None:
+        for name, value in layer_values.items():
+            values[name] = value
+            sources[name] = label
+
+    gpath = global_path()
+    text = _read_text(gpath)
+    if text is not None:
+        apply(_validate_layer(_parse_toml(text, str(gpath)), text, str(gpath)), f"global: {gpath}")
+    env = _env_layer()
+    if repo is not None:
+        layer, target, target_source = _project_layer(
+            repo, values["target_branch"], sources["target_branch"], env.get("target_branch"))
+        if layer is not None:
+            apply(layer.values, layer.label)
+        values["target_branch"], sources["target_branch"] = target, target_source
+    for name, value in env.items():
+        values[name], sources[name] = value, f"env: {KEYS[name].env}"
+    return values, sources
+
+
+def load(repo: RepoPaths | None) -> Config:
+    """The effective configuration of all layers; `repo=None` skips the project layer."""
+    return Config(**_resolve(repo)[0])
+
+
+def sources(repo: RepoPaths | None) -> dict[str, str]:
+    """Key -> the layer that set its effective value: "default", "global: <path>",
+    "project: <path>" or "project: <branch>:.hive.toml", "env: HIVE_<KEY>"."""
+    return _resolve(repo)[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Editing a file
+
+def _split_key(key: str) -> list[str]:
+    """`key`, or `codex.<a>.<b>` for an entry inside the `[codex]` table."""
+    if key.startswith("codex."):
+        parts = key.split(".")
+        if all(_SUBKEY_RE.match(p) for p in parts[1:]):
+            return parts
+        raise BadInput(f"bad key {key!r}: use codex.<name>[.<name>...] with letters, digits, _ and -")
+    if key not in KEYS:
+        raise BadInput(_unknown(key))
+    return [key]
+
+
+def _load_doc(path: Path):
+    import tomlkit  # writing only
+    from tomlkit.exceptions import ParseError
+
+    text = _read_text(path)
+    try:
+        return tomlkit.parse(text or ""), text
+    except ParseError as exc:
+        raise BadInput(f"invalid TOML: {exc}", f"{path}:{exc.line}") from None
+
+
+def _write(path: Path, old: str | None, new: str) -> None:
+    if old is not None and "\r\n" in old:
+        new = re.sub(r"(?<!\r)\n", "\r\n", new)     # tomlkit writes new lines with \n
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(new)
+        if old is not None:
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def set_value(path: Path, key: str, value: str) -> None:
+    """Set `key` to `value` (text, parsed and validated per the key's type) in the TOML file
+    `path`, creating it if needed. Comments and the rest of the layout are kept as they are.
+
+    `codex.<name>...` sets an entry inside the `[codex]` table; its value is read as a TOML value
+    when it is one (`true`, `3`, `"x"`, `[...]`) and as a plain string otherwise.
+    """
+    import tomlkit
+
+    path = Path(path)
+    parts = _split_key(key)
+    if len(parts) == 1:
+        parsed = parse_value(key, value)
+    else:
+        try:
+            parsed = tomllib.loads("v = " + value)["v"]
+        except tomllib.TOMLDecodeError:
+            parsed = value
+    doc, old = _load_doc(path)
+    table = doc
+    for name in parts[:-1]:
+        if name not in table:
+            table[name] = tomlkit.table()
+        table = table[name]
+        if not isinstance(table, dict):
+            raise BadInput(f"cannot set {key}: {name} is not a table", _at(str(path), old or "", parts[0]))
+    table[parts[-1]] = parsed
+    _write(path, old, doc.as_string())
+
+
+def unset_value(path: Path, key: str) -> bool:
+    """Remove `key` (or `codex.<name>...`) from the TOML file `path`, keeping everything else.
+    Returns False when there was nothing to remove."""
+    path = Path(path)
+    parts = _split_key(key)
+    if not path.exists():
+        return False
+    doc, old = _load_doc(path)
+    table = doc
+    for name in parts[:-1]:
+        table = table.get(name)
+        if not isinstance(table, dict):
+            return False
+    if parts[-1] not in table:
+        return False
+    del table[parts[-1]]
+    _write(path, old, doc.as_string())
+    return True

@@ -1,0 +1,133 @@
+"""A thin layer over git: where a repository's parts are, reading refs, running the git CLI.
+
+Discovery and ref reads are plain file reads so that read-only commands stay fast: importing
+pygit2 costs ~170 ms, and most commands only need to know whether `hive/state` moved.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from hive.errors import HiveError
+
+STATE_BRANCH = "hive/state"
+STATE_REF = "refs/heads/" + STATE_BRANCH
+WORK_REF_PREFIX = "refs/heads/hive/work/"
+PLAN_REF_PREFIX = "refs/heads/hive/plan/"
+
+
+@dataclass(frozen=True)
+class RepoPaths:
+    """The places of one repository, as seen from wherever a command was started."""
+
+    worktree: Path      # top of the worktree the command runs in (may be a linked one)
+    git_dir: Path       # that worktree's own git dir
+    common_dir: Path    # the shared git dir (objects, refs, config)
+
+    @property
+    def main_worktree(self) -> Path:
+        return self.common_dir.parent
+
+    @property
+    def hive_dir(self) -> Path:
+        """Runtime files that are never shared: index, daemon lock, logs, worker worktrees."""
+        return self.common_dir / "hive"
+
+    @property
+    def state_checkout(self) -> Path:
+        """`.hive/`: the editable linked worktree of `hive/state` at the root of the main worktree."""
+        return self.main_worktree / ".hive"
+
+    @property
+    def index_db(self) -> Path:
+        return self.hive_dir / "index.db"
+
+    @property
+    def worktrees_dir(self) -> Path:
+        return self.hive_dir / "worktrees"
+
+
+def _gitdir_of(dot_git: Path) -> Path | None:
+    if dot_git.is_dir():
+        return dot_git
+    if dot_git.is_file():
+        text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+        if text.startswith("gitdir:"):
+            target = Path(text[len("gitdir:"):].strip())
+            return (dot_git.parent / target).resolve() if not target.is_absolute() else target
+    return None
+
+
+def _common_dir_of(git_dir: Path) -> Path:
+    commondir = git_dir / "commondir"
+    if commondir.is_file():
+        target = Path(commondir.read_text(encoding="utf-8").strip())
+        return (git_dir / target).resolve() if not target.is_absolute() else target
+    return git_dir
+
+
+def _looks_like_git_dir(path: Path) -> bool:
+    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
+
+
+def discover(start: Path | str | None = None) -> RepoPaths:
+    """Find the repository containing `start` (default: the current directory).
+
+    Refuses bare repositories: hive needs a worktree to put `.hive/` in.
+    """
+    here = Path(start or os.getcwd()).resolve()
+    env_git_dir = os.environ.get("GIT_DIR")
+    if env_git_dir and start is None:
+        git_dir = Path(env_git_dir).resolve()
+        common = _common_dir_of(git_dir)
+        top = Path(os.environ.get("GIT_WORK_TREE") or common.parent).resolve()
+        return RepoPaths(top, git_dir, common)
+    for candidate in (here, *here.parents):
+        git_dir = _gitdir_of(candidate / ".git")
+        if git_dir is not None:
+            return RepoPaths(candidate, git_dir, _common_dir_of(git_dir))
+        if _looks_like_git_dir(candidate):
+            raise HiveError(f"{candidate} is a bare repository: git hive needs a repository with a worktree")
+    raise HiveError(f"not a git repository (or any parent up to /): {here}")
+
+
+def read_ref(common_dir: Path, name: str) -> str | None:
+    """The object id a ref points to, read from loose refs or packed-refs; None if absent."""
+    loose = common_dir / name
+    try:
+        value = loose.read_text(encoding="ascii").strip()
+        if value.startswith("ref: "):
+            return read_ref(common_dir, value[5:])
+        if value:
+            return value
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        pass
+    try:
+        with open(common_dir / "packed-refs", encoding="ascii", errors="replace") as packed:
+            for line in packed:
+                if line.endswith(" " + name + "\n"):
+                    return line.split(" ", 1)[0]
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def run(args: list[str], cwd: Path | str, *, check: bool = True, input: str | None = None,
+        env: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the git CLI. Used only where a person's own git setup must apply (network, config)."""
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, input=input, capture_output=True, text=True,
+        env={**os.environ, **env} if env else None, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise HiveError(f"git {args[0]} failed: {reason[-1] if reason else 'exit code ' + str(proc.returncode)}")
+    return proc
+
+
+def config_get(cwd: Path | str, key: str) -> str | None:
+    proc = run(["config", "--get", key], cwd, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None

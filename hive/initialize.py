@@ -1,0 +1,164 @@
+"""`git hive init`: set a repository up for hive. Idempotent: a second run changes nothing.
+
+Creates the orphan branch `hive/state` (or adopts `origin`'s), the `.hive/` checkout, the fetch
+refspec, the `hive` merge driver, the hooks (chained to any already there) and the runtime dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pygit2
+
+from hive import git
+from hive.errors import HiveError
+from hive.project import Project
+from hive.state import layout
+from hive.state.store import cas_update, signature_for, write_tree
+
+CHECKOUT_WORKTREE_NAME = "hive-state"
+HOOK_MARKER = "git-hive hook"
+CHAINED_SUFFIX = ".hive-chained"
+EXCLUDES = ("/.hive/", ".hive-result.jsonl", ".hive-notes.jsonl")
+STATE_REFSPEC = "+refs/heads/hive/state:refs/remotes/{remote}/hive/state"
+
+
+def hook_sources() -> dict[str, bytes]:
+    """The hook scripts: `hive/hooks/` in an installed wheel, `hooks/` in a source checkout."""
+    packaged = Path(__file__).parent / "hooks"
+    folder = packaged if packaged.is_dir() else Path(__file__).parent.parent / "hooks"
+    return {entry.name: entry.read_bytes() for entry in sorted(folder.iterdir())
+            if entry.is_file() and not entry.name.startswith(("_", ".")) and not entry.name.endswith(".py")}
+
+
+def merge_driver_command() -> str:
+    exe = shutil.which("git-hive")
+    prefix = "git-hive" if exe else f"{sys.executable} -m hive"
+    return f"{prefix} merge-driver %O %A %B %P"
+
+
+def initialize(where: Path | str | None = None) -> list[str]:
+    """Set the repository up; return what was done (empty: it already was)."""
+    paths = git.discover(where)
+    repo = pygit2.Repository(str(paths.common_dir))
+    if repo.is_bare:
+        raise HiveError(f"{paths.common_dir} is a bare repository: git hive needs a worktree")
+    if repo.head_is_unborn:
+        raise HiveError("this repository has no commit yet: make a first commit, then run `git hive init`")
+    done: list[str] = []
+    paths.hive_dir.mkdir(parents=True, exist_ok=True)
+    paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
+    _create_state_branch(repo, paths, done)
+    _add_fetch_refspecs(paths, done)
+    _register_merge_driver(paths, done)
+    _add_excludes(paths, done)
+    _install_hooks(paths, done)
+    _create_checkout(repo, paths, done)
+    return done
+
+
+def _create_state_branch(repo: pygit2.Repository, paths: git.RepoPaths, done: list[str]) -> None:
+    if repo.references.get(git.STATE_REF) is not None:
+        return
+    for remote in repo.remotes:
+        shared = repo.references.get(f"refs/remotes/{remote.name}/{git.STATE_BRANCH}")
+        if shared is not None:
+            if cas_update(repo, git.STATE_REF, None, str(shared.target), f"hive: from {remote.name}"):
+                done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
+            return
+    files = {
+        layout.ATTRIBUTES_FILE: layout.ATTRIBUTES.encode(),
+        layout.CONTEXT_FILE: layout.CONTEXT_TEMPLATE.encode(),
+        f"{layout.ISSUES_DIR}/.gitkeep": b"",
+        f"{layout.NOTES_DIR}/.gitkeep": b"",
+    }
+    tree = write_tree(repo, None, files)
+    signature = signature_for(repo)
+    commit = repo.create_commit(None, signature, signature,
+                                "hive: start the state branch\n\nHive-Event: initialized\n", tree, [])
+    if cas_update(repo, git.STATE_REF, None, str(commit), "hive: init"):
+        done.append(f"created branch {git.STATE_BRANCH}")
+
+
+def _add_fetch_refspecs(paths: git.RepoPaths, done: list[str]) -> None:
+    remotes = git.run(["remote"], paths.worktree).stdout.split()
+    for remote in remotes:
+        specs = git.run(["config", "--get-all", f"remote.{remote}.fetch"], paths.worktree, check=False).stdout.split()
+        wanted = STATE_REFSPEC.format(remote=remote)
+        if wanted in specs or f"+refs/heads/*:refs/remotes/{remote}/*" in specs:
+            continue
+        git.run(["config", "--add", f"remote.{remote}.fetch", wanted], paths.worktree)
+        done.append(f"`git fetch {remote}` now also fetches {git.STATE_BRANCH}")
+
+
+def _register_merge_driver(paths: git.RepoPaths, done: list[str]) -> None:
+    wanted = {"merge.hive.name": "git-hive: issue files field by field, notes as a union",
+              "merge.hive.driver": merge_driver_command()}
+    for key, value in wanted.items():
+        if git.config_get(paths.common_dir, key) != value:
+            git.run(["config", "--file", str(paths.common_dir / "config"), key, value], paths.worktree)
+            if key == "merge.hive.driver":
+                done.append("registered the `hive` merge driver")
+
+
+def _add_excludes(paths: git.RepoPaths, done: list[str]) -> None:
+    exclude = paths.common_dir / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    current = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+    missing = [line for line in EXCLUDES if line not in current.splitlines()]
+    if missing:
+        with open(exclude, "a", encoding="utf-8") as out:
+            if current and not current.endswith("\n"):
+                out.write("\n")
+            out.write("# git-hive\n" + "".join(line + "\n" for line in missing))
+        done.append("excluded .hive/ and the worker protocol files in .git/info/exclude")
+
+
+def hooks_dir(paths: git.RepoPaths) -> Path:
+    configured = git.config_get(paths.worktree, "core.hooksPath")
+    if configured:
+        hooks = Path(os.path.expanduser(configured))
+        return hooks if hooks.is_absolute() else paths.main_worktree / hooks
+    return paths.common_dir / "hooks"
+
+
+def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
+    target_dir = hooks_dir(paths)
+    target_dir.mkdir(parents=True, exist_ok=True)
+    for name, content in hook_sources().items():
+        target = target_dir / name
+        if target.exists():
+            existing = target.read_bytes()
+            if existing == content:
+                continue
+            if HOOK_MARKER.encode() not in existing:
+                chained = target_dir / (name + CHAINED_SUFFIX)
+                if chained.exists():
+                    raise HiveError(f"{target} exists and so does {chained}: move one away, then re-run init")
+                target.rename(chained)
+                done.append(f"kept your {name} hook: it now runs from {chained.name}")
+        target.write_bytes(content)
+        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        done.append(f"installed the {name} hook")
+
+
+def _create_checkout(repo: pygit2.Repository, paths: git.RepoPaths, done: list[str]) -> None:
+    checkout = paths.state_checkout
+    if (checkout / ".git").exists():
+        return
+    if checkout.exists() and any(checkout.iterdir()):
+        raise HiveError(f"{checkout} exists and is not hive's checkout: move it away, then re-run init")
+    if CHECKOUT_WORKTREE_NAME in repo.list_worktrees():
+        repo.lookup_worktree(CHECKOUT_WORKTREE_NAME).prune(True)
+    if checkout.exists():
+        checkout.rmdir()
+    repo.add_worktree(CHECKOUT_WORKTREE_NAME, str(checkout), repo.references[git.STATE_REF])
+    project = Project(paths)
+    project.checkout.reset_records()
+    project.checkout.record_all(project.store_tip() or "")
+    project.close()
+    done.append("checked hive/state out at .hive/")

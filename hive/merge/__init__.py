@@ -1,0 +1,1 @@
+"""The merge pipeline: merge queue, mechanical tier, refinery."""

@@ -1,0 +1,1 @@
+"""The daemon: watcher-driven loop, worker lifecycle, escalation, notes."""

@@ -1,0 +1,38 @@
+"""The ready queue over the dependency DAG, and claims (DESIGN §3).
+
+`ready()` is one SQL query on the index. `claim()` is a compare-and-swap commit on `hive/state`
+that re-checks status, assignee and every blocker against the tip it builds on, so two claimers
+— threads, processes, or a person's edit — can never both win.
+"""
+
+from __future__ import annotations
+
+from hive.project import Project
+from hive.state import issue_file, issues
+from hive.state.issue_file import Issue
+from hive.state.store import Refused, Snapshot
+
+
+def ready(project: Project, limit: int | None = None) -> list[Issue]:
+    project.index.ensure_current()
+    return project.index.ready(limit)
+
+
+def claim(project: Project, issue_id: str, agent_id: str) -> bool:
+    """Take `issue_id` for `agent_id`: open → in_progress. False if anyone else got it first."""
+
+    def check(snap: Snapshot, current: Issue) -> None:
+        if current.status != "open" or current.assignee or current.type == "epic":
+            raise Refused(f"{issue_id} is no longer claimable")
+        for blocker in current.depends_on:
+            found = snap.read_issue(blocker)
+            if found is None:
+                raise Refused(f"{issue_id} is blocked by unknown issue {blocker}")
+            status = issue_file.parse(found[1], blocker, found[0]).status
+            if status not in issue_file.SATISFIED_BLOCKER_STATUSES:
+                raise Refused(f"{issue_id} is blocked by {blocker} ({status})")
+
+    result = issues.update(project, issue_id, {"status": "in_progress", "assignee": agent_id},
+                           event="claimed", agent=agent_id, summary=f"claim {issue_id} for {agent_id}",
+                           check_snapshot=check)
+    return result is not None

@@ -1,0 +1,308 @@
+"""`.hive/`: the editable checkout of `hive/state`, kept in step with the branch both ways.
+
+Two directions, both careful with a person's work:
+
+* `absorb` — a file a person saved in `.hive/` becomes a commit (author: their git identity) once
+  it is valid; an invalid file is left exactly as written, reported with file:line, and the index
+  keeps the last good version. If the branch moved since the person's copy was written, their
+  edit is merged into the tip with the `hive` merge rules instead of overwriting it.
+* `refresh` — after the branch moves (a hive write, a `git pull`, a merged plan), files a person
+  has not touched are rewritten to the tip and the checkout's git index follows; a file with an
+  unsaved-to-branch edit is never overwritten.
+
+What each file was last known as (blob id and stat) lives in `<git-common-dir>/hive/runtime.db`,
+not in the index database, so that deleting the index never makes a stale file look like an edit.
+A lock file serialises absorb/refresh between processes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import sqlite3
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from hive.errors import BadInput
+from hive.state import layout
+
+if TYPE_CHECKING:
+    from hive.project import Project
+
+
+def blob_id(data: bytes) -> str:
+    """git's object id of a blob, without loading pygit2."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class Record:
+    blob: str
+    mtime_ns: int
+    size: int
+
+
+@dataclass
+class Absorbed:
+    committed: list[str]          # paths whose edits are now on hive/state
+    problems: list[BadInput]      # invalid edits, left as written
+
+
+@dataclass
+class Edit:
+    path: str
+    data: bytes | None        # None: the person deleted the file
+    base: str | None          # blob id the person's copy started from
+
+
+class Checkout:
+    def __init__(self, project: "Project"):
+        self.project = project
+        self.root = project.paths.state_checkout
+        self._db: sqlite3.Connection | None = None
+
+    @property
+    def exists(self) -> bool:
+        return (self.root / ".git").exists()
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.project.paths.hive_dir.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.project.paths.hive_dir / "checkout.db", timeout=60,
+                                 isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, blob TEXT, "
+                       "mtime_ns INTEGER, size INTEGER)")
+            db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _records(self) -> dict[str, Record]:
+        return {r[0]: Record(r[1], r[2], r[3]) for r in self.db.execute("SELECT * FROM files")}
+
+    def _record(self, path: str, blob: str | None) -> None:
+        if blob is None:
+            self.db.execute("DELETE FROM files WHERE path = ?", (path,))
+            return
+        try:
+            st = os.stat(self.root / path)
+            self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
+                            (path, blob, st.st_mtime_ns, st.st_size))
+        except FileNotFoundError:
+            self.db.execute("DELETE FROM files WHERE path = ?", (path,))
+
+    @property
+    def commit(self) -> str:
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'commit'").fetchone()
+        return row[0] if row else ""
+
+    def _set_commit(self, oid: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('commit', ?)", (oid,))
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.project.paths.hive_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.project.paths.hive_dir / "checkout.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    # -- finding a person's edits -----------------------------------------------------------
+
+    def _scan(self, full: bool) -> dict[str, os.stat_result]:
+        """Files in the checkout hive cares about. The flat live folder always; all when `full`."""
+        found: dict[str, os.stat_result] = {}
+        roots = [layout.ISSUES_DIR] + ([layout.NOTES_DIR] if full else [])
+
+        def visit(rel: str, recurse: bool) -> None:
+            try:
+                entries = list(os.scandir(self.root / rel))
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                child = f"{rel}/{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if recurse:
+                        visit(child, recurse)
+                elif entry.is_file(follow_symlinks=False) and (
+                        entry.name.endswith(".md") or entry.name.endswith(".jsonl")):
+                    found[child] = entry.stat(follow_symlinks=False)
+
+        for root in roots:
+            visit(root, recurse=full)
+        context = self.root / layout.CONTEXT_FILE
+        if context.is_file():
+            found[layout.CONTEXT_FILE] = context.stat()
+        return found
+
+    def find_edits(self, full: bool = False) -> list[Edit]:
+        if not self.exists:
+            return []
+        records = self._records()
+        on_disk = self._scan(full)
+        edits: list[Edit] = []
+        tip = None
+        for path, st in sorted(on_disk.items()):
+            record = records.get(path)
+            if record and record.mtime_ns == st.st_mtime_ns and record.size == st.st_size:
+                continue
+            try:
+                data = (self.root / path).read_bytes()
+            except OSError:
+                continue
+            oid = blob_id(data)
+            if record and oid == record.blob:
+                self._record(path, oid)
+                continue
+            if tip is None:
+                tip = self.project.store.snapshot()
+            tip_oid = tip.blob_id(path)
+            if oid == tip_oid:
+                self._record(path, oid)
+                continue
+            base = record.blob if record else self._git_index_blob(path) or tip_oid
+            edits.append(Edit(path, data, base))
+        scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
+        for path, record in records.items():
+            if path in on_disk:
+                continue
+            in_scope = path == layout.CONTEXT_FILE or (
+                path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
+            if in_scope and not (self.root / path).exists():
+                edits.append(Edit(path, None, record.blob))
+        return edits
+
+    def _git_index_blob(self, path: str) -> str | None:
+        import pygit2
+
+        try:
+            entry = pygit2.Repository(str(self.root)).index[path]
+            return str(entry.id)
+        except (KeyError, pygit2.GitError):
+            return None
+
+    def absorb(self, full: bool = False) -> "Absorbed":
+        """Commit every valid saved edit in the checkout; report the others' problems."""
+        from hive.state import issues
+
+        result = Absorbed([], [])
+        if not self.exists:
+            return result
+        with self.locked():
+            for edit in self.find_edits(full):
+                try:
+                    merged = issues.commit_checkout_edit(self.project, edit)
+                except BadInput as exc:
+                    result.problems.append(exc)
+                    continue
+                if merged is not None and edit.data is not None and merged != edit.data:
+                    _write_atomic(self.root / edit.path, merged)
+                self._record(edit.path, blob_id(merged) if merged is not None else None)
+                result.committed.append(edit.path)
+        return result
+
+    # -- following the branch ---------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Bring untouched files of the checkout to the tip of `hive/state`."""
+        if not self.exists:
+            return
+        tip = self.project.store_tip()
+        if not tip or tip == self.commit:
+            return
+        with self.locked():
+            self._refresh_locked()
+
+    def _refresh_locked(self) -> None:
+        import pygit2
+
+        from hive.state.index import walk_changes
+
+        store = self.project.store
+        tip = store.snapshot()
+        if tip.oid == self.commit:
+            return
+        repo = store.repo
+        old_tree = None
+        if self.commit:
+            try:
+                old_tree = repo[self.commit].peel(pygit2.Commit).tree
+            except (KeyError, ValueError):
+                old_tree = None
+        records = self._records()
+        checkout_repo = pygit2.Repository(str(self.root))
+        git_index = checkout_repo.index
+        for path, old_oid, new_oid in walk_changes(repo, old_tree, tip.tree):
+            target = self.root / path
+            record = records.get(path)
+            known = {old_oid, record.blob if record else None}
+            try:
+                current = blob_id(target.read_bytes())
+            except FileNotFoundError:
+                current = None
+            except IsADirectoryError:
+                continue
+            clean = current in known or current == new_oid or (current is None and old_oid is None)
+            if clean:
+                if new_oid is None:
+                    target.unlink(missing_ok=True)
+                    _prune_empty_dirs(target.parent, self.root)
+                else:
+                    _write_atomic(target, repo[new_oid].data)
+                self._record(path, new_oid)
+            if new_oid is None:
+                if path in git_index:
+                    git_index.remove(path)
+            elif clean:
+                git_index.add(path)
+            else:
+                git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid), pygit2.GIT_FILEMODE_BLOB))
+        git_index.write()
+        self._set_commit(tip.oid or "")
+
+    def reset_records(self) -> None:
+        """Forget what the checkout held (used after init and by `doctor --fix`)."""
+        self.db.execute("DELETE FROM files")
+        self.db.execute("DELETE FROM meta")
+
+    def record_all(self, commit: str) -> None:
+        """Record every file of a checkout that was just made from `commit`."""
+        for path in _all_files(self.root):
+            self._record(path, blob_id((self.root / path).read_bytes()))
+        self._set_commit(commit)
+
+
+def _all_files(root: Path) -> Iterator[str]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            if name != ".git":
+                yield os.path.relpath(os.path.join(dirpath, name), root)
+
+
+def _write_atomic(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.hive-tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+
+
+def _prune_empty_dirs(directory: Path, stop: Path) -> None:
+    while directory != stop and directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
+        directory = directory.parent

@@ -1,0 +1,411 @@
+"""The SQLite index of `hive/state`: a cache for queries, rebuilt from the branch at any time.
+
+`<git-common-dir>/hive/index.db` records which commit of `hive/state` it reflects. Every command
+first calls `Index.ensure_current()`: if the ref still points at that commit (a file read, no
+pygit2), nothing else happens; otherwise the indexed commit's tree is compared with the tip's,
+skipping equal subtrees, and only the changed files are parsed. That picks up every kind of
+external change — a plain `git commit` in `.hive/`, a `git pull`, a `git reset`, a merged plan.
+A missing, corrupt, foreign or outdated index is rebuilt silently.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from hive import git
+from hive.errors import BadInput
+from hive.state import issue_file, layout
+from hive.state.issue_file import Issue
+
+if TYPE_CHECKING:
+    import pygit2
+
+SCHEMA_VERSION = "3"
+SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
+
+ISSUE_COLUMNS = ("id", "path", "blob", "title", "status", "priority", "type", "parent", "assignee",
+                 "depends_on", "labels", "created_at", "updated_at", "body", "extra")
+
+READY_SQL = f"""
+SELECT i.* FROM issues i
+WHERE i.status = 'open' AND i.assignee IS NULL AND i.type != 'epic'
+  AND NOT EXISTS (
+    SELECT 1 FROM deps d LEFT JOIN issues b ON b.id = d.blocker_id
+    WHERE d.issue_id = i.id
+      AND (b.id IS NULL OR b.status NOT IN ({", ".join(f"'{s}'" for s in SATISFIED)}))
+  )
+ORDER BY i.priority ASC, i.created_at ASC, i.id ASC
+"""
+
+
+@dataclass
+class Problem:
+    path: str
+    location: str      # "path:line"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}"
+
+
+def row_to_issue(row: sqlite3.Row) -> Issue:
+    return Issue(
+        id=row["id"], title=row["title"], status=row["status"], priority=row["priority"],
+        type=row["type"], parent=row["parent"] or "", depends_on=json.loads(row["depends_on"]),
+        labels=json.loads(row["labels"]), assignee=row["assignee"] or "",
+        created=row["created_at"], updated=row["updated_at"], body=row["body"],
+        extra=json.loads(row["extra"]),
+    )
+
+
+def _issue_row(issue: Issue, path: str, blob: str) -> dict[str, Any]:
+    return {
+        "id": issue.id, "path": path, "blob": blob, "title": issue.title, "status": issue.status,
+        "priority": issue.priority, "type": issue.type, "parent": issue.parent or None,
+        "assignee": issue.assignee or None, "depends_on": json.dumps(issue.depends_on),
+        "labels": json.dumps(issue.labels), "created_at": issue.created,
+        "updated_at": issue.updated, "body": issue.body,
+        "extra": json.dumps(issue_file._jsonable(issue.extra)),
+    }
+
+
+def parse_blob(data: bytes, path: str) -> Issue:
+    issue_id = layout.issue_id_of(path) or path
+    return issue_file.parse(data, issue_id, path)
+
+
+def _id_from_notes_path(path: str) -> str:
+    stem = path.rsplit("/", 1)[-1].removesuffix(".jsonl")
+    return stem if issue_file.is_valid_id(stem) else ""
+
+
+def parse_notes(data: bytes, path: str) -> tuple[list[dict[str, Any]], list[Problem]]:
+    notes, problems = [], []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            note = json.loads(raw)
+            if not isinstance(note, dict) or not isinstance(note.get("content"), str):
+                raise ValueError("a note must be an object with a string 'content'")
+        except (ValueError, UnicodeDecodeError) as exc:
+            reason = str(exc).splitlines()[0][:200]
+            problems.append(Problem(path, f"{path}:{number}", f"bad note line: {reason}"))
+            continue
+        notes.append({
+            "file": path, "line": number, "issue": str(note.get("issue") or _id_from_notes_path(path)),
+            "category": str(note.get("category") or "context"), "content": note["content"],
+            "agent": str(note.get("agent") or ""), "at": str(note.get("at") or ""),
+        })
+    return notes, problems
+
+
+def walk_changes(repo: "pygit2.Repository", old: "pygit2.Tree | None", new: "pygit2.Tree | None",
+                 prefix: str = "") -> Iterator[tuple[str, str | None, str | None]]:
+    """Yield (path, old blob id, new blob id) for every blob that differs; equal subtrees skipped."""
+    import pygit2
+
+    old_entries = {e.name: e for e in old} if old is not None else {}
+    new_entries = {e.name: e for e in new} if new is not None else {}
+    for name in old_entries.keys() | new_entries.keys():
+        before, after = old_entries.get(name), new_entries.get(name)
+        if before is not None and after is not None and before.id == after.id:
+            continue
+        path = prefix + name
+        before_tree = before is not None and before.filemode == pygit2.GIT_FILEMODE_TREE
+        after_tree = after is not None and after.filemode == pygit2.GIT_FILEMODE_TREE
+        if before_tree or after_tree:
+            yield from walk_changes(repo, repo[before.id] if before_tree else None,
+                                    repo[after.id] if after_tree else None, path + "/")
+        if not before_tree and before is not None or not after_tree and after is not None:
+            yield (path, str(before.id) if before is not None and not before_tree else None,
+                   str(after.id) if after is not None and not after_tree else None)
+
+
+class Index:
+    """The query index of one repository's `hive/state`."""
+
+    def __init__(self, paths: git.RepoPaths):
+        self.paths = paths
+        self.path = paths.index_db
+        self._db: sqlite3.Connection | None = None
+
+    # -- connection -------------------------------------------------------------------------
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=60000")
+            version = self._meta(db, "schema_version")
+            owner = self._meta(db, "repo")
+        except sqlite3.DatabaseError:
+            db.close()
+            self._discard()
+            return self._open()
+        if version != SCHEMA_VERSION or owner != str(self.paths.common_dir):
+            db.close()
+            self._discard()
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=60000")
+            self._create_schema(db)
+        return db
+
+    def _discard(self) -> None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(self.path) + suffix).unlink(missing_ok=True)
+
+    @staticmethod
+    def _meta(db: sqlite3.Connection, key: str) -> str | None:
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return None
+            raise
+        return row[0] if row else None
+
+    def _create_schema(self, db: sqlite3.Connection) -> None:
+        import sqlite_utils
+
+        sdb = sqlite_utils.Database(db)
+        db.execute("BEGIN IMMEDIATE")
+        if self._meta(db, "schema_version") == SCHEMA_VERSION:
+            db.execute("COMMIT")
+            return
+        sdb["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        sdb["issues"].create({
+            "id": str, "path": str, "blob": str, "title": str, "status": str, "priority": int,
+            "type": str, "parent": str, "assignee": str, "depends_on": str, "labels": str,
+            "created_at": str, "updated_at": str, "body": str, "extra": str,
+        }, pk="id", not_null={"path", "status", "title"}, if_not_exists=True)
+        sdb["deps"].create({"issue_id": str, "blocker_id": str}, pk=("issue_id", "blocker_id"),
+                           if_not_exists=True)
+        sdb["notes"].create({"file": str, "line": int, "issue": str, "category": str,
+                             "content": str, "agent": str, "at": str},
+                            pk=("file", "line"), if_not_exists=True)
+        sdb["problems"].create({"path": str, "location": str, "message": str}, pk="path",
+                               if_not_exists=True)
+        sdb["checkout"].create({"path": str, "blob": str, "mtime_ns": int, "size": int}, pk="path",
+                               if_not_exists=True)
+        sdb["deps"].create_index(["blocker_id"], if_not_exists=True)
+        sdb["issues"].create_index(["status"], if_not_exists=True)
+        sdb["issues"].create_index(["parent"], if_not_exists=True)
+        sdb["notes"].create_index(["issue"], if_not_exists=True)
+        # The ready query scans only open, unassigned issues in queue order.
+        db.execute("CREATE INDEX IF NOT EXISTS issues_ready ON issues(priority, created_at) "
+                   "WHERE status = 'open' AND assignee IS NULL")
+        sdb["meta"].upsert_all([
+            {"key": "schema_version", "value": SCHEMA_VERSION},
+            {"key": "repo", "value": str(self.paths.common_dir)},
+            {"key": "state_commit", "value": ""},
+        ], pk="key")
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # -- keeping up with the branch ---------------------------------------------------------
+
+    @property
+    def indexed_commit(self) -> str:
+        return self._meta(self.db, "state_commit") or ""
+
+    def ensure_current(self) -> list[Problem]:
+        """Bring the index up to the tip of `hive/state`; return problems found in changed files."""
+        tip = git.read_ref(self.paths.common_dir, git.STATE_REF) or ""
+        if tip == self.indexed_commit:
+            return []
+        return self.catch_up(tip)
+
+    def rebuild(self) -> list[Problem]:
+        self.close()
+        self._discard()
+        return self.catch_up(git.read_ref(self.paths.common_dir, git.STATE_REF) or "")
+
+    def catch_up(self, tip: str) -> list[Problem]:
+        import pygit2
+
+        repo = pygit2.Repository(str(self.paths.common_dir))
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            indexed = self._meta(db, "state_commit") or ""
+            if indexed == tip:
+                db.execute("COMMIT")
+                return []
+            old_tree = None
+            if indexed:
+                try:
+                    old_tree = repo[indexed].peel(pygit2.Commit).tree
+                except (KeyError, ValueError):
+                    indexed = ""  # the indexed commit is gone (gc after a reset): start over
+            if not indexed:
+                for table in ("issues", "deps", "notes", "problems"):
+                    db.execute(f"DELETE FROM {table}")
+            new_tree = repo[tip].peel(pygit2.Commit).tree if tip else None
+            problems = self._apply(repo, list(walk_changes(repo, old_tree, new_tree)))
+            db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return problems
+
+    def _apply(self, repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]]) -> list[Problem]:
+        db = self.db
+        problems: list[Problem] = []
+        rows: list[dict[str, Any]] = []
+        deps: list[tuple[str, str]] = []
+        changed_ids: set[str] = set()
+        # Deletions first, so an issue moved into the archive is not deleted after being re-added.
+        for path, old, new in sorted(changes, key=lambda c: c[2] is not None):
+            issue_id = layout.issue_id_of(path)
+            if issue_id is not None:
+                if new is None:
+                    db.execute("DELETE FROM problems WHERE path = ?", (path,))
+                    if db.execute("DELETE FROM issues WHERE id = ? AND path = ?", (issue_id, path)).rowcount:
+                        db.execute("DELETE FROM deps WHERE issue_id = ?", (issue_id,))
+                    continue
+                try:
+                    issue = parse_blob(repo[new].data, path)
+                except BadInput as exc:
+                    problems.append(Problem(path, exc.where or path, str(exc).split(": ", 1)[-1]))
+                    continue  # the last good version, if any, stays indexed
+                db.execute("DELETE FROM problems WHERE path = ?", (path,))
+                rows.append(_issue_row(issue, path, new))
+                deps.extend((issue.id, blocker) for blocker in issue.depends_on)
+                changed_ids.add(issue.id)
+            elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
+                db.execute("DELETE FROM notes WHERE file = ?", (path,))
+                db.execute("DELETE FROM problems WHERE path = ?", (path,))
+                if new is not None:
+                    notes, note_problems = parse_notes(repo[new].data, path)
+                    problems.extend(note_problems[:1])
+                    db.executemany(
+                        "INSERT INTO notes (file, line, issue, category, content, agent, at) "
+                        "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
+        if rows:
+            self._store_rows(rows, deps, changed_ids)
+        problems.extend(self._graph_problems(changed_ids))
+        for problem in problems:
+            db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
+                       (problem.path, problem.location, problem.message))
+        return problems
+
+    def _store_rows(self, rows: list[dict[str, Any]], deps: list[tuple[str, str]], ids: set[str]) -> None:
+        db = self.db
+        if len(ids) > 1000:
+            db.execute("DELETE FROM deps WHERE issue_id IN (SELECT value FROM json_each(?))",
+                       (json.dumps(sorted(ids)),))
+        else:
+            db.executemany("DELETE FROM deps WHERE issue_id = ?", [(i,) for i in ids])
+        placeholders = ", ".join(f":{c}" for c in ISSUE_COLUMNS)
+        db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({placeholders})", rows)
+        db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
+
+    def _graph_problems(self, changed_ids: set[str]) -> list[Problem]:
+        """Unknown blockers and cycles reachable from the changed issues (kept, but reported)."""
+        from hive.state.validate import find_cycle
+
+        if not changed_ids:
+            return []
+        problems = []
+        unknown = self.db.execute(
+            "SELECT d.issue_id, d.blocker_id, i.path FROM deps d JOIN issues i ON i.id = d.issue_id "
+            "LEFT JOIN issues b ON b.id = d.blocker_id WHERE b.id IS NULL AND d.issue_id IN "
+            "(SELECT value FROM json_each(?))", (json.dumps(sorted(changed_ids)),)).fetchall()
+        for row in unknown:
+            problems.append(Problem(row["path"], row["path"] + ":1",
+                                    f"{row['issue_id']} depends on unknown issue {row['blocker_id']}"))
+        cycle = find_cycle(changed_ids, self.blockers_of)
+        if cycle:
+            path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
+            problems.append(Problem(path, path + ":1", "dependency cycle: " + " -> ".join(cycle)))
+        return problems
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def blockers_of(self, issue_id: str) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT blocker_id FROM deps WHERE issue_id = ?", (issue_id,))]
+
+    def dependents_of(self, issue_id: str) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT issue_id FROM deps WHERE blocker_id = ?", (issue_id,))]
+
+    def get(self, issue_id: str) -> Issue | None:
+        row = self.db.execute("SELECT * FROM issues WHERE id = ?", (issue_id,)).fetchone()
+        return row_to_issue(row) if row else None
+
+    def path_of(self, issue_id: str) -> str | None:
+        row = self.db.execute("SELECT path FROM issues WHERE id = ?", (issue_id,)).fetchone()
+        return row[0] if row else None
+
+    def exists(self, issue_id: str) -> bool:
+        return self.db.execute("SELECT 1 FROM issues WHERE id = ?", (issue_id,)).fetchone() is not None
+
+    def list(self, status: Iterable[str] | None = None, parent: str | None = None) -> list[Issue]:
+        sql, args = "SELECT * FROM issues", []
+        clauses = []
+        if status:
+            status = list(status)
+            clauses.append(f"status IN ({', '.join('?' * len(status))})")
+            args.extend(status)
+        if parent:
+            clauses.append("parent = ?")
+            args.append(parent)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY priority ASC, created_at ASC, id ASC"
+        return [row_to_issue(r) for r in self.db.execute(sql, args)]
+
+    def ready(self, limit: int | None = None) -> list[Issue]:
+        sql = READY_SQL + (f" LIMIT {int(limit)}" if limit else "")
+        return [row_to_issue(r) for r in self.db.execute(sql)]
+
+    def counts(self) -> dict[str, int]:
+        return {r[0]: r[1] for r in self.db.execute("SELECT status, COUNT(*) FROM issues GROUP BY status")}
+
+    def problems(self) -> list[Problem]:
+        return [Problem(r["path"], r["location"], r["message"])
+                for r in self.db.execute("SELECT * FROM problems ORDER BY path")]
+
+    def notes(self, issue: str | None = None, issues: Iterable[str] | None = None,
+              limit: int | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM notes", []
+        if issue:
+            sql += " WHERE issue = ?"
+            args.append(issue)
+        elif issues is not None:
+            sql += " WHERE issue IN (SELECT value FROM json_each(?))"
+            args.append(json.dumps(sorted(set(issues))))
+        sql += " ORDER BY at DESC, file, line DESC" if limit else " ORDER BY at, file, line"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        rows = [dict(r) for r in self.db.execute(sql, args)]
+        return rows[::-1] if limit else rows
+
+
+def warn_problems(problems: Iterable[Problem]) -> None:
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+

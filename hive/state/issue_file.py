@@ -1,0 +1,256 @@
+"""Issue files: Markdown with TOML front matter between `+++` lines (DESIGN §2).
+
+Reading uses `tomllib` (fast: the index parses thousands of these); writing uses `tomlkit`, which
+keeps a person's comments, ordering and layout when hive changes a field.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import tomllib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from hive.errors import BadInput
+
+STATUSES = ("open", "in_progress", "done", "finalized", "failed", "escalated", "canceled")
+TERMINAL_STATUSES = frozenset({"finalized", "canceled"})
+SATISFIED_BLOCKER_STATUSES = frozenset({"done", "finalized", "canceled"})
+TYPES = ("task", "bug", "feature", "chore", "epic")
+PRIORITIES = range(0, 5)
+DEFAULT_PRIORITY = 2
+
+ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+ID_RE = re.compile(r"^[a-z][a-z0-9]{0,15}-[0-9a-z]{6}$")
+DELIMITER = "+++"
+
+# Front-matter keys hive knows, in the order a new file lists them.
+KNOWN_FIELDS = ("title", "status", "priority", "type", "parent", "depends_on", "labels",
+                "assignee", "created", "updated")
+
+
+@dataclass
+class Issue:
+    id: str
+    title: str
+    status: str = "open"
+    priority: int = DEFAULT_PRIORITY
+    type: str = "task"
+    parent: str = ""
+    depends_on: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    assignee: str = ""
+    created: str = ""
+    updated: str = ""
+    body: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # keys hive does not know, kept as-is
+
+    def to_json(self, *, with_body: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id}
+        for key in KNOWN_FIELDS:
+            data[key] = getattr(self, key)
+        data.update({k: _jsonable(v) for k, v in self.extra.items()})
+        if with_body:
+            data["body"] = self.body
+        return data
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def format_time(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_id(prefix: str = "hv") -> str:
+    return prefix + "-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
+
+
+def is_valid_id(value: str) -> bool:
+    return bool(ID_RE.match(value))
+
+
+def check_id(value: str, where: str | None = None) -> str:
+    if not isinstance(value, str) or not ID_RE.match(value):
+        raise BadInput(f"not a valid issue id: {value!r} (expected like hv-1a2b3c)", where)
+    return value
+
+
+def split(text: str, where: str) -> tuple[str, str, int]:
+    """Split a file into (front matter, body, line number where the front matter starts)."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip("\r") != DELIMITER:
+        raise BadInput("missing front matter: the file must start with a '+++' line", f"{where}:1")
+    for number in range(1, len(lines)):
+        if lines[number].rstrip("\r") == DELIMITER:
+            front = "\n".join(lines[1:number])
+            body = "\n".join(lines[number + 1:])
+            return front, body.lstrip("\n"), 2
+    raise BadInput("front matter is not closed: no second '+++' line", f"{where}:1")
+
+
+def _line_of_key(front: str, key: str, first_line: int) -> int:
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    for offset, line in enumerate(front.split("\n")):
+        if pattern.match(line):
+            return first_line + offset
+    return first_line
+
+
+def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
+    """Parse and validate one issue file. Raises BadInput naming `where:line` on any problem."""
+    where = where or f"issues/{issue_id}.md"
+    if isinstance(data, bytes):
+        if b"\0" in data:
+            raise BadInput("binary content, not an issue file", f"{where}:1")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[:exc.start].count(b"\n") + 1
+            raise BadInput(f"invalid UTF-8 at byte {exc.start}", f"{where}:{line}") from None
+    if not ID_RE.match(issue_id):
+        raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",
+                       f"{where}:1")
+    front, body, first_line = split(data, where)
+    try:
+        meta = tomllib.loads(front)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _toml_error_line(str(exc))
+        reason = getattr(exc, "msg", None) or re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise BadInput(f"broken TOML front matter: {reason}", f"{where}:{first_line + line - 1}") from None
+    return from_meta(meta, body, issue_id, where, front, first_line)
+
+
+def _toml_error_line(message: str) -> int:
+    found = re.search(r"line (\d+)", message)
+    return int(found.group(1)) if found else 1
+
+
+def from_meta(meta: dict[str, Any], body: str, issue_id: str, where: str,
+              front: str = "", first_line: int = 2) -> Issue:
+    def fail(key: str, message: str) -> BadInput:
+        return BadInput(message, f"{where}:{_line_of_key(front, key, first_line)}")
+
+    def text_field(key: str, default: str = "") -> str:
+        value = meta.get(key, default)
+        if not isinstance(value, str):
+            raise fail(key, f"field '{key}' must be a string, not {type(value).__name__}")
+        return value
+
+    def list_field(key: str) -> list[str]:
+        value = meta.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise fail(key, f"field '{key}' must be a list of strings")
+        return list(value)
+
+    def time_field(key: str) -> str:
+        value = meta.get(key, "")
+        if isinstance(value, datetime):
+            return format_time(value)
+        if isinstance(value, str):
+            if value:
+                try:
+                    return format_time(datetime.fromisoformat(value.replace("Z", "+00:00")))
+                except ValueError:
+                    raise fail(key, f"field '{key}' is not a date-time: {value!r}") from None
+            return ""
+        raise fail(key, f"field '{key}' must be a date-time like 2026-11-30T10:00:00Z")
+
+    if "title" not in meta:
+        raise BadInput("missing field 'title'", f"{where}:{first_line}")
+    title = text_field("title").strip()
+    if not title:
+        raise fail("title", "field 'title' is empty")
+    status = text_field("status", "open")
+    if status not in STATUSES:
+        raise fail("status", f"bad status {status!r} (one of: {', '.join(STATUSES)})")
+    priority = meta.get("priority", DEFAULT_PRIORITY)
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
+        raise fail("priority", f"bad priority {priority!r} (an integer 0-4, 0 = highest)")
+    kind = text_field("type", "task")
+    if kind not in TYPES:
+        raise fail("type", f"bad type {kind!r} (one of: {', '.join(TYPES)})")
+    parent = text_field("parent")
+    if parent and not ID_RE.match(parent):
+        raise fail("parent", f"parent is not a valid issue id: {parent!r}")
+    depends_on = list_field("depends_on")
+    for blocker in depends_on:
+        if not ID_RE.match(blocker):
+            raise fail("depends_on", f"depends_on holds an invalid issue id: {blocker!r}")
+    if issue_id in depends_on:
+        raise fail("depends_on", f"{issue_id} depends on itself")
+    if parent == issue_id:
+        raise fail("parent", f"{issue_id} is its own parent")
+    extra = {k: v for k, v in meta.items() if k not in KNOWN_FIELDS}
+    return Issue(
+        id=issue_id, title=title, status=status, priority=priority, type=kind, parent=parent,
+        depends_on=list(dict.fromkeys(depends_on)), labels=list(dict.fromkeys(list_field("labels"))),
+        assignee=text_field("assignee"), created=time_field("created"),
+        updated=time_field("updated"), body=body, extra=extra,
+    )
+
+
+def _toml_value(key: str, value: Any) -> Any:
+    import tomlkit
+
+    if key in ("created", "updated") and isinstance(value, str) and value:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if isinstance(value, list):
+        array = tomlkit.array()
+        array.extend(value)
+        return array
+    return value
+
+
+def render(issue: Issue) -> str:
+    """A new issue file, laid out the way DESIGN §2 shows it."""
+    import tomlkit
+
+    doc = tomlkit.document()
+    for key in KNOWN_FIELDS:
+        value = getattr(issue, key)
+        if key == "parent" and not value:
+            continue
+        doc[key] = _toml_value(key, value)
+    for key, value in issue.extra.items():
+        doc[key] = value
+    body = issue.body if issue.body.endswith("\n") or not issue.body else issue.body + "\n"
+    return f"{DELIMITER}\n{tomlkit.dumps(doc)}{DELIMITER}\n\n{body}"
+
+
+def update_text(text: str, changes: dict[str, Any], where: str, body: str | None = None) -> str:
+    """Apply field changes to an existing file with tomlkit, keeping everything else as written."""
+    import tomlkit
+
+    front, old_body, _ = split(text, where)
+    doc = tomlkit.parse(front)
+    for key, value in changes.items():
+        if value is None or (key == "parent" and value == ""):
+            if key in doc:
+                del doc[key]
+            continue
+        doc[key] = _toml_value(key, value)
+    new_body = old_body if body is None else body
+    if new_body and not new_body.endswith("\n"):
+        new_body += "\n"
+    front_text = tomlkit.dumps(doc)
+    if front_text and not front_text.endswith("\n"):
+        front_text += "\n"
+    return f"{DELIMITER}\n{front_text}{DELIMITER}\n\n{new_body}"

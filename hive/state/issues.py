@@ -1,0 +1,267 @@
+"""Changing issues: every function here is one compare-and-swap commit on `hive/state`.
+
+Preconditions are checked against the tip the commit is built on (not against the index, which
+may lag): if another writer got there first, the change is rebuilt on the new tip and checked
+again, or refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Iterable
+
+from hive.errors import BadInput, HiveError
+from hive.project import Project
+from hive.state import issue_file, layout, validate
+from hive.state.issue_file import Issue
+from hive.state.store import Change, Refused, Snapshot
+
+# Statuses in which an issue has no agent.
+UNASSIGNED_STATUSES = frozenset({"open", "escalated", "canceled", "failed", "finalized"})
+
+
+def resolve_id(project: Project, given: str) -> str:
+    """An exact id, or a unique prefix of one; BadInput naming the id otherwise."""
+    if project.index.exists(given):
+        return given
+    rows = project.index.db.execute(
+        "SELECT id FROM issues WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+        (given.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",)).fetchall()
+    if len(rows) == 1:
+        return rows[0][0]
+    if len(rows) > 1:
+        raise BadInput(f"ambiguous issue id {given!r}: matches more than one issue")
+    raise BadInput(f"unknown issue {given}")
+
+
+def read_at(snap: Snapshot, issue_id: str) -> tuple[str, bytes, Issue]:
+    found = snap.read_issue(issue_id)
+    if found is None:
+        raise Refused(f"unknown issue {issue_id}")
+    path, data = found
+    return path, data, issue_file.parse(data, issue_id, path)
+
+
+def _status_of(snap: Snapshot, issue_id: str) -> str | None:
+    found = snap.read_issue(issue_id)
+    if found is None:
+        return None
+    try:
+        return issue_file.parse(found[1], issue_id, found[0]).status
+    except BadInput:
+        return None
+
+
+def _check_graph(project: Project, issue_id: str, depends_on: Iterable[str], parent: str,
+                 snap: Snapshot, where: str | None = None) -> None:
+    def exists(other: str) -> bool:
+        return project.index.exists(other) or snap.issue_path(other) is not None
+
+    validate.check_references(issue_id, depends_on, parent, exists, where)
+    validate.check_acyclic(issue_id, depends_on, project.index.blockers_of, where)
+
+
+def _commit(project: Project, build: Callable[[Snapshot], Change | None], *, author: Any = None) -> str | None:
+    try:
+        oid = project.store.commit(build, author=author)
+    except Refused as exc:
+        raise HiveError(str(exc)) from None
+    if oid is not None:
+        project.after_write()
+    return oid
+
+
+def create(project: Project, title: str, *, description: str = "", priority: int = issue_file.DEFAULT_PRIORITY,
+           type: str = "task", parent: str = "", depends_on: Iterable[str] = (),
+           labels: Iterable[str] = (), agent: str = "", issue_id: str | None = None) -> Issue:
+    prefix = project.config.id_prefix if issue_id is None else ""
+    stamp = issue_file.format_time(issue_file.now())
+    issue = Issue(id=issue_id or issue_file.new_id(prefix), title=title.strip(), priority=priority,
+                  type=type, parent=parent, depends_on=list(dict.fromkeys(depends_on)),
+                  labels=list(dict.fromkeys(labels)), created=stamp, updated=stamp,
+                  body=description)
+    text = issue_file.render(issue)
+    issue_file.parse(text, issue.id, layout.live_path(issue.id))  # the same checks as any file
+
+    def build(snap: Snapshot) -> Change:
+        if snap.issue_path(issue.id) is not None:
+            if issue_id is not None:
+                raise Refused(f"issue {issue.id} already exists")
+            issue.id = issue_file.new_id(prefix)  # a random id collided: draw again
+        _check_graph(project, issue.id, issue.depends_on, issue.parent, snap)
+        return Change({layout.live_path(issue.id): issue_file.render(issue).encode()},
+                      summary=f"create {issue.id}: {issue.title}", event="created",
+                      issue=issue.id, agent=agent)
+
+    _commit(project, build)
+    return issue
+
+
+def update(project: Project, issue_id: str, changes: dict[str, Any], *, event: str = "updated",
+           agent: str = "", summary: str = "", body: str | None = None,
+           check: Callable[[Issue], None] | None = None,
+           check_snapshot: Callable[[Snapshot, Issue], None] | None = None,
+           trailers: dict[str, str] | None = None,
+           extra_files: Callable[[Snapshot, Issue], dict[str, bytes | None]] | None = None) -> Issue | None:
+    """Change fields of one issue. `check(current)` raises Refused to give up (e.g. a lost claim).
+
+    Returns the issue as committed, or None when `check` refused.
+    """
+    result: list[Issue] = []
+
+    def build(snap: Snapshot) -> Change | None:
+        path, data, current = read_at(snap, issue_id)
+        if check is not None:
+            check(current)
+        if check_snapshot is not None:
+            check_snapshot(snap, current)
+        fields = dict(changes)
+        status = fields.get("status", current.status)
+        if "status" in fields and status in UNASSIGNED_STATUSES and "assignee" not in fields:
+            fields["assignee"] = ""
+        fields["updated"] = issue_file.format_time(issue_file.now())
+        if "depends_on" in fields or "parent" in fields:
+            _check_graph(project, issue_id, fields.get("depends_on", current.depends_on),
+                         fields.get("parent", current.parent), snap)
+        text = issue_file.update_text(data.decode("utf-8"), fields, path, body=body)
+        new_path = layout.path_for(issue_id, status) if path in layout.candidate_paths(issue_id) else path
+        new = issue_file.parse(text, issue_id, new_path)
+        files: dict[str, bytes | None] = {new_path: text.encode()}
+        if new_path != path:
+            files[path] = None
+        if extra_files is not None:
+            files.update(extra_files(snap, new))
+        result[:] = [new]
+        return Change(files, summary=summary or f"{event} {issue_id}", event=event, issue=issue_id,
+                      agent=agent, trailers=trailers or {})
+
+    try:
+        project.store.commit(build)
+    except Refused as exc:
+        if (check or check_snapshot) is not None and not str(exc).startswith("unknown issue"):
+            return None
+        raise HiveError(str(exc)) from None
+    project.after_write()
+    return result[0] if result else None
+
+
+def set_status(project: Project, issue_id: str, status: str, **kwargs: Any) -> Issue | None:
+    if status not in issue_file.STATUSES:
+        raise BadInput(f"bad status {status!r} (one of: {', '.join(issue_file.STATUSES)})")
+    return update(project, issue_id, {"status": status}, event=kwargs.pop("event", status), **kwargs)
+
+
+def add_dependency(project: Project, issue_id: str, blocker: str) -> Issue | None:
+    current = project.index.get(issue_id)
+    deps = list(dict.fromkeys([*(current.depends_on if current else []), blocker]))
+    return update(project, issue_id, {"depends_on": deps}, event="dep-added",
+                  summary=f"{issue_id} depends on {blocker}")
+
+
+def remove_dependency(project: Project, issue_id: str, blocker: str) -> Issue | None:
+    current = project.index.get(issue_id)
+    if current is None or blocker not in current.depends_on:
+        raise BadInput(f"{issue_id} does not depend on {blocker}")
+    deps = [d for d in current.depends_on if d != blocker]
+    return update(project, issue_id, {"depends_on": deps}, event="dep-removed",
+                  summary=f"{issue_id} no longer depends on {blocker}")
+
+
+PROJECT_NOTES = "project"
+
+
+def note_line(content: str, category: str, issue: str = "", agent: str = "", at: str = "") -> dict[str, str]:
+    return {"category": category, "content": content, "issue": issue, "agent": agent,
+            "at": at or issue_file.format_time(issue_file.now())}
+
+
+def add_notes(project: Project, notes: list[dict[str, Any]], *, file_id: str, agent: str = "",
+              event: str = "noted") -> str | None:
+    """Append notes to `notes/<file_id>.jsonl` (de-duplicated), as one commit."""
+    path = layout.notes_path(file_id)
+
+    def build(snap: Snapshot) -> Change | None:
+        existing = snap.read(path) or b""
+        seen = {_canonical(line) for line in existing.split(b"\n") if line.strip()}
+        fresh = [n for n in notes if _canonical(json.dumps(n).encode()) not in seen]
+        if not fresh:
+            return None
+        addition = "".join(json.dumps(n, ensure_ascii=False) + "\n" for n in fresh).encode()
+        if existing and not existing.endswith(b"\n"):
+            existing += b"\n"
+        label = file_id if file_id != PROJECT_NOTES else "the project"
+        return Change({path: existing + addition}, summary=f"{len(fresh)} note(s) for {label}",
+                      event=event, issue=file_id if file_id != PROJECT_NOTES else "", agent=agent)
+
+    return _commit(project, build)
+
+
+def _canonical(line: bytes) -> str:
+    try:
+        return json.dumps(json.loads(line), sort_keys=True)
+    except ValueError:
+        return line.decode("utf-8", "replace")
+
+
+def commit_checkout_edit(project: Project, edit: Any) -> bytes | None:
+    """Commit one saved edit from `.hive/` (see checkout.py); returns the bytes committed.
+
+    Raises BadInput (file:line) when the edit is invalid; nothing is committed then.
+    """
+    from hive.state.merge_driver import merge_issue, merge_jsonl
+
+    path, where = edit.path, f".hive/{edit.path}"
+    issue_id = layout.issue_id_of(path)
+    committed: list[bytes | None] = []
+
+    def build(snap: Snapshot) -> Change | None:
+        tip_data = snap.read(path)
+        base_data = project.store.repo[edit.base].data if edit.base else None
+        if edit.data is None:
+            if issue_id is not None:
+                dependents = [d for d in project.index.dependents_of(issue_id)]
+                if dependents:
+                    raise BadInput(f"{issue_id} was deleted but {', '.join(sorted(dependents))} "
+                                   f"depend(s) on it; restore the file or remove the dependency", where)
+            committed[:] = [None]
+            if tip_data is None:
+                return None
+            return Change({path: None}, summary=f"delete {path}", event="deleted", issue=issue_id or "")
+        data = edit.data
+        if tip_data is not None and base_data is not None and tip_data != base_data and tip_data != data:
+            if issue_id is not None:
+                data, clean = merge_issue(base_data, tip_data, data, path)
+                if not clean:
+                    raise BadInput("your edit conflicts with a change made meanwhile on hive/state; "
+                                   "the file is left as you wrote it", where)
+            elif path.endswith(".jsonl"):
+                data = merge_jsonl(base_data, tip_data, data)
+            else:
+                raise BadInput("changed on hive/state since you opened it; merge by hand "
+                               "(your version is left untouched)", where)
+        if issue_id is not None:
+            if not issue_file.is_valid_id(issue_id):
+                raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",
+                               f"{where}:1")
+            issue = issue_file.parse(data, issue_id, where)
+            other = snap.issue_path(issue_id)
+            if other is not None and other != path:
+                raise BadInput(f"issue {issue_id} also exists at {other}", f"{where}:1")
+            _check_graph(project, issue_id, issue.depends_on, issue.parent, snap, f"{where}:1")
+        elif path.endswith(".jsonl"):
+            from hive.state.index import parse_notes
+
+            _, problems = parse_notes(data, where)
+            if problems:
+                raise BadInput(problems[0].message, problems[0].location)
+        committed[:] = [data]
+        if data == tip_data:
+            return None
+        return Change({path: data}, summary=f"edit {path}", event="edited", issue=issue_id or "")
+
+    try:
+        project.store.commit(build)
+    except Refused as exc:
+        raise BadInput(str(exc), where) from None
+    project.index.ensure_current()
+    return committed[0] if committed else None

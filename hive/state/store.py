@@ -1,0 +1,202 @@
+"""Reading and writing `hive/state`: commits built from objects, moved by compare-and-swap.
+
+Every state change is one commit on `refs/heads/hive/state`, made with pygit2's object plumbing
+(no checkout involved) and published with a CAS ref update: the commit is built on the tip that
+was read, and the ref moves only if it still points there. Otherwise the change is rebuilt on the
+new tip — its preconditions re-checked by the caller's `build` function — and tried again.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pygit2
+
+from hive import git
+from hive.errors import HiveError
+from hive.state import layout
+
+MAX_ATTEMPTS = 200
+
+
+class Refused(Exception):
+    """Raised by a `build` function when the change no longer applies on the current tip."""
+
+
+@dataclass
+class Change:
+    """One state change: files to write (bytes) or delete (None), and how to describe it."""
+
+    files: dict[str, bytes | None]
+    summary: str
+    event: str
+    issue: str = ""
+    agent: str = ""
+    trailers: dict[str, str] = field(default_factory=dict)
+
+    def message(self) -> str:
+        lines = [f"Hive-Event: {self.event}"]
+        if self.issue:
+            lines.append(f"Hive-Issue: {self.issue}")
+        if self.agent:
+            lines.append(f"Hive-Agent: {self.agent}")
+        lines.extend(f"{key}: {value}" for key, value in self.trailers.items())
+        return f"{self.summary}\n\n" + "\n".join(lines) + "\n"
+
+
+class Snapshot:
+    """Read access to the files of one commit of `hive/state`."""
+
+    def __init__(self, repo: pygit2.Repository, commit: pygit2.Commit | None):
+        self.repo = repo
+        self.commit = commit
+        self.tree = commit.tree if commit is not None else None
+
+    @property
+    def oid(self) -> str | None:
+        return str(self.commit.id) if self.commit is not None else None
+
+    def read(self, path: str) -> bytes | None:
+        if self.tree is None:
+            return None
+        try:
+            entry = self.tree[path]
+        except KeyError:
+            return None
+        obj = self.repo[entry.id]
+        return obj.data if isinstance(obj, pygit2.Blob) else None
+
+    def blob_id(self, path: str) -> str | None:
+        if self.tree is None:
+            return None
+        try:
+            return str(self.tree[path].id)
+        except KeyError:
+            return None
+
+    def issue_path(self, issue_id: str) -> str | None:
+        """Where the issue's file is in this snapshot (live or archived), if anywhere."""
+        for path in layout.candidate_paths(issue_id):
+            if self.blob_id(path) is not None:
+                return path
+        return None
+
+    def read_issue(self, issue_id: str) -> tuple[str, bytes] | None:
+        path = self.issue_path(issue_id)
+        if path is None:
+            return None
+        data = self.read(path)
+        return (path, data) if data is not None else None
+
+
+def signature_for(repo: pygit2.Repository, name: str | None = None, email: str | None = None) -> pygit2.Signature:
+    """The person's git identity when there is one; hive's own otherwise."""
+    if name and email:
+        return pygit2.Signature(name, email)
+    try:
+        return repo.default_signature
+    except (KeyError, pygit2.GitError):
+        return pygit2.Signature("git hive", "hive@localhost")
+
+
+class StateStore:
+    """The `hive/state` branch of one repository."""
+
+    def __init__(self, paths: git.RepoPaths):
+        self.paths = paths
+        self.repo = pygit2.Repository(str(paths.common_dir))
+
+    def tip(self) -> str | None:
+        ref = self.repo.references.get(git.STATE_REF)
+        return str(ref.target) if ref is not None else None
+
+    def snapshot(self, oid: str | None = None) -> Snapshot:
+        oid = oid or self.tip()
+        return Snapshot(self.repo, self.repo[oid].peel(pygit2.Commit) if oid else None)
+
+    def commit(self, build: Callable[[Snapshot], Change | None], *,
+               author: pygit2.Signature | None = None) -> str | None:
+        """Apply `build(tip snapshot)` as one commit, CAS-published; retried when the tip moves.
+
+        `build` returns the Change to make, None when there is nothing to do, or raises Refused
+        when the change no longer applies. Returns the new commit id (None if nothing was done).
+        """
+        signature = author or signature_for(self.repo)
+        for attempt in range(MAX_ATTEMPTS):
+            snap = self.snapshot()
+            change = build(snap)
+            if change is None:
+                return None
+            tree_id = write_tree(self.repo, snap.tree, change.files)
+            if snap.tree is not None and tree_id == snap.tree.id:
+                return None
+            parents = [snap.commit.id] if snap.commit is not None else []
+            new = self.repo.create_commit(None, signature, signature, change.message(), tree_id, parents)
+            if cas_update(self.repo, git.STATE_REF, snap.oid, str(new), change.summary):
+                notify(self.paths)
+                return str(new)
+            time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+        raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
+
+
+def write_tree(repo: pygit2.Repository, base: pygit2.Tree | None, files: dict[str, bytes | None]) -> pygit2.Oid:
+    """A new tree: `base` with `files` written (bytes) or removed (None), only touched subtrees rebuilt."""
+    direct: dict[str, bytes | None] = {}
+    nested: dict[str, dict[str, bytes | None]] = {}
+    for path, data in files.items():
+        head, _, rest = path.partition("/")
+        if rest:
+            nested.setdefault(head, {})[rest] = data
+        else:
+            direct[head] = data
+    builder = repo.TreeBuilder(base) if base is not None else repo.TreeBuilder()
+    for name, data in direct.items():
+        if data is None:
+            if builder.get(name) is not None:
+                builder.remove(name)
+        else:
+            builder.insert(name, repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
+    for name, subfiles in nested.items():
+        entry = builder.get(name)
+        subtree = repo[entry.id] if entry is not None and entry.filemode == pygit2.GIT_FILEMODE_TREE else None
+        sub_id = write_tree(repo, subtree, subfiles)
+        if len(repo[sub_id]) == 0:
+            if entry is not None:
+                builder.remove(name)
+        else:
+            builder.insert(name, sub_id, pygit2.GIT_FILEMODE_TREE)
+    return builder.write()
+
+
+def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, message: str) -> bool:
+    """Move `ref` from `old` to `new` only if it still points at `old` (None: must not exist)."""
+    try:
+        with repo.transaction() as txn:
+            txn.lock_ref(ref)
+            current = repo.references.get(ref)
+            if (str(current.target) if current is not None else None) != old:
+                return False
+            txn.set_target(ref, new, message=message)
+        return True
+    except pygit2.GitError:
+        return False  # the ref is locked by another writer: re-read and retry
+
+
+def notify(paths: git.RepoPaths) -> None:
+    """Tell a running daemon that refs moved (libgit2 ref updates run no git hooks)."""
+    events = paths.hive_dir / "ref-events"
+    try:
+        with open(events, "a", encoding="utf-8") as out:
+            out.write(f"{time.time():.3f} {os.getpid()}\n")
+    except FileNotFoundError:
+        pass
+
+
+def ensure_runtime_dir(paths: git.RepoPaths) -> Path:
+    paths.hive_dir.mkdir(parents=True, exist_ok=True)
+    return paths.hive_dir
