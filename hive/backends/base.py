@@ -147,3 +147,18 @@ def load_backend(name: str, **options: Any) -> Backend:
         from hive.backends.codex import CodexBackend
         return CodexBackend(**options)
     raise ValueError(f"unknown backend {name!r} (one of: claude, codex, scripted)")
+
+
+def backend_for_role(config: Any, role: str, hive_dir: str, repo_root: str) -> Backend:
+    """The backend configured for `role` (config keys `backend`, `<role>_backend`, ...)."""
+    import os
+
+    name = config.backend_for(role)
+    if name == "scripted":
+        script = config.scripted_script
+        if script and not os.path.isabs(script):
+            script = os.path.join(repo_root, script)
+        return load_backend("scripted", script_path=script or None, hive_dir=hive_dir)
+    if name == "claude":
+        return load_backend("claude", command=config.claude_command, hive_dir=hive_dir)
+    return load_backend("codex", command=config.codex_command, hive_dir=hive_dir, codex_config=config.codex)

@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "note": ("notes", "note", "Add a note for the agents (project-wide or for one issue)."),
     "notes": ("notes", "notes", "List notes."),
     "status": ("status", "status", "Issues by status, agents, merge queue, needs-attention."),
+    "run": ("run", "run", "Run the agents on the ready queue (foreground; --detach for background)."),
+    "stop": ("run", "stop", "Stop the running daemon."),
     "watch": ("watch", "watch", "Commit valid edits saved in .hive/ as they happen."),
     "doctor": ("doctor", "doctor", "Check (and with --fix, repair) this repository's hive setup."),
     "reindex": ("doctor", "reindex", "Rebuild the SQLite index from hive/state."),

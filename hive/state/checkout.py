@@ -198,13 +198,15 @@ class Checkout:
 
     def absorb(self, full: bool = False) -> "Absorbed":
         """Commit every valid saved edit in the checkout; report the others' problems."""
-        from hive.state import issues
-
         result = Absorbed([], [])
         if not self.exists:
             return result
         with self.locked():
             for edit in self.find_edits(full):
+                # Imported only when there is an edit: it loads pygit2 (~130 ms), which a
+                # read-only command with nothing to absorb never needs.
+                from hive.state import issues
+
                 try:
                     merged = issues.commit_checkout_edit(self.project, edit)
                 except BadInput as exc:

@@ -81,7 +81,8 @@ def create(project: Project, title: str, *, description: str = "", priority: int
                   labels=list(dict.fromkeys(labels)), created=stamp, updated=stamp,
                   body=description)
     text = issue_file.render(issue)
-    issue_file.parse(text, issue.id, layout.live_path(issue.id))  # the same checks as any file
+    # the same checks as any file; the body as stored (render ends it with a newline)
+    issue.body = issue_file.parse(text, issue.id, layout.live_path(issue.id)).body
 
     def build(snap: Snapshot) -> Change:
         if snap.issue_path(issue.id) is not None:

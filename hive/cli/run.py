@@ -1,0 +1,104 @@
+"""git hive run / stop"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import click
+
+from hive.errors import HiveError
+
+
+def build_daemon(project, *, backend: str | None, max_agents: int | None, until_idle: bool,
+                 log=None):
+    """A daemon for `project` with the configured (or overridden) backends and merge pipeline."""
+    import dataclasses
+
+    from hive.backends.base import backend_for_role
+    from hive.orchestrator.daemon import Daemon
+
+    config = project.config
+    if backend:
+        config = dataclasses.replace(config, backend=backend, worker_backend="", refinery_backend="",
+                                     queen_backend="")
+    if max_agents:
+        config = dataclasses.replace(config, max_agents=max_agents)
+    paths = project.paths
+    worker_backend = backend_for_role(config, "worker", str(paths.hive_dir), str(paths.main_worktree))
+    daemon = Daemon(project, worker_backend, config, until_idle=until_idle, log=log)
+    try:
+        from hive.merge.pipeline import attach
+    except ImportError:
+        return daemon
+    attach(daemon)
+    return daemon
+
+
+@click.command()
+@click.option("--max-agents", type=click.IntRange(min=1), default=None, help="Workers at once (config max_agents).")
+@click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
+              help="Use this backend for every role.")
+@click.option("--until-idle", is_flag=True, help="Exit when nothing is ready, running or merging.")
+@click.option("--detach", is_flag=True, help="Run in the background; `git hive stop` ends it.")
+def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool) -> None:
+    """Run the agents: claim ready issues, work them in worktrees, merge the results."""
+    import asyncio
+
+    from hive.project import Project
+    from hive.runtime import DaemonLock
+
+    project = Project.open()
+    project.sync()
+    if detach:
+        holder = DaemonLock(project.paths).holder()
+        if holder:
+            raise HiveError(f"a hive daemon is already running for this repository (pid {holder})")
+        args = [sys.executable, "-m", "hive", "run"]
+        if max_agents:
+            args += ["--max-agents", str(max_agents)]
+        if backend:
+            args += ["--backend", backend]
+        if until_idle:
+            args.append("--until-idle")
+        log_path = project.paths.hive_dir / "daemon.log"
+        with open(log_path, "ab") as log_file:
+            proc = subprocess.Popen(args, cwd=project.paths.worktree, stdin=subprocess.DEVNULL,
+                                    stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if DaemonLock(project.paths).holder() == proc.pid:
+                click.echo(f"hive daemon running in the background (pid {proc.pid}); log: {log_path}")
+                return
+            if proc.poll() is not None:
+                raise HiveError(f"the daemon exited at once (code {proc.returncode}); see {log_path}")
+            time.sleep(0.05)
+        raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
+    daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle)
+    asyncio.run(daemon.run())
+
+
+@click.command()
+@click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for it to end.")
+def stop(timeout: float) -> None:
+    """Stop the running daemon: agents end, issues stay where the next run continues."""
+    import signal
+
+    from hive import git
+    from hive.runtime import DaemonLock
+
+    lock = DaemonLock(git.discover())
+    pid = lock.holder()
+    if not pid or pid < 0:
+        click.echo("no hive daemon is running here")
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if lock.holder() is None:
+            click.echo(f"stopped the hive daemon (pid {pid})")
+            return
+        time.sleep(0.05)
+    raise HiveError(f"the daemon (pid {pid}) did not stop within {timeout:.0f} s")

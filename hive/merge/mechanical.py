@@ -1,0 +1,169 @@
+"""The mechanical tier: replay a work branch onto the target, run the tests, fast-forward.
+
+Everything here is deterministic git work (pygit2): no LLM. The branch's own commits — those after
+the commit it started from — are replayed one by one onto the target's tip in memory
+(`merge_trees`), so a dependent that started from its blocker's unmerged work replays only its own
+changes once the blocker has been merged. The target moves by compare-and-swap; when it is
+checked out in a worktree, that checkout is updated with `git merge --ff-only`, which refuses to
+overwrite a person's uncommitted changes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from hive import git
+from hive.orchestrator import worktrees
+from hive.state.store import cas_update
+
+OUTPUT_LIMIT = 20_000
+
+
+@dataclass
+class Replay:
+    ok: bool
+    head: str = ""                  # the replayed head (ok)
+    conflicts: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+@dataclass
+class TestRun:
+    ok: bool
+    command: str
+    output: str = ""
+    timed_out: bool = False
+
+
+def own_commits(repo: pygit2.Repository, head: str, base: str) -> list[pygit2.Commit]:
+    """Commits reachable from `head` but not from `base`, oldest first (first-parent chain)."""
+    walker = repo.walk(head, pygit2.GIT_SORT_TOPOLOGICAL | pygit2.GIT_SORT_REVERSE)
+    if base:
+        walker.hide(base)
+    return [c for c in walker]
+
+
+def replay(repo: pygit2.Repository, head: str, base: str, onto: str) -> Replay:
+    """Replay the commits base..head onto `onto` in memory; no ref or file is touched."""
+    current = repo[onto].peel(pygit2.Commit)
+    commits = own_commits(repo, head, base)
+    for commit in commits:
+        parent_tree = commit.parents[0].tree if commit.parents else repo[repo.TreeBuilder().write()]
+        index = repo.merge_trees(parent_tree, current.tree, commit.tree)
+        if index.conflicts is not None:
+            paths = sorted({(entry.path) for triple in index.conflicts for entry in triple if entry is not None})
+            return Replay(False, conflicts=paths,
+                          detail=f"replaying {str(commit.id)[:10]} ({commit.message.splitlines()[0] if commit.message else ''}) "
+                                 f"onto {onto[:10]} conflicts in: {', '.join(paths)}")
+        tree = index.write_tree(repo)
+        if tree == current.tree.id:
+            continue  # already contained (e.g. a blocker's change that reached the target)
+        new = repo.create_commit(None, commit.author, commit.committer, commit.message, tree, [current.id])
+        current = repo[new]
+    return Replay(True, head=str(current.id))
+
+
+def run_test(command: str, cwd: Path, timeout: float) -> TestRun:
+    """Run a test command in a worktree, in its own process group, killed whole on timeout."""
+    proc = subprocess.Popen(command, shell=True, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        out, _ = proc.communicate()
+        timed_out = True
+    _kill_group(proc.pid)  # anything it left running in the background
+    text = out.decode("utf-8", "replace")
+    if len(text) > OUTPUT_LIMIT:
+        text = "[…]\n" + text[-OUTPUT_LIMIT:]
+    return TestRun(proc.returncode == 0 and not timed_out, command, text, timed_out)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def checkout_of(paths: git.RepoPaths, branch: str) -> Path | None:
+    """The worktree that has `branch` checked out, if any (main or linked)."""
+    wanted = f"ref: refs/heads/{branch}"
+    heads = [(paths.main_worktree, paths.common_dir / "HEAD")]
+    admin = paths.common_dir / "worktrees"
+    if admin.is_dir():
+        for entry in admin.iterdir():
+            gitdir_file = entry / "gitdir"
+            if gitdir_file.is_file():
+                heads.append((Path(gitdir_file.read_text().strip()).parent, entry / "HEAD"))
+    for root, head in heads:
+        try:
+            if head.read_text().strip() == wanted:
+                return root
+        except OSError:
+            continue
+    return None
+
+
+def touched_paths(repo: pygit2.Repository, old: str, new: str) -> list[str]:
+    diff = repo.diff(repo[old].peel(pygit2.Commit).tree, repo[new].peel(pygit2.Commit).tree)
+    return sorted({p for d in diff.deltas for p in (d.old_file.path, d.new_file.path)})
+
+
+def dirty_paths(root: Path, paths: list[str]) -> list[str]:
+    """Which of `paths` have uncommitted changes (staged, unstaged or untracked) in `root`."""
+    if not paths:
+        return []
+    proc = git.run(["status", "--porcelain", "-z", "--untracked-files=all", "--", *paths], root, check=False)
+    entries = [e for e in proc.stdout.split("\0") if e]
+    return sorted({e[3:] for e in entries if len(e) > 3})
+
+
+@dataclass
+class FastForward:
+    ok: bool
+    waiting: str = ""      # the target could not move yet because of a person's changes
+    moved: bool = False    # False with ok=False and no waiting: the target moved meanwhile
+
+
+def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str, new: str) -> FastForward:
+    """Move `target` from `old` to `new` (a descendant), sparing a person's checkout."""
+    checkout = checkout_of(paths, target)
+    if checkout is None:
+        return FastForward(cas_update(repo, f"refs/heads/{target}", old, new, "hive: merge"), moved=True)
+    dirty = dirty_paths(checkout, touched_paths(repo, old, new))
+    if dirty:
+        return FastForward(False, waiting=f"{checkout} has uncommitted changes in {', '.join(dirty[:5])}"
+                                          f"{' …' if len(dirty) > 5 else ''}: waiting to update {target}")
+    current = repo.references.get(f"refs/heads/{target}")
+    if current is None or str(current.target) != old:
+        return FastForward(False)
+    proc = git.run(["merge", "--ff-only", "--quiet", new], checkout, check=False,
+                   env={"GIT_REFLOG_ACTION": "hive merge"})
+    if proc.returncode == 0:
+        return FastForward(True, moved=True)
+    reason = (proc.stderr or proc.stdout).strip().splitlines()
+    now = repo.references.get(f"refs/heads/{target}")
+    if now is not None and str(now.target) != old:
+        return FastForward(False)
+    return FastForward(False, waiting=f"{checkout}: git refused to update {target}: "
+                                      f"{reason[-1] if reason else 'unknown reason'}")
+
+
+def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
+    """Point the work branch at `head` and make its worktree match (a hard reset of hive's own tree)."""
+    worktree = worktrees.worktree_path(paths, issue_id)
+    repo = worktrees.open_repo(paths)
+    branch = worktrees.branch_name(issue_id)
+    repo.references.create(f"refs/heads/{branch}", head, force=True)
+    if worktree.exists():
+        work = pygit2.Repository(str(worktree))
+        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)

@@ -1,0 +1,399 @@
+"""The merge pipeline: done → finalized. One `MergeProcessor` per project, entries in order.
+
+The queue is durable (a table in runtime.db), so a restarted daemon finishes what it started: the
+replayed commit is recorded before the target moves, and an entry whose recorded commit is already
+in the target is finalized without merging again — the target never gets an issue twice.
+
+Per entry: mechanical tier (replay onto the target, the worker's then the project's tests,
+fast-forward); on a conflict or a failing test, the refinery; its `merged` is verified by hive
+before the fast-forward, `rejected` reopens the issue with the rejection as a note (counting
+against the retry budget), `needs_human` escalates and keeps the worktree.
+No fixed sleeps: an entry starts the moment it is queued; a waiting entry (a person's dirty
+checkout of the target) is retried when anything wakes the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pygit2
+
+from hive.backends.base import IDLE, PERMISSION, USAGE, Event
+from hive.merge import mechanical
+from hive.merge.refinery import Refinery
+from hive.orchestrator import escalation, worktrees
+from hive.state import issues
+from hive.state.issue_file import Issue
+from hive.state.store import Refused
+
+if TYPE_CHECKING:
+    from hive.orchestrator.daemon import Daemon
+
+MAX_TARGET_RACES = 20
+
+
+@dataclass
+class Entry:
+    seq: int
+    issue_id: str
+    branch: str
+    base_commit: str
+    state: str              # queued | merging | waiting
+    detail: str
+    refinery_attempts: int
+    test_command: str
+    merged_commit: str
+
+
+def attach(daemon: "Daemon") -> "MergeProcessor | None":
+    """Give the daemon its merge pipeline (auto mode) — manual mode leaves done issues to people."""
+    from hive.backends.base import backend_for_role
+
+    if daemon.config.merge_mode != "auto":
+        return None
+    paths = daemon.project.paths
+    if daemon.config.backend_for("refinery") == daemon.config.backend_for("worker"):
+        backend = daemon.backend
+    else:
+        backend = backend_for_role(daemon.config, "refinery", str(paths.hive_dir), str(paths.main_worktree))
+    processor = MergeProcessor(daemon, Refinery(daemon, backend))
+    if backend is not daemon.backend:
+        backend.on(IDLE, processor.on_event)
+        backend.on(USAGE, processor.on_event)
+        backend.on(PERMISSION, daemon.answer_permission)
+    daemon.merge = processor
+    return processor
+
+
+class MergeProcessor:
+    def __init__(self, daemon: "Daemon", refinery: Refinery):
+        self.daemon = daemon
+        self.refinery = refinery
+        self.project = daemon.project
+        self.config = daemon.config
+        self.runtime = daemon.runtime
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._busy = False
+        self.merged = 0
+        self._ensure_columns()
+
+    def _ensure_columns(self) -> None:
+        import sqlite_utils
+
+        table = sqlite_utils.Database(self.runtime.db)["merge_queue"]
+        for column, kind in (("test_command", str), ("merged_commit", str)):
+            if column not in table.columns_dict:
+                table.add_column(column, kind)
+
+    # -- the queue ------------------------------------------------------------------------------
+
+    def enqueue(self, issue_id: str, base_commit: str, test_command: str = "") -> None:
+        if self._entry_of(issue_id) is None:
+            self.runtime.db.execute(
+                "INSERT INTO merge_queue (issue_id, branch, base_commit, state, queued_at, detail, "
+                "refinery_attempts, test_command, merged_commit) VALUES (?, ?, ?, 'queued', ?, '', 0, ?, '')",
+                (issue_id, worktrees.branch_name(issue_id), base_commit, time.time(), test_command))
+            self.daemon.log(f"{issue_id} queued for merge")
+        self._wake.set()
+
+    def _entry_of(self, issue_id: str) -> Entry | None:
+        row = self.runtime.db.execute("SELECT * FROM merge_queue WHERE issue_id = ?", (issue_id,)).fetchone()
+        return _entry(row) if row else None
+
+    def entries(self) -> list[Entry]:
+        return [_entry(r) for r in self.runtime.db.execute("SELECT * FROM merge_queue ORDER BY seq")]
+
+    def _update(self, entry: Entry, **fields: Any) -> None:
+        for key, value in fields.items():
+            setattr(entry, key, value)
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.runtime.db.execute(f"UPDATE merge_queue SET {sets} WHERE seq = ?", (*fields.values(), entry.seq))
+
+    def _drop(self, entry: Entry) -> None:
+        self.runtime.db.execute("DELETE FROM merge_queue WHERE seq = ?", (entry.seq,))
+
+    def idle(self) -> bool:
+        """Nothing to merge right now (entries waiting on a person do not count)."""
+        return not self._busy and all(e.state == "waiting" for e in self.entries())
+
+    def scan(self) -> None:
+        """Queue every done issue whose branch exists but is not queued (a person's, or after a restart)."""
+        queued = {e.issue_id for e in self.entries()}
+        for issue in self.project.index.list(["done"]):
+            if issue.id not in queued and worktrees.head_of(self.project.paths, issue.id) is not None:
+                self.enqueue(issue.id, _done_base(self.project, issue.id))
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        if event.type in (IDLE, USAGE) and self.refinery.owns(event.session_id):
+            self.refinery.on_event(event)
+
+    def owns_session(self, session_id: str) -> bool:
+        return self.refinery.owns(session_id)
+
+    def session_root(self, session_id: str) -> str:
+        return self.refinery.root or str(self.project.paths.worktrees_dir)
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for entry in self.entries():
+            if entry.state != "queued":
+                self._update(entry, state="queued")
+        self.scan()
+        self._task = asyncio.create_task(self._run(), name="merge-processor")
+
+    async def stop(self) -> None:
+        await self.refinery.abort()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.refinery.close()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            self.scan()
+            progressed = False
+            for entry in self.entries():
+                self._busy = True
+                try:
+                    progressed |= await self._process(entry)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the pipeline
+                    self.daemon.log(f"{entry.issue_id} merge error: {exc}")
+                    self._update(entry, state="waiting", detail=f"error: {exc}")
+                finally:
+                    self._busy = False
+                self.daemon.wake.set()
+            if not progressed:
+                await self._wake.wait()
+
+    # -- one entry ------------------------------------------------------------------------------
+
+    async def _process(self, entry: Entry) -> bool:
+        """Advance one entry; True if it left the queue or changed state for good."""
+        self.project.index.ensure_current()
+        issue = self.project.index.get(entry.issue_id)
+        if issue is None or issue.status != "done":
+            self._drop(entry)
+            return True
+        paths, target = self.project.paths, self.config.target_branch
+        repo = worktrees.open_repo(paths)
+        target_ref = repo.references.get(f"refs/heads/{target}")
+        if target_ref is None:
+            self._update(entry, state="waiting", detail=f"target branch {target} does not exist")
+            return False
+        if entry.merged_commit and _contains(repo, str(target_ref.target), entry.merged_commit):
+            self._finalize(issue, entry, entry.merged_commit)
+            return True
+        head = worktrees.head_of(paths, entry.issue_id)
+        if head is None:
+            self._fail(issue, entry, f"branch {entry.branch} is gone")
+            return True
+        self._update(entry, state="merging", detail="")
+        return await self._merge(issue, entry, repo, head)
+
+    async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
+                     from_refinery: bool = False) -> bool:
+        paths, target = self.project.paths, self.config.target_branch
+        for _ in range(MAX_TARGET_RACES):
+            tip = str(repo.references[f"refs/heads/{target}"].target)
+            if head == tip or repo.descendant_of(head, tip):
+                candidate = head
+            else:
+                base = entry.base_commit if entry.base_commit and not from_refinery else ""
+                if not base or not _is_commit(repo, base):
+                    merge_base = repo.merge_base(head, tip)
+                    base = str(merge_base) if merge_base else ""
+                replayed = await asyncio.to_thread(mechanical.replay, repo, head, base, tip)
+                if not replayed.ok:
+                    return await self._to_refinery(issue, entry, "conflict", replayed.detail, from_refinery)
+                candidate = replayed.head
+            if candidate != head:
+                await asyncio.to_thread(mechanical.sync_worktree, paths, issue.id, candidate)
+            failure = await self._run_tests(entry)
+            if failure:
+                return await self._to_refinery(issue, entry, "tests", failure, from_refinery)
+            self._update(entry, merged_commit=candidate)
+            moved = await asyncio.to_thread(mechanical.fast_forward, paths, repo, target, tip, candidate)
+            if moved.ok:
+                self._finalize(issue, entry, candidate)
+                return True
+            if moved.waiting:
+                if entry.detail != moved.waiting:
+                    self.daemon.log(f"{issue.id} {moved.waiting}")
+                self._update(entry, state="waiting", detail=moved.waiting, merged_commit="")
+                return False
+            head = candidate  # the target moved meanwhile: replay again onto the new tip
+            entry.base_commit = tip
+        self._update(entry, state="waiting", detail="the target branch kept moving")
+        return False
+
+    async def _run_tests(self, entry: Entry) -> str:
+        worktree = worktrees.worktree_path(self.project.paths, entry.issue_id)
+        if not worktree.exists():
+            await asyncio.to_thread(_recreate_worktree, self.project.paths, entry.issue_id)
+        commands = [c for c in (entry.test_command, self.config.test_command) if c]
+        for command in commands:
+            result = await asyncio.to_thread(mechanical.run_test, command, worktree,
+                                             self.config.test_timeout_seconds)
+            if not result.ok:
+                why = "timed out" if result.timed_out else "failed"
+                return f"`{command}` {why}:\n{result.output}"
+        return ""
+
+    async def _to_refinery(self, issue: Issue, entry: Entry, kind: str, detail: str,
+                           from_refinery: bool) -> bool:
+        paths, target = self.project.paths, self.config.target_branch
+        if from_refinery:
+            detail = f"after the refinery said merged, hive's check failed: {detail}"
+        attempts = entry.refinery_attempts + 1
+        self._update(entry, refinery_attempts=attempts, detail=f"refinery: {kind}")
+        if attempts > 2:
+            self._escalate(issue, entry, f"the refinery could not land it: {detail[:300]}")
+            return True
+        self.daemon.log(f"{issue.id} {kind} → refinery")
+        worktree = worktrees.worktree_path(paths, issue.id)
+        if not worktree.exists():
+            await asyncio.to_thread(_recreate_worktree, paths, issue.id)
+        verdict = await self.refinery.resolve(issue, worktree, target, detail)
+        self.daemon.log(f"{issue.id} refinery: {verdict.status} {verdict.summary[:80]}")
+        if verdict.status == "crashed":
+            if attempts >= 2:
+                self._escalate(issue, entry, f"the refinery crashed twice: {verdict.summary}")
+                return True
+            return False  # replaced session; the entry is retried once
+        if verdict.status == "needs_human":
+            self._escalate(issue, entry, f"the refinery asks for a person: {verdict.summary}")
+            return True
+        if verdict.status == "rejected":
+            self._reject(issue, entry, verdict.summary)
+            return True
+        repo = worktrees.open_repo(paths)
+        head = worktrees.head_of(paths, issue.id)
+        if head is None:
+            self._fail(issue, entry, "the refinery deleted the branch")
+            return True
+        return await self._merge(issue, entry, repo, head, from_refinery=True)
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
+        target = self.config.target_branch
+        issues.update(self.project, issue.id, {"status": "finalized"}, event="finalized",
+                      summary=f"finalize {issue.id}: merged into {target} at {merged[:10]}",
+                      check=_still("done"), trailers={"Hive-Merged": merged, "Hive-Target": target})
+        self._drop(entry)
+        worktrees.remove(self.project.paths, issue.id)
+        self.merged += 1
+        self.daemon.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
+        finalize_epics(self.project, issue.parent)
+
+    def _reject(self, issue: Issue, entry: Entry, reason: str) -> None:
+        budget = self.runtime.budget(issue.id)
+        escalation.record_failure(budget, f"rejected by the refinery: {reason}", time.time())
+        decision = escalation.decide(budget, self.config, time.time())
+        if decision.action == escalation.RETRY:
+            budget.retries += 1
+        elif decision.action == escalation.SWITCH:
+            budget.retries, budget.switches = 0, budget.switches + 1
+        self.runtime.save_budget(budget)
+        note = issues.note_line(f"The refinery rejected the previous attempt: {reason}", "gotcha",
+                                issue=issue.id, agent="refinery")
+        issues.add_notes(self.project, [note], file_id=issue.id, agent="refinery")
+        status = "escalated" if decision.action == escalation.ESCALATE else "open"
+        issues.update(self.project, issue.id, {"status": status}, event="rejected",
+                      summary=f"reject {issue.id}: {reason[:100]}", check=_still("done"),
+                      trailers={"Hive-Reason": " ".join(reason.split())[:400]})
+        self._drop(entry)
+        worktrees.remove(self.project.paths, issue.id)
+        self.daemon.log(f"{issue.id} rejected → {status} ({decision.reason})")
+
+    def _escalate(self, issue: Issue, entry: Entry, reason: str) -> None:
+        issues.update(self.project, issue.id, {"status": "escalated"}, event="escalated",
+                      summary=f"escalate {issue.id}: {reason[:100]}", check=_still("done"),
+                      trailers={"Hive-Reason": " ".join(reason.split())[:400]})
+        self._drop(entry)  # the worktree stays for the person
+        self.daemon.log(f"{issue.id} escalated: {reason[:120]}")
+
+    def _fail(self, issue: Issue, entry: Entry, reason: str) -> None:
+        issues.update(self.project, issue.id, {"status": "failed"}, event="failed",
+                      summary=f"merge of {issue.id} failed: {reason}", check=_still("done"),
+                      trailers={"Hive-Reason": reason})
+        self._drop(entry)
+        self.daemon.log(f"{issue.id} failed: {reason}")
+
+
+def finalize_epics(project: Any, parent: str) -> None:
+    """An epic whose children are all finalized or canceled is finalized (walking up)."""
+    while parent:
+        epic = project.index.get(parent)
+        if epic is None or epic.type != "epic" or epic.status in ("finalized", "canceled"):
+            return
+        children = project.index.list(parent=parent)
+        if not children or any(c.status not in ("finalized", "canceled") for c in children):
+            return
+        issues.update(project, parent, {"status": "finalized"}, event="finalized",
+                      summary=f"finalize epic {parent}: all its issues are finished")
+        parent = epic.parent
+
+
+def _recreate_worktree(paths: Any, issue_id: str) -> None:
+    head = worktrees.head_of(paths, issue_id)
+    repo = worktrees.open_repo(paths)
+    path = worktrees.worktree_path(paths, issue_id)
+    if issue_id in repo.list_worktrees():
+        repo.lookup_worktree(issue_id).prune(True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{worktrees.branch_name(issue_id)}"])
+    assert head is not None
+
+
+def _done_base(project: Any, issue_id: str) -> str:
+    """The base commit a worker recorded in its `done` commit (Hive-Base trailer), if any."""
+    from hive import git
+
+    proc = git.run(["log", "-1", "--format=%(trailers:key=Hive-Base,valueonly,separator=)",
+                    "--grep", f"^Hive-Issue: {issue_id}$", "--grep", "^Hive-Event: done$", "--all-match",
+                    git.STATE_REF], project.paths.worktree, check=False)
+    return proc.stdout.strip()
+
+
+def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
+    try:
+        return tip == commit or repo.descendant_of(tip, commit)
+    except (pygit2.GitError, ValueError, KeyError):
+        return False
+
+
+def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
+    try:
+        return isinstance(repo[oid], pygit2.Commit)
+    except (KeyError, ValueError):
+        return False
+
+
+def _still(status: str):
+    def check(current: Issue) -> None:
+        if current.status != status:
+            raise Refused(f"{current.id} is {current.status}, not {status}")
+    return check
+
+
+def _entry(row: Any) -> Entry:
+    return Entry(seq=row["seq"], issue_id=row["issue_id"], branch=row["branch"], base_commit=row["base_commit"] or "",
+                 state=row["state"], detail=row["detail"] or "", refinery_attempts=row["refinery_attempts"] or 0,
+                 test_command=row["test_command"] or "", merged_commit=row["merged_commit"] or "")
+
+
+__all__ = ["attach", "MergeProcessor", "finalize_epics", "Event"]

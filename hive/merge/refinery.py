@@ -1,0 +1,147 @@
+"""The refinery: one long-lived LLM session per project for the merges git cannot do alone.
+
+It gets a rebase conflict or failing test output plus the issue, works in the worker's worktree,
+and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session is
+reused across merges and renewed once it passes 100k tokens or 20 messages, so its context never
+overflows. A session that crashes is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hive.backends.base import IDLE, USAGE, Backend, Event, SessionSpec, TurnResult
+from hive.orchestrator import protocol
+from hive.state.issue_file import Issue
+
+if TYPE_CHECKING:
+    from hive.orchestrator.daemon import Daemon
+
+RENEW_TOKENS = 100_000
+RENEW_MESSAGES = 20
+REFINERY_STATUSES = ("merged", "rejected", "needs_human")
+
+SYSTEM_PROMPT = """You are the refinery of git-hive: you finish merges that git could not do alone.
+Each task names an issue, the worker's worktree (an absolute path) and the target branch. Work
+only inside that worktree. Bring its branch on top of the target branch (for instance
+`git rebase <target>`, resolving conflicts so that both sides' intent survives), make the tests
+pass, and commit. Then write one JSON line to .hive-result.jsonl in that worktree:
+{"status": "merged" | "rejected" | "needs_human", "summary": "..."}
+merged: the branch now sits on the target and its tests pass. rejected: the work itself is wrong
+and must be redone; say why, for the next worker. needs_human: a person must decide.
+Never push, never move the target branch yourself: hive verifies and merges."""
+
+
+@dataclass
+class Verdict:
+    status: str            # merged | rejected | needs_human | crashed
+    summary: str = ""
+
+
+class Refinery:
+    def __init__(self, daemon: "Daemon", backend: Backend):
+        self.daemon = daemon
+        self.backend = backend
+        self.session_id = ""
+        self.messages = 0
+        self.tokens = 0
+        self.renewals = 0
+        self.root = ""                       # the worktree of the task in progress
+        self._turn: asyncio.Future[TurnResult] | None = None
+
+    def owns(self, session_id: str) -> bool:
+        return bool(session_id) and session_id == self.session_id
+
+    def on_event(self, event: Event) -> None:
+        """IDLE and USAGE events of the refinery's session (routed here by the pipeline)."""
+        if not self.owns(event.session_id):
+            return
+        if event.type == IDLE and self._turn is not None and not self._turn.done():
+            self._turn.set_result(event.data)
+        elif event.type == USAGE:
+            self.tokens = event.data.total_tokens
+            self.daemon.runtime.put("refinery_tokens", str(self.tokens))
+
+    async def _session(self) -> str:
+        if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
+            self.daemon.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
+            await self.close()
+            self.renewals += 1
+            self.daemon.runtime.put("refinery_renewals", str(self.renewals))
+        if self.session_id:
+            status = await self.backend.get_session_status(self.session_id)
+            if status.state == "exited":
+                await self.close()
+        if not self.session_id:
+            paths = self.daemon.project.paths
+            paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
+            spec = SessionSpec(role="refinery", cwd=str(paths.worktrees_dir),
+                               model=self.daemon.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT)
+            self.session_id = await self.backend.create_session(spec)
+            self.messages = 0
+            self.tokens = 0
+            self.daemon.runtime.put("refinery_session", self.session_id)
+        return self.session_id
+
+    async def resolve(self, issue: Issue, worktree: Path, target: str, problem: str) -> Verdict:
+        """One refinery task; the verdict comes from the result file the session writes."""
+        (worktree / protocol.RESULT_FILE).unlink(missing_ok=True)
+        try:
+            session = await self._session()
+        except Exception as exc:  # noqa: BLE001 - a refinery that cannot start counts as a crash
+            return Verdict("crashed", f"could not start a refinery session: {exc}")
+        self.root = str(worktree)
+        self._turn = asyncio.get_running_loop().create_future()
+        self.messages += 1
+        self.daemon.runtime.put("refinery_messages", str(self.messages))
+        await self.backend.send_message_async(session, task_prompt(issue, worktree, target, problem))
+        try:
+            turn = await self._turn
+        finally:
+            self._turn = None
+            self.root = ""
+        if not turn.ok:
+            await self.close()
+            return Verdict("crashed", turn.error or "the refinery's turn failed")
+        result = protocol.read_result(worktree, REFINERY_STATUSES)
+        if result.status not in REFINERY_STATUSES:
+            return Verdict("crashed", result.problem)
+        return Verdict(result.status, result.summary)
+
+    async def abort(self) -> None:
+        if self.session_id:
+            try:
+                await self.backend.abort_session(self.session_id)
+            except (KeyError, RuntimeError):
+                pass
+        if self._turn is not None and not self._turn.done():
+            self._turn.set_result(TurnResult(False, "aborted"))
+
+    async def close(self) -> None:
+        if self.session_id:
+            try:
+                await self.backend.delete_session(self.session_id)
+            except (KeyError, RuntimeError):
+                pass
+            self.session_id = ""
+
+
+def task_prompt(issue: Issue, worktree: Path, target: str, problem: str) -> str:
+    return "\n".join([
+        f"Refinery task: merge issue {issue.id} into {target}.",
+        f"issue: {issue.id}",
+        f"worktree: {worktree}",
+        f"target: {target}",
+        f"branch: hive/work/{issue.id}",
+        "",
+        "## What went wrong",
+        problem.strip(),
+        "",
+        f"## The issue: {issue.title}",
+        issue.body.strip() or "(no description)",
+        "",
+        "Resolve it in the worktree, commit, then write .hive-result.jsonl there.",
+    ]) + "\n"

@@ -1,0 +1,398 @@
+"""The daemon: one asyncio process per repository, woken by events, never by a fixed poll.
+
+Wake sources: watchfiles on the `.hive/` checkout, on `refs/heads/` and on the `ref-events` file
+that hive's writers and the `reference-transaction` hook append to; watchfiles on each worker's
+worktree root for its notes/result files; backend events; a worker finishing. A slow safety tick
+checks leases and stalls. On each wake the loop brings the state up to date, stops workers whose
+issue was canceled, and spawns workers while below `max_agents` and the ready queue is not empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import Any, Callable
+
+from hive.backends.base import (EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, BUSY, Backend,
+                                Event)
+from hive.config import Config
+from hive.errors import HiveError
+from hive.orchestrator import permissions, protocol, worktrees
+from hive.orchestrator.worker import Outcome, Worker, new_agent_id
+from hive.project import Project
+from hive.queue import claim
+from hive.runtime import DaemonLock, Runtime, is_alive
+from hive.state import issues
+from hive.state.store import Refused
+
+SAFETY_TICK_SECONDS = 2.0
+
+
+class Daemon:
+    def __init__(self, project: Project, backend: Backend, config: Config, *,
+                 max_agents: int | None = None, until_idle: bool = False,
+                 log: Callable[[str], None] | None = None):
+        self.project = project
+        self.backend = backend
+        self.config = config
+        self.max_agents = max_agents or config.max_agents
+        self.until_idle = until_idle
+        self.runtime = Runtime(project.paths)
+        self.lock = DaemonLock(project.paths)
+        self.running: dict[str, Worker] = {}
+        self.sessions: dict[str, Worker] = {}
+        self.wake = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self._watch_stop = asyncio.Event()   # awatch sets its stop event itself when it ends
+        self.run_tokens = 0
+        self.token_cap_reached = False
+        self.provider_healthy = asyncio.Event()
+        self.provider_healthy.set()
+        self.merge = None           # set by attach_merge_pipeline()
+        self._log = log or (lambda line: print(line, flush=True))
+        self._watch_tasks: dict[str, asyncio.Task[None]] = {}
+        self._problems_seen: set[str] = set()
+        self.finished = 0
+
+    # -- logging --------------------------------------------------------------------------------
+
+    def log(self, message: str) -> None:
+        self._log(f"{time.strftime('%H:%M:%S')} {message}")
+
+    # -- main loop ------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        if not self.lock.acquire():
+            raise HiveError(f"a hive daemon is already running for this repository "
+                            f"(pid {self.lock.holder()}); `git hive stop` stops it")
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_stop)
+        self.runtime.put("daemon_pid", str(os.getpid()))
+        self.runtime.put("daemon_started", str(time.time()))
+        watcher = asyncio.create_task(self._watch_state())
+        ticker = asyncio.create_task(self._tick())
+        try:
+            self._subscribe()
+            await self.backend.connect_with_reconnect()
+            self.project.sync(warn=False)
+            await self.recover()
+            if self.merge is not None:
+                await self.merge.start()
+            self.log(f"running: up to {self.max_agents} agents, backend {self.backend.name}")
+            await self._loop()
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            await self.shutdown()
+            self._watch_stop.set()
+            watcher.cancel()
+            ticker.cancel()
+            for task in self._watch_tasks.values():
+                task.cancel()
+            self.runtime.delete("daemon_pid")
+            self.lock.release()
+        return 0
+
+    def request_stop(self) -> None:
+        if not self.stopping.is_set():
+            self.log("stopping: ending agents")
+        self.stopping.set()
+        self.wake.set()
+
+    async def _loop(self) -> None:
+        while not self.stopping.is_set():
+            self.wake.clear()
+            self._refresh_state()
+            await self._stop_canceled()
+            self._spawn()
+            if self.merge is not None:
+                self.merge.poke()
+            if self.until_idle and self._idle():
+                self.log("idle: nothing ready, nothing running")
+                return
+            await self.wake.wait()
+
+    def _refresh_state(self) -> None:
+        problems = self.project.sync(warn=False)
+        for problem in problems:
+            if str(problem) not in self._problems_seen:
+                self._problems_seen.add(str(problem))
+                self.log(f"warning: {problem}")
+
+    def _idle(self) -> bool:
+        if self.running or (self.merge is not None and not self.merge.idle()):
+            return False
+        return self.token_cap_reached or not self.project.index.ready(limit=1)
+
+    def _spawn(self) -> None:
+        if self.stopping.is_set() or self.token_cap_reached or not self.provider_healthy.is_set():
+            return
+        if len(self.running) >= self.max_agents:
+            return
+        for issue in self.project.index.ready():
+            if len(self.running) >= self.max_agents:
+                break
+            if issue.id in self.running:
+                continue
+            agent_id = new_agent_id()
+            if not claim(self.project, issue.id, agent_id):
+                continue
+            self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
+            self.start_worker(issue.id, agent_id)
+
+    def start_worker(self, issue_id: str, agent_id: str) -> Worker:
+        worker = Worker(self, issue_id, agent_id)
+        self.runtime.add_agent(id=agent_id, issue_id=issue_id, role="worker", backend=self.backend.name)
+        self.running[issue_id] = worker
+        worker.task = asyncio.create_task(worker.run(), name=f"worker-{issue_id}")
+        return worker
+
+    def worker_finished(self, worker: Worker) -> None:
+        self.running.pop(worker.issue_id, None)
+        self.runtime.remove_agent(worker.agent_id)
+        task = self._watch_tasks.pop(worker.issue_id, None)
+        if task is not None:
+            task.cancel()
+        self.finished += 1
+        self.wake.set()
+
+    def agents_changed(self) -> None:
+        self.wake.set()
+
+    async def _stop_canceled(self) -> None:
+        for issue_id, worker in list(self.running.items()):
+            issue = self.project.index.get(issue_id)
+            if issue is None or issue.status == "canceled" or (
+                    issue.status == "in_progress" and issue.assignee not in ("", worker.agent_id)):
+                what = "canceled" if issue is None or issue.status == "canceled" else "taken over"
+                self.log(f"{issue_id} {what}: stopping its agent")
+                await worker.abort(what)
+                if worker.task is not None:
+                    await asyncio.gather(worker.task, return_exceptions=True)
+                await asyncio.to_thread(worktrees.remove, self.project.paths, issue_id)
+
+    # -- wake sources ---------------------------------------------------------------------------
+
+    async def _watch_state(self) -> None:
+        from hive.state.watch import wakeups
+
+        try:
+            async for _ in wakeups(self.project, stop=self._watch_stop):
+                self.wake.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the tick still keeps us going
+            self.log(f"warning: state watcher stopped: {exc}")
+
+    def watch_worktree(self, worker: Worker) -> None:
+        old = self._watch_tasks.pop(worker.issue_id, None)
+        if old is not None:
+            old.cancel()
+        self._watch_tasks[worker.issue_id] = asyncio.create_task(self._watch_worker_files(worker))
+
+    async def _watch_worker_files(self, worker: Worker) -> None:
+        from watchfiles import awatch
+
+        assert worker.worktree is not None
+        names = (protocol.NOTES_FILE, protocol.RESULT_FILE)
+        try:
+            # awatch sets its stop event when it ends: give it one of its own.
+            async for changes in awatch(worker.worktree.path, recursive=False, debounce=50, step=5,
+                                        watch_filter=lambda _, path: path.endswith(names),
+                                        stop_event=asyncio.Event()):
+                if any(path.endswith(protocol.NOTES_FILE) for _, path in changes):
+                    worker.notes_changed()
+                else:
+                    worker.on_activity()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the worktree went away
+            return
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(SAFETY_TICK_SECONDS)
+            now = time.monotonic()
+            for worker in list(self.running.values()):
+                if worker.turn is not None and now - worker.last_activity > self.config.stall_seconds:
+                    self.log(f"{worker.issue_id} stalled: no activity for {self.config.stall_seconds}s")
+                    await worker._abort_turn(f"stalled: no agent activity for {self.config.stall_seconds}s")
+            self.wake.set()
+
+    async def sleep_unless_stopped(self, seconds: float, worker: Worker) -> None:
+        try:
+            await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    # -- backend events -------------------------------------------------------------------------
+
+    def _subscribe(self) -> None:
+        self.backend.on(IDLE, self._on_idle)
+        self.backend.on(USAGE, self._on_usage)
+        self.backend.on(PERMISSION, self.answer_permission)
+        self.backend.on(MESSAGE, self._on_activity)
+        self.backend.on(BUSY, self._on_activity)
+        self.backend.on(EXITED, self._on_activity)
+        self.backend.on(PROVIDER_ERROR, self._on_provider_error)
+
+    def _worker_of(self, event: Event) -> Worker | None:
+        return self.sessions.get(event.session_id)
+
+    def _on_activity(self, event: Event) -> None:
+        worker = self._worker_of(event)
+        if worker is not None:
+            worker.on_activity()
+
+    def _on_idle(self, event: Event) -> None:
+        worker = self._worker_of(event)
+        if worker is not None:
+            worker.on_idle(event.data)
+        elif self.merge is not None:
+            self.merge.on_event(event)
+
+    def _on_usage(self, event: Event) -> None:
+        worker = self._worker_of(event)
+        usage = event.data
+        if worker is not None:
+            worker.on_usage(usage.total_tokens, usage.cost_usd)
+        elif self.merge is not None:
+            self.merge.on_event(event)
+
+    async def answer_permission(self, event: Event) -> None:
+        """Answer an agent's permission request with hive's policy for its role."""
+        worker = self._worker_of(event)
+        request = event.data
+        if worker is not None and worker.worktree is not None:
+            role, root = "worker", str(worker.worktree.path)
+        elif self.merge is not None and self.merge.owns_session(event.session_id):
+            role, root = "refinery", self.merge.session_root(event.session_id)
+        else:
+            role, root = "worker", "/nonexistent"
+        verdict = permissions.decide(request, role=role, root=root)
+        if not verdict.allow:
+            self.log(f"denied {request.tool} to {role} ({verdict.reason})")
+        await self.backend.reply_permission(event.session_id, request.request_id, verdict.allow, verdict.reason)
+
+    def _on_provider_error(self, event: Event) -> None:
+        self.log(f"provider error: {event.data}")
+
+    async def wait_provider_healthy(self) -> None:
+        await self.provider_healthy.wait()
+
+    def tokens_spent(self, delta: int) -> None:
+        self.run_tokens += delta
+        cap = self.config.max_tokens_per_run
+        if cap and self.run_tokens > cap and not self.token_cap_reached:
+            self.token_cap_reached = True
+            self.log(f"token cap for this run reached ({self.run_tokens} > {cap}): no new agents")
+
+    # -- notes ----------------------------------------------------------------------------------
+
+    def relay_notes(self, source: Worker, notes: list[dict[str, Any]]) -> None:
+        """FYI to running siblings: same epic; gotchas go to everyone."""
+        from hive.orchestrator.prompts import fyi_message
+
+        for worker in list(self.running.values()):
+            if worker is source or not worker.session_id or worker.turn is None:
+                continue
+            same_epic = bool(source.parent) and worker.parent == source.parent
+            for note in notes:
+                if same_epic or note["category"] == "gotcha":
+                    asyncio.ensure_future(worker.send_fyi(fyi_message(note)))
+
+    # -- done → merge ---------------------------------------------------------------------------
+
+    def handoff_done(self, worker: Worker, outcome: Outcome) -> None:
+        """The work is done: hand the branch to the merge pipeline, or leave it for a person."""
+        if self.merge is not None:
+            self.merge.enqueue(worker.issue_id, worker.worktree.base_commit if worker.worktree else "",
+                               outcome.test_command)
+        self.wake.set()
+
+    # -- recovery and shutdown ------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Make the state consistent after any kind of previous ending, SIGKILL included."""
+        from hive.orchestrator import escalation
+
+        for agent in self.runtime.agents():
+            pid = agent.get("pid") or 0
+            if pid and is_alive(pid, agent.get("pid_start") or ""):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self.runtime.remove_agent(agent["id"])
+        self.project.index.ensure_current()
+        for issue in self.project.index.list(["in_progress"]):
+            budget = self.runtime.budget(issue.id)
+            error = f"agent {issue.assignee or '?'} was lost when the daemon stopped"
+            escalation.record_failure(budget, error, time.time())
+            decision = escalation.decide(budget, self.config, time.time())
+            if decision.action == escalation.RETRY:
+                budget.retries += 1
+            elif decision.action == escalation.SWITCH:
+                budget.retries, budget.switches = 0, budget.switches + 1
+            self.runtime.save_budget(budget)
+            status = "escalated" if decision.action == escalation.ESCALATE else "open"
+            expected = issue.assignee
+
+            def held(current: Any, expected: str = expected) -> None:
+                if current.status != "in_progress" or current.assignee != expected:
+                    raise Refused("changed meanwhile")
+
+            issues.update(self.project, issue.id, {"status": status}, event="recovered",
+                          summary=f"recover {issue.id}: {error} → {decision.reason}", check=held,
+                          trailers={"Hive-Reason": error})
+            self.log(f"{issue.id} recovered → {status} ({decision.reason})")
+        await asyncio.to_thread(self._clean_leftovers)
+
+    def _clean_leftovers(self) -> None:
+        keep = set()
+        for issue in self.project.index.list(["done", "escalated", "failed"]):
+            keep.add(issue.id)
+        for issue_id in worktrees.leftover_worktrees(self.project.paths):
+            if issue_id in self.running:
+                continue
+            issue = self.project.index.get(issue_id)
+            if issue_id in keep:
+                if issue is not None and issue.status == "done":
+                    worktrees.remove(self.project.paths, issue_id, delete_branch=False)
+                continue
+            worktrees.remove(self.project.paths, issue_id)
+
+    async def shutdown(self) -> None:
+        """End every agent; leave each issue where the next `run` continues from."""
+        workers = list(self.running.values())
+        for worker in workers:
+            await worker.abort("the daemon is stopping")
+        for worker in workers:
+            if worker.task is not None:
+                await asyncio.gather(worker.task, return_exceptions=True)
+            try:
+                released = issues.update(self.project, worker.issue_id, {"status": "open"}, event="released",
+                                         agent=worker.agent_id, check=_held(worker.agent_id),
+                                         summary=f"release {worker.issue_id}: the daemon stopped")
+            except HiveError:
+                released = None
+            if released is not None:  # a worker that already finished keeps its branch
+                await asyncio.to_thread(worktrees.remove, self.project.paths, worker.issue_id)
+            self.runtime.remove_agent(worker.agent_id)
+        if self.merge is not None:
+            await self.merge.stop()
+        try:
+            await self.backend.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _held(agent_id: str):
+    def check(current: Any) -> None:
+        if current.status != "in_progress" or current.assignee != agent_id:
+            raise Refused("no longer ours")
+    return check
+

@@ -1,0 +1,123 @@
+"""hive's permission policy: what an agent may do, by role (answered for every backend).
+
+Workers may edit files and run commands inside their own worktree, nothing outside it. The Queen
+explores (reads, searches, read-only commands) but edits nothing but its plan files. The refinery
+works like a worker, in the worktree of the branch it is merging.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+
+from hive.backends.base import PermissionRequest
+
+READ_TOOLS = {"Read", "Glob", "Grep", "LS", "NotebookRead", "WebFetch", "WebSearch", "TodoWrite",
+              "Task", "ExitPlanMode", "view_image"}
+EDIT_TOOLS = {"Write", "Edit", "MultiEdit", "NotebookEdit", "fileChange", "apply_patch"}
+SHELL_TOOLS = {"Bash", "commandExecution", "exec_command", "shell", "run"}
+# Commands that change nothing, for the Queen.
+READ_ONLY_COMMANDS = {"ls", "cat", "head", "tail", "grep", "rg", "find", "wc", "git", "tree", "pwd",
+                      "echo", "sed", "awk", "sort", "uniq", "file", "stat", "du"}
+READ_ONLY_GIT = {"log", "show", "diff", "status", "ls-files", "grep", "blame", "rev-parse", "branch"}
+# Reaching outside the worktree through these is refused for every role.
+FORBIDDEN_GIT = {"push", "update-ref", "worktree", "checkout", "switch", "reset", "rebase", "merge",
+                 "branch", "tag", "fetch", "pull", "remote", "config", "filter-branch", "replace"}
+
+
+@dataclass
+class Verdict:
+    allow: bool
+    reason: str = ""
+
+
+def _inside(path: str, root: str) -> bool:
+    full = os.path.realpath(os.path.join(root, os.path.expanduser(path)))
+    root = os.path.realpath(root)
+    return full == root or full.startswith(root + os.sep)
+
+
+def _git_subcommand(words: list[str]) -> str:
+    rest = words[1:]
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] in ("-C", "-c") else rest[1:]
+    return rest[0] if rest else ""
+
+
+def _command_words(command: str) -> list[list[str]]:
+    """The simple commands of a shell line, split on ; && || | (best effort)."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return [command.split()]
+    commands, current = [], []
+    for token in tokens:
+        if token and set(token) <= set(";&|"):
+            if current:
+                commands.append(current)
+            current = []
+        else:
+            current.append(token)
+    if current:
+        commands.append(current)
+    return commands
+
+
+def _check_shell(command: str, root: str, role: str) -> Verdict:
+    for words in _command_words(command):
+        words = [w for w in words if "=" not in w.split("/")[0] or w.startswith(("/", "."))] or words
+        program = os.path.basename(words[0]) if words else ""
+        if program == "git":
+            sub = _git_subcommand(words)
+            if sub in FORBIDDEN_GIT and not (role == "worker" and sub == "branch" and len(words) <= 2):
+                return Verdict(False, f"`git {sub}` is hive's job, not the agent's")
+            if "-C" in words:
+                target = words[words.index("-C") + 1] if words.index("-C") + 1 < len(words) else ""
+                if not _inside(target, root):
+                    return Verdict(False, f"git -C {target} is outside the worktree")
+            if role == "queen" and sub not in READ_ONLY_GIT:
+                return Verdict(False, "the Queen explores read-only")
+        elif role == "queen" and program not in READ_ONLY_COMMANDS:
+            return Verdict(False, f"the Queen explores read-only (`{program}` is not allowed)")
+        if program == "cd" and len(words) > 1 and not _inside(words[1], root):
+            return Verdict(False, f"cd {words[1]} leaves the worktree")
+        for word in words[1:]:
+            if word.startswith("/") and not word.startswith(("/dev/null", "/tmp/", "/usr/", "/bin/", "/etc/")) \
+                    and not _inside(word, root):
+                return Verdict(False, f"{word} is outside the worktree")
+            if word.startswith("..") and not _inside(word, root):
+                return Verdict(False, f"{word} is outside the worktree")
+    return Verdict(True)
+
+
+def decide(request: PermissionRequest, *, role: str, root: str) -> Verdict:
+    """Allow or deny one permission request of an agent working in `root`."""
+    tool = request.tool
+    paths = list(request.paths)
+    for key in ("file_path", "path", "notebook_path"):
+        value = request.input.get(key)
+        if isinstance(value, str):
+            paths.append(value)
+    for path in paths:
+        if not _inside(path, root):
+            if tool in READ_TOOLS and role == "queen":
+                continue
+            return Verdict(False, f"{path} is outside the worktree {root}")
+    if tool in READ_TOOLS:
+        return Verdict(True)
+    if tool in EDIT_TOOLS:
+        if role == "queen":
+            plan_files = all(p.endswith(".md") and "/issues/" in os.path.realpath(os.path.join(root, p))
+                             or os.path.basename(p) in ("context.md", "PLAN.md") for p in paths)
+            return Verdict(bool(paths) and plan_files, "" if paths and plan_files else
+                           "the Queen writes only issue files, context.md and PLAN.md")
+        return Verdict(True)
+    if tool in SHELL_TOOLS:
+        command = request.command or str(request.input.get("command") or request.input.get("cmd") or "")
+        if isinstance(request.input.get("command"), list):
+            command = shlex.join(request.input["command"])
+        return _check_shell(command, root, role)
+    return Verdict(False, f"tool {tool} is not allowed for a {role}")

@@ -1,0 +1,417 @@
+"""One issue's worker: claim → worktree → session → prompt → result → done, or the escalation chain.
+
+A `Worker` lives as one asyncio task in the daemon. It talks to the agent only through the
+backend protocol, and to the state only through `hive.state.issues` (CAS commits with trailers):
+every transition it makes — claimed, retry, switched, done, escalated, released — is a commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hive.backends.base import TurnResult
+from hive.orchestrator import escalation, protocol, worktrees
+from hive.orchestrator.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
+from hive.state import issues
+from hive.state.issue_file import ID_ALPHABET, Issue
+from hive.state.store import Refused
+
+if TYPE_CHECKING:
+    from hive.orchestrator.daemon import Daemon
+
+
+def new_agent_id(prefix: str = "w") -> str:
+    return f"{prefix}-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    error: str = ""
+    summary: str = ""
+    test_command: str = ""
+    hopeless: str = ""        # a failure no retry can fix (token budget): escalate at once
+    provider: bool = False    # the provider failed, not the work
+
+
+class Canceled(Exception):
+    """The issue was canceled (or the daemon is stopping) while its worker ran."""
+
+
+class Worker:
+    def __init__(self, daemon: "Daemon", issue_id: str, agent_id: str):
+        self.daemon = daemon
+        self.issue_id = issue_id
+        self.agent_id = agent_id
+        self.session_id = ""
+        self.worktree: worktrees.Worktree | None = None
+        self.turn: asyncio.Future[TurnResult] | None = None
+        self.notes_offset = 0
+        self.session_tokens = 0
+        self.last_activity = time.monotonic()
+        self.started = time.time()
+        self.stop_reason = ""          # set when the daemon cancels this worker
+        self.task: asyncio.Task[None] | None = None
+        self.parent = ""
+        # FYI turns queued behind the current turn: their idle events must not end the next turn
+        self.fyi_outstanding = 0
+        self.fyi_drained = asyncio.Event()
+        self.fyi_drained.set()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    @property
+    def project(self):
+        return self.daemon.project
+
+    @property
+    def config(self):
+        return self.daemon.config
+
+    @property
+    def backend(self):
+        return self.daemon.backend
+
+    def _log(self, message: str) -> None:
+        self.daemon.log(f"{self.issue_id} {message}")
+
+    def _transition(self, changes: dict[str, Any], event: str, summary: str,
+                    trailers: dict[str, str] | None = None) -> Issue | None:
+        """A state commit, made only while this agent still holds the issue."""
+
+        def still_mine(current: Issue) -> None:
+            if current.status != "in_progress" or current.assignee != self.agent_id:
+                raise Refused(f"{self.issue_id} is {current.status} ({current.assignee or 'unassigned'})")
+
+        return issues.update(self.project, self.issue_id, changes, event=event, agent=self.agent_id,
+                             summary=summary, check=still_mine, trailers=trailers)
+
+    # -- the lifecycle ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        budget = self.daemon.runtime.budget(self.issue_id)
+        previous_failure = budget.last_error if budget.failures else ""
+        resume = False
+        try:
+            while True:
+                self._check_stop()
+                outcome = await self._attempt(previous_failure, resume)
+                if outcome.ok:
+                    self._finish_done(outcome)
+                    return
+                budget = self.daemon.runtime.budget(self.issue_id)
+                if outcome.provider:
+                    decision = escalation.Decision(escalation.RETRY, "provider failure (not counted)")
+                else:
+                    escalation.record_failure(budget, outcome.error, time.time())
+                    decision = escalation.decide(budget, self.config, time.time(), hopeless=outcome.hopeless)
+                self._log(f"failed: {outcome.error} → {decision.reason}")
+                previous_failure = outcome.error
+                if decision.action == escalation.ESCALATE:
+                    self.daemon.runtime.save_budget(budget)
+                    self._escalate(decision.reason, outcome.error)
+                    return
+                if decision.action == escalation.RETRY:
+                    if not outcome.provider:
+                        budget.retries += 1
+                    self.daemon.runtime.save_budget(budget)
+                    self._transition({}, "retry", f"retry {self.issue_id}: {outcome.error[:120]}",
+                                     {"Hive-Reason": _one_line(outcome.error),
+                                      "Hive-Attempt": str(budget.retries + 1)})
+                    resume = True
+                    if outcome.provider:
+                        await self.daemon.wait_provider_healthy()
+                    continue
+                budget.retries = 0
+                budget.switches += 1
+                self.daemon.runtime.save_budget(budget)
+                await self._switch_agent(outcome.error)
+                resume = False
+        except Canceled:
+            return
+        except Refused as exc:
+            self._log(f"stopped: {exc}")
+        finally:
+            await self._close_session()
+            self.daemon.worker_finished(self)
+
+    def _check_stop(self) -> None:
+        if self.stop_reason:
+            raise Canceled(self.stop_reason)
+
+    async def _prepare_worktree(self) -> None:
+        """A clean worktree from the target branch plus unmerged blocker work."""
+        issue = self.project.index.get(self.issue_id)
+        blockers = []
+        for blocker_id in (issue.depends_on if issue else []):
+            blocker = self.project.index.get(blocker_id)
+            if blocker is not None and blocker.status == "done":
+                blockers.append((blocker_id, worktrees.branch_name(blocker_id)))
+        paths, target = self.project.paths, self.config.target_branch
+
+        def build() -> worktrees.Worktree:
+            repo = worktrees.open_repo(paths)
+            base, combined, skipped = worktrees.compute_base(repo, target, blockers)
+            tree = worktrees.create(paths, self.issue_id, base)
+            tree.combined, tree.skipped = combined, skipped
+            return tree
+
+        self.worktree = await asyncio.to_thread(build)
+        self.notes_offset = 0
+        self.daemon.runtime.update_agent(self.agent_id, worktree=str(self.worktree.path),
+                                         branch=self.worktree.branch, base_commit=self.worktree.base_commit)
+        self.daemon.watch_worktree(self)
+
+    async def _attempt(self, previous_failure: str, resume: bool) -> Outcome:
+        if self.worktree is None or not self.worktree.path.exists():
+            try:
+                await self._prepare_worktree()
+            except Exception as exc:  # noqa: BLE001 - any setup failure follows the policy
+                return await self._setup_failed(f"worktree: {exc}")
+        self._check_stop()
+        (self.worktree.path / protocol.RESULT_FILE).unlink(missing_ok=True)
+        issue = self.project.index.get(self.issue_id)
+        if issue is None or issue.status != "in_progress" or issue.assignee != self.agent_id:
+            raise Canceled("the issue changed hands before the agent started")
+        self.parent = issue.parent
+        try:
+            await self._ensure_session(issue, resume)
+        except Exception as exc:  # noqa: BLE001
+            return await self._setup_failed(f"session: {exc}")
+        prompt = self._prompt(issue, previous_failure)
+        try:
+            await asyncio.wait_for(self.fyi_drained.wait(), timeout=30)
+        except asyncio.TimeoutError:
+            self.fyi_outstanding = 0  # an FYI that never got its idle must not block the work
+        self.turn = asyncio.get_running_loop().create_future()
+        self.daemon.runtime.update_agent(self.agent_id, state="busy")
+        await self.backend.send_message_async(self.session_id, prompt)
+        turn = await self._wait_turn()
+        self._harvest_notes(final=True)
+        return self._judge(turn)
+
+    async def _setup_failed(self, error: str) -> Outcome:
+        """A failure before the agent started: back off (no hot loop), count it, go on."""
+        budget = self.daemon.runtime.budget(self.issue_id)
+        delay = escalation.backoff_seconds(len(budget.failures or []) + 1)
+        self._log(f"{error}; backing off {delay:.1f}s")
+        await self.daemon.sleep_unless_stopped(delay, self)
+        self.worktree = None
+        return Outcome(False, error)
+
+    async def _ensure_session(self, issue: Issue, resume: bool) -> None:
+        if self.session_id:
+            status = await self.backend.get_session_status(self.session_id)
+            if status.state != "exited":
+                return
+            resume = True
+        from hive.backends.base import SessionSpec
+
+        budget = self.daemon.runtime.budget(self.issue_id)
+        previous = self.session_id or (budget.last_session if resume else "")
+        spec = SessionSpec(role="worker", cwd=str(self.worktree.path), model=self.config.model_for("worker"),
+                           system_prompt=WORKER_SYSTEM_PROMPT, resume=previous if resume else "",
+                           issue_id=self.issue_id, labels=tuple(issue.labels),
+                           env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id})
+        new_id = await self.backend.create_session(spec)
+        if new_id != previous:
+            self.session_tokens = 0  # a fresh session counts its usage from zero
+        self.session_id = new_id
+        self.fyi_outstanding = 0
+        self.fyi_drained.set()
+        self.daemon.sessions[self.session_id] = self
+        budget.last_session = self.session_id
+        self.daemon.runtime.save_budget(budget)
+        status = await self.backend.get_session_status(self.session_id)
+        from hive.runtime import process_start_time
+
+        self.daemon.runtime.update_agent(self.agent_id, session_id=self.session_id, pid=status.pid or 0,
+                                         pid_start=process_start_time(status.pid) if status.pid else "")
+
+    def _prompt(self, issue: Issue, previous_failure: str) -> str:
+        index = self.project.index
+        epic = index.get(issue.parent) if issue.parent else None
+        siblings = [i.id for i in index.list(parent=issue.parent)] if issue.parent else []
+        epic_notes = index.notes(issues=[*siblings, issue.parent]) if issue.parent else index.notes(issue=issue.id)
+        project_notes = index.notes(limit=15)
+        context_file = self.project.store.snapshot().read("context.md") or b""
+        assert self.worktree is not None
+        return worker_prompt(issue, context=context_file.decode("utf-8", "replace"), epic=epic,
+                             epic_notes=epic_notes, project_notes=project_notes,
+                             previous_failure=previous_failure, combined_blockers=self.worktree.combined,
+                             skipped_blockers=self.worktree.skipped)
+
+    async def _wait_turn(self) -> TurnResult:
+        assert self.turn is not None
+        try:
+            return await self.turn
+        finally:
+            self.turn = None
+
+    def _judge(self, turn: TurnResult) -> Outcome:
+        assert self.worktree is not None
+        if self.stop_reason:
+            raise Canceled(self.stop_reason)
+        over = self._over_budget()
+        if over:
+            return Outcome(False, over, hopeless=over)
+        if not turn.ok:
+            return Outcome(False, turn.error or "the agent's turn failed", provider=turn.provider_error)
+        result = protocol.read_result(self.worktree.path)
+        if result.status in ("missing", "garbage"):
+            return Outcome(False, result.problem)
+        if not result.ok:
+            return Outcome(False, f"agent reported {result.status}: {result.summary or 'no summary'}")
+        if not worktrees.has_new_commits(self.project.paths, self.issue_id, self.worktree.base_commit):
+            return Outcome(False, "the agent reported success but committed nothing on its branch")
+        return Outcome(True, summary=result.summary, test_command=result.test_command)
+
+    def _over_budget(self) -> str:
+        budget = self.daemon.runtime.budget(self.issue_id)
+        limit = self.config.max_tokens_per_issue
+        if limit and budget.tokens > limit:
+            return f"token budget exceeded: {budget.tokens} > {limit} tokens"
+        return ""
+
+    # -- endings ----------------------------------------------------------------------------
+
+    def _finish_done(self, outcome: Outcome) -> None:
+        assert self.worktree is not None
+        trailers = {"Hive-Base": self.worktree.base_commit,
+                    "Hive-Head": worktrees.head_of(self.project.paths, self.issue_id) or ""}
+        if outcome.test_command:
+            trailers["Hive-Test-Command"] = _one_line(outcome.test_command)
+        done = self._transition({"status": "done"}, "done",
+                                f"done {self.issue_id}: {_one_line(outcome.summary)[:100] or 'work committed'}",
+                                trailers)
+        if done is None:
+            return
+        self.daemon.runtime.reset_budget(self.issue_id)
+        self._log(f"done ({outcome.summary[:80] or 'no summary'})")
+        self.daemon.handoff_done(self, outcome)
+
+    def _escalate(self, reason: str, error: str) -> None:
+        self._transition({"status": "escalated"}, "escalated", f"escalate {self.issue_id}: {reason}",
+                         {"Hive-Reason": _one_line(f"{reason}; last error: {error}")})
+        self._log(f"escalated: {reason}")
+
+    async def _switch_agent(self, error: str) -> None:
+        old = self.agent_id
+        await self._close_session()
+        self.session_id = ""
+        await asyncio.to_thread(worktrees.remove, self.project.paths, self.issue_id)
+        self.worktree = None
+        self.agent_id = new_agent_id()
+        self.daemon.runtime.remove_agent(old)
+        self.daemon.runtime.add_agent(id=self.agent_id, issue_id=self.issue_id, role="worker",
+                                      backend=self.backend.name)
+        self.daemon.agents_changed()
+        issues.update(self.project, self.issue_id, {"assignee": self.agent_id}, event="switched",
+                      agent=self.agent_id, summary=f"switch {self.issue_id} from {old} to {self.agent_id}",
+                      check=_held_by(self.issue_id, old), trailers={"Hive-Reason": _one_line(error),
+                                                                    "Hive-Previous-Agent": old})
+        self._log(f"switched to a fresh agent {self.agent_id}")
+
+    async def _close_session(self) -> None:
+        if self.session_id:
+            self.daemon.sessions.pop(self.session_id, None)
+            try:
+                await self.backend.delete_session(self.session_id)
+            except (KeyError, RuntimeError):
+                pass
+
+    async def abort(self, reason: str) -> None:
+        """Stop the agent now (cancel, stop, stall, budget); the run() task then ends."""
+        self.stop_reason = reason
+        if self.session_id:
+            try:
+                await self.backend.abort_session(self.session_id)
+            except (KeyError, RuntimeError):
+                pass
+        if self.turn is not None and not self.turn.done():
+            self.turn.set_result(TurnResult(False, reason))
+
+    # -- events from the backend (via the daemon) -------------------------------------------
+
+    def on_activity(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def on_idle(self, result: TurnResult) -> None:
+        self.on_activity()
+        if self.turn is not None and not self.turn.done():
+            self.turn.set_result(result)
+        elif self.fyi_outstanding:
+            self.fyi_outstanding -= 1
+            if not self.fyi_outstanding:
+                self.fyi_drained.set()
+
+    async def send_fyi(self, text: str) -> None:
+        """Relay a sibling's note; it is queued behind the turn in progress."""
+        if not self.session_id:
+            return
+        self.fyi_outstanding += 1
+        self.fyi_drained.clear()
+        try:
+            await self.backend.send_message_async(self.session_id, text)
+        except (KeyError, RuntimeError):
+            self.fyi_outstanding -= 1
+            if not self.fyi_outstanding:
+                self.fyi_drained.set()
+
+    def on_usage(self, total_tokens: int, cost: float) -> None:
+        self.on_activity()
+        delta = max(0, total_tokens - self.session_tokens)
+        self.session_tokens = total_tokens
+        budget = self.daemon.runtime.budget(self.issue_id)
+        budget.tokens += delta
+        budget.cost_usd = max(budget.cost_usd, cost)
+        self.daemon.runtime.save_budget(budget)
+        self.daemon.runtime.update_agent(self.agent_id, tokens=budget.tokens)
+        self.daemon.tokens_spent(delta)
+        limit = self.config.max_tokens_per_issue
+        if limit and budget.tokens > limit and self.turn is not None and not self.turn.done():
+            asyncio.ensure_future(self._abort_turn(f"token budget exceeded: {budget.tokens} > {limit} tokens"))
+
+    async def _abort_turn(self, reason: str) -> None:
+        if self.session_id:
+            try:
+                await self.backend.abort_session(self.session_id)
+            except (KeyError, RuntimeError):
+                pass
+        if self.turn is not None and not self.turn.done():
+            self.turn.set_result(TurnResult(False, reason))
+
+    def _harvest_notes(self, final: bool = False) -> None:
+        if self.worktree is None:
+            return
+        batch = protocol.read_new_notes(self.worktree.path, self.notes_offset)
+        self.notes_offset = batch.offset
+        for problem in batch.problems:
+            self._log(f"bad note ignored: {problem}")
+        if not batch.notes:
+            return
+        stamped = [issues.note_line(n["content"], n["category"], issue=self.issue_id, agent=self.agent_id)
+                   for n in batch.notes]
+        issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
+        self._log(f"{len(stamped)} note(s) harvested")
+        self.daemon.relay_notes(self, stamped)
+
+    def notes_changed(self) -> None:
+        self.on_activity()
+        self._harvest_notes()
+
+
+def _held_by(issue_id: str, agent_id: str):
+    def check(current: Issue) -> None:
+        if current.status != "in_progress" or current.assignee != agent_id:
+            raise Refused(f"{issue_id} is no longer held by {agent_id}")
+    return check
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:500]
+

@@ -1,0 +1,141 @@
+"""Worker worktrees: `<git-common-dir>/hive/worktrees/<id>` on branch `hive/work/<id>` (pygit2).
+
+A dependent starts from its blockers' code: its base is the target branch plus the work of every
+blocker that is `done` but not yet merged (fast-forwarding to a blocker's branch when it already
+contains the target, otherwise a merge commit of the blockers' branches). The base commit is
+recorded so that the merge pipeline later replays only the worker's own commits.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from hive import git
+from hive.errors import HiveError
+from hive.state.issue_file import is_valid_id
+from hive.state.store import signature_for
+
+
+@dataclass
+class Worktree:
+    issue_id: str
+    path: Path
+    branch: str
+    base_commit: str
+    combined: list[str] = field(default_factory=list)   # blockers whose unmerged work is in the base
+    skipped: list[str] = field(default_factory=list)    # blockers whose work could not be combined
+
+
+def branch_name(issue_id: str) -> str:
+    if not is_valid_id(issue_id):
+        raise HiveError(f"refusing to make a branch for an invalid issue id {issue_id!r}")
+    return f"hive/work/{issue_id}"
+
+
+def worktree_path(paths: git.RepoPaths, issue_id: str) -> Path:
+    branch_name(issue_id)  # validates the id before it touches a path
+    return paths.worktrees_dir / issue_id
+
+
+def open_repo(paths: git.RepoPaths) -> pygit2.Repository:
+    return pygit2.Repository(str(paths.common_dir))
+
+
+def target_tip(repo: pygit2.Repository, target_branch: str) -> pygit2.Commit:
+    ref = repo.references.get(f"refs/heads/{target_branch}")
+    if ref is None:
+        raise HiveError(f"target branch {target_branch!r} does not exist")
+    return ref.peel(pygit2.Commit)
+
+
+def compute_base(repo: pygit2.Repository, target_branch: str,
+                 blocker_branches: list[tuple[str, str]]) -> tuple[str, list[str], list[str]]:
+    """The commit to start from: target + unmerged blocker work. Returns (oid, combined, skipped)."""
+    base = target_tip(repo, target_branch)
+    combined, skipped = [], []
+    for blocker_id, branch in blocker_branches:
+        ref = repo.references.get(f"refs/heads/{branch}")
+        if ref is None:
+            continue
+        work = ref.peel(pygit2.Commit)
+        if work.id == base.id or repo.descendant_of(base.id, work.id):
+            continue  # already contained
+        if repo.descendant_of(work.id, base.id):
+            base = work
+            combined.append(blocker_id)
+            continue
+        index = repo.merge_commits(base, work)
+        if index.conflicts is not None:
+            skipped.append(blocker_id)
+            continue
+        tree = index.write_tree(repo)
+        signature = signature_for(repo)
+        oid = repo.create_commit(None, signature, signature,
+                                 f"hive: start from the unmerged work of {blocker_id}\n", tree,
+                                 [base.id, work.id])
+        base = repo[oid]
+        combined.append(blocker_id)
+    return str(base.id), combined, skipped
+
+
+def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
+    """A clean worktree for the issue on a fresh `hive/work/<id>` at `base_commit`."""
+    repo = open_repo(paths)
+    branch = branch_name(issue_id)
+    remove(paths, issue_id, repo=repo)
+    path = worktree_path(paths, issue_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit], force=True)
+    repo.add_worktree(issue_id, str(path), ref)
+    return Worktree(issue_id, path, branch, base_commit)
+
+
+def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
+           repo: pygit2.Repository | None = None) -> None:
+    """Remove the issue's worktree (files, git admin dir) and, unless told not to, its branch."""
+    repo = repo or open_repo(paths)
+    path = worktree_path(paths, issue_id)
+    if path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+    if issue_id in repo.list_worktrees():
+        try:
+            repo.lookup_worktree(issue_id).prune(True)
+        except pygit2.GitError:
+            shutil.rmtree(paths.common_dir / "worktrees" / issue_id, ignore_errors=True)
+    if delete_branch:
+        branch = repo.branches.local.get(branch_name(issue_id))
+        if branch is not None:
+            branch.delete()
+
+
+def head_of(paths: git.RepoPaths, issue_id: str) -> str | None:
+    ref = open_repo(paths).references.get(f"refs/heads/{branch_name(issue_id)}")
+    return str(ref.target) if ref is not None else None
+
+
+def has_new_commits(paths: git.RepoPaths, issue_id: str, base_commit: str) -> bool:
+    """Whether the work branch holds commits of its own beyond the commit it started from."""
+    repo = open_repo(paths)
+    head = head_of(paths, issue_id)
+    if head is None or head == base_commit:
+        return False
+    try:
+        return not repo.descendant_of(base_commit, head)
+    except (pygit2.GitError, ValueError):
+        return False
+
+
+def leftover_worktrees(paths: git.RepoPaths) -> list[str]:
+    """Issue ids that have a worktree directory or a work branch on disk."""
+    repo = open_repo(paths)
+    ids = set()
+    if paths.worktrees_dir.is_dir():
+        ids.update(p.name for p in paths.worktrees_dir.iterdir() if is_valid_id(p.name))
+    for name in repo.branches.local:
+        if name.startswith("hive/work/") and is_valid_id(name.removeprefix("hive/work/")):
+            ids.add(name.removeprefix("hive/work/"))
+    return sorted(ids)
