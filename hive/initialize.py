@@ -57,8 +57,20 @@ def initialize(where: Path | str | None = None) -> list[str]:
     _register_merge_driver(paths, done)
     _add_excludes(paths, done)
     _install_hooks(paths, done)
+    record_target_branch(paths)
     _create_checkout(repo, paths, done)
     return done
+
+
+def record_target_branch(paths: git.RepoPaths, target: str | None = None) -> None:
+    """Tell the guard hook which branch workers may not move (`hive.targetBranch`)."""
+    if target is None:
+        from hive import config
+
+        target = config.load(paths).target_branch
+    if git.config_get(paths.common_dir, "hive.targetBranch") != target:
+        git.run(["config", "--file", str(paths.common_dir / "config"), "hive.targetBranch", target],
+                paths.worktree)
 
 
 def _create_state_branch(repo: pygit2.Repository, paths: git.RepoPaths, done: list[str]) -> None:

@@ -50,6 +50,11 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     results.append((not problems, f"issue files: {len(problems)} problem(s)" if problems else "issue files"))
     for problem in problems:
         results.append((False, f"  {problem}"))
+    from hive.state.history import double_claims
+
+    doubles = double_claims(paths)
+    results.append((not doubles, "history: no issue held by two agents at once" if not doubles
+                    else f"history: {len(doubles)} double claim(s): {doubles[0]}"))
     try:
         config = project.config
     except BadInput as exc:

@@ -1,4 +1,4 @@
-"""Issue commands: create, list, show, log, edit, update, dep, cancel, retry, finalize."""
+"""Issue commands: create, list, show, log, edit, update, dep, cancel, retry."""
 
 from __future__ import annotations
 
@@ -100,30 +100,19 @@ def show(issue_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def log(issue_id: str, as_json: bool) -> None:
     """The history of one issue: every commit of hive/state that touched it."""
-    from hive import git
-    from hive.state import layout
+    from hive.state import history
 
     project = open_project()
     issue_id = resolve(project, issue_id)
-    fields = ["%H", "%aI", "%an", "%s", "%(trailers:key=Hive-Event,valueonly,separator=)",
-              "%(trailers:key=Hive-Agent,valueonly,separator=)"]
-    paths = [*layout.candidate_paths(issue_id), layout.notes_path(issue_id)]
-    proc = git.run(["log", "--reverse", "--format=" + "%x1f".join(fields) + "%x1e", git.STATE_REF,
-                    "--", *paths], project.paths.worktree)
-    entries = []
-    for record in proc.stdout.split("\x1e"):
-        parts = record.strip("\n").split("\x1f")
-        if len(parts) != len(fields):
-            continue
-        oid, when, author, subject, event, agent = (p.strip() for p in parts)
-        entries.append({"commit": oid, "at": when, "author": author, "event": event or "edited",
-                        "agent": agent, "summary": subject})
+    entries = list(history.events(project.paths, issue_id))
     if as_json:
-        print_json(entries)
+        print_json([e.to_json() for e in entries])
         return
     for e in entries:
-        who = e["agent"] or e["author"]
-        click.echo(f"{e['at']}  {e['commit'][:10]}  {e['event']:<12} {who:<16} {e['summary']}")
+        who = e.agent or e.author
+        reason = e.trailers.get("Hive-Reason", "")
+        click.echo(f"{e.at}  {e.commit[:10]}  {e.event:<12} {who:<16} {e.summary}"
+                   + (f"\n{'':>36}reason: {reason}" if reason else ""))
 
 
 @click.command()
@@ -265,10 +254,3 @@ def cancel(issue_id: str) -> None:
 def retry(issue_id: str) -> None:
     """Put an escalated, failed or canceled issue back in the queue with a fresh retry budget."""
     _set_status(issue_id, "open", ("escalated", "failed", "canceled"), "retried")
-
-
-@click.command()
-@click.argument("issue_id")
-def finalize(issue_id: str) -> None:
-    """Mark a done issue as finalized (its work is merged)."""
-    _set_status(issue_id, "finalized", ("done",), "finalized")

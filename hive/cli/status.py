@@ -18,7 +18,26 @@ def collect(project: Project) -> dict:
     ready = project.index.ready()
     attention = [{"issue": i.id, "status": i.status, "title": i.title}
                  for i in project.index.list(["escalated", "failed"])]
+    from hive.runtime import DaemonLock, Runtime
+
+    runtime = Runtime(project.paths)
+    now = time.time()
+    daemon_pid = DaemonLock(project.paths).holder()
+    agents = [{"issue": a["issue_id"], "agent": a["id"], "role": a["role"], "state": a["state"],
+               "age_seconds": round(now - (a["started_at"] or now)), "tokens": a["tokens"] or 0}
+              for a in runtime.agents()] if daemon_pid else []
+    queue = [{"issue": row["issue_id"], "state": row["state"], "detail": row["detail"] or ""}
+             for row in runtime.db.execute("SELECT * FROM merge_queue ORDER BY seq")]
+    for entry in queue:
+        if entry["state"] == "waiting":
+            attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"]})
+    degraded = runtime.get("degraded")
+    runtime.close()
     return {
+        "daemon": {"running": bool(daemon_pid), "pid": daemon_pid or None,
+                   "degraded": degraded or None},
+        "agents": agents,
+        "merge_queue": queue,
         "counts": {s: counts.get(s, 0) for s in STATUSES},
         "total": sum(counts.values()),
         "ready": [i.id for i in ready],
@@ -33,9 +52,21 @@ def render(data: dict) -> None:
     counts = data["counts"]
     click.echo("issues: " + " · ".join(f"{s} {n}" for s, n in counts.items() if n) if data["total"] else "issues: none")
     click.echo(f"ready: {len(data['ready'])}" + (f" (next: {', '.join(data['ready'][:5])})" if data["ready"] else ""))
-    for key, title in (("agents", "agents"), ("merge_queue", "merge queue")):
-        if key in data:
-            click.echo(f"{title}: " + (", ".join(map(str, data[key])) if data[key] else "none"))
+    daemon = data["daemon"]
+    click.echo("daemon: " + (f"running (pid {daemon['pid']})" if daemon["running"] else "not running"))
+    if daemon["degraded"]:
+        click.echo(click.style(f"degraded: {daemon['degraded']} — new agents paused", fg="yellow"))
+    if data["agents"]:
+        click.echo("agents:")
+        for agent in data["agents"]:
+            click.echo(f"  {agent['issue']}  {agent['agent']:<10} {agent['role']:<8} "
+                       f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens")
+    else:
+        click.echo("agents: none")
+    if data["merge_queue"]:
+        click.echo("merge queue:")
+        for entry in data["merge_queue"]:
+            click.echo(f"  {entry['issue']}  {entry['state']:<8} {entry['detail']}")
     if data["needs_attention"]:
         click.echo("needs attention:")
         for item in data["needs_attention"]:
@@ -44,6 +75,14 @@ def render(data: dict) -> None:
         click.echo("problems:")
         for line in data["problems"]:
             click.echo(f"  {line}")
+
+
+def _age(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
 
 
 @click.command()
@@ -56,8 +95,20 @@ def status(as_json: bool, watch: bool) -> None:
         data = collect(project)
         print_json(data) if as_json else render(data)
         return
-    while True:
+    from watchfiles import watch as watch_files
+
+    from hive.state.watch import watched_paths
+
+    def show() -> None:
         data = collect(project)
         click.clear()
         render(data)
-        time.sleep(1)
+
+    show()
+    try:
+        # woken by any state or runtime change; the timeout keeps agent ages fresh
+        for _ in watch_files(*watched_paths(project), watch_filter=None, debounce=100, step=20,
+                             rust_timeout=5000, yield_on_timeout=True):
+            show()
+    except KeyboardInterrupt:
+        pass

@@ -8,6 +8,8 @@ import click
 
 from hive.project import Project
 
+SAFETY_TICK_MS = 1000
+
 
 @click.command()
 def watch() -> None:
@@ -19,9 +21,13 @@ def watch() -> None:
     click.echo(f"watching {project.paths.state_checkout} (Ctrl-C to stop)")
 
     async def loop() -> None:
-        async for wake in wakeups(project):
-            if wake.checkout_paths:
-                result = project.checkout.absorb(full=needs_full_scan(wake.checkout_paths))
+        first = True
+        # The slow tick is a safety net, not the hot path: the first wakeup (a tick or an event)
+        # comes once the watcher is live, and then sweeps up what was saved while it started.
+        async for wake in wakeups(project, timeout_ms=SAFETY_TICK_MS):
+            if wake.checkout_paths or first:
+                result = project.checkout.absorb(full=first or needs_full_scan(wake.checkout_paths))
+                first = False
                 for path in result.committed:
                     click.echo(f"committed .hive/{path}")
                 for problem in result.problems:

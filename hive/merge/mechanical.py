@@ -15,6 +15,7 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import pygit2
 
@@ -167,3 +168,64 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     if worktree.exists():
         work = pygit2.Repository(str(worktree))
         work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
+
+
+@dataclass
+class Landing:
+    status: str            # merged | conflict | tests | waiting
+    commit: str = ""       # merged: the commit the target now points at
+    detail: str = ""
+
+
+MAX_TARGET_RACES = 20
+
+
+def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
+         test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
+         trust_head: bool = False) -> Landing:
+    """The whole mechanical tier for one branch: replay, test, fast-forward.
+
+    `record(commit)` is called before the target moves, so that an interrupted merge can tell
+    afterwards whether it landed. With `trust_head`, a head that does not sit on the target is
+    replayed from its merge base (used after the refinery rewrote the branch).
+    """
+    repo = worktrees.open_repo(paths)
+    for _ in range(MAX_TARGET_RACES):
+        ref = repo.references.get(f"refs/heads/{target}")
+        if ref is None:
+            return Landing("waiting", detail=f"target branch {target} does not exist")
+        tip = str(ref.target)
+        if head == tip or repo.descendant_of(head, tip):
+            candidate = head
+        else:
+            start = "" if trust_head else base
+            if not start or not _is_commit(repo, start):
+                merge_base = repo.merge_base(head, tip)
+                start = str(merge_base) if merge_base else ""
+            replayed = replay(repo, head, start, tip)
+            if not replayed.ok:
+                return Landing("conflict", detail=replayed.detail)
+            candidate = replayed.head
+        if candidate != head:
+            sync_worktree(paths, issue_id, candidate)
+        worktree = worktrees.worktree_path(paths, issue_id)
+        for command in test_commands:
+            result = run_test(command, worktree, timeout)
+            if not result.ok:
+                why = "timed out" if result.timed_out else "failed"
+                return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")
+        record(candidate)
+        moved = fast_forward(paths, repo, target, tip, candidate)
+        if moved.ok:
+            return Landing("merged", commit=candidate)
+        if moved.waiting:
+            return Landing("waiting", detail=moved.waiting)
+        head, base, trust_head = candidate, tip, False  # the target moved meanwhile: go again
+    return Landing("waiting", detail="the target branch kept moving")
+
+
+def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
+    try:
+        return isinstance(repo[oid], pygit2.Commit)
+    except (KeyError, ValueError):
+        return False

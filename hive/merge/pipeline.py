@@ -32,9 +32,6 @@ from hive.state.store import Refused
 if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
 
-MAX_TARGET_RACES = 20
-
-
 @dataclass
 class Entry:
     seq: int
@@ -205,52 +202,25 @@ class MergeProcessor:
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
                      from_refinery: bool = False) -> bool:
-        paths, target = self.project.paths, self.config.target_branch
-        for _ in range(MAX_TARGET_RACES):
-            tip = str(repo.references[f"refs/heads/{target}"].target)
-            if head == tip or repo.descendant_of(head, tip):
-                candidate = head
-            else:
-                base = entry.base_commit if entry.base_commit and not from_refinery else ""
-                if not base or not _is_commit(repo, base):
-                    merge_base = repo.merge_base(head, tip)
-                    base = str(merge_base) if merge_base else ""
-                replayed = await asyncio.to_thread(mechanical.replay, repo, head, base, tip)
-                if not replayed.ok:
-                    return await self._to_refinery(issue, entry, "conflict", replayed.detail, from_refinery)
-                candidate = replayed.head
-            if candidate != head:
-                await asyncio.to_thread(mechanical.sync_worktree, paths, issue.id, candidate)
-            failure = await self._run_tests(entry)
-            if failure:
-                return await self._to_refinery(issue, entry, "tests", failure, from_refinery)
-            self._update(entry, merged_commit=candidate)
-            moved = await asyncio.to_thread(mechanical.fast_forward, paths, repo, target, tip, candidate)
-            if moved.ok:
-                self._finalize(issue, entry, candidate)
-                return True
-            if moved.waiting:
-                if entry.detail != moved.waiting:
-                    self.daemon.log(f"{issue.id} {moved.waiting}")
-                self._update(entry, state="waiting", detail=moved.waiting, merged_commit="")
-                return False
-            head = candidate  # the target moved meanwhile: replay again onto the new tip
-            entry.base_commit = tip
-        self._update(entry, state="waiting", detail="the target branch kept moving")
-        return False
-
-    async def _run_tests(self, entry: Entry) -> str:
-        worktree = worktrees.worktree_path(self.project.paths, entry.issue_id)
-        if not worktree.exists():
-            await asyncio.to_thread(_recreate_worktree, self.project.paths, entry.issue_id)
+        paths = self.project.paths
+        if not worktrees.worktree_path(paths, issue.id).exists():
+            await asyncio.to_thread(_recreate_worktree, paths, issue.id)
         commands = [c for c in (entry.test_command, self.config.test_command) if c]
-        for command in commands:
-            result = await asyncio.to_thread(mechanical.run_test, command, worktree,
-                                             self.config.test_timeout_seconds)
-            if not result.ok:
-                why = "timed out" if result.timed_out else "failed"
-                return f"`{command}` {why}:\n{result.output}"
-        return ""
+        landing = await asyncio.to_thread(
+            mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
+            self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
+            from_refinery)
+        if landing.status == "merged":
+            self._finalize(issue, entry, landing.commit)
+            return True
+        if landing.status == "waiting":
+            if entry.detail != landing.detail:
+                self.daemon.log(f"{issue.id} {landing.detail}")
+            self._update(entry, state="waiting", detail=landing.detail, merged_commit="")
+            return False
+        self._update(entry, merged_commit="")
+        kind = "conflict" if landing.status == "conflict" else "tests"
+        return await self._to_refinery(issue, entry, kind, landing.detail, from_refinery)
 
     async def _to_refinery(self, issue: Issue, entry: Entry, kind: str, detail: str,
                            from_refinery: bool) -> bool:
@@ -361,25 +331,16 @@ def _recreate_worktree(paths: Any, issue_id: str) -> None:
 
 def _done_base(project: Any, issue_id: str) -> str:
     """The base commit a worker recorded in its `done` commit (Hive-Base trailer), if any."""
-    from hive import git
+    from hive.state import history
 
-    proc = git.run(["log", "-1", "--format=%(trailers:key=Hive-Base,valueonly,separator=)",
-                    "--grep", f"^Hive-Issue: {issue_id}$", "--grep", "^Hive-Event: done$", "--all-match",
-                    git.STATE_REF], project.paths.worktree, check=False)
-    return proc.stdout.strip()
+    done = history.last_event(project.paths, issue_id, "done")
+    return done.trailers.get("Hive-Base", "") if done else ""
 
 
 def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
     try:
         return tip == commit or repo.descendant_of(tip, commit)
     except (pygit2.GitError, ValueError, KeyError):
-        return False
-
-
-def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
-    try:
-        return isinstance(repo[oid], pygit2.Commit)
-    except (KeyError, ValueError):
         return False
 
 
@@ -395,5 +356,3 @@ def _entry(row: Any) -> Entry:
                  state=row["state"], detail=row["detail"] or "", refinery_attempts=row["refinery_attempts"] or 0,
                  test_command=row["test_command"] or "", merged_commit=row["merged_commit"] or "")
 
-
-__all__ = ["attach", "MergeProcessor", "finalize_epics", "Event"]

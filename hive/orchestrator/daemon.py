@@ -50,6 +50,7 @@ class Daemon:
         self.token_cap_reached = False
         self.provider_healthy = asyncio.Event()
         self.provider_healthy.set()
+        self._probe_task: asyncio.Task[None] | None = None
         self.merge = None           # set by attach_merge_pipeline()
         self._log = log or (lambda line: print(line, flush=True))
         self._watch_tasks: dict[str, asyncio.Task[None]] = {}
@@ -70,6 +71,9 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
+        from hive.initialize import record_target_branch
+
+        record_target_branch(self.project.paths, self.config.target_branch)
         self.runtime.put("daemon_pid", str(os.getpid()))
         self.runtime.put("daemon_started", str(time.time()))
         watcher = asyncio.create_task(self._watch_state())
@@ -93,6 +97,9 @@ class Daemon:
             for task in self._watch_tasks.values():
                 task.cancel()
             self.runtime.delete("daemon_pid")
+            self.runtime.delete("degraded")
+            if self._probe_task is not None:
+                self._probe_task.cancel()
             self.lock.release()
         return 0
 
@@ -278,7 +285,45 @@ class Daemon:
         await self.backend.reply_permission(event.session_id, request.request_id, verdict.allow, verdict.reason)
 
     def _on_provider_error(self, event: Event) -> None:
-        self.log(f"provider error: {event.data}")
+        data = event.data if isinstance(event.data, dict) else {}
+        status = data.get("status")
+        self.enter_degraded(f"provider error{f' {status}' if status else ''}: {data.get('message', '')}"[:200])
+
+    # -- degraded mode: the provider keeps failing ------------------------------------------------
+
+    def enter_degraded(self, reason: str) -> None:
+        """Pause spawning; probe the provider with exponential back-off until it answers again.
+
+        Provider failures do not burn issues' retry budgets nor feed the anomaly detector.
+        """
+        if not self.provider_healthy.is_set():
+            return
+        self.provider_healthy.clear()
+        self.runtime.put("degraded", reason)
+        self.log(f"degraded: {reason}; pausing new agents until the provider answers")
+        self._probe_task = asyncio.create_task(self._probe_provider())
+
+    async def _probe_provider(self) -> None:
+        delay = 1.0
+        while not self.stopping.is_set():
+            self.runtime.put("degraded_retry_in", f"{delay:.0f}")
+            try:
+                await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+                return
+            except asyncio.TimeoutError:
+                pass
+            try:
+                healthy = await self.backend.health_check()
+            except Exception:  # noqa: BLE001 - a probe that fails is an unhealthy provider
+                healthy = False
+            if healthy:
+                self.runtime.delete("degraded")
+                self.runtime.delete("degraded_retry_in")
+                self.provider_healthy.set()
+                self.log("provider healthy again: resuming")
+                self.wake.set()
+                return
+            delay = min(60.0, delay * 2)
 
     async def wait_provider_healthy(self) -> None:
         await self.provider_healthy.wait()

@@ -50,6 +50,7 @@ class Worker:
         self.session_id = ""
         self.worktree: worktrees.Worktree | None = None
         self.turn: asyncio.Future[TurnResult] | None = None
+        self.turn_abort_reason = ""    # why hive aborted the turn in progress (stall, budget)
         self.notes_offset = 0
         self.session_tokens = 0
         self.last_activity = time.monotonic()
@@ -105,6 +106,7 @@ class Worker:
                     return
                 budget = self.daemon.runtime.budget(self.issue_id)
                 if outcome.provider:
+                    self.daemon.enter_degraded(outcome.error[:200])
                     decision = escalation.Decision(escalation.RETRY, "provider failure (not counted)")
                 else:
                     escalation.record_failure(budget, outcome.error, time.time())
@@ -188,6 +190,7 @@ class Worker:
         except asyncio.TimeoutError:
             self.fyi_outstanding = 0  # an FYI that never got its idle must not block the work
         self.turn = asyncio.get_running_loop().create_future()
+        self.turn_abort_reason = ""
         self.daemon.runtime.update_agent(self.agent_id, state="busy")
         await self.backend.send_message_async(self.session_id, prompt)
         turn = await self._wait_turn()
@@ -248,9 +251,12 @@ class Worker:
     async def _wait_turn(self) -> TurnResult:
         assert self.turn is not None
         try:
-            return await self.turn
+            result = await self.turn
         finally:
             self.turn = None
+        if not result.ok and self.turn_abort_reason:
+            result = TurnResult(False, self.turn_abort_reason)
+        return result
 
     def _judge(self, turn: TurnResult) -> Outcome:
         assert self.worktree is not None
@@ -377,6 +383,8 @@ class Worker:
             asyncio.ensure_future(self._abort_turn(f"token budget exceeded: {budget.tokens} > {limit} tokens"))
 
     async def _abort_turn(self, reason: str) -> None:
+        if self.turn is not None and not self.turn.done():
+            self.turn_abort_reason = reason  # the session's own "aborted" idle must not hide it
         if self.session_id:
             try:
                 await self.backend.abort_session(self.session_id)

@@ -10,6 +10,7 @@ A missing, corrupt, foreign or outdated index is rebuilt silently.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 import sys
@@ -32,7 +33,7 @@ ISSUE_COLUMNS = ("id", "path", "blob", "title", "status", "priority", "type", "p
                  "depends_on", "labels", "created_at", "updated_at", "body", "extra")
 
 READY_SQL = f"""
-SELECT i.* FROM issues i
+SELECT i.* FROM issues i INDEXED BY issues_ready
 WHERE i.status = 'open' AND i.assignee IS NULL AND i.type != 'epic'
   AND NOT EXISTS (
     SELECT 1 FROM deps d LEFT JOIN issues b ON b.id = d.blocker_id
@@ -145,28 +146,52 @@ class Index:
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = self._usable()
+        if db is not None:
+            return db
+        # Missing, corrupt, foreign or outdated: start afresh. One process at a time, re-checked
+        # under the lock: another process may be doing the same, or already be using the fresh
+        # file, which must not be deleted under it.
+        with open(self.paths.hive_dir / "index.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            db = self._usable()
+            if db is not None:
+                return db
+            self._discard()
+            db = self._connect()
+            self._create_schema(db)
+            return db
+
+    def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
         db.row_factory = sqlite3.Row
         try:
+            db.execute("PRAGMA busy_timeout=60000")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=60000")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _usable(self) -> sqlite3.Connection | None:
+        """A connection to the index file if it holds this repository's index in this schema."""
+        try:
+            db = self._connect()
+        except sqlite3.DatabaseError as exc:
+            _raise_if_busy(exc)
+            return None
+        try:
             version = self._meta(db, "schema_version")
             owner = self._meta(db, "repo")
-        except sqlite3.DatabaseError:
+        except sqlite3.DatabaseError as exc:
             db.close()
-            self._discard()
-            return self._open()
-        if version != SCHEMA_VERSION or owner != str(self.paths.common_dir):
-            db.close()
-            self._discard()
-            db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=60000")
-            self._create_schema(db)
-        return db
+            _raise_if_busy(exc)
+            return None
+        if version == SCHEMA_VERSION and owner == str(self.paths.common_dir):
+            return db
+        db.close()
+        return None
 
     def _discard(self) -> None:
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -238,19 +263,18 @@ class Index:
         return self.catch_up(tip)
 
     def rebuild(self) -> list[Problem]:
-        self.close()
-        self._discard()
-        return self.catch_up(git.read_ref(self.paths.common_dir, git.STATE_REF) or "")
+        """Index the tip from scratch (in place: other processes may have the file open)."""
+        return self.catch_up(git.read_ref(self.paths.common_dir, git.STATE_REF) or "", full=True)
 
-    def catch_up(self, tip: str) -> list[Problem]:
+    def catch_up(self, tip: str, *, full: bool = False) -> list[Problem]:
         import pygit2
 
         repo = pygit2.Repository(str(self.paths.common_dir))
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
-            indexed = self._meta(db, "state_commit") or ""
-            if indexed == tip:
+            indexed = "" if full else self._meta(db, "state_commit") or ""
+            if indexed == tip and not full:
                 db.execute("COMMIT")
                 return []
             old_tree = None
@@ -278,6 +302,17 @@ class Index:
         rows: list[dict[str, Any]] = []
         deps: list[tuple[str, str]] = []
         changed_ids: set[str] = set()
+        # Only an issue whose blockers changed can close a new cycle: only those (and any issue
+        # reported before, whose problem row is replaced here) are walked for cycles. A walk visits
+        # every transitive blocker — most of a 100k-issue queue — so doing it for every edit
+        # made each catch-up (every claim) cost ~1 s.
+        touched = sorted({i for i in (layout.issue_id_of(c[0]) for c in changes) if i})
+        old_blockers: dict[str, set[str]] = {}
+        for row in db.execute("SELECT issue_id, blocker_id FROM deps WHERE issue_id IN "
+                              "(SELECT value FROM json_each(?))", (json.dumps(touched),)):
+            old_blockers.setdefault(row[0], set()).add(row[1])
+        reported = {row[0] for row in db.execute("SELECT path FROM problems")}
+        walk_ids: set[str] = set()
         # Deletions first, so an issue moved into the archive is not deleted after being re-added.
         for path, old, new in sorted(changes, key=lambda c: c[2] is not None):
             issue_id = layout.issue_id_of(path)
@@ -296,6 +331,8 @@ class Index:
                 rows.append(_issue_row(issue, path, new))
                 deps.extend((issue.id, blocker) for blocker in issue.depends_on)
                 changed_ids.add(issue.id)
+                if set(issue.depends_on) != old_blockers.get(issue.id, set()) or path in reported:
+                    walk_ids.add(issue.id)
             elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
                 db.execute("DELETE FROM notes WHERE file = ?", (path,))
                 db.execute("DELETE FROM problems WHERE path = ?", (path,))
@@ -307,7 +344,7 @@ class Index:
                         "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
         if rows:
             self._store_rows(rows, deps, changed_ids)
-        problems.extend(self._graph_problems(changed_ids))
+        problems.extend(self._graph_problems(changed_ids, walk_ids))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                        (problem.path, problem.location, problem.message))
@@ -324,7 +361,7 @@ class Index:
         db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({placeholders})", rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
 
-    def _graph_problems(self, changed_ids: set[str]) -> list[Problem]:
+    def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None) -> list[Problem]:
         """Unknown blockers and cycles reachable from the changed issues (kept, but reported)."""
         from hive.state.validate import find_cycle
 
@@ -338,7 +375,7 @@ class Index:
         for row in unknown:
             problems.append(Problem(row["path"], row["path"] + ":1",
                                     f"{row['issue_id']} depends on unknown issue {row['blocker_id']}"))
-        cycle = find_cycle(changed_ids, self.blockers_of)
+        cycle = find_cycle(changed_ids if walk_ids is None else walk_ids, self.blockers_of)
         if cycle:
             path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
             problems.append(Problem(path, path + ":1", "dependency cycle: " + " -> ".join(cycle)))
@@ -403,6 +440,12 @@ class Index:
             sql += f" LIMIT {int(limit)}"
         rows = [dict(r) for r in self.db.execute(sql, args)]
         return rows[::-1] if limit else rows
+
+
+def _raise_if_busy(exc: sqlite3.DatabaseError) -> None:
+    """A locked or busy database is in use, not broken: never discard it for that."""
+    if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        raise exc
 
 
 def warn_problems(problems: Iterable[Problem]) -> None:

@@ -134,7 +134,7 @@ def update(project: Project, issue_id: str, changes: dict[str, Any], *, event: s
             files.update(extra_files(snap, new))
         result[:] = [new]
         return Change(files, summary=summary or f"{event} {issue_id}", event=event, issue=issue_id,
-                      agent=agent, trailers=trailers or {})
+                      agent=agent, trailers=trailers or {}, audit=bool(trailers))
 
     try:
         project.store.commit(build)

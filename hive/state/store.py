@@ -23,6 +23,11 @@ from hive.state import layout
 
 MAX_ATTEMPTS = 200
 
+# libgit2 caches only trees under 4 KB by default. The live `issues/` folder is a tree of ~40
+# bytes per issue (~400 KB at 10k issues), so every path lookup in it (several per write: the
+# issue, its blockers, the TreeBuilder) re-read and re-parsed it: ~2 ms each, ~0.03 ms cached.
+pygit2.settings.cache_object_limit(pygit2.enums.ObjectType.TREE, 64 * 1024 * 1024)
+
 
 class Refused(Exception):
     """Raised by a `build` function when the change no longer applies on the current tip."""
@@ -38,6 +43,7 @@ class Change:
     issue: str = ""
     agent: str = ""
     trailers: dict[str, str] = field(default_factory=dict)
+    audit: bool = False   # commit even if no file changes: the event itself is the record
 
     def message(self) -> str:
         lines = [f"Hive-Event: {self.event}"]
@@ -133,7 +139,7 @@ class StateStore:
             if change is None:
                 return None
             tree_id = write_tree(self.repo, snap.tree, change.files)
-            if snap.tree is not None and tree_id == snap.tree.id:
+            if snap.tree is not None and tree_id == snap.tree.id and not change.audit:
                 return None
             parents = [snap.commit.id] if snap.commit is not None else []
             new = self.repo.create_commit(None, signature, signature, change.message(), tree_id, parents)

@@ -1,0 +1,96 @@
+"""The audit trail: the commits of `hive/state`, read back as events (DESIGN §2).
+
+Each state change is a commit whose trailers say what happened (`Hive-Event`, `Hive-Issue`,
+`Hive-Agent`, and event-specific ones such as `Hive-Reason` or `Hive-Merged`). This module walks
+that history with dulwich — a pure-Python walker with path filtering and a real trailer parser, so
+`git hive log` needs no subprocess and no hand-rolled message parsing — and checks that the story
+it tells is consistent (an issue is never held by two agents at once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Iterator
+
+from hive import git
+from hive.state import layout
+
+# Events after which an issue has no agent any more.
+RELEASING_EVENTS = frozenset({"done", "escalated", "released", "recovered", "canceled", "rejected",
+                              "finalized", "failed", "open"})
+
+
+@dataclass
+class StateEvent:
+    commit: str
+    at: str
+    author: str
+    summary: str
+    event: str
+    issue: str
+    agent: str
+    trailers: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "at": self.at, "author": self.author, "event": self.event,
+                "agent": self.agent, "summary": self.summary, "trailers": self.trailers}
+
+
+def _event_of(commit) -> StateEvent:
+    from dulwich.trailers import parse_trailers
+
+    message = commit.message
+    _, trailers = parse_trailers(message)
+    values = {t.key: t.value for t in trailers}
+    subject = message.decode("utf-8", "replace").split("\n", 1)[0]
+    author = commit.author.decode("utf-8", "replace").split(" <", 1)[0]
+    when = datetime.fromtimestamp(commit.author_time, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return StateEvent(commit=commit.id.decode(), at=when, author=author, summary=subject,
+                      event=values.get("Hive-Event", "edited"), issue=values.get("Hive-Issue", ""),
+                      agent=values.get("Hive-Agent", ""), trailers=values)
+
+
+def events(paths: git.RepoPaths, issue_id: str | None = None) -> Iterator[StateEvent]:
+    """State events, oldest first; with `issue_id`, only commits that touched that issue's files."""
+    from dulwich.repo import Repo
+
+    tip = git.read_ref(paths.common_dir, git.STATE_REF)
+    if tip is None:
+        return
+    repo = Repo(str(paths.common_dir))
+    try:
+        filters = None
+        if issue_id is not None:
+            filters = [p.encode() for p in (*layout.candidate_paths(issue_id), layout.notes_path(issue_id))]
+        for entry in repo.get_walker(include=[tip.encode()], paths=filters, order="topo", reverse=True):
+            yield _event_of(entry.commit)
+    finally:
+        repo.close()
+
+
+def last_event(paths: git.RepoPaths, issue_id: str, event: str) -> StateEvent | None:
+    found = None
+    for item in events(paths, issue_id):
+        if item.event == event and (item.issue in ("", issue_id)):
+            found = item
+    return found
+
+
+def double_claims(paths: git.RepoPaths) -> list[str]:
+    """Issues claimed while another agent still held them, as one-line descriptions."""
+    holder: dict[str, str] = {}
+    problems = []
+    for item in events(paths):
+        if not item.issue:
+            continue
+        if item.event == "claimed":
+            if holder.get(item.issue):
+                problems.append(f"{item.issue} claimed by {item.agent} at {item.commit[:10]} "
+                                f"while {holder[item.issue]} held it")
+            holder[item.issue] = item.agent
+        elif item.event == "switched":
+            holder[item.issue] = item.agent
+        elif item.event in RELEASING_EVENTS:
+            holder.pop(item.issue, None)
+    return problems
