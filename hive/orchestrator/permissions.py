@@ -93,8 +93,12 @@ def _check_shell(command: str, root: str, role: str) -> Verdict:
     return Verdict(True)
 
 
-def decide(request: PermissionRequest, *, role: str, root: str) -> Verdict:
-    """Allow or deny one permission request of an agent working in `root`."""
+def decide(request: PermissionRequest, *, role: str, root: str, plan_root: str = "") -> Verdict:
+    """Allow or deny one permission request of an agent working in `root`.
+
+    For the Queen, `root` is the repository it explores and `plan_root` the plan directory, the
+    only place it may write (issue files, context.md, PLAN.md).
+    """
     tool = request.tool
     paths = list(request.paths)
     for key in ("file_path", "path", "notebook_path"):
@@ -110,10 +114,14 @@ def decide(request: PermissionRequest, *, role: str, root: str) -> Verdict:
         return Verdict(True)
     if tool in EDIT_TOOLS:
         if role == "queen":
-            plan_files = all(p.endswith(".md") and "/issues/" in os.path.realpath(os.path.join(root, p))
-                             or os.path.basename(p) in ("context.md", "PLAN.md") for p in paths)
-            return Verdict(bool(paths) and plan_files, "" if paths and plan_files else
-                           "the Queen writes only issue files, context.md and PLAN.md")
+            def plan_file(p: str) -> bool:
+                full = os.path.realpath(os.path.join(root, p))
+                rel = os.path.relpath(full, os.path.realpath(plan_root)) if plan_root else ""
+                return bool(plan_root) and _inside(full, plan_root) and (
+                    rel in ("context.md", "PLAN.md") or (rel.startswith("issues/") and rel.endswith(".md")))
+            ok = bool(paths) and all(plan_file(p) for p in paths)
+            return Verdict(ok, "" if ok else "the Queen writes only issue files, context.md and PLAN.md "
+                                             "in its plan directory")
         return Verdict(True)
     if tool in SHELL_TOOLS:
         command = request.command or str(request.input.get("command") or request.input.get("cmd") or "")

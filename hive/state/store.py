@@ -150,6 +150,34 @@ class StateStore:
         raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
 
 
+    def merge(self, theirs: str, change: Change, *, drop: tuple[str, ...] = ()) -> tuple[str | None, list[str]]:
+        """Merge the commit `theirs` into `hive/state` with the hive rules, CAS-published.
+
+        Returns (the new tip or None when `theirs` is already contained, merge warnings).
+        A fast-forward is used when possible and nothing has to be dropped.
+        """
+        from hive.state.merging import merge_states
+
+        signature = signature_for(self.repo)
+        for attempt in range(MAX_ATTEMPTS):
+            tip = self.tip()
+            if tip is not None and (tip == theirs or self.repo.descendant_of(tip, theirs)):
+                return None, []
+            if tip is None or (not drop and self.repo.descendant_of(theirs, tip)):
+                if cas_update(self.repo, git.STATE_REF, tip, theirs, change.summary):
+                    notify(self.paths)
+                    return theirs, []
+                continue
+            merged = merge_states(self.repo, tip, theirs, drop=drop)
+            new = self.repo.create_commit(None, signature, signature, change.message(), merged.tree,
+                                          [pygit2.Oid(hex=tip), pygit2.Oid(hex=theirs)])
+            if cas_update(self.repo, git.STATE_REF, tip, str(new), change.summary):
+                notify(self.paths)
+                return str(new), merged.warnings
+            time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
+        raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
+
+
 def write_tree(repo: pygit2.Repository, base: pygit2.Tree | None, files: dict[str, bytes | None]) -> pygit2.Oid:
     """A new tree: `base` with `files` written (bytes) or removed (None), only touched subtrees rebuilt."""
     direct: dict[str, bytes | None] = {}

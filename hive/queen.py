@@ -1,0 +1,418 @@
+"""The Queen: a planning session that turns a spec into issues, proposed on a plan branch.
+
+`git hive plan` forks `hive/plan/<slug>` from `hive/state` and checks it out at
+`<git-common-dir>/hive/plans/<slug>`. A Queen session (backend and model per config) explores the
+repository read-only and writes proposed issue files there. hive validates them — format, ids,
+references to existing or proposed issues, no cycles — and sends errors back with file:line for a
+bounded number of rounds. A valid plan is committed on the branch with a `PLAN.md` (spec, table,
+Mermaid graph) so that a pull request of the branch reads well; approving merges it into
+`hive/state` with the hive merge rules, leaving `PLAN.md` out of the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pygit2
+
+from hive import git
+from hive.backends.base import IDLE, PERMISSION, Backend, Event, SessionSpec, TurnResult
+from hive.errors import BadInput, HiveError
+from hive.project import Project
+from hive.state import issue_file, layout, validate
+from hive.state.issue_file import Issue
+from hive.state.store import Change, cas_update, signature_for, write_tree
+
+PLAN_FILE = "PLAN.md"
+MAX_ROUNDS = 3
+
+QUEEN_SYSTEM_PROMPT = """You are the Queen of git-hive: a project manager who turns a spec into a
+plan of issues that parallel coding agents will implement. Explore the repository read-only (read
+files, search, `git log`); change no code. Write your plan as issue files in the plan directory
+named in each task, one file per issue, `issues/<id>.md`, in this format:
+
++++
+title = "Short imperative title"
+status = "open"
+priority = 2               # 0 = highest
+type = "task"              # task | bug | feature | chore | epic
+parent = "hv-xxxxxx"       # optional: the epic it belongs to
+depends_on = ["hv-yyyyyy"] # issues that must be done first (existing or proposed)
+labels = []
++++
+
+A description a worker can act on without asking questions: what to change, where, and how to
+check it (acceptance criteria, the test command).
+
+Ids are `<prefix>-` plus 6 characters from 0-9 and a-z, unique. Prefer small issues that can run
+in parallel; express real ordering constraints with depends_on; group related issues under an
+epic (type = "epic") with parent. Append what you learned about the project (commands,
+conventions, pitfalls) to context.md in the plan directory."""
+
+
+@dataclass
+class PlanResult:
+    ok: bool
+    issues: list[Issue] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    commit: str = ""
+
+
+def slugify(spec: str) -> str:
+    words = re.findall(r"[a-z0-9]+", spec.lower())
+    slug = "-".join(words)[:40].strip("-") or "plan"
+    return f"{slug}-{secrets.token_hex(2)}"
+
+
+def plan_ref(slug: str) -> str:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,60}", slug):
+        raise BadInput(f"not a valid plan name: {slug!r}")
+    return f"{git.PLAN_REF_PREFIX}{slug}"
+
+
+def plan_dir(project: Project, slug: str) -> Path:
+    return project.paths.hive_dir / "plans" / slug
+
+
+def worktree_name(slug: str) -> str:
+    return f"plan-{slug}"
+
+
+# -- the plan branch ---------------------------------------------------------------------------
+
+def create_plan_branch(project: Project, slug: str) -> Path:
+    repo = project.store.repo
+    tip = project.store.tip()
+    if tip is None:
+        raise HiveError("no hive/state yet: run `git hive init`")
+    ref = plan_ref(slug)
+    if repo.references.get(ref) is None:
+        repo.references.create(ref, tip)
+    return ensure_plan_worktree(project, slug)
+
+
+def ensure_plan_worktree(project: Project, slug: str) -> Path:
+    repo = project.store.repo
+    path = plan_dir(project, slug)
+    if (path / ".git").exists():
+        return path
+    name = worktree_name(slug)
+    if name in repo.list_worktrees():
+        repo.lookup_worktree(name).prune(True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    repo.add_worktree(name, str(path), repo.references[plan_ref(slug)])
+    return path
+
+
+def remove_plan_worktree(project: Project, slug: str) -> None:
+    repo = project.store.repo
+    path = plan_dir(project, slug)
+    shutil.rmtree(path, ignore_errors=True)
+    name = worktree_name(slug)
+    if name in repo.list_worktrees():
+        repo.lookup_worktree(name).prune(True)
+
+
+def proposed_issues(project: Project, slug: str, directory: Path) -> tuple[list[Issue], list[str]]:
+    """The issue files the plan adds or changes, parsed and validated together."""
+    base = project.store.snapshot()
+    errors: list[str] = []
+    found: dict[str, Issue] = {}
+    issues_dir = directory / layout.ISSUES_DIR
+    for file in sorted(issues_dir.glob("*.md")) if issues_dir.is_dir() else []:
+        rel = f"{layout.ISSUES_DIR}/{file.name}"
+        data = file.read_bytes()
+        if base.read(rel) == data:
+            continue
+        try:
+            issue = issue_file.parse(data, file.name[:-3], rel)
+        except BadInput as exc:
+            errors.append(str(exc))
+            continue
+        if base.issue_path(issue.id) is None and (issue.status != "open" or issue.assignee):
+            errors.append(f"{rel}:1: a proposed issue must be open and unassigned")
+            continue
+        found[issue.id] = issue
+    project.index.ensure_current()
+
+    def exists(issue_id: str) -> bool:
+        return issue_id in found or project.index.exists(issue_id)
+
+    def blockers_of(issue_id: str) -> list[str]:
+        return found[issue_id].depends_on if issue_id in found else project.index.blockers_of(issue_id)
+
+    for issue in found.values():
+        where = f"{layout.ISSUES_DIR}/{issue.id}.md:1"
+        try:
+            validate.check_references(issue.id, issue.depends_on, issue.parent, exists, where)
+        except BadInput as exc:
+            errors.append(str(exc))
+    if not errors:
+        cycle = validate.find_cycle(found, blockers_of)
+        if cycle:
+            errors.append(f"{layout.ISSUES_DIR}/{cycle[0]}.md:1: dependency cycle: {' -> '.join(cycle)}")
+    return sorted(found.values(), key=lambda i: (i.priority, i.id)), errors
+
+
+def render_plan(spec: str, issues: list[Issue]) -> str:
+    """PLAN.md: the spec, a table of the proposed issues, the dependency graph in Mermaid."""
+    lines = ["# Plan", "", "## Spec", "", spec.strip(), "", "## Issues", "",
+             "| id | title | type | priority | depends on | parent |",
+             "|---|---|---|---|---|---|"]
+    for issue in issues:
+        title = issue.title.replace("|", "\\|")
+        lines.append(f"| {issue.id} | {title} | {issue.type} | {issue.priority} | "
+                     f"{', '.join(issue.depends_on) or '-'} | {issue.parent or '-'} |")
+    lines += ["", "## Dependency graph", "", "```mermaid", "graph TD"]
+    for issue in issues:
+        label = issue.title.replace('"', "'")
+        lines.append(f'    {_mermaid_id(issue.id)}["{issue.id}: {label}"]')
+    for issue in issues:
+        for blocker in issue.depends_on:
+            lines.append(f"    {_mermaid_id(blocker)} --> {_mermaid_id(issue.id)}")
+        if issue.parent:
+            lines.append(f"    {_mermaid_id(issue.parent)} -.- {_mermaid_id(issue.id)}")
+    lines += ["```", "", "Arrows point from a blocker to the issue that waits for it; dotted lines join "
+              "an epic to its issues.", ""]
+    return "\n".join(lines)
+
+
+def _mermaid_id(issue_id: str) -> str:
+    return issue_id.replace("-", "_")
+
+
+def ascii_tree(issues: list[Issue]) -> str:
+    """The plan's DAG as a tree: blockers first, dependents below them."""
+    ids = {i.id for i in issues}
+    by_id = {i.id: i for i in issues}
+    children: dict[str, list[str]] = {i.id: [] for i in issues}
+    for issue in issues:
+        for blocker in issue.depends_on:
+            if blocker in ids:
+                children[blocker].append(issue.id)
+    roots = [i.id for i in issues if not any(b in ids for b in i.depends_on)]
+    out: list[str] = []
+    shown: set[str] = set()
+
+    def visit(node: str, prefix: str, last: bool, top: bool) -> None:
+        issue = by_id[node]
+        branch = "" if top else ("└── " if last else "├── ")
+        again = " (see above)" if node in shown else ""
+        out.append(f"{prefix}{branch}{node}  {issue.title} [P{issue.priority} {issue.type}]{again}")
+        if again:
+            return
+        shown.add(node)
+        kids = sorted(children[node])
+        for n, kid in enumerate(kids):
+            visit(kid, prefix + ("" if top else ("    " if last else "│   ")), n == len(kids) - 1, False)
+
+    for root in sorted(roots, key=lambda r: (by_id[r].priority, r)):
+        visit(root, "", True, True)
+    return "\n".join(out)
+
+
+def commit_plan(project: Project, slug: str, directory: Path, spec: str, issues: list[Issue],
+                message: str) -> str:
+    """Commit the plan directory's files (and a fresh PLAN.md) on the plan branch."""
+    repo = project.store.repo
+    ref = plan_ref(slug)
+    stamp = issue_file.format_time(issue_file.now())
+    for issue in issues:
+        if not issue.created:  # the Queen need not write timestamps: the queue orders by them
+            path = directory / layout.live_path(issue.id)
+            path.write_text(issue_file.update_text(path.read_text(encoding="utf-8"),
+                                                   {"created": stamp, "updated": stamp}, str(path)),
+                            encoding="utf-8")
+            issue.created = issue.updated = stamp
+    (directory / PLAN_FILE).write_text(render_plan(spec, issues), encoding="utf-8")
+    tip = repo.references[ref].peel(pygit2.Commit)
+    files: dict[str, bytes | None] = {}
+    wanted = {PLAN_FILE, layout.CONTEXT_FILE}
+    for file in sorted((directory / layout.ISSUES_DIR).glob("*.md")):
+        wanted.add(f"{layout.ISSUES_DIR}/{file.name}")
+    for rel in wanted:
+        path = directory / rel
+        data = path.read_bytes() if path.exists() else None
+        try:
+            current = repo[tip.tree[rel].id].data
+        except KeyError:
+            current = None
+        if data != current:
+            files[rel] = data
+    if not files:
+        return str(tip.id)
+    tree = write_tree(repo, tip.tree, files)
+    signature = signature_for(repo)
+    change = Change({}, summary=message, event="planned", trailers={"Hive-Plan": slug,
+                                                                   "Hive-Plan-Issues": str(len(issues))})
+    new = repo.create_commit(None, signature, signature, change.message(), tree, [tip.id])
+    if not cas_update(repo, ref, str(tip.id), str(new), message):
+        raise HiveError(f"{ref} moved while the plan was being committed; run the command again")
+    pygit2.Repository(str(directory)).reset(new, pygit2.GIT_RESET_HARD)
+    return str(new)
+
+
+def approve(project: Project, slug: str) -> tuple[str | None, list[str]]:
+    """Merge the plan into `hive/state` (hive merge rules; `PLAN.md` left out of the state)."""
+    repo = project.store.repo
+    ref = repo.references.get(plan_ref(slug))
+    if ref is None:
+        raise BadInput(f"no plan named {slug!r} (see `git hive plans`)")
+    plan_tip = str(ref.target)
+    count = len([e for e in _plan_issue_paths(repo, plan_tip, project.store.tip())])
+    change = Change({}, summary=f"approve plan {slug}: {count} issue(s)", event="plan-approved",
+                    trailers={"Hive-Plan": slug})
+    commit, warnings = project.store.merge(plan_tip, change, drop=(PLAN_FILE,))
+    project.after_write()
+    return commit, warnings
+
+
+def _plan_issue_paths(repo: pygit2.Repository, plan_tip: str, state_tip: str | None) -> list[str]:
+    from hive.state.index import walk_changes
+
+    base = repo.merge_base(plan_tip, state_tip) if state_tip else None
+    base_tree = repo[base].peel(pygit2.Commit).tree if base else None
+    return [p for p, _, new in walk_changes(repo, base_tree, repo[plan_tip].peel(pygit2.Commit).tree)
+            if new and layout.issue_id_of(p)]
+
+
+@dataclass
+class PlanInfo:
+    name: str
+    issues: int
+    status: str          # proposed | approved
+    commit: str
+
+
+def list_plans(project: Project) -> list[PlanInfo]:
+    repo = project.store.repo
+    state_tip = project.store.tip()
+    plans = []
+    for name in sorted(repo.references):
+        if not name.startswith(git.PLAN_REF_PREFIX):
+            continue
+        tip = str(repo.references[name].target)
+        approved = state_tip is not None and (tip == state_tip or repo.descendant_of(state_tip, tip))
+        recorded = _trailer(repo[tip].peel(pygit2.Commit).message, "Hive-Plan-Issues")
+        count = int(recorded) if recorded.isdigit() else len(_plan_issue_paths(repo, tip, state_tip))
+        plans.append(PlanInfo(name[len(git.PLAN_REF_PREFIX):], count, "approved" if approved else "proposed", tip))
+    return plans
+
+
+def _trailer(message: str, key: str) -> str:
+    for line in reversed(message.strip().splitlines()):
+        if line.startswith(key + ": "):
+            return line[len(key) + 2:].strip()
+    return ""
+
+
+def reject(project: Project, slug: str) -> None:
+    remove_plan_worktree(project, slug)
+    ref = project.store.repo.references.get(plan_ref(slug))
+    if ref is not None:
+        ref.delete()
+
+
+# -- the Queen session ---------------------------------------------------------------------------
+
+class Queen:
+    """One planning conversation: propose, validate, fix, revise."""
+
+    def __init__(self, project: Project, backend: Backend, spec: str, slug: str,
+                 log: Callable[[str], None] = print):
+        self.project = project
+        self.backend = backend
+        self.spec = spec
+        self.slug = slug
+        self.log = log
+        self.directory = plan_dir(project, slug)
+        self.session_id = ""
+        self._turn: asyncio.Future[TurnResult] | None = None
+        backend.on(IDLE, self._on_idle)
+        backend.on(PERMISSION, self._on_permission)
+
+    def _on_idle(self, event: Event) -> None:
+        if event.session_id == self.session_id and self._turn is not None and not self._turn.done():
+            self._turn.set_result(event.data)
+
+    async def _on_permission(self, event: Event) -> None:
+        from hive.orchestrator.permissions import decide
+
+        if event.session_id != self.session_id:
+            return
+        verdict = decide(event.data, role="queen", root=str(self.project.paths.main_worktree),
+                         plan_root=str(self.directory))
+        await self.backend.reply_permission(event.session_id, event.data.request_id, verdict.allow,
+                                            verdict.reason)
+
+    async def _ask(self, text: str) -> TurnResult:
+        if not self.session_id:
+            config = self.project.config
+            spec = SessionSpec(role="queen", cwd=str(self.project.paths.main_worktree),
+                               model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT)
+            self.session_id = await self.backend.create_session(spec)
+        self._turn = asyncio.get_running_loop().create_future()
+        await self.backend.send_message_async(self.session_id, text)
+        try:
+            return await self._turn
+        finally:
+            self._turn = None
+
+    def _first_prompt(self) -> str:
+        snap = self.project.store.snapshot()
+        context = (snap.read(layout.CONTEXT_FILE) or b"").decode("utf-8", "replace").strip()
+        open_issues = self.project.index.list(["open", "in_progress", "done", "escalated"])
+        listing = "\n".join(f"- {i.id} [{i.status}] {i.title}" + (f" (depends on {', '.join(i.depends_on)})"
+                                                                  if i.depends_on else "")
+                            for i in open_issues) or "(none)"
+        prefix = self.project.config.id_prefix
+        return "\n".join([
+            f"Plan this spec: {self.spec.strip()}", "",
+            f"worktree: {self.directory}",
+            f"repository: {self.project.paths.main_worktree}",
+            f"id prefix: {prefix}", "",
+            "Write each proposed issue as issues/<id>.md in the worktree above (the plan directory); "
+            "append what you learned about the project to context.md there.", "",
+            "## Project context", "", context or "(empty)", "",
+            "## Existing issues (you may depend on them)", "", listing, "",
+        ]) + "\n"
+
+    async def propose(self, message: str | None = None) -> PlanResult:
+        """A round of planning (first call: the spec; later: feedback), validated and fixed."""
+        create_plan_branch(self.project, self.slug)
+        text = message or self._first_prompt()
+        errors: list[str] = []
+        for round_no in range(1, MAX_ROUNDS + 1):
+            turn = await self._ask(text)
+            if not turn.ok:
+                return PlanResult(False, errors=[f"the Queen's session failed: {turn.error}"])
+            issues, errors = proposed_issues(self.project, self.slug, self.directory)
+            if not errors and not issues:
+                errors = ["no issue files were written in the plan directory"]
+            if not errors:
+                commit = commit_plan(self.project, self.slug, self.directory, self.spec, issues,
+                                     f"plan {self.slug}: {len(issues)} issue(s)")
+                return PlanResult(True, issues, commit=commit)
+            self.log(f"plan round {round_no}: {len(errors)} problem(s); sent back to the Queen")
+            text = ("Your plan has problems; fix them in the plan directory "
+                    f"{self.directory} and keep everything else:\n" + "\n".join(f"- {e}" for e in errors))
+        return PlanResult(False, errors=errors)
+
+    async def close(self) -> None:
+        if self.session_id:
+            try:
+                await self.backend.delete_session(self.session_id)
+            except (KeyError, RuntimeError):
+                pass
+            self.session_id = ""
+        try:
+            await self.backend.stop()
+        except Exception:  # noqa: BLE001
+            pass
+
