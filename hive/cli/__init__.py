@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "review": ("review", "review", "Done issues waiting for a merge: diff stats, how to inspect."),
     "note": ("notes", "note", "Add a note for the agents (project-wide or for one issue)."),
     "notes": ("notes", "notes", "List notes."),
+    "sync": ("sync", "sync", "Fetch, merge and push hive/state (share the queue through a remote)."),
     "status": ("status", "status", "Issues by status, agents, merge queue, needs-attention."),
     "run": ("run", "run", "Run the agents on the ready queue (foreground; --detach for background)."),
     "stop": ("run", "stop", "Stop the running daemon."),

@@ -41,8 +41,13 @@ def _issue_version(repo: pygit2.Repository, tree: pygit2.Tree | None, issue_id: 
     return None
 
 
-def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple[str, ...] = ()) -> StateMerge:
-    """The tree of `theirs` merged into `ours` (commit ids), minus the paths in `drop`."""
+def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple[str, ...] = (),
+                 prefer_theirs_claims: bool = False) -> StateMerge:
+    """The tree of `theirs` merged into `ours` (commit ids), minus the paths in `drop`.
+
+    With `prefer_theirs_claims` (syncing with a remote), an issue that both sides claimed for
+    different agents keeps theirs' claim: theirs was pushed first, so theirs is the valid one.
+    """
     from hive.state.issue_file import is_valid_id, parse
     from hive.state.store import write_tree
 
@@ -111,6 +116,8 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
                     result.warnings.append(f"{issue_id}: could not merge ({'; '.join(problems) or 'invalid'}); "
                                            "kept this side's version")
                     merged_data = ours_version[1]
+        if prefer_theirs_claims:
+            merged_data = _keep_their_claim(merged_data, ours_version, theirs_version, issue_id)
         try:
             status = parse(merged_data, issue_id, ours_version[0]).status
             target_path = layout.path_for(issue_id, status)
@@ -130,3 +137,21 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
         result.tree = write_tree(repo, ours_tree, files)
         result.changed = sorted(files)
     return result
+
+
+CLAIM_FIELDS = ("status", "assignee", "lease_expires")
+
+
+def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str) -> bytes:
+    from hive.state.issue_file import parse, update_text
+
+    try:
+        mine = parse(ours[1], issue_id, ours[0])
+        other = parse(theirs[1], issue_id, theirs[0])
+    except Exception:  # noqa: BLE001 - nothing to arbitrate in a broken file
+        return merged
+    if not (mine.status == other.status == "in_progress" and mine.assignee != other.assignee):
+        return merged
+    fields = {"status": other.status, "assignee": other.assignee,
+              "lease_expires": other.extra.get("lease_expires")}
+    return update_text(merged.decode("utf-8"), fields, ours[0]).encode()

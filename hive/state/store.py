@@ -150,7 +150,8 @@ class StateStore:
         raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
 
 
-    def merge(self, theirs: str, change: Change, *, drop: tuple[str, ...] = ()) -> tuple[str | None, list[str]]:
+    def merge(self, theirs: str, change: Change, *, drop: tuple[str, ...] = (),
+              prefer_theirs_claims: bool = False) -> tuple[str | None, list[str]]:
         """Merge the commit `theirs` into `hive/state` with the hive rules, CAS-published.
 
         Returns (the new tip or None when `theirs` is already contained, merge warnings).
@@ -168,7 +169,7 @@ class StateStore:
                     notify(self.paths)
                     return theirs, []
                 continue
-            merged = merge_states(self.repo, tip, theirs, drop=drop)
+            merged = merge_states(self.repo, tip, theirs, drop=drop, prefer_theirs_claims=prefer_theirs_claims)
             new = self.repo.create_commit(None, signature, signature, change.message(), merged.tree,
                                           [pygit2.Oid(hex=tip), pygit2.Oid(hex=theirs)])
             if cas_update(self.repo, git.STATE_REF, tip, str(new), change.summary):

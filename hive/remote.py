@@ -1,0 +1,163 @@
+"""Sharing the queue through a git remote: fetch, merge with the hive rules, push.
+
+The network goes through the `git` CLI so that a person's own setup applies (credentials, SSH
+config, proxies, URL rewrites). The push of `hive/state` is the compare-and-swap between machines:
+a push that lost (someone pushed meanwhile) is answered by fetching, merging and pushing again.
+When the two sides claimed the same issue, the side already on the remote wins — it was pushed
+first, so its claim is the valid one (see `merging.merge_states(prefer_theirs_claims=True)`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+
+from hive import git
+from hive.errors import HiveError
+from hive.project import Project
+from hive.state.store import Change
+
+MAX_PUSH_ROUNDS = 8
+NETWORK_TIMEOUT = 60
+
+REJECTED_MARKERS = ("[rejected]", "non-fast-forward", "fetch first", "stale info", "[remote rejected]",
+                    "failed to update ref", "cannot lock ref")
+
+
+@dataclass
+class PushResult:
+    ok: bool
+    rejected: bool = False      # the remote moved: fetch, merge, try again
+    offline: bool = False       # the remote could not be reached
+    message: str = ""
+
+
+@dataclass
+class SyncReport:
+    remote: str
+    incoming: int = 0                       # commits that came in
+    outgoing: int = 0                       # commits that went out
+    changed_issues: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    offline: bool = False
+    rounds: int = 0
+
+    def to_json(self) -> dict[str, object]:
+        return {"remote": self.remote, "incoming": self.incoming, "outgoing": self.outgoing,
+                "changed_issues": self.changed_issues, "warnings": self.warnings,
+                "offline": self.offline, "rounds": self.rounds}
+
+
+def _git(project: Project, args: list[str], timeout: float = NETWORK_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    try:
+        return git.run(args, project.paths.worktree, check=False, timeout=timeout,
+                       env={"GIT_TERMINAL_PROMPT": "0"})
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(args, 124, "", "timed out talking to the remote")
+
+
+class Remote:
+    def __init__(self, project: Project, name: str):
+        self.project = project
+        self.name = name
+        known = git.run(["remote"], project.paths.worktree).stdout.split()
+        if name not in known:
+            raise HiveError(f"no remote named {name!r} (git remote add {name} URL)")
+
+    def tracking_ref(self, branch: str) -> str:
+        return f"refs/remotes/{self.name}/{branch}"
+
+    def remote_tip(self, branch: str = git.STATE_BRANCH) -> str | None:
+        return git.read_ref(self.project.paths.common_dir, self.tracking_ref(branch))
+
+    # -- the network ------------------------------------------------------------------------
+
+    def fetch(self, *branches: str) -> bool:
+        """Fetch branches (and hive/work/*) into remote-tracking refs. False when offline."""
+        specs = [f"+refs/heads/{b}:{self.tracking_ref(b)}" for b in (branches or (git.STATE_BRANCH,))]
+        proc = _git(self.project, ["fetch", "--quiet", "--no-tags", self.name, *specs])
+        if proc.returncode != 0 and "couldn't find remote ref" in proc.stderr:
+            return True  # the branch does not exist there yet
+        return proc.returncode == 0
+
+    def fetch_work_branches(self) -> bool:
+        proc = _git(self.project, ["fetch", "--quiet", "--no-tags", self.name,
+                                   f"+refs/heads/hive/work/*:refs/remotes/{self.name}/hive/work/*"])
+        return proc.returncode == 0
+
+    def push(self, local_ref: str, branch: str, expected: str | None) -> PushResult:
+        """Push `local_ref` to the remote's `branch`, only if the remote still has `expected`."""
+        lease = f"--force-with-lease=refs/heads/{branch}:{expected or ''}"
+        proc = _git(self.project, ["push", "--quiet", "--porcelain", lease, self.name,
+                                   f"{local_ref}:refs/heads/{branch}"])
+        text = (proc.stdout + proc.stderr).strip()
+        if proc.returncode == 0:
+            return PushResult(True, message=text)
+        if any(marker in text for marker in REJECTED_MARKERS):
+            return PushResult(False, rejected=True, message=text)
+        return PushResult(False, offline=True, message=text.splitlines()[-1] if text else "push failed")
+
+    def delete_branch(self, branch: str) -> None:
+        _git(self.project, ["push", "--quiet", self.name, f":refs/heads/{branch}"])
+
+    # -- hive/state -------------------------------------------------------------------------
+
+    def merge_remote_state(self, report: SyncReport | None = None) -> str | None:
+        """Merge the fetched remote state into the local one (remote claims win). New local tip."""
+        remote_tip = self.remote_tip()
+        if remote_tip is None:
+            return None
+        store = self.project.store
+        before = store.tip()
+        change = Change({}, summary=f"sync with {self.name}", event="synced",
+                        trailers={"Hive-Remote": self.name})
+        new, warnings = store.merge(remote_tip, change, prefer_theirs_claims=True)
+        if report is not None:
+            report.warnings.extend(warnings)
+            if new is not None and before is not None:
+                report.incoming += _count(self.project, before, remote_tip)
+                report.changed_issues = sorted(set(report.changed_issues) | _issues_between(self.project, before, new))
+        if new is not None:
+            self.project.after_write()
+        return new
+
+    def sync(self) -> SyncReport:
+        """fetch + merge + push of `hive/state`, retried while pushes lose; bounded."""
+        report = SyncReport(self.name)
+        for round_no in range(1, MAX_PUSH_ROUNDS + 1):
+            report.rounds = round_no
+            if not self.fetch():
+                report.offline = True
+                return report
+            self.merge_remote_state(report)
+            local, remote_tip = self.project.store.tip(), self.remote_tip()
+            if local is None or local == remote_tip:
+                return report
+            outgoing = _count(self.project, remote_tip, local) if remote_tip else _count(self.project, None, local)
+            result = self.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
+            if result.ok:
+                report.outgoing += outgoing
+                _git(self.project, ["update-ref", self.tracking_ref(git.STATE_BRANCH), local])
+                return report
+            if result.offline:
+                report.offline = True
+                return report
+        raise HiveError(f"could not push {git.STATE_BRANCH} to {self.name}: it kept moving "
+                        f"({MAX_PUSH_ROUNDS} rounds)")
+
+
+def _count(project: Project, exclude: str | None, include: str) -> int:
+    args = ["rev-list", "--count", include] + ([f"^{exclude}"] if exclude else [])
+    proc = git.run(args, project.paths.worktree, check=False)
+    return int(proc.stdout.strip() or 0) if proc.returncode == 0 else 0
+
+
+def _issues_between(project: Project, old: str, new: str) -> set[str]:
+    import pygit2
+
+    from hive.state import layout
+    from hive.state.index import walk_changes
+
+    repo = project.store.repo
+    changed = walk_changes(repo, repo[old].peel(pygit2.Commit).tree, repo[new].peel(pygit2.Commit).tree)
+    return {layout.issue_id_of(p) for p, _, _ in changed if layout.issue_id_of(p)}
