@@ -18,8 +18,12 @@ def ready(project: Project, limit: int | None = None) -> list[Issue]:
     return project.index.ready(limit)
 
 
-def claim(project: Project, issue_id: str, agent_id: str) -> bool:
-    """Take `issue_id` for `agent_id`: open → in_progress. False if anyone else got it first."""
+def claim(project: Project, issue_id: str, agent_id: str, lease_seconds: int = 0) -> bool:
+    """Take `issue_id` for `agent_id`: open → in_progress. False if anyone else got it first.
+
+    With `lease_seconds` (a queue shared between machines) the claim carries `lease_expires`, so
+    that another machine can reclaim the issue if this one dies.
+    """
 
     def check(snap: Snapshot, current: Issue) -> None:
         if current.status != "open" or current.assignee or current.type == "epic":
@@ -32,7 +36,16 @@ def claim(project: Project, issue_id: str, agent_id: str) -> bool:
             if status not in issue_file.SATISFIED_BLOCKER_STATUSES:
                 raise Refused(f"{issue_id} is blocked by {blocker} ({status})")
 
-    result = issues.update(project, issue_id, {"status": "in_progress", "assignee": agent_id},
+    fields: dict[str, object] = {"status": "in_progress", "assignee": agent_id}
+    if lease_seconds:
+        fields["lease_expires"] = lease_until(lease_seconds)
+    result = issues.update(project, issue_id, fields,
                            event="claimed", agent=agent_id, summary=f"claim {issue_id} for {agent_id}",
                            check_snapshot=check)
     return result is not None
+
+
+def lease_until(seconds: int) -> str:
+    from datetime import timedelta
+
+    return issue_file.format_time(issue_file.now() + timedelta(seconds=seconds))

@@ -85,10 +85,11 @@ class Remote:
                                    f"+refs/heads/hive/work/*:refs/remotes/{self.name}/hive/work/*"])
         return proc.returncode == 0
 
-    def push(self, local_ref: str, branch: str, expected: str | None) -> PushResult:
-        """Push `local_ref` to the remote's `branch`, only if the remote still has `expected`."""
-        lease = f"--force-with-lease=refs/heads/{branch}:{expected or ''}"
-        proc = _git(self.project, ["push", "--quiet", "--porcelain", lease, self.name,
+    def push(self, local_ref: str, branch: str, expected: str | None, *, lease: bool = True) -> PushResult:
+        """Push `local_ref` to the remote's `branch`, only if the remote still has `expected`
+        (None: only if the branch does not exist there). `lease=False` forces."""
+        guard = f"--force-with-lease=refs/heads/{branch}:{expected or ''}" if lease else "--force"
+        proc = _git(self.project, ["push", "--quiet", "--porcelain", guard, self.name,
                                    f"{local_ref}:refs/heads/{branch}"])
         text = (proc.stdout + proc.stderr).strip()
         if proc.returncode == 0:

@@ -13,7 +13,7 @@ from hive.errors import HiveError
 
 
 def build_daemon(project, *, backend: str | None, max_agents: int | None, until_idle: bool,
-                 log=None):
+                 log=None, remote: str | None = None):
     """A daemon for `project` with the configured (or overridden) backends and merge pipeline."""
     import dataclasses
 
@@ -28,7 +28,8 @@ def build_daemon(project, *, backend: str | None, max_agents: int | None, until_
         config = dataclasses.replace(config, max_agents=max_agents)
     paths = project.paths
     worker_backend = backend_for_role(config, "worker", str(paths.hive_dir), str(paths.main_worktree))
-    daemon = Daemon(project, worker_backend, config, until_idle=until_idle, log=log)
+    daemon = Daemon(project, worker_backend, config, until_idle=until_idle, log=log,
+                    remote=remote or config.sync_remote or None)
     try:
         from hive.merge.pipeline import attach
     except ImportError:
@@ -43,7 +44,8 @@ def build_daemon(project, *, backend: str | None, max_agents: int | None, until_
               help="Use this backend for every role.")
 @click.option("--until-idle", is_flag=True, help="Exit when nothing is ready, running or merging.")
 @click.option("--detach", is_flag=True, help="Run in the background; `git hive stop` ends it.")
-def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool) -> None:
+@click.option("--remote", default=None, help="Share the queue through this remote (config sync_remote).")
+def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool, remote: str | None) -> None:
     """Run the agents: claim ready issues, work them in worktrees, merge the results."""
     import asyncio
 
@@ -63,6 +65,8 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
             args += ["--backend", backend]
         if until_idle:
             args.append("--until-idle")
+        if remote:
+            args += ["--remote", remote]
         log_path = project.paths.hive_dir / "daemon.log"
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(args, cwd=project.paths.worktree, stdin=subprocess.DEVNULL,
@@ -76,7 +80,7 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
                 raise HiveError(f"the daemon exited at once (code {proc.returncode}); see {log_path}")
             time.sleep(0.05)
         raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
-    daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle)
+    daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote)
     asyncio.run(daemon.run())
 
 

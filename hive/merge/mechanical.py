@@ -180,18 +180,24 @@ class Landing:
 MAX_TARGET_RACES = 20
 
 
+Publish = Callable[[pygit2.Repository, str, str], FastForward]
+
+
 def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
-         trust_head: bool = False) -> Landing:
+         trust_head: bool = False, target_ref: str = "", publish: Publish | None = None) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
     `record(commit)` is called before the target moves, so that an interrupted merge can tell
     afterwards whether it landed. With `trust_head`, a head that does not sit on the target is
-    replayed from its merge base (used after the refinery rewrote the branch).
+    replayed from its merge base (used after the refinery rewrote the branch). A shared daemon
+    replays onto its remote-tracking `target_ref` and moves the remote with `publish`.
     """
     repo = worktrees.open_repo(paths)
+    target_ref = target_ref or f"refs/heads/{target}"
+    publish = publish or (lambda repo_, old, new: fast_forward(paths, repo_, target, old, new))
     for _ in range(MAX_TARGET_RACES):
-        ref = repo.references.get(f"refs/heads/{target}")
+        ref = repo.references.get(target_ref)
         if ref is None:
             return Landing("waiting", detail=f"target branch {target} does not exist")
         tip = str(ref.target)
@@ -215,7 +221,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
                 why = "timed out" if result.timed_out else "failed"
                 return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")
         record(candidate)
-        moved = fast_forward(paths, repo, target, tip, candidate)
+        moved = publish(repo, tip, candidate)
         if moved.ok:
             return Landing("merged", commit=candidate)
         if moved.waiting:

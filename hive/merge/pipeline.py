@@ -158,22 +158,39 @@ class MergeProcessor:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
+            if self.daemon.shared is not None:
+                await asyncio.to_thread(self._catch_up_target)
             self.scan()
             progressed = False
             for entry in self.entries():
+                before = (entry.state, entry.detail)
                 self._busy = True
+                moved = False
                 try:
-                    progressed |= await self._process(entry)
+                    moved = await self._process(entry)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the pipeline
-                    self.daemon.log(f"{entry.issue_id} merge error: {exc}")
+                    if entry.detail != f"error: {exc}":
+                        self.daemon.log(f"{entry.issue_id} merge error: {exc}")
                     self._update(entry, state="waiting", detail=f"error: {exc}")
                 finally:
                     self._busy = False
-                self.daemon.wake.set()
+                progressed |= moved
+                after = self._entry_of(entry.issue_id)
+                # Wake the daemon only on a change: a waiting entry retried with the same outcome
+                # must not wake it, or daemon → poke → retry → wake becomes a hot loop (and
+                # `--until-idle` never sees the pipeline idle).
+                if moved or after is None or (after.state, after.detail) != before:
+                    self.daemon.wake.set()
             if not progressed:
                 await self._wake.wait()
+
+    def _catch_up_target(self) -> None:
+        waiting = self.daemon.shared.catch_up_local_target(worktrees.open_repo(self.project.paths))
+        if waiting and self.runtime.get("target_waiting") != waiting:
+            self.daemon.log(waiting)
+        self.runtime.put("target_waiting", waiting)
 
     # -- one entry ------------------------------------------------------------------------------
 
@@ -185,8 +202,12 @@ class MergeProcessor:
             self._drop(entry)
             return True
         paths, target = self.project.paths, self.config.target_branch
+        shared = self.daemon.shared
+        if shared is not None and not await asyncio.to_thread(shared.fetch_target):
+            self._update(entry, state="waiting", detail=f"remote {shared.name} unreachable: the merge waits")
+            return False
         repo = worktrees.open_repo(paths)
-        target_ref = repo.references.get(f"refs/heads/{target}")
+        target_ref = repo.references.get(shared.target_ref if shared is not None else f"refs/heads/{target}")
         if target_ref is None:
             self._update(entry, state="waiting", detail=f"target branch {target} does not exist")
             return False
@@ -206,10 +227,12 @@ class MergeProcessor:
         if not worktrees.worktree_path(paths, issue.id).exists():
             await asyncio.to_thread(_recreate_worktree, paths, issue.id)
         commands = [c for c in (entry.test_command, self.config.test_command) if c]
+        shared = self.daemon.shared
         landing = await asyncio.to_thread(
             mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
             self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
-            from_refinery)
+            from_refinery, shared.target_ref if shared is not None else "",
+            shared.publish_target if shared is not None else None)
         if landing.status == "merged":
             self._finalize(issue, entry, landing.commit)
             return True
@@ -265,6 +288,8 @@ class MergeProcessor:
                       check=_still("done"), trailers={"Hive-Merged": merged, "Hive-Target": target})
         self._drop(entry)
         worktrees.remove(self.project.paths, issue.id)
+        if self.daemon.shared is not None:
+            self.daemon.shared.push_needed.set()
         self.merged += 1
         self.daemon.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
         finalize_epics(self.project, issue.parent)

@@ -33,7 +33,7 @@ SAFETY_TICK_SECONDS = 2.0
 class Daemon:
     def __init__(self, project: Project, backend: Backend, config: Config, *,
                  max_agents: int | None = None, until_idle: bool = False,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, remote: str | None = None):
         self.project = project
         self.backend = backend
         self.config = config
@@ -56,6 +56,11 @@ class Daemon:
         self._watch_tasks: dict[str, asyncio.Task[None]] = {}
         self._problems_seen: set[str] = set()
         self.finished = 0
+        self.shared = None          # a SharedQueue when the queue is shared through a remote
+        if remote:
+            from hive.orchestrator.shared import SharedQueue
+
+            self.shared = SharedQueue(self, remote)
 
     # -- logging --------------------------------------------------------------------------------
 
@@ -83,6 +88,8 @@ class Daemon:
             await self.backend.connect_with_reconnect()
             self.project.sync(warn=False)
             await self.recover()
+            if self.shared is not None:
+                self.shared.start()
             if self.merge is not None:
                 await self.merge.start()
             self.log(f"running: up to {self.max_agents} agents, backend {self.backend.name}")
@@ -114,9 +121,11 @@ class Daemon:
             self.wake.clear()
             self._refresh_state()
             await self._stop_canceled()
-            self._spawn()
+            await self._spawn()
             if self.merge is not None:
                 self.merge.poke()
+            if self.shared is not None:
+                self.shared.push_needed.set()
             if self.until_idle and self._idle():
                 self.log("idle: nothing ready, nothing running")
                 return
@@ -132,20 +141,31 @@ class Daemon:
     def _idle(self) -> bool:
         if self.running or (self.merge is not None and not self.merge.idle()):
             return False
+        if self.shared is not None and not self.token_cap_reached:
+            # other machines' work may still unblock ours: idle only when the whole queue is
+            counts = self.project.index.counts()
+            return not any(counts.get(s, 0) for s in ("open", "in_progress", "done"))
         return self.token_cap_reached or not self.project.index.ready(limit=1)
 
-    def _spawn(self) -> None:
+    async def _spawn(self) -> None:
         if self.stopping.is_set() or self.token_cap_reached or not self.provider_healthy.is_set():
             return
+        if self.shared is not None and not self.shared.online:
+            return  # a claim is valid only once pushed: none while the remote is unreachable
         if len(self.running) >= self.max_agents:
             return
+        lease = self.config.lease_seconds if self.shared is not None else 0
         for issue in self.project.index.ready():
-            if len(self.running) >= self.max_agents:
+            if len(self.running) >= self.max_agents or self.stopping.is_set():
                 break
             if issue.id in self.running:
                 continue
             agent_id = new_agent_id()
-            if not claim(self.project, issue.id, agent_id):
+            if not claim(self.project, issue.id, agent_id, lease_seconds=lease):
+                continue
+            if self.shared is not None and not await self.shared.confirm_claim(issue.id, agent_id):
+                self.log(f"{issue.id} lost to another machine's claim")
+                self.project.sync(warn=False)
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
             self.start_worker(issue.id, agent_id)
@@ -227,7 +247,21 @@ class Daemon:
                 if worker.turn is not None and now - worker.last_activity > self.config.stall_seconds:
                     self.log(f"{worker.issue_id} stalled: no activity for {self.config.stall_seconds}s")
                     await worker._abort_turn(f"stalled: no agent activity for {self.config.stall_seconds}s")
+            if self.shared is not None:
+                self._extend_leases()
             self.wake.set()
+
+    def _extend_leases(self) -> None:
+        """Renew the leases of issues whose agents are still working (shared mode)."""
+        from hive.queue import lease_until
+
+        horizon = lease_until(self.config.lease_seconds // 2)
+        for worker in list(self.running.values()):
+            issue = self.project.index.get(worker.issue_id)
+            if issue is None or issue.assignee != worker.agent_id:
+                continue
+            if str(issue.extra.get("lease_expires", "")) < horizon:
+                self.shared.extend_lease(worker.issue_id, worker.agent_id, self.config.lease_seconds)
 
     async def sleep_unless_stopped(self, seconds: float, worker: Worker) -> None:
         try:
@@ -353,6 +387,9 @@ class Daemon:
 
     def handoff_done(self, worker: Worker, outcome: Outcome) -> None:
         """The work is done: hand the branch to the merge pipeline, or leave it for a person."""
+        if self.shared is not None:
+            asyncio.ensure_future(self.shared.push_work_branch(worker.issue_id))
+            self.shared.push_needed.set()
         if self.merge is not None:
             self.merge.enqueue(worker.issue_id, worker.worktree.base_commit if worker.worktree else "",
                                outcome.test_command)
@@ -364,6 +401,7 @@ class Daemon:
         """Make the state consistent after any kind of previous ending, SIGKILL included."""
         from hive.orchestrator import escalation
 
+        previous_agents = {agent["id"] for agent in self.runtime.agents()}
         for agent in self.runtime.agents():
             pid = agent.get("pid") or 0
             if pid and is_alive(pid, agent.get("pid_start") or ""):
@@ -374,6 +412,8 @@ class Daemon:
             self.runtime.remove_agent(agent["id"])
         self.project.index.ensure_current()
         for issue in self.project.index.list(["in_progress"]):
+            if self.shared is not None and issue.assignee not in previous_agents:
+                continue  # another machine's claim: its lease says when it may be taken over
             budget = self.runtime.budget(issue.id)
             error = f"agent {issue.assignee or '?'} was lost when the daemon stopped"
             escalation.record_failure(budget, error, time.time())
@@ -429,6 +469,8 @@ class Daemon:
             self.runtime.remove_agent(worker.agent_id)
         if self.merge is not None:
             await self.merge.stop()
+        if self.shared is not None:
+            await self.shared.stop()
         try:
             await self.backend.stop()
         except Exception:  # noqa: BLE001

@@ -1,0 +1,231 @@
+"""Shared daemon mode: several machines working one queue through a git remote.
+
+Protocol (docs/ARCHITECTURE.md, "Several machines"):
+* `hive/state` is pulled when the remote moves (a fetch every few seconds, backing off to 60 s
+  while the remote is unreachable) and pushed after every local change.
+* A claim is valid only once it is pushed: the push is the compare-and-swap between machines. A
+  claim whose push loses is merged with the remote (the claim already there wins) and, if the
+  issue is now someone else's, abandoned before any work starts. While the remote is unreachable
+  no new claim is made; agents already working go on, and their merges wait.
+* Claims carry `lease_expires`, extended while the agent works; an issue whose lease expired (its
+  machine died) is reopened by any other machine.
+* Work branches are pushed when done, so any machine — or a person — sees them, and a dependent on
+  another machine starts from its blocker's work. The target branch moves on the remote by a push
+  with a lease on the tip it was replayed onto; a push that loses is replayed and tested again.
+All network work runs in a worker thread with its own repository handles, one operation at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING
+
+import pygit2
+
+from hive import git
+from hive.merge.mechanical import FastForward, fast_forward
+from hive.project import Project
+from hive.queue import lease_until
+from hive.remote import Remote
+from hive.state import issue_file, issues
+from hive.state.store import Refused
+
+if TYPE_CHECKING:
+    from hive.orchestrator.daemon import Daemon
+
+SYNC_SECONDS = 2.0
+MAX_BACKOFF = 60.0
+CLAIM_ROUNDS = 6
+
+
+class SharedQueue:
+    def __init__(self, daemon: "Daemon", remote_name: str):
+        self.daemon = daemon
+        self.project = Project(daemon.project.paths)   # handles for the network thread only
+        self.remote = Remote(self.project, remote_name)
+        self.target = daemon.config.target_branch
+        self.online = True
+        self.push_needed = asyncio.Event()
+        self._lock = threading.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.remote.name
+
+    @property
+    def target_ref(self) -> str:
+        return self.remote.tracking_ref(self.target)
+
+    # -- the sync loop ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="shared-queue")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await asyncio.to_thread(self._exchange, frozenset())  # a last push of what is local
+
+    async def _run(self) -> None:
+        delay = SYNC_SECONDS
+        while True:
+            self.push_needed.clear()
+            ours = frozenset(w.agent_id for w in self.daemon.running.values())
+            online = await asyncio.to_thread(self._exchange, ours)
+            if online != self.online:
+                self.daemon.log(f"remote {self.name} " + ("reachable again: catching up" if online else
+                                                          "unreachable: working locally, no new claims"))
+                self.daemon.runtime.put("remote_state", "online" if online else "offline")
+            self.online = online
+            self.daemon.wake.set()
+            delay = SYNC_SECONDS if online else min(MAX_BACKOFF, delay * 2)
+            try:
+                await asyncio.wait_for(self.push_needed.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+            if self.push_needed.is_set() and online:
+                await asyncio.sleep(0.05)  # let a burst of state changes go out in one push
+
+    def _exchange(self, ours: frozenset[str]) -> bool:
+        """fetch, merge, reclaim expired leases, push. False when the remote is unreachable."""
+        with self._lock:
+            if not self.remote.fetch(git.STATE_BRANCH, self.target):
+                return False
+            self.remote.fetch_work_branches()
+            self.remote.merge_remote_state()
+            self._reclaim_expired(ours)
+            return self._push_state()
+
+    def _push_state(self) -> bool:
+        for _ in range(CLAIM_ROUNDS):
+            local, remote_tip = self.project.store.tip(), self.remote.remote_tip()
+            if local is None or local == remote_tip:
+                return True
+            if remote_tip and self.project.store.repo.descendant_of(remote_tip, local):
+                return True  # nothing of ours to send
+            result = self.remote.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
+            if result.ok:
+                git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), local],
+                        self.project.paths.worktree, check=False)
+                return True
+            if result.offline:
+                return False
+            if not self.remote.fetch(git.STATE_BRANCH):
+                return False
+            self.remote.merge_remote_state()
+        return True
+
+    def _reclaim_expired(self, ours: frozenset[str]) -> None:
+        self.project.index.ensure_current()
+        now = issue_file.format_time(issue_file.now())
+        for issue in self.project.index.list(["in_progress"]):
+            lease = str(issue.extra.get("lease_expires", ""))
+            if not lease or lease >= now or issue.assignee in ours:
+                continue
+            holder = issue.assignee
+
+            def expired(current: issue_file.Issue, holder: str = holder) -> None:
+                if current.status != "in_progress" or current.assignee != holder or \
+                        str(current.extra.get("lease_expires", "")) >= now:
+                    raise Refused("the lease was renewed")
+
+            issues.update(self.project, issue.id, {"status": "open", "lease_expires": None},
+                          event="lease-expired", check=expired,
+                          summary=f"reopen {issue.id}: the lease of {holder} expired at {lease}",
+                          trailers={"Hive-Previous-Agent": holder, "Hive-Reason": f"lease expired {lease}"})
+            self.daemon.log(f"{issue.id} reopened: the lease of {holder} expired")
+
+    # -- claims -----------------------------------------------------------------------------
+
+    async def confirm_claim(self, issue_id: str, agent_id: str) -> bool:
+        """Push the local claim; True once it is on the remote and still ours."""
+        return await asyncio.to_thread(self._confirm, issue_id, agent_id)
+
+    def _confirm(self, issue_id: str, agent_id: str) -> bool:
+        with self._lock:
+            for _ in range(CLAIM_ROUNDS):
+                self.project.index.ensure_current()
+                current = self.project.index.get(issue_id)
+                if current is None or current.status != "in_progress" or current.assignee != agent_id:
+                    return False  # the merge gave the issue to the claim pushed first
+                remote_tip = self.remote.remote_tip()
+                result = self.remote.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
+                if result.ok:
+                    git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH),
+                             self.project.store.tip() or ""], self.project.paths.worktree, check=False)
+                    return True
+                if result.offline or not self.remote.fetch(git.STATE_BRANCH):
+                    self.online = False
+                    self._release(issue_id, agent_id, "the remote is unreachable: a claim must be pushed")
+                    return False
+                self.remote.merge_remote_state()
+            self._release(issue_id, agent_id, "the claim could not be pushed")
+            return False
+
+    def _release(self, issue_id: str, agent_id: str, why: str) -> None:
+        def mine(current: issue_file.Issue) -> None:
+            if current.status != "in_progress" or current.assignee != agent_id:
+                raise Refused("not ours")
+
+        issues.update(self.project, issue_id, {"status": "open", "lease_expires": None}, event="released",
+                      agent=agent_id, check=mine, summary=f"release {issue_id}: {why}",
+                      trailers={"Hive-Reason": why})
+
+    def extend_lease(self, issue_id: str, agent_id: str, seconds: int) -> None:
+        def mine(current: issue_file.Issue) -> None:
+            if current.status != "in_progress" or current.assignee != agent_id:
+                raise Refused("not ours")
+
+        issues.update(self.daemon.project, issue_id, {"lease_expires": lease_until(seconds)},
+                      event="lease-extended", agent=agent_id, check=mine,
+                      summary=f"extend the lease of {agent_id} on {issue_id}")
+        self.push_needed.set()
+
+    # -- branches ---------------------------------------------------------------------------
+
+    async def push_work_branch(self, issue_id: str) -> None:
+        from hive.orchestrator.worktrees import branch_name
+
+        branch = branch_name(issue_id)
+
+        def push() -> None:
+            with self._lock:  # only the machine that owns the issue pushes its branch: no lease
+                self.remote.push(f"refs/heads/{branch}", branch, None, lease=False)
+
+        await asyncio.to_thread(push)
+
+    def fetch_target(self) -> bool:
+        with self._lock:
+            return self.remote.fetch(self.target)
+
+    def publish_target(self, repo: pygit2.Repository, old: str, new: str) -> FastForward:
+        """Move the remote target from `old` to `new` (lease), then catch the local one up."""
+        with self._lock:
+            result = self.remote.push(new, self.target, old)
+            if result.offline:
+                return FastForward(False, waiting=f"remote {self.name} unreachable: the merge waits")
+            if not result.ok:
+                self.remote.fetch(self.target)
+                return FastForward(False)
+            git.run(["update-ref", self.target_ref, new], self.project.paths.worktree, check=False)
+        self.catch_up_local_target(repo)
+        return FastForward(True, moved=True)
+
+    def catch_up_local_target(self, repo: pygit2.Repository) -> str:
+        """Fast-forward the local target to the remote one, sparing a person's checkout."""
+        remote_ref = repo.references.get(self.target_ref)
+        local_ref = repo.references.get(f"refs/heads/{self.target}")
+        if remote_ref is None:
+            return ""
+        remote_tip = str(remote_ref.target)
+        if local_ref is None:
+            repo.references.create(f"refs/heads/{self.target}", remote_tip)
+            return ""
+        local_tip = str(local_ref.target)
+        if local_tip == remote_tip or not repo.descendant_of(remote_tip, local_tip):
+            return ""
+        return fast_forward(self.daemon.project.paths, repo, self.target, local_tip, remote_tip).waiting
+
