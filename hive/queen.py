@@ -62,6 +62,7 @@ class PlanResult:
     issues: list[Issue] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     commit: str = ""
+    session_failed: str = ""    # the Queen's session itself failed (not the plan's content)
 
 
 def slugify(spec: str) -> str:
@@ -120,18 +121,26 @@ def remove_plan_worktree(project: Project, slug: str) -> None:
 
 
 def proposed_issues(project: Project, slug: str, directory: Path) -> tuple[list[Issue], list[str]]:
-    """The issue files the plan adds or changes, parsed and validated together."""
+    """The issue files the plan directory adds or changes, parsed and validated together."""
+    issues_dir = directory / layout.ISSUES_DIR
+    files = {f"{layout.ISSUES_DIR}/{f.name}": f.read_bytes()
+             for f in (sorted(issues_dir.glob("*.md")) if issues_dir.is_dir() else [])}
+    return check_plan(project, files)
+
+
+def check_plan(project: Project, files: dict[str, bytes]) -> tuple[list[Issue], list[str]]:
+    """Validate proposed issue files (path → content) against the state and each other:
+    format, ids, references to existing or proposed issues, no cycle. Errors name file:line."""
     base = project.store.snapshot()
     errors: list[str] = []
     found: dict[str, Issue] = {}
-    issues_dir = directory / layout.ISSUES_DIR
-    for file in sorted(issues_dir.glob("*.md")) if issues_dir.is_dir() else []:
-        rel = f"{layout.ISSUES_DIR}/{file.name}"
-        data = file.read_bytes()
+    texts: dict[str, str] = {}
+    for rel, data in sorted(files.items()):
         if base.read(rel) == data:
             continue
+        issue_id = rel.rsplit("/", 1)[-1][:-3]
         try:
-            issue = issue_file.parse(data, file.name[:-3], rel)
+            issue = issue_file.parse(data, issue_id, rel)
         except BadInput as exc:
             errors.append(str(exc))
             continue
@@ -139,6 +148,7 @@ def proposed_issues(project: Project, slug: str, directory: Path) -> tuple[list[
             errors.append(f"{rel}:1: a proposed issue must be open and unassigned")
             continue
         found[issue.id] = issue
+        texts[issue.id] = data.decode("utf-8", "replace")
     project.index.ensure_current()
 
     def exists(issue_id: str) -> bool:
@@ -147,17 +157,30 @@ def proposed_issues(project: Project, slug: str, directory: Path) -> tuple[list[
     def blockers_of(issue_id: str) -> list[str]:
         return found[issue_id].depends_on if issue_id in found else project.index.blockers_of(issue_id)
 
+    def where(issue_id: str, key: str) -> str:
+        return f"{layout.ISSUES_DIR}/{issue_id}.md:{_key_line(texts.get(issue_id, ''), key)}"
+
     for issue in found.values():
-        where = f"{layout.ISSUES_DIR}/{issue.id}.md:1"
         try:
-            validate.check_references(issue.id, issue.depends_on, issue.parent, exists, where)
+            validate.check_references(issue.id, issue.depends_on, "", exists, where(issue.id, "depends_on"))
+            validate.check_references(issue.id, [], issue.parent, exists, where(issue.id, "parent"))
         except BadInput as exc:
             errors.append(str(exc))
     if not errors:
         cycle = validate.find_cycle(found, blockers_of)
         if cycle:
-            errors.append(f"{layout.ISSUES_DIR}/{cycle[0]}.md:1: dependency cycle: {' -> '.join(cycle)}")
+            errors.append(f"{where(cycle[0], 'depends_on')}: dependency cycle: {' -> '.join(cycle)}")
     return sorted(found.values(), key=lambda i: (i.priority, i.id)), errors
+
+
+def _key_line(text: str, key: str) -> int:
+    """The line of `key = ...` in an issue file's front matter (1 if not found), for errors."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if number > 1 and line.strip() == "+++":
+            break
+        if re.match(rf"\s*{key}\s*=", line):
+            return number
+    return 1
 
 
 def render_plan(spec: str, issues: list[Issue]) -> str:
@@ -265,7 +288,15 @@ def approve(project: Project, slug: str) -> tuple[str | None, list[str]]:
     if ref is None:
         raise BadInput(f"no plan named {slug!r} (see `git hive plans`)")
     plan_tip = str(ref.target)
-    count = len([e for e in _plan_issue_paths(repo, plan_tip, project.store.tip())])
+    paths = _plan_issue_paths(repo, plan_tip, project.store.tip())
+    tree = repo[plan_tip].peel(pygit2.Commit).tree
+    # A plan branch may have been edited by hand (a pull request): check it like the Queen's work.
+    files = {p: repo[tree[p].id].data for p in paths if p.count("/") == 1}
+    _, errors = check_plan(project, files)
+    if errors:
+        raise BadInput(f"plan {slug} is not valid: {errors[0]}" +
+                       (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
+    count = len(paths)
     change = Change({}, summary=f"approve plan {slug}: {count} issue(s)", event="plan-approved",
                     trailers={"Hive-Plan": slug})
     commit, warnings = project.store.merge(plan_tip, change, drop=(PLAN_FILE,))
@@ -286,7 +317,7 @@ def _plan_issue_paths(repo: pygit2.Repository, plan_tip: str, state_tip: str | N
 class PlanInfo:
     name: str
     issues: int
-    status: str          # proposed | approved
+    status: str          # proposed | approved | empty (no valid plan was committed)
     commit: str
 
 
@@ -298,11 +329,30 @@ def list_plans(project: Project) -> list[PlanInfo]:
         if not name.startswith(git.PLAN_REF_PREFIX):
             continue
         tip = str(repo.references[name].target)
+        slug = name[len(git.PLAN_REF_PREFIX):]
+        if not _has_plan_commit(repo, tip, slug):
+            # the branch never got a valid plan (the Queen failed validation, or was interrupted):
+            # it still points into hive/state's history, which must not read as "approved"
+            plans.append(PlanInfo(slug, 0, "empty", tip))
+            continue
         approved = state_tip is not None and (tip == state_tip or repo.descendant_of(state_tip, tip))
         recorded = _trailer(repo[tip].peel(pygit2.Commit).message, "Hive-Plan-Issues")
         count = int(recorded) if recorded.isdigit() else len(_plan_issue_paths(repo, tip, state_tip))
-        plans.append(PlanInfo(name[len(git.PLAN_REF_PREFIX):], count, "approved" if approved else "proposed", tip))
+        plans.append(PlanInfo(slug, count, "approved" if approved else "proposed", tip))
     return plans
+
+
+def _has_plan_commit(repo: pygit2.Repository, tip: str, slug: str, limit: int = 100) -> bool:
+    """Whether the plan branch holds a plan commit of its own (`Hive-Plan: <slug>`), possibly
+    under later commits (a person's edits on the pull request)."""
+    commit = repo[tip].peel(pygit2.Commit)
+    for _ in range(limit):
+        if _trailer(commit.message, "Hive-Plan") == slug:
+            return True
+        if not commit.parents:
+            return False
+        commit = commit.parents[0]
+    return False
 
 
 def _trailer(message: str, key: str) -> str:
@@ -383,15 +433,22 @@ class Queen:
             "## Existing issues (you may depend on them)", "", listing, "",
         ]) + "\n"
 
+    def _followup(self, text: str) -> str:
+        """A later turn (errors to fix, feedback): it names the plan directory on a line of its
+        own, as the first prompt does, so the Queen (and scripted agents) find it in every turn."""
+        line = f"worktree: {self.directory}"
+        return text if line in text.splitlines() else f"{text.rstrip()}\n\n{line}\n"
+
     async def propose(self, message: str | None = None) -> PlanResult:
         """A round of planning (first call: the spec; later: feedback), validated and fixed."""
         create_plan_branch(self.project, self.slug)
-        text = message or self._first_prompt()
+        text = self._followup(message) if message else self._first_prompt()
         errors: list[str] = []
         for round_no in range(1, MAX_ROUNDS + 1):
             turn = await self._ask(text)
             if not turn.ok:
-                return PlanResult(False, errors=[f"the Queen's session failed: {turn.error}"])
+                return PlanResult(False, errors=[f"the Queen's session failed: {turn.error}"],
+                                  session_failed=turn.error or "unknown error")
             issues, errors = proposed_issues(self.project, self.slug, self.directory)
             if not errors and not issues:
                 errors = ["no issue files were written in the plan directory"]
@@ -400,8 +457,9 @@ class Queen:
                                      f"plan {self.slug}: {len(issues)} issue(s)")
                 return PlanResult(True, issues, commit=commit)
             self.log(f"plan round {round_no}: {len(errors)} problem(s); sent back to the Queen")
-            text = ("Your plan has problems; fix them in the plan directory "
-                    f"{self.directory} and keep everything else:\n" + "\n".join(f"- {e}" for e in errors))
+            text = self._followup("Your plan has problems; fix them in the plan directory "
+                                  f"{self.directory} and keep everything else:\n"
+                                  + "\n".join(f"- {e}" for e in errors))
         return PlanResult(False, errors=errors)
 
     async def close(self) -> None:

@@ -72,9 +72,13 @@ def plan(spec: str | None, headless: bool, prompt: str | None, no_approve: bool,
         result = await queen.propose()
         try:
             while True:
+                if not result.ok and result.session_failed:
+                    raise HiveError(f"the Queen's session failed (branch hive/plan/{slug} kept): "
+                                    f"{result.session_failed}")
                 if not result.ok:
                     raise HiveError(f"the plan is not valid after {queen_mod.MAX_ROUNDS} rounds "
-                                    f"(branch hive/plan/{slug} kept): {result.errors[0]}")
+                                    f"(branch hive/plan/{slug} kept, the Queen's files in "
+                                    f"{queen.directory}): {result.errors[0]}")
                 if headless:
                     break
                 _show(result, slug)

@@ -30,6 +30,8 @@ from hive.errors import BadInput
 from hive.state import layout
 
 if TYPE_CHECKING:
+    import pygit2
+
     from hive.project import Project
     from hive.state.store import Snapshot
 
@@ -64,6 +66,7 @@ class Checkout:
         self.project = project
         self.root = project.paths.state_checkout
         self._db: sqlite3.Connection | None = None
+        self._git_index = None   # the checkout's git index, read at most once per scan
 
     @property
     def exists(self) -> bool:
@@ -151,9 +154,23 @@ class Checkout:
             found[layout.CONTEXT_FILE] = context.stat()
         return found
 
+    def _git_dir(self) -> Path | None:
+        try:
+            text = (self.root / ".git").read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        return Path(text[len("gitdir:"):].strip()) if text.startswith("gitdir:") else None
+
+    def git_operation_in_progress(self) -> bool:
+        """A person is running git in `.hive/` (merge, rebase, pull...): its files are git's, not edits."""
+        git_dir = self._git_dir()
+        markers = ("index.lock", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply")
+        return git_dir is not None and any((git_dir / m).exists() for m in markers)
+
     def find_edits(self, full: bool = False) -> list[Edit]:
-        if not self.exists:
+        if not self.exists or self.git_operation_in_progress():
             return []
+        self._git_index = None
         records = self._records()
         on_disk = self._scan(full)
         edits: list[Edit] = []
@@ -182,7 +199,10 @@ class Checkout:
             if oid == tip_oid:
                 self._record(path, oid)
                 continue
-            base = record.blob if record else self._git_index_blob(path) or tip_oid
+            staged = self._git_index_blob(path)
+            if staged == oid:
+                continue  # staged by git itself (a merge or pull finishing, or a person's commit to come)
+            base = record.blob if record else staged or tip_oid
             edits.append(Edit(path, data, base))
         scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
         for path, record in records.items():
@@ -206,11 +226,13 @@ class Checkout:
         self._record(path, tip_oid)
 
     def _git_index_blob(self, path: str) -> str | None:
+        """The blob the `.hive/` worktree's git index holds for `path` (read once per scan)."""
         import pygit2
 
         try:
-            entry = pygit2.Repository(str(self.root)).index[path]
-            return str(entry.id)
+            if self._git_index is None:
+                self._git_index = pygit2.Repository(str(self.root)).index
+            return str(self._git_index[path].id)
         except (KeyError, pygit2.GitError):
             return None
 
@@ -279,6 +301,10 @@ class Checkout:
                 except IsADirectoryError:
                     continue
                 clean = current in known or current == new_oid or (current is None and old_oid is None)
+                if not clean and current is not None:
+                    # a version committed on the branch meanwhile (a plain `git commit` in .hive/)
+                    # is no unsaved edit of a person's
+                    clean = current in _blobs_between(repo, self.commit, tip.oid or "", path)
                 if clean:
                     if new_oid is None:
                         target.unlink(missing_ok=True)
@@ -321,6 +347,27 @@ class Checkout:
             for path in _all_files(self.root):
                 self._record(path, blob_id((self.root / path).read_bytes()))
             self._set_commit(commit)
+
+
+def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, limit: int = 1000) -> set[str]:
+    """The versions `path` had in the commits reachable from `new` but not from `old`."""
+    import pygit2
+
+    found: set[str] = set()
+    try:
+        walker = repo.walk(new, pygit2.enums.SortMode.TOPOLOGICAL)
+        if old:
+            walker.hide(old)
+    except (KeyError, ValueError, pygit2.GitError):
+        return found
+    for count, commit in enumerate(walker):
+        if count >= limit:
+            break
+        try:
+            found.add(str(commit.tree[path].id))
+        except KeyError:
+            pass
+    return found
 
 
 def _all_files(root: Path) -> Iterator[str]:
