@@ -26,6 +26,15 @@ FORBIDDEN_GIT = {"push", "update-ref", "worktree", "checkout", "switch", "reset"
                  "branch", "tag", "fetch", "pull", "remote", "config", "filter-branch", "replace"}
 
 
+# Agent CLIs read permission rules from these folders inside the working tree: an agent that could
+# write them would grant itself what hive's policy refuses.
+AGENT_SETTINGS_DIRS = (".claude", ".codex")
+
+
+def _touches_agent_settings(text: str) -> bool:
+    return any(f"{name}/" in text or text.rstrip("/").endswith(name) for name in AGENT_SETTINGS_DIRS)
+
+
 @dataclass
 class Verdict:
     allow: bool
@@ -67,6 +76,8 @@ def _command_words(command: str) -> list[list[str]]:
 
 
 def _check_shell(command: str, root: str, role: str) -> Verdict:
+    if _touches_agent_settings(command):
+        return Verdict(False, "agent settings (.claude/, .codex/) are not the agent's to change")
     for words in _command_words(command):
         words = [w for w in words if "=" not in w.split("/")[0] or w.startswith(("/", "."))] or words
         program = os.path.basename(words[0]) if words else ""
@@ -112,6 +123,8 @@ def decide(request: PermissionRequest, *, role: str, root: str, plan_root: str =
             return Verdict(False, f"{path} is outside the worktree {root}")
     if tool in READ_TOOLS:
         return Verdict(True)
+    if tool in EDIT_TOOLS and any(_touches_agent_settings(p) for p in paths):
+        return Verdict(False, "agent settings (.claude/, .codex/) are not the agent's to change")
     if tool in EDIT_TOOLS:
         if role == "queen":
             def plan_file(p: str) -> bool:

@@ -1,0 +1,794 @@
+"""The `claude` backend: the real Claude Code CLI through its stream-json stdio protocol.
+
+Each session is one long-lived `claude` process in the session's working directory, started in its
+own process group (the CLI may be a launcher with children) with:
+
+    claude -p --input-format stream-json --output-format stream-json --verbose
+           --permission-prompt-tool stdio --permission-mode default
+           (--session-id <uuid> | --resume <uuid>) [--model M] [--append-system-prompt TEXT]
+
+User turns go to stdin as `{"type":"user","message":{"role":"user","content":...},
+"parent_tool_use_id":null}` lines; stdout is NDJSON. How its lines become `Event`s:
+
+    CLI line                                        event
+    system/init (one per turn)                      busy
+    assistant: text / tool_use blocks               message {"role": "assistant", "text"(, "tool")}
+    user: tool_result blocks                        message {"role": "tool", "text"}
+    control_request can_use_tool                    permission PermissionRequest (reply_permission
+                                                    writes the control_response: allow with
+                                                    updatedInput = the original input, or deny)
+    assistant with is_api_error_message             (remembered for the turn's result)
+    system/api_retry with a provider status         provider_error {"status", "message"}
+    result                                          usage (session totals), provider_error when the
+                                                    API failed, then idle TurnResult
+    end of the process                              idle TurnResult(ok=False, ...) first if a turn
+                                                    was open, then exited {"exit_code"}
+
+Every stdout line refreshes `last_activity` (the orchestrator's stall detection reads it).
+
+Accounting: `result.usage` covers that result only (input + cache tokens, output); the session
+totals are hive's sum of those. `total_cost_usd` adds up over the process *and* over `--resume`,
+so a turn's cost is the growth of that total since the previous result of the session (the first
+result after a resume whose earlier total is unknown falls back to
+`model_usage_since_last_result`).
+
+Failures: a result with `is_error` (an interrupted turn, `error_max_turns`, an API error), an API
+error status (`api_error_status`, `terminal_reason: "api_error"`), a crash (the process ends
+mid-turn). Provider failures (5xx, 529, 429, 408, no connection) also emit `provider_error` and end
+the turn with `TurnResult(provider_error=True)`; a 4xx such as 400/401 is a plain failure.
+
+Semantics shared with the scripted backend:
+* `send_message_async` marks the session busy at once; turns sent while one runs are queued by the
+  CLI and answered in order, each with its own busy/idle.
+* `abort_session` sends an `interrupt` control request for the turn in progress (and for queued
+  ones); if the turns have not ended within `interrupt_grace` seconds the process group is killed.
+  When it returns, `idle` has been emitted for every open turn (and `exited`, when it was killed).
+  An idle session is left as it is.
+* `delete_session` closes stdin, waits up to `kill_grace`, kills the group if needed and forgets
+  the session; no event of that session is emitted after `delete_session` is called.
+* `create_session` with `spec.resume` returns a live session with that id as it is; otherwise it
+  starts `claude --resume <id>` (or, when the CLI has no transcript for that id, a new conversation
+  under the same id) and the session's usage totals carry on.
+* Unknown session ids raise KeyError; sending to an exited session raises RuntimeError.
+
+The environment is hive's own (so `ANTHROPIC_BASE_URL`, API keys and proxies pass through) plus
+`extra_env` and `spec.env`, with `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` unless set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import http.client
+import json
+import logging
+import os
+import re
+import shlex
+import signal
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hive.backends.base import (
+    BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
+    PermissionRequest, SessionSpec, SessionStatus, TurnResult, Usage,
+)
+from hive.errors import HiveError
+
+log = logging.getLogger(__name__)
+
+LINE_LIMIT = 16 * 1024 * 1024     # longest stdout line read whole; longer ones are skipped
+HEAD_KEPT = 64 * 1024             # of a skipped line, this much is kept to answer a control request
+MAX_MESSAGES = 500                # message history kept per session
+MAX_MESSAGE_CHARS = 64 * 1024     # longest message text kept
+MAX_EVENT_CHARS = 4 * 1024        # longest tool input/result text put in a message event
+STDERR_TAIL = 4096
+MAX_PAST_SESSIONS = 1000          # deleted sessions whose usage is kept for a later resume
+MAX_ARG_BYTES = 96 * 1024         # a system prompt on argv (Linux: 128 KiB per argument)
+PROBE_TIMEOUT = 5.0               # seconds for the health probe
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+PROVIDER_STATUSES = {408, 429, 529}   # besides every 5xx: the provider's trouble, not the work's
+
+_UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+_REQUEST_ID_RE = re.compile(rb'"request_id"\s*:\s*"([^"\\]{1,200})"')
+
+
+def is_provider_status(status: int | None) -> bool:
+    """Whether an HTTP status from the API is the provider's failure (retry later, elsewhere)."""
+    return status is not None and (status >= 500 or status in PROVIDER_STATUSES)
+
+
+@dataclass
+class _Session:
+    id: str
+    spec: SessionSpec
+    proc: asyncio.subprocess.Process
+    resumed: bool = False
+    usage: Usage = field(default_factory=Usage)
+    cli_cost: float | None = 0.0      # the CLI's last cumulative total_cost_usd (None: unknown)
+    messages: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_MESSAGES))
+    permissions: dict[str, PermissionRequest] = field(default_factory=dict)
+    pending_turns: int = 0            # turns sent whose result has not come yet
+    turn_api_error: tuple[int | None, str] | None = None   # a synthetic API-error message this turn
+    last_activity: float = field(default_factory=time.monotonic)
+    exit_code: int | None = None
+    exited: bool = False
+    aborting: bool = False
+    killed: bool = False
+    deleted: bool = False
+    cut_off: bool = False             # reading stopped: the CLI exited, its pipe stayed open
+    model: str = ""                   # as the CLI reports it (init)
+    discarded_lines: int = 0
+    stderr_tail: bytes = b""
+    reader: asyncio.Task | None = None
+    stderr_reader: asyncio.Task | None = None
+    exit_watcher: asyncio.Task | None = None
+    gone: asyncio.Event = field(default_factory=asyncio.Event)          # set once the process exited
+    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    turn_ended: asyncio.Event = field(default_factory=asyncio.Event)   # set at each result / exit
+    control_seq: int = 0
+
+    def state(self) -> str:
+        if self.exited or self.proc.returncode is not None:
+            return "exited"
+        return "busy" if self.pending_turns > 0 else "idle"
+
+
+@dataclass
+class _Past:
+    usage: Usage
+    cli_cost: float | None
+    messages: list[dict[str, Any]]
+
+
+class ClaudeBackend:
+    """Runs `claude` processes; see the module docstring."""
+
+    name = "claude"
+    kill_grace = 2.0                 # seconds between SIGTERM and SIGKILL, and for a clean exit
+    interrupt_grace = 5.0            # seconds an interrupted turn has to end before the kill
+
+    def __init__(self, command: str = "claude", hive_dir: str | None = None,
+                 extra_env: dict[str, str] | None = None):
+        self.argv0 = shlex.split(command) if command and command.strip() else ["claude"]
+        self.command = command
+        self.hive_dir = str(Path(hive_dir).resolve()) if hive_dir else None
+        self.extra_env = dict(extra_env or {})
+        self._bus = EventBus()
+        self._sessions: dict[str, _Session] = {}
+        self._past: dict[str, _Past] = {}            # deleted sessions, for a later resume
+
+    # -- events --------------------------------------------------------------------------------
+    def on(self, event_type: str, handler: Handler) -> None:
+        self._bus.on(event_type, handler)
+
+    async def _emit(self, s: _Session, type_: str, data: Any = None) -> None:
+        if s.deleted:
+            return
+        try:
+            await self._bus.emit(Event(type_, s.id, data))
+        except Exception:                               # a bad handler must not kill the reader
+            log.exception("claude backend: %s handler failed for session %s", type_, s.id)
+
+    async def connect_with_reconnect(self) -> None:
+        """Nothing to connect to (one process per session); fail early if the CLI is missing."""
+        from shutil import which
+
+        program = self.argv0[0]
+        if not (which(program) or (os.sep in program and os.access(program, os.X_OK))):
+            raise HiveError(f"claude CLI not found: {program!r} (set claude_command, or install "
+                            "@anthropic-ai/claude-code from npm)")
+
+    async def health_check(self) -> bool:
+        """A cheap probe of the provider that spends no tokens: GET $ANTHROPIC_BASE_URL/v1/models.
+
+        Healthy: the server answers with a status below 500 other than 429 (an auth error still
+        means the provider is up). A refused connection, a timeout, 5xx, 429 or 529 is unhealthy.
+        """
+        return await asyncio.to_thread(self._probe)
+
+    def _env_base(self) -> dict[str, str]:
+        return {**os.environ, **self.extra_env}
+
+    def _probe(self) -> bool:
+        env = self._env_base()
+        base = (env.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        headers = {"anthropic-version": ANTHROPIC_VERSION, "user-agent": "git-hive-health-probe"}
+        if env.get("ANTHROPIC_API_KEY"):
+            headers["x-api-key"] = env["ANTHROPIC_API_KEY"]
+        if env.get("ANTHROPIC_AUTH_TOKEN"):
+            headers["authorization"] = f"Bearer {env['ANTHROPIC_AUTH_TOKEN']}"
+        request = urllib.request.Request(f"{base}/v1/models", headers=headers, method="GET")
+        try:
+            with _opener(env, request.host).open(request, timeout=PROBE_TIMEOUT) as response:
+                status = response.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+            return False
+        return status < 500 and status != 429
+
+    async def stop(self) -> None:
+        """End every session at once: busy processes are killed, idle ones leave cleanly."""
+        await asyncio.gather(*(self._end(sid, patient=False) for sid in list(self._sessions)),
+                             return_exceptions=True)
+
+    # -- sessions ------------------------------------------------------------------------------
+    def _config_dir(self, env: dict[str, str]) -> Path:
+        if env.get("CLAUDE_CONFIG_DIR"):
+            return Path(env["CLAUDE_CONFIG_DIR"])
+        return Path(env.get("HOME") or os.path.expanduser("~")) / ".claude"
+
+    def _has_transcript(self, env: dict[str, str], sid: str) -> bool:
+        """Whether the CLI kept the conversation `sid` (`--resume` fails without it)."""
+        projects = self._config_dir(env) / "projects"
+        try:
+            return any(projects.glob(f"*/{sid}.jsonl"))
+        except OSError:
+            return False
+
+    async def create_session(self, spec: SessionSpec) -> str:
+        resume = spec.resume if spec.resume and _UUID_RE.match(spec.resume) else ""
+        sid = resume.lower() if resume else str(uuid.uuid4())
+        old = self._sessions.get(sid)
+        if old is not None:
+            if old.state() != "exited":
+                return sid
+            await self._wait_reader(old)             # its last events come before the new ones
+            old.deleted = True
+        env = {**self._env_base(), **spec.env}
+        env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        resumed = bool(resume) and self._has_transcript(env, sid)
+        argv = [*self.argv0, "-p", "--input-format", "stream-json", "--output-format", "stream-json",
+                "--verbose", "--permission-prompt-tool", "stdio", "--permission-mode", "default"]
+        argv += ["--resume", sid] if resumed else ["--session-id", sid]
+        if spec.model:
+            argv.append(f"--model={spec.model}")
+        if spec.system_prompt:
+            prompt = spec.system_prompt.encode()[:MAX_ARG_BYTES].decode("utf-8", errors="ignore")
+            argv.append(f"--append-system-prompt={prompt}")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, cwd=spec.cwd, env=env, start_new_session=True, limit=LINE_LIMIT,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+        except OSError as e:
+            raise RuntimeError(f"cannot start the claude CLI ({self.argv0[0]!r}): {e}") from None
+        s = _Session(sid, replace(spec, resume=sid), proc, resumed=resumed)
+        past = self._past.pop(sid, None)
+        if old is not None:
+            s.usage, s.messages = replace(old.usage), old.messages
+            s.cli_cost = old.cli_cost if resumed else 0.0
+        elif past is not None:
+            s.usage = past.usage
+            s.messages.extend(past.messages)
+            s.cli_cost = past.cli_cost if resumed else 0.0
+        elif resumed:
+            s.cli_cost = None                # earlier cost of this conversation: unknown here
+        self._sessions[sid] = s
+        s.reader = asyncio.create_task(self._read_stdout(s), name=f"claude-{sid[:8]}-stdout")
+        s.stderr_reader = asyncio.create_task(self._read_stderr(s), name=f"claude-{sid[:8]}-stderr")
+        s.exit_watcher = asyncio.create_task(self._watch_exit(s), name=f"claude-{sid[:8]}-exit")
+        return sid
+
+    def _get(self, session_id: str) -> _Session:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise KeyError(f"no claude session {session_id!r}") from None
+
+    async def abort_session(self, session_id: str) -> None:
+        s = self._sessions.get(session_id)
+        if s is None or s.exited or s.proc.returncode is not None or s.pending_turns == 0:
+            return
+        s.aborting = True
+        try:
+            deadline = time.monotonic() + self.interrupt_grace
+            while s.pending_turns > 0 and not s.exited:
+                s.turn_ended.clear()
+                try:
+                    await self._control(s, {"subtype": "interrupt"})
+                except (BrokenPipeError, ConnectionResetError, RuntimeError):
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(s.turn_ended.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            if s.pending_turns > 0 and not s.exited:
+                s.killed = True
+                await self._kill_group(s)
+                await self._wait_reader(s)
+        finally:
+            s.aborting = False
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._end(session_id, patient=True)
+
+    async def _end(self, session_id: str, patient: bool) -> None:
+        """Forget a session: close stdin, let the CLI finish (when patient) or kill it."""
+        s = self._sessions.pop(session_id, None)
+        if s is None:
+            return
+        s.deleted = True
+        self._past[s.id] = _Past(s.usage, s.cli_cost, list(s.messages))
+        while len(self._past) > MAX_PAST_SESSIONS:
+            self._past.pop(next(iter(self._past)))
+        if s.proc.returncode is None:
+            if s.proc.stdin is not None and not s.proc.stdin.is_closing():
+                s.proc.stdin.close()
+            # an idle CLI leaves at once when stdin closes; a busy one first ends its turn
+            if patient or s.pending_turns == 0:
+                await _wait_gone(s, self.kill_grace)
+        s.killed = True
+        await self._kill_group(s)
+        await self._wait_reader(s)
+
+    async def get_session_status(self, session_id: str) -> SessionStatus:
+        return self._status(self._get(session_id))
+
+    def _status(self, s: _Session) -> SessionStatus:
+        return SessionStatus(session_id=s.id, state=s.state(), usage=replace(s.usage),
+                             pid=s.proc.pid, last_activity=s.last_activity)
+
+    async def list_sessions(self) -> list[SessionStatus]:
+        return [self._status(s) for s in self._sessions.values()]
+
+    # -- messages ------------------------------------------------------------------------------
+    async def send_message_async(self, session_id: str, text: str) -> None:
+        s = self._get(session_id)
+        if s.state() == "exited":
+            raise RuntimeError(f"claude session {session_id} has exited")
+        s.messages.append({"role": "user", "text": text[:MAX_MESSAGE_CHARS], "at": time.time()})
+        s.pending_turns += 1
+        s.last_activity = time.monotonic()
+        try:
+            await self._write(s, {"type": "user", "message": {"role": "user", "content": text},
+                                  "parent_tool_use_id": None})
+        except (BrokenPipeError, ConnectionResetError) as e:
+            s.pending_turns = max(0, s.pending_turns - 1)
+            raise RuntimeError(f"claude session {session_id} has exited") from e
+
+    async def get_messages(self, session_id: str) -> list[dict[str, Any]]:
+        return [dict(m) for m in self._get(session_id).messages]
+
+    # -- permissions ---------------------------------------------------------------------------
+    async def get_pending_permissions(self, session_id: str) -> list[PermissionRequest]:
+        return list(self._get(session_id).permissions.values())
+
+    async def reply_permission(self, session_id: str, request_id: str, allow: bool,
+                               message: str = "") -> None:
+        s = self._sessions.get(session_id)
+        if s is None:
+            log.debug("claude backend: no session %s for permission %s", session_id, request_id)
+            return
+        request = s.permissions.pop(request_id, None)
+        if request is None:
+            log.debug("claude backend: no pending permission %s/%s", session_id, request_id)
+            return
+        if allow:
+            answer: dict[str, Any] = {"behavior": "allow", "updatedInput": request.input}
+        else:
+            answer = {"behavior": "deny", "message": message or "denied by git-hive's permission policy"}
+        try:
+            await self._write(s, {"type": "control_response", "response": {
+                "subtype": "success", "request_id": request_id, "response": answer}})
+        except (BrokenPipeError, ConnectionResetError):
+            pass                                        # the CLI is gone; its turn ends anyway
+
+    # -- internals -----------------------------------------------------------------------------
+    async def _write(self, s: _Session, obj: dict) -> None:
+        stdin = s.proc.stdin
+        if stdin is None or stdin.is_closing() or s.proc.returncode is not None:
+            raise BrokenPipeError("claude stdin is closed")
+        async with s.write_lock:
+            stdin.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
+            await stdin.drain()
+
+    async def _control(self, s: _Session, request: dict[str, Any]) -> None:
+        s.control_seq += 1
+        await self._write(s, {"type": "control_request", "request_id": f"hive-{s.control_seq}",
+                              "request": request})
+
+    async def _kill_group(self, s: _Session) -> None:
+        """SIGTERM the session's process group, SIGKILL after the grace; stragglers too."""
+        pgid = s.proc.pid                           # start_new_session: pid == pgid
+        if s.proc.returncode is None:
+            _killpg(pgid, signal.SIGTERM)
+            _killpg(pgid, signal.SIGCONT)           # a stopped process must run to see the TERM
+            if not await _wait_gone(s, self.kill_grace):
+                _killpg(pgid, signal.SIGKILL)
+                await _wait_gone(s, self.kill_grace)
+        if _killpg(pgid, signal.SIGTERM) and not await _group_gone(pgid, self.kill_grace):
+            _killpg(pgid, signal.SIGKILL)
+            await _group_gone(pgid, self.kill_grace)
+
+    async def _wait_reader(self, s: _Session) -> None:
+        current = asyncio.current_task()
+        for task in (s.reader, s.stderr_reader):
+            if task is None or task is current or task.done():
+                continue
+            try:
+                await asyncio.wait_for(asyncio.shield(task), self.kill_grace + 1)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
+
+    async def _read_stderr(self, s: _Session) -> None:
+        stream = s.proc.stderr
+        assert stream is not None
+        while chunk := await stream.read(65536):
+            s.stderr_tail = (s.stderr_tail + chunk)[-STDERR_TAIL:]
+
+    async def _read_stdout(self, s: _Session) -> None:
+        try:
+            await self._read_lines(s)
+        except asyncio.CancelledError:
+            if not s.cut_off:
+                raise
+        await s.gone.wait()
+        code = s.proc.returncode
+        s.exit_code, s.exited = code, True
+        s.last_activity = time.monotonic()
+        s.permissions.clear()
+        _killpg(s.proc.pid, signal.SIGTERM)   # what the CLI left behind (delete/abort SIGKILL it)
+        if s.pending_turns > 0:
+            s.pending_turns = 0
+            if s.aborting or s.killed:
+                error = "aborted"
+            else:
+                error = f"claude exited with code {code} mid-turn"
+                tail = s.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()
+                if tail:
+                    error += f": {tail[-1][:300]}"
+            await self._emit(s, IDLE, TurnResult(ok=False, error=error))
+        s.turn_ended.set()
+        await self._emit(s, EXITED, {"exit_code": code})
+
+    async def _watch_exit(self, s: _Session) -> None:
+        """Notice the process's exit (`proc.wait()` also waits for its pipes to close); if
+        something it started in another session still holds its stdout, stop reading."""
+        await _process_exit(s.proc)
+        s.gone.set()
+        reader = s.reader
+        if reader is None:
+            return
+        for attempt in range(2):
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), self.kill_grace)
+                return
+            except asyncio.TimeoutError:
+                if attempt == 0:
+                    _killpg(s.proc.pid, signal.SIGKILL)
+        s.cut_off = True
+        reader.cancel()
+        if s.stderr_reader is not None:
+            s.stderr_reader.cancel()
+        transport = getattr(s.proc, "_transport", None)   # let go of our ends of its pipes
+        if transport is not None:
+            transport.close()
+
+    async def _read_lines(self, s: _Session) -> None:
+        stream = s.proc.stdout
+        assert stream is not None
+        head: bytes | None = None                 # the start of an overlong line being skipped
+        while True:
+            try:
+                line = await stream.readuntil(b"\n")
+            except asyncio.IncompleteReadError as e:      # EOF
+                if e.partial and head is None:
+                    await self._handle_line(s, e.partial)
+                return
+            except asyncio.LimitOverrunError as e:        # an overlong line: skip it
+                chunk = await stream.readexactly(e.consumed)
+                if head is None:
+                    head = chunk[:HEAD_KEPT]
+                    s.discarded_lines += 1
+                continue
+            except OSError:
+                return
+            if head is not None:                          # the tail of an overlong line
+                await self._overlong(s, head)
+                head = None
+                continue
+            await self._handle_line(s, line)
+
+    async def _overlong(self, s: _Session, head: bytes) -> None:
+        """A line too long to read: if it was a permission prompt, deny it so the CLI goes on."""
+        s.last_activity = time.monotonic()
+        if b'"control_request"' in head and b'"can_use_tool"' in head:
+            match = _REQUEST_ID_RE.search(head)
+            if match:
+                request_id = match.group(1).decode("utf-8", errors="replace")
+                try:
+                    await self._write(s, {"type": "control_response", "response": {
+                        "subtype": "success", "request_id": request_id,
+                        "response": {"behavior": "deny",
+                                     "message": "the request is too large for git-hive to review"}}})
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+    async def _handle_line(self, s: _Session, raw: bytes) -> None:
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            s.discarded_lines += 1
+            return
+        s.last_activity = time.monotonic()
+        kind = msg.get("type")
+        if kind == "system":
+            await self._on_system(s, msg)
+        elif kind == "assistant":
+            await self._on_assistant(s, msg)
+        elif kind == "user":
+            await self._on_user(s, msg)
+        elif kind == "control_request":
+            await self._on_control_request(s, msg)
+        elif kind == "result":
+            await self._on_result(s, msg)
+        # control_response (acks of our interrupts), stream_event, ...: activity only
+
+    async def _on_system(self, s: _Session, msg: dict[str, Any]) -> None:
+        subtype = msg.get("subtype")
+        if subtype == "init":
+            s.model = str(msg.get("model") or "")
+            s.turn_api_error = None
+            await self._emit(s, BUSY)
+        elif subtype == "api_retry":
+            status = msg.get("error_status")
+            status = status if isinstance(status, int) else None
+            if is_provider_status(status):
+                await self._emit(s, PROVIDER_ERROR, {"status": status,
+                                                     "message": str(msg.get("error") or "retrying")[:500]})
+
+    async def _message(self, s: _Session, role: str, text: str, **extra: Any) -> None:
+        entry = {"role": role, "text": text[:MAX_MESSAGE_CHARS], **extra}
+        s.messages.append({**entry, "at": time.time()})
+        await self._emit(s, MESSAGE, {**entry, "text": text[:MAX_EVENT_CHARS]})
+
+    async def _on_assistant(self, s: _Session, msg: dict[str, Any]) -> None:
+        message = msg.get("message") if isinstance(msg.get("message"), dict) else {}
+        content = message.get("content")
+        texts = []
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and isinstance(block.get("text"), str):
+                    texts.append(block["text"])
+                elif block.get("type") == "tool_use":
+                    name = str(block.get("name") or "")
+                    await self._message(s, "assistant", f"[{name}] {_describe_input(block.get('input'))}",
+                                        tool=name)
+        elif isinstance(content, str):
+            texts.append(content)
+        text = "\n".join(texts)
+        if msg.get("is_api_error_message") or msg.get("error"):
+            status = msg.get("api_error_status")
+            s.turn_api_error = (status if isinstance(status, int) else None, text)
+        if text:
+            await self._message(s, "assistant", text)
+
+    async def _on_user(self, s: _Session, msg: dict[str, Any]) -> None:
+        message = msg.get("message") if isinstance(msg.get("message"), dict) else {}
+        content = message.get("content")
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                result = block.get("content")
+                if isinstance(result, list):
+                    result = "\n".join(str(c.get("text", "")) for c in result if isinstance(c, dict))
+                prefix = "[error] " if block.get("is_error") else ""
+                await self._message(s, "tool", prefix + str(result or ""))
+
+    async def _on_control_request(self, s: _Session, msg: dict[str, Any]) -> None:
+        request_id = str(msg.get("request_id") or "")
+        request = msg.get("request") if isinstance(msg.get("request"), dict) else {}
+        if request.get("subtype") != "can_use_tool":
+            try:                                     # nothing else is hive's to answer
+                await self._write(s, {"type": "control_response", "response": {
+                    "subtype": "error", "request_id": request_id,
+                    "error": f"git-hive does not handle {request.get('subtype')!r} requests"}})
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
+        tool_input = request.get("input") if isinstance(request.get("input"), dict) else {}
+        paths = [v for k in ("file_path", "path", "notebook_path")
+                 if isinstance(v := tool_input.get(k), str) and v]
+        command = tool_input.get("command")
+        req = PermissionRequest(request_id=request_id, tool=str(request.get("tool_name") or ""),
+                                input=tool_input, paths=paths,
+                                command=command if isinstance(command, str) else "")
+        s.permissions[request_id] = req
+        await self._emit(s, PERMISSION, req)
+
+    async def _on_result(self, s: _Session, msg: dict[str, Any]) -> None:
+        s.pending_turns = max(0, s.pending_turns - 1)
+        # tokens: this result only; cost: growth of the CLI's cumulative total
+        usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else {}
+        turn_in = sum(_int(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                   "cache_read_input_tokens"))
+        turn_out = _int(usage.get("output_tokens"))
+        total = msg.get("total_cost_usd")
+        total = float(total) if isinstance(total, (int, float)) else None
+        since = _since_last_cost(msg.get("model_usage_since_last_result"))
+        if total is None:
+            turn_cost = since or 0.0
+        elif s.cli_cost is None:
+            turn_cost = since if since is not None else total
+        else:
+            turn_cost = max(0.0, total - s.cli_cost)
+        if total is not None:
+            s.cli_cost = total
+        if turn_in or turn_out or turn_cost:
+            s.usage.input_tokens += turn_in
+            s.usage.output_tokens += turn_out
+            s.usage.cost_usd += turn_cost
+            await self._emit(s, USAGE, replace(s.usage))
+
+        text = msg.get("result")
+        text = str(text)[:MAX_MESSAGE_CHARS] if isinstance(text, str) else ""
+        status = msg.get("api_error_status")
+        status = status if isinstance(status, int) else None
+        api_error = s.turn_api_error
+        s.turn_api_error = None
+        if status is None and api_error is not None:
+            status = api_error[0]
+        is_error = bool(msg.get("is_error")) or msg.get("subtype") not in (None, "success")
+        api_failed = msg.get("terminal_reason") == "api_error" or status is not None or api_error is not None
+        if s.aborting and is_error:
+            result = TurnResult(ok=False, error="aborted (interrupted)", text=text)
+        elif api_failed and (is_error or status is not None):
+            provider = is_provider_status(status) or (status is None and
+                                                      msg.get("terminal_reason") == "api_error")
+            words = " ".join((text or (api_error[1] if api_error else "") or "API error").split())[:300]
+            if provider:
+                await self._emit(s, PROVIDER_ERROR, {"status": status, "message": words})
+            result = TurnResult(ok=False, error=f"API error{f' {status}' if status else ''}: {words}",
+                                provider_error=provider, text=text)
+        elif is_error:
+            errors = msg.get("errors")
+            detail = text or ("; ".join(str(e) for e in errors) if isinstance(errors, list) else "")
+            reason = msg.get("terminal_reason") or msg.get("subtype") or "error"
+            result = TurnResult(ok=False, error=" ".join(f"{reason}: {detail}".split())[:300], text=text)
+        else:
+            result = TurnResult(ok=True, text=text)
+        s.permissions.clear()                 # prompts of an ended turn can no longer be answered
+        await self._emit(s, IDLE, result)
+        s.turn_ended.set()
+
+
+def _opener(env: dict[str, str], host: str) -> urllib.request.OpenerDirector:
+    """A urllib opener using the proxies of `env` (the CLI's environment), as the CLI would."""
+    proxies: dict[str, str] = {}
+    for key in sorted(env, key=str.islower):              # lower-case names win, as in urllib
+        if key.lower().endswith("_proxy") and env[key]:
+            proxies[key.lower()[:-len("_proxy")]] = env[key]
+    no_proxy = proxies.pop("no", "")
+    if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):
+        proxies = {}
+    return urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+
+
+def _describe_input(value: Any) -> str:
+    if isinstance(value, dict):
+        for key in ("command", "file_path", "path", "notebook_path", "pattern", "url"):
+            if isinstance(value.get(key), str):
+                return value[key][:MAX_EVENT_CHARS]
+        try:
+            return json.dumps(value, ensure_ascii=False)[:MAX_EVENT_CHARS]
+        except (TypeError, ValueError):
+            return ""
+    return str(value or "")[:MAX_EVENT_CHARS]
+
+
+def _since_last_cost(model_usage: Any) -> float | None:
+    if not isinstance(model_usage, dict):
+        return None
+    return sum(_float(m.get("costUSD")) for m in model_usage.values() if isinstance(m, dict))
+
+
+async def _process_exit(proc: asyncio.subprocess.Process) -> None:
+    """Return once the process has exited (and asyncio knows its return code).
+
+    Not `proc.wait()`: that also waits until every pipe is closed, which a grandchild in another
+    session can hold open. A pidfd (Linux) makes the exit an event; otherwise poll.
+    """
+    if proc.returncode is not None:
+        return
+    loop = asyncio.get_running_loop()
+    fd = -1
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pass
+    if fd >= 0:
+        readable = loop.create_future()
+        try:
+            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+            try:
+                await readable
+            finally:
+                loop.remove_reader(fd)
+        except (NotImplementedError, OSError, ValueError):
+            pass
+        finally:
+            os.close(fd)
+    while proc.returncode is None:            # the child watcher reaps it a moment later
+        await asyncio.sleep(0.01 if fd >= 0 else 0.1)
+
+
+async def _wait_gone(s: _Session, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for the session's process to exit; whether it did."""
+    if s.proc.returncode is not None:
+        return True
+    try:
+        await asyncio.wait_for(s.gone.wait(), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return s.proc.returncode is not None
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+
+
+async def _group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until no live process is left in the group; False if some still are at the end."""
+    deadline = time.monotonic() + timeout
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in the group (zombies of orphans don't count)."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return _killpg(pgid, 0)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float:
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        return 0.0

@@ -1,0 +1,63 @@
+"""The permission policy every backend's agents are held to (hive/orchestrator/permissions.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hive.backends.base import PermissionRequest
+from hive.orchestrator.permissions import decide
+
+ROOT = "/repo/.git/hive/worktrees/hv-abc123"
+
+
+def ask(tool: str, role: str = "worker", plan_root: str = "", **input: object) -> bool:
+    request = PermissionRequest("r1", tool, dict(input), command=str(input.get("command", "")))
+    return decide(request, role=role, root=ROOT if role != "queen" else "/repo", plan_root=plan_root).allow
+
+
+@pytest.mark.parametrize("path", ["src/app.py", f"{ROOT}/README.md", "./docs/x.md"])
+def test_worker_may_write_inside_its_worktree(path: str) -> None:
+    assert ask("Write", file_path=path)
+    assert ask("Edit", file_path=path)
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "../hv-other1/x.py", "/repo/main.py", "~/.bashrc"])
+def test_worker_may_not_write_outside_its_worktree(path: str) -> None:
+    assert not ask("Write", file_path=path)
+
+
+@pytest.mark.parametrize("command", ["python -m pytest -q", "git add -A && git commit -m 'x'",
+                                     "ls src | grep py", "cat README.md"])
+def test_worker_may_run_commands_in_its_worktree(command: str) -> None:
+    assert ask("Bash", command=command)
+
+
+@pytest.mark.parametrize("command", ["git push origin HEAD", "git update-ref refs/heads/main HEAD",
+                                     "cd /repo && make", "rm -rf /repo/src", "cat ../hv-other1/secret",
+                                     "git -C /repo commit -am x", "git checkout main"])
+def test_worker_may_not_reach_outside_or_move_branches(command: str) -> None:
+    assert not ask("Bash", command=command)
+
+
+@pytest.mark.parametrize("request_", [("Write", {"file_path": ".claude/settings.local.json"}),
+                                      ("Edit", {"file_path": f"{ROOT}/.codex/config.toml"}),
+                                      ("Bash", {"command": "mkdir -p .claude && echo '{}' > .claude/settings.json"})])
+def test_no_agent_may_rewrite_its_own_permission_settings(request_: tuple[str, dict]) -> None:
+    tool, data = request_
+    assert not ask(tool, **data)
+
+
+def test_the_queen_explores_read_only_and_writes_only_plan_files() -> None:
+    plan = "/repo/.git/hive/plans/add-x-1a2b"
+    assert ask("Read", role="queen", plan_root=plan, file_path="/repo/src/app.py")
+    assert ask("Bash", role="queen", plan_root=plan, command="git log --oneline -5")
+    assert ask("Bash", role="queen", plan_root=plan, command="grep -rn TODO src")
+    assert not ask("Bash", role="queen", plan_root=plan, command="python setup.py install")
+    assert not ask("Write", role="queen", plan_root=plan, file_path="/repo/src/app.py")
+    assert ask("Write", role="queen", plan_root=plan, file_path=f"{plan}/issues/hv-aaaaa1.md")
+    assert ask("Edit", role="queen", plan_root=plan, file_path=f"{plan}/context.md")
+    assert not ask("Write", role="queen", plan_root=plan, file_path=f"{plan}/notes/hv-aaaaa1.jsonl")
+
+
+def test_unknown_tools_are_denied() -> None:
+    assert not ask("SomethingNew", file_path="x")
