@@ -605,10 +605,11 @@ class Agent:
                               capture_output=True, text=True)
 
     def do_commit(self, value, step):
-        added = self._git("add", "-A", "--", ":(top)", f":(top,exclude){RESULT_FILE}",
-                          f":(top,exclude){NOTES_FILE}")
+        added = self._git("add", "-A")
         if added.returncode != 0:
             raise StepFailed(f"git add: {added.stderr.strip()[-500:]}")
+        # never commit the protocol files, whether or not an exclude rule already hides them
+        self._git("rm", "-q", "--cached", "--ignore-unmatch", "--", RESULT_FILE, NOTES_FILE)
         allow_empty = bool(step.get("allow_empty"))
         if not allow_empty and self._git("diff", "--cached", "--quiet").returncode == 0:
             self.say("Nothing to commit.")

@@ -264,10 +264,13 @@ class Daemon:
                 self.shared.extend_lease(worker.issue_id, worker.agent_id, self.config.lease_seconds)
 
     async def sleep_unless_stopped(self, seconds: float, worker: Worker) -> None:
+        """A back-off that ends early when the daemon stops or the worker is aborted."""
+        waits = [asyncio.ensure_future(self.stopping.wait()), asyncio.ensure_future(worker.stopped.wait())]
         try:
-            await asyncio.wait_for(self.stopping.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     # -- backend events -------------------------------------------------------------------------
 

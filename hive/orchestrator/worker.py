@@ -56,6 +56,7 @@ class Worker:
         self.last_activity = time.monotonic()
         self.started = time.time()
         self.stop_reason = ""          # set when the daemon cancels this worker
+        self.stopped = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.parent = ""
         # FYI turns queued behind the current turn: their idle events must not end the next turn
@@ -100,7 +101,13 @@ class Worker:
         try:
             while True:
                 self._check_stop()
-                outcome = await self._attempt(previous_failure, resume)
+                try:
+                    outcome = await self._attempt(previous_failure, resume)
+                except (Canceled, Refused):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a surprise is a failed attempt, not a stuck issue
+                    self._log(f"attempt error: {exc!r}")
+                    outcome = Outcome(False, f"hive could not run the attempt: {exc}")
                 if outcome.ok:
                     self._finish_done(outcome)
                     return
@@ -189,10 +196,22 @@ class Worker:
             await asyncio.wait_for(self.fyi_drained.wait(), timeout=30)
         except asyncio.TimeoutError:
             self.fyi_outstanding = 0  # an FYI that never got its idle must not block the work
+        self._check_stop()  # canceled while the session was being set up: never send the work
         self.turn = asyncio.get_running_loop().create_future()
         self.turn_abort_reason = ""
         self.daemon.runtime.update_agent(self.agent_id, state="busy")
-        await self.backend.send_message_async(self.session_id, prompt)
+        try:
+            await self.backend.send_message_async(self.session_id, prompt)
+        except (KeyError, RuntimeError):
+            # the agent ended just after its previous turn: resume its session, send again
+            try:
+                await self.backend.abort_session(self.session_id)
+                await self._ensure_session(issue, True)
+                self._check_stop()
+                await self.backend.send_message_async(self.session_id, prompt)
+            except (KeyError, RuntimeError, OSError) as exc:
+                self.turn = None
+                return Outcome(False, f"the agent session did not take the prompt: {exc}")
         turn = await self._wait_turn()
         self._harvest_notes(final=True)
         return self._judge(turn)
@@ -296,7 +315,8 @@ class Worker:
                                 trailers)
         if done is None:
             return
-        self.daemon.runtime.reset_budget(self.issue_id)
+        # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
+        # and counts against the same budget, so an issue rejected again and again escalates.
         self._log(f"done ({outcome.summary[:80] or 'no summary'})")
         self.daemon.handoff_done(self, outcome)
 
@@ -333,6 +353,7 @@ class Worker:
     async def abort(self, reason: str) -> None:
         """Stop the agent now (cancel, stop, stall, budget); the run() task then ends."""
         self.stop_reason = reason
+        self.stopped.set()
         if self.session_id:
             try:
                 await self.backend.abort_session(self.session_id)

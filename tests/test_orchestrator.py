@@ -1,0 +1,638 @@
+"""`git hive run` end to end: real daemons (`python -m hive run --backend scripted`) on temp repos.
+
+Every test here starts the real daemon as a subprocess, with real scripted agent processes
+(hive/backends/scripted_agent.py) working in real worktrees, and proves what happened from the
+outside: the commits and trailers of `hive/state`, `git hive list --json`, the branches, the
+worktree directories under `<git-common-dir>/hive/worktrees/`, the prompts the agents received
+(`<git-common-dir>/hive/scripted/<issue>.prompts.jsonl`) and the processes left alive.
+
+Issue 3's "Done means": a 20-issue DAG, every escalation path, cancel mid-run, SIGKILL then
+restart, notes from worker 1 in the prompt of worker 3, one daemon per repo, detach/stop, status,
+cancel during set-up, and `git hive demo`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+RUN = [sys.executable, "-m", "hive", "run", "--backend", "scripted"]
+RUN_TIMEOUT = 90
+
+
+# -- small helpers --------------------------------------------------------------------------------
+
+def work_steps(extra: list[dict] | None = None) -> list[dict]:
+    """The built-in worker's job, spelled out: write hive-work/<issue>.txt, commit, succeed."""
+    return [*(extra or []),
+            {"write": "hive-work/{issue}.txt", "content": "work of {issue}\n"},
+            {"commit": "{issue}: work"},
+            {"tokens": {"input": 100, "output": 10}},
+            {"result": "success", "summary": "wrote hive-work/{issue}.txt"}]
+
+
+def write_script(tmp_path: Path, data: dict, name: str = "script.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path
+
+
+def daemon_env(script: Path, **config: Any) -> dict[str, str]:
+    """HIVE_* settings for a daemon: the script and config keys (anomaly detector out of the way)."""
+    env = {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_ANOMALY_FAILURE_THRESHOLD": "100"}
+    env.update({f"HIVE_{key.upper()}": str(value) for key, value in config.items()})
+    return env
+
+
+def hive_dir(repo: Path) -> Path:
+    return repo / ".git" / "hive"
+
+
+def worktree_dir(repo: Path, issue_id: str) -> Path:
+    return hive_dir(repo) / "worktrees" / issue_id
+
+
+def leftover_worktrees(repo: Path) -> list[str]:
+    root = hive_dir(repo) / "worktrees"
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def work_branches(git: Callable[..., Any], repo: Path) -> list[str]:
+    out = git("for-each-ref", "--format=%(refname:short)", "refs/heads/hive/work/", cwd=repo).stdout
+    return out.split()
+
+
+def jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def prompts(repo: Path, issue_id: str, fyi: bool | None = False) -> list[dict]:
+    """The turns an issue's agents received, oldest first (work turns only unless fyi=None/True)."""
+    rows = jsonl(hive_dir(repo) / "scripted" / f"{issue_id}.prompts.jsonl")
+    return [r for r in rows if fyi is None or r["fyi"] == fyi]
+
+
+def agent_pids(repo: Path, issue_id: str) -> list[int]:
+    return [row["pid"] for row in jsonl(hive_dir(repo) / "scripted" / f"{issue_id}.sessions.jsonl")]
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (orphans may be reaped late, or never)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def statuses(list_json: Callable[..., list[dict]], repo: Path) -> dict[str, str]:
+    return {issue["id"]: issue["status"] for issue in list_json(cwd=repo)}
+
+
+def events_of(log: list[Any], issue_id: str) -> list[str]:
+    return [c.event for c in log if c.issue == issue_id and c.event != "created"]
+
+
+def run_until_idle(repo: Path, env: dict[str, str], *, max_agents: int = 2, expect: int = 0,
+                   timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """`git hive run --backend scripted --until-idle` in a subprocess; its exit code checked."""
+    proc = subprocess.run([*RUN, "--until-idle", "--max-agents", str(max_agents)], cwd=repo,
+                          capture_output=True, text=True, env={**os.environ, **env}, timeout=timeout)
+    assert proc.returncode == expect, f"run exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+class Processes:
+    """Daemons a test started (Popen or detached), and agent pids to make sure of at the end."""
+
+    def __init__(self) -> None:
+        self.popens: list[subprocess.Popen] = []
+        self.pids: set[int] = set()
+        self.repos: list[Path] = []
+
+    def start(self, repo: Path, env: dict[str, str], *args: str, log: Path) -> subprocess.Popen:
+        handle = open(log, "ab")
+        proc = subprocess.Popen([*RUN, *args], cwd=repo, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                                stdout=handle, stderr=subprocess.STDOUT)
+        handle.close()
+        self.popens.append(proc)
+        self.repos.append(repo)
+        return proc
+
+    def cleanup(self) -> None:
+        from hive import git as hive_git
+        from hive.runtime import DaemonLock
+
+        for proc in self.popens:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+        for repo in self.repos:  # a detached daemon this test started
+            try:
+                holder = DaemonLock(hive_git.discover(repo)).holder()
+            except Exception:  # noqa: BLE001
+                holder = None
+            if holder and holder > 0:
+                os.kill(holder, signal.SIGTERM)
+                deadline = time.monotonic() + 15
+                while alive(holder) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            for sessions in (hive_dir(repo) / "scripted").glob("*.sessions.jsonl"):
+                self.pids.update(row["pid"] for row in jsonl(sessions))
+        roots = [str(repo.resolve()) for repo in self.repos]
+        for pid in self.pids:  # agents (process group leaders) started for this test
+            try:
+                cwd = os.readlink(f"/proc/{pid}/cwd")
+            except OSError:
+                continue
+            if alive(pid) and any(cwd.startswith(root) for root in roots):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+@pytest.fixture
+def procs() -> Any:
+    tracker = Processes()
+    yield tracker
+    tracker.cleanup()
+
+
+# -- 1. the DAG -----------------------------------------------------------------------------------
+
+def test_dag_of_20_issues_with_4_agents(repo: Path, tmp_path: Path, new_issue, git, state_log, list_json):
+    # 4 chains of 5; the middle of each chain also waits for the middle of the chain before it
+    ids: list[str] = []
+    blockers: dict[str, list[str]] = {}
+    for i in range(20):
+        deps = []
+        if i % 5:
+            deps.append(ids[i - 1])
+        if i >= 5 and i % 5 == 2:
+            deps.append(ids[i - 5])
+        issue_id = new_issue(f"task {i}", depends_on=deps)
+        ids.append(issue_id)
+        blockers[issue_id] = deps
+    # each agent first proves that its blockers' work is in its worktree; any failure escalates
+    script = {"issues": {issue_id: work_steps([
+        *({"run": f"test -f hive-work/{b}.txt", "must_succeed": True} for b in deps),
+        {"sleep": 0.2}]) for issue_id, deps in blockers.items()}}
+    env = daemon_env(write_script(tmp_path, script), max_retries=0, max_agent_switches=0)
+
+    run_until_idle(repo, env, max_agents=4)
+
+    assert set(statuses(list_json, repo).values()) == {"finalized"}
+    log = state_log(repo)
+    for issue_id in ids:
+        assert events_of(log, issue_id) == ["claimed", "done", "finalized"], issue_id
+    position = {(c.event, c.issue): n for n, c in enumerate(log)}
+    for issue_id, deps in blockers.items():
+        for blocker in deps:
+            assert position[("done", blocker)] < position[("claimed", issue_id)], (issue_id, blocker)
+    # never more than 4 agents at once, and really in parallel
+    running = peak = 0
+    for commit in log:
+        if commit.event == "claimed":
+            running += 1
+            peak = max(peak, running)
+        elif commit.event == "done":
+            running -= 1
+    assert 2 <= peak <= 4
+    # the target holds every issue's work exactly once
+    for issue_id in ids:
+        assert (repo / "hive-work" / f"{issue_id}.txt").read_text() == f"work of {issue_id}\n"
+        touched = git("log", "--format=%H", "main", "--", f"hive-work/{issue_id}.txt", cwd=repo).stdout.split()
+        assert len(touched) == 1, issue_id
+    assert leftover_worktrees(repo) == []
+    assert work_branches(git, repo) == []
+
+
+def test_dependent_starts_from_unmerged_blocker_work(repo: Path, tmp_path: Path, new_issue, git, list_json):
+    """merge_mode manual: blockers stay `done`, unmerged; the dependent's worktree has their work."""
+    a = new_issue("blocker A")
+    b = new_issue("blocker B")
+    c = new_issue("dependent C", depends_on=[a, b])
+    script = {"issues": {c: work_steps([{"run": f"test -f hive-work/{a}.txt && test -f hive-work/{b}.txt",
+                                         "must_succeed": True}])}}
+    env = daemon_env(write_script(tmp_path, script), merge_mode="manual", max_retries=0, max_agent_switches=0)
+
+    run_until_idle(repo, env, max_agents=2)
+
+    assert statuses(list_json, repo) == {a: "done", b: "done", c: "done"}
+    assert not (repo / "hive-work").exists()  # nothing merged into main
+    files = git("ls-tree", "-r", "--name-only", f"hive/work/{c}", cwd=repo).stdout.split()
+    assert {f"hive-work/{a}.txt", f"hive-work/{b}.txt", f"hive-work/{c}.txt"} <= set(files)
+    [turn] = prompts(repo, c)
+    assert "## Work you build on" in turn["text"]
+    assert a in turn["text"].split("## Work you build on")[1] and b in turn["text"].split("## Work you build on")[1]
+
+
+# -- 2. escalation paths --------------------------------------------------------------------------
+
+def test_retry_exhaustion_budget_and_failure_kinds(repo: Path, tmp_path: Path, new_issue, git, state_log,
+                                                   list_json):
+    """max_retries 1, max_agent_switches 1: each kind of failure is retried; budgets escalate."""
+    once = [1]
+    script = {"labels": {
+        "retry": work_steps([{"fail_times": 1, "summary": "first attempt failed on purpose"}]),
+        "always": [{"fail_times": 1000, "summary": "this never works"}],
+        "budget": work_steps([{"exceed_budget": True}]),
+        "stall": work_steps([{"hang": True, "on_attempts": once}]),
+        "crash": work_steps([{"crash": 3, "on_attempts": once}]),
+        "garbage": work_steps([{"result_raw": "this is not JSON {", "on_attempts": once},
+                               {"end_turn": True, "on_attempts": once}]),
+        "nocommit": work_steps([{"result": "success", "summary": "claims success", "on_attempts": once},
+                                {"end_turn": True, "on_attempts": once}]),
+        "noresult": work_steps([{"end_turn": True, "on_attempts": once}]),
+    }}
+    ids = {label: new_issue(f"path {label}", labels=[label]) for label in script["labels"]}
+    env = daemon_env(write_script(tmp_path, script), max_retries=1, max_agent_switches=1, stall_seconds=3)
+
+    run_until_idle(repo, env, max_agents=len(ids))
+
+    final = statuses(list_json, repo)
+    log = state_log(repo)
+
+    def reasons(issue_id: str, event: str) -> list[str]:
+        return [c.trailers.get("Hive-Reason", "") for c in log if c.issue == issue_id and c.event == event]
+
+    # retry: one retry commit by the same agent, resumed in the same session, told what failed
+    retry = ids["retry"]
+    assert final[retry] == "finalized"
+    assert events_of(log, retry) == ["claimed", "retry", "done", "finalized"]
+    agents = {c.trailers.get("Hive-Agent") for c in log if c.issue == retry and c.event in ("claimed", "retry", "done")}
+    assert len(agents) == 1
+    first, second = prompts(repo, retry)
+    assert first["session"] == second["session"]
+    assert "previous attempt failed" not in first["text"]
+    assert "## Your previous attempt failed" in second["text"]
+    assert "first attempt failed on purpose" in second["text"]
+    assert "first attempt failed on purpose" in reasons(retry, "retry")[0]
+
+    # always failing: retry, a fresh agent, its retry, then a person
+    always = ids["always"]
+    assert final[always] == "escalated"
+    assert events_of(log, always) == ["claimed", "retry", "switched", "retry", "escalated"]
+    [reason] = reasons(always, "escalated")
+    assert "exhausted" in reason and "this never works" in reason
+    assert len(prompts(repo, always)) == 4
+
+    # token budget: escalated at once, no retry
+    budget = ids["budget"]
+    assert final[budget] == "escalated"
+    assert events_of(log, budget) == ["claimed", "escalated"]
+    assert "token budget" in reasons(budget, "escalated")[0]
+
+    # stall, crash, garbage result, no commit, no result: each a failed attempt, then done
+    expected = {"stall": "stalled", "crash": "exited with code 3", "garbage": "not JSON",
+                "nocommit": "committed nothing", "noresult": "wrote no result"}
+    for label, words in expected.items():
+        issue_id = ids[label]
+        assert final[issue_id] == "finalized", label
+        assert events_of(log, issue_id) == ["claimed", "retry", "done", "finalized"], label
+        [reason] = reasons(issue_id, "retry")
+        assert words in reason, (label, reason)
+        assert len(prompts(repo, issue_id)) == 2, label
+        assert (repo / "hive-work" / f"{issue_id}.txt").exists(), label
+    # the hung agent of the stall is gone
+    assert not [pid for pid in agent_pids(repo, ids["stall"]) if alive(pid)]
+    # escalated issues keep their branch and worktree for a person; the others are cleaned up
+    assert work_branches(git, repo) == sorted(f"hive/work/{ids[k]}" for k in ("always", "budget"))
+    assert leftover_worktrees(repo) == sorted(ids[k] for k in ("always", "budget"))
+
+
+def test_an_agent_exiting_after_its_turn_is_resumed(repo: Path, tmp_path: Path, new_issue, state_log, list_json):
+    """`exit`: the agent ends its turn without a result, then its process exits.
+
+    The retry must reach a live agent again (a resumed session), whether the process is already
+    gone when hive sends the retry or goes while it does; the issue never stays stranded.
+    """
+    ids = [new_issue(f"exits {n}", labels=["exit"]) for n in range(2)]
+    script = {"labels": {"exit": work_steps([{"exit": 0, "on_attempts": [1]}])}}
+    env = daemon_env(write_script(tmp_path, script), max_retries=3, max_agent_switches=0)
+
+    run_until_idle(repo, env)
+
+    assert statuses(list_json, repo) == {i: "finalized" for i in ids}
+    log = state_log(repo)
+    for issue_id in ids:
+        events = events_of(log, issue_id)
+        assert events[0] == "claimed" and events[-2:] == ["done", "finalized"], events
+        assert set(events[1:-2]) == {"retry"}, events
+        first_retry = next(c for c in log if c.issue == issue_id and c.event == "retry")
+        assert "wrote no result" in first_retry.trailers["Hive-Reason"]
+
+
+def test_switch_to_a_fresh_agent_in_a_clean_worktree(repo: Path, tmp_path: Path, new_issue, state_log,
+                                                     list_json):
+    issue_id = new_issue("switch me", labels=["switch"])
+    script = {"labels": {"switch": work_steps([
+        {"write": "scratch.txt", "content": "left over by attempt 1\n", "on_attempts": [1]},
+        {"fail_times": 1, "summary": "the first agent gives up"},
+        {"run": "test ! -e scratch.txt", "must_succeed": True}])}}
+    env = daemon_env(write_script(tmp_path, script), max_retries=0, max_agent_switches=1)
+
+    run_until_idle(repo, env)
+
+    assert statuses(list_json, repo)[issue_id] == "finalized"
+    log = [c for c in state_log(repo) if c.issue == issue_id and c.event != "created"]
+    assert [c.event for c in log] == ["claimed", "switched", "done", "finalized"]
+    claimed, switched, done = log[0], log[1], log[2]
+    first_agent, second_agent = claimed.trailers["Hive-Agent"], switched.trailers["Hive-Agent"]
+    assert first_agent != second_agent
+    assert switched.trailers["Hive-Previous-Agent"] == first_agent
+    assert "the first agent gives up" in switched.trailers["Hive-Reason"]
+    assert done.trailers["Hive-Agent"] == second_agent
+    first, second = prompts(repo, issue_id)
+    assert first["session"] != second["session"]
+
+
+def test_anomaly_detector_escalates_early(repo: Path, tmp_path: Path, new_issue, state_log, list_json):
+    issue_id = new_issue("keeps failing", labels=["bad"])
+    script = {"labels": {"bad": [{"fail_times": 1000, "summary": "broken"}]}}
+    env = daemon_env(write_script(tmp_path, script), anomaly_failure_threshold=2, max_retries=10,
+                     max_agent_switches=10)
+
+    run_until_idle(repo, env)
+
+    assert statuses(list_json, repo)[issue_id] == "escalated"
+    log = state_log(repo)
+    assert events_of(log, issue_id) == ["claimed", "retry", "escalated"]
+    [escalated] = [c for c in log if c.issue == issue_id and c.event == "escalated"]
+    assert "anomaly" in escalated.trailers["Hive-Reason"]
+    assert len(prompts(repo, issue_id)) == 2
+
+
+# -- 3. cancel mid-run ----------------------------------------------------------------------------
+
+def test_cancel_mid_run_kills_the_agent_and_the_daemon_goes_on(repo: Path, tmp_path: Path, new_issue, hive, git,
+                                                               state_log, list_json, wait_for, procs):
+    child_pid_file = tmp_path / "child.pid"
+    hung = new_issue("hangs", labels=["hang"])
+    after = new_issue("after the hung one", depends_on=[hung])  # a canceled blocker unblocks
+    other = new_issue("independent")
+    script = {"labels": {"hang": [{"spawn": "sleep 300", "pid_file": str(child_pid_file)},
+                                  {"note": "about to hang", "category": "context"},
+                                  {"hang": True}]}}
+    env = daemon_env(write_script(tmp_path, script))
+    daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
+
+    wait_for(lambda: child_pid_file.exists() and child_pid_file.read_text().strip(), "the hung agent's child")
+    [agent] = agent_pids(repo, hung)
+    child = int(child_pid_file.read_text())
+    assert alive(agent) and alive(child)
+    assert worktree_dir(repo, hung).is_dir()
+
+    # notes are harvested while the agent works, not only at its end
+    wait_for(lambda: "noted" in events_of(state_log(repo), hung), "the note of the hung agent")
+
+    hive("cancel", hung, cwd=repo)
+    canceled_at = time.monotonic()
+    wait_for(lambda: not alive(agent) and not alive(child), "the canceled agent to end", timeout=10)
+    assert time.monotonic() - canceled_at < 2.5
+    wait_for(lambda: not worktree_dir(repo, hung).exists(), "the canceled worktree to go", timeout=10)
+
+    assert daemon.wait(RUN_TIMEOUT) == 0, (tmp_path / "daemon.log").read_text()
+    final = statuses(list_json, repo)
+    assert final == {hung: "canceled", after: "finalized", other: "finalized"}
+    log = state_log(repo)
+    assert events_of(log, hung) == ["claimed", "noted", "canceled"]
+    assert events_of(log, after) == ["claimed", "done", "finalized"]
+    assert work_branches(git, repo) == []
+    assert leftover_worktrees(repo) == []
+
+
+# -- 4. SIGKILL, then restart ---------------------------------------------------------------------
+
+def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_path: Path, new_issue, git,
+                                                               state_log, list_json, wait_for, procs):
+    # the first is quick; the others take 3 s on their first attempt (a re-run after the kill is quick)
+    ids = [new_issue("quick")] + [new_issue(f"slow {i}", labels=["slow"]) for i in range(3)]
+    script = {"labels": {"slow": work_steps([{"sleep": 3.0, "on_attempts": [1]}])}}
+    env = daemon_env(write_script(tmp_path, script), stall_seconds=60)
+    daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
+
+    def mid_run() -> bool:
+        states = statuses(list_json, repo)
+        busy = [i for i in ids if states[i] == "in_progress" and prompts(repo, i)]
+        return "finalized" in states.values() and bool(busy)
+
+    wait_for(mid_run, "one issue finalized and another agent at work", timeout=30)
+    before = {i: agent_pids(repo, i) for i in ids}
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait(10)
+    procs.pids.update(pid for pids in before.values() for pid in pids)
+    interrupted = [i for i, s in statuses(list_json, repo).items() if s == "in_progress"]
+    assert interrupted
+
+    run_until_idle(repo, env, max_agents=2)
+
+    assert set(statuses(list_json, repo).values()) == {"finalized"}
+    log = state_log(repo)
+    for issue_id in ids:
+        counts = Counter(events_of(log, issue_id))
+        assert counts["finalized"] == 1 and counts["done"] == 1, (issue_id, counts)
+        touched = git("log", "--format=%H", "main", "--", f"hive-work/{issue_id}.txt", cwd=repo).stdout.split()
+        assert len(touched) == 1, issue_id
+    for issue_id in interrupted:
+        assert "recovered" in events_of(log, issue_id)
+    # the killed run's agents are gone; nothing is left on disk
+    assert not [pid for pids in before.values() for pid in pids if alive(pid)]
+    assert leftover_worktrees(repo) == []
+    assert work_branches(git, repo) == []
+    worktrees = git("worktree", "list", "--porcelain", cwd=repo).stdout
+    assert "hive/worktrees" not in worktrees
+
+
+# -- 5. notes -------------------------------------------------------------------------------------
+
+def test_notes_of_worker_1_reach_the_prompt_of_worker_3(repo: Path, tmp_path: Path, new_issue, hive, git,
+                                                        list_json):
+    epic = new_issue("the epic", type="epic")
+    a = new_issue("A writes a note", parent=epic, labels=["noter"])
+    b = new_issue("B runs alongside", parent=epic, labels=["slow"])
+    c = new_issue("C comes after A", parent=epic, depends_on=[a])
+    unrelated = new_issue("not in the epic", depends_on=[a])
+    note = "the frobnicator needs --strict on CI"
+    # (the note comes after the commit: see the report about `git add` and ignored protocol files)
+    script = {"labels": {"noter": [{"sleep": 1.0}, *work_steps()[:-1], {"note": note, "category": "gotcha"},
+                                   work_steps()[-1]],
+                         "slow": work_steps([{"sleep": 3.0}])}}
+    env = daemon_env(write_script(tmp_path, script))
+
+    out = run_until_idle(repo, env, max_agents=3)
+
+    assert set(statuses(list_json, repo).values()) == {"finalized"}, out.stdout
+    # on hive/state, stamped with the issue and agent
+    lines = [json.loads(line) for line in
+             git("show", f"hive/state:notes/{a}.jsonl", cwd=repo).stdout.splitlines() if line.strip()]
+    [stored] = [n for n in lines if n["content"] == note]
+    assert stored["category"] == "gotcha" and stored["issue"] == a and stored["agent"].startswith("w-")
+    listed = json.loads(hive("notes", "--json", cwd=repo).stdout)
+    assert any(n["content"] == note and n["issue"] == a for n in listed)
+    # worker 3 (same epic, started after A) got it in its prompt
+    [turn] = prompts(repo, c)
+    assert "## Notes from other agents" in turn["text"] and note in turn["text"]
+    assert "## Part of epic" in turn["text"]
+    # the running sibling got it relayed as an FYI
+    assert any(note in t["text"] for t in prompts(repo, b, fyi=True))
+    # outside the epic, recent project notes are part of the prompt too
+    [turn] = prompts(repo, unrelated)
+    assert note in turn["text"] and "## Part of epic" not in turn["text"]
+
+
+# -- 6. one daemon per repo; detach / stop; status ------------------------------------------------
+
+def test_one_daemon_detach_status_stop(repo: Path, tmp_path: Path, new_issue, hive, state_log, list_json,
+                                       wait_for, procs):
+    hung = new_issue("hangs on its first attempt", labels=["hang"])
+    script = {"labels": {"hang": work_steps([{"hang": True, "on_attempts": [1]}])}}
+    env = daemon_env(write_script(tmp_path, script))
+    procs.repos.append(repo)
+
+    started = hive("run", "--backend", "scripted", "--detach", "--max-agents", "2", cwd=repo, env=env)
+    assert "running in the background" in started.stdout
+    wait_for(lambda: prompts(repo, hung), "the agent to get its prompt")
+    [agent] = agent_pids(repo, hung)
+
+    status = json.loads(hive("status", "--json", cwd=repo).stdout)
+    assert status["daemon"]["running"] is True and status["daemon"]["pid"]
+    daemon_pid = status["daemon"]["pid"]
+    assert alive(daemon_pid)
+    [listed] = [a for a in status["agents"] if a["issue"] == hung]
+    assert listed["agent"] == next(i["assignee"] for i in list_json(cwd=repo) if i["id"] == hung)
+    assert status["counts"]["in_progress"] == 1
+
+    second = subprocess.run([*RUN, "--until-idle"], cwd=repo, capture_output=True, text=True,
+                            env={**os.environ, **env}, timeout=RUN_TIMEOUT)
+    assert second.returncode == 1
+    message = second.stderr.strip()
+    assert len(message.splitlines()) == 1 and "already running" in message, second.stderr
+    again = hive("run", "--backend", "scripted", "--detach", cwd=repo, env=env, check=False)
+    assert again.returncode == 1 and "already running" in again.stderr
+    assert alive(daemon_pid) and alive(agent)
+
+    stopped = hive("stop", cwd=repo)
+    assert "stopped" in stopped.stdout
+    assert not alive(agent)
+    wait_for(lambda: not alive(daemon_pid), "the daemon process to end", timeout=10)
+    [issue] = [i for i in list_json(cwd=repo) if i["id"] == hung]
+    assert issue["status"] == "open" and issue["assignee"] == ""
+    assert events_of(state_log(repo), hung) == ["claimed", "released"]
+    assert [i["id"] for i in list_json("--ready", cwd=repo)] == [hung]
+    assert not worktree_dir(repo, hung).exists()
+    assert json.loads(hive("status", "--json", cwd=repo).stdout)["daemon"]["running"] is False
+
+    # the next run continues from there
+    run_until_idle(repo, env)
+    assert statuses(list_json, repo)[hung] == "finalized"
+
+
+# -- 7. canceled issues are never started ---------------------------------------------------------
+
+def test_a_canceled_issue_is_never_claimed(repo: Path, tmp_path: Path, new_issue, hive, state_log, list_json):
+    canceled = new_issue("canceled before the run")
+    kept = new_issue("runs")
+    hive("cancel", canceled, cwd=repo)
+    env = daemon_env(write_script(tmp_path, {"default": work_steps()}))
+
+    run_until_idle(repo, env)
+
+    assert statuses(list_json, repo) == {canceled: "canceled", kept: "finalized"}
+    assert events_of(state_log(repo), canceled) == ["canceled"]
+    assert prompts(repo, canceled) == [] and agent_pids(repo, canceled) == []
+    assert not worktree_dir(repo, canceled).exists()
+
+
+def test_claim_rechecks_status_at_commit_time(repo: Path, project, new_issue, hive, state_log):
+    from hive.queue import claim, ready
+
+    issue_id = new_issue("raced")
+    assert issue_id in [i.id for i in ready(project)]      # the daemon saw it ready...
+    hive("cancel", issue_id, cwd=repo)                      # ...someone cancels it meanwhile
+    assert claim(project, issue_id, "w-aaaaaa") is False    # the claim re-reads the tip
+    project.sync(warn=False)
+    assert project.index.get(issue_id).status == "canceled"
+    assert "claimed" not in events_of(state_log(repo), issue_id)
+
+    blocker = new_issue("blocker", status="done")
+    dependent = new_issue("dependent", depends_on=[blocker])
+    assert dependent in [i.id for i in ready(project)]
+    hive("update", blocker, "--status", "open", cwd=repo)   # its blocker reopened meanwhile
+    assert claim(project, dependent, "w-bbbbbb") is False
+    hive("update", blocker, "--status", "done", cwd=repo)
+    assert claim(project, dependent, "w-cccccc") is True
+    assert claim(project, dependent, "w-dddddd") is False   # taken: a second claim loses
+
+
+def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_path: Path, project, new_issue,
+                                                             state_log, monkeypatch):
+    """The cancel lands while the agent session is being created: no prompt is ever sent."""
+    from hive.cli.run import build_daemon
+    from hive.state import issues
+
+    issue_id = new_issue("set up slowly")
+    monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"default": work_steps()})))
+    monkeypatch.setenv("HIVE_ANOMALY_FAILURE_THRESHOLD", "100")
+    from hive.project import Project
+
+    daemon_project = Project.open(repo)
+    lines: list[str] = []
+    daemon = build_daemon(daemon_project, backend="scripted", max_agents=2, until_idle=True, log=lines.append)
+    entered, release = asyncio.Event(), asyncio.Event()
+    original = daemon.backend.create_session
+
+    async def slow_create_session(spec):
+        entered.set()
+        await release.wait()
+        return await original(spec)
+
+    daemon.backend.create_session = slow_create_session
+
+    async def scenario() -> None:
+        run = asyncio.create_task(daemon.run())
+        await asyncio.wait_for(entered.wait(), 30)
+        await asyncio.to_thread(issues.set_status, project, issue_id, "canceled")
+        deadline = time.monotonic() + 15
+        while not any(f"{issue_id} canceled: stopping its agent" in line for line in lines):
+            assert time.monotonic() < deadline, lines
+            await asyncio.sleep(0.02)
+        release.set()
+        await asyncio.wait_for(run, 30)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        daemon_project.close()
+    assert prompts(repo, issue_id) == []
+    assert events_of(state_log(repo), issue_id) == ["claimed", "canceled"]
+    assert not worktree_dir(repo, issue_id).exists()
+    assert not [pid for pid in agent_pids(repo, issue_id) if alive(pid)]
+
+
+# -- 8. the demo ----------------------------------------------------------------------------------
+
+def test_demo(hive, tmp_path: Path):
+    done = hive("demo", cwd=tmp_path)
+    assert done.returncode == 0
+    assert "issues finalized" in done.stdout
+    summary = [line for line in done.stdout.splitlines() if "issues finalized" in line][-1]
+    finalized, total = summary.split()[0].split("/")
+    assert finalized == total and int(total) >= 8
