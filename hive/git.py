@@ -52,7 +52,8 @@ class RepoPaths:
 
 def _gitdir_of(dot_git: Path) -> Path | None:
     if dot_git.is_dir():
-        return dot_git
+        # as git does: an empty or foreign `.git` folder is not a repository
+        return dot_git if _looks_like_git_dir(dot_git) else None
     if dot_git.is_file():
         text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
         if text.startswith("gitdir:"):

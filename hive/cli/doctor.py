@@ -65,18 +65,25 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
         backend = config.backend_for(role)
         if backend in ("claude", "codex"):
             command = getattr(config, f"{backend}_command")
-            results.append(_check_cli(role, backend, command))
+            home = paths.hive_dir / "codex-home"
+            home.mkdir(parents=True, exist_ok=True)
+            results.append(_check_cli(role, backend, command, str(home)))
     return results
 
 
-def _check_cli(role: str, backend: str, command: str) -> tuple[bool, str]:
+def _check_cli(role: str, backend: str, command: str, codex_home: str = "") -> tuple[bool, str]:
     import shlex
 
     argv = shlex.split(command)
     if not argv or not shutil.which(argv[0]):
         return False, f"{role} backend {backend}: `{command}` not found (set {backend}_command)"
     try:
-        proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30)
+        env = None
+        if backend == "codex" and codex_home:  # else codex writes into ~/.codex
+            import os
+
+            env = {**os.environ, "CODEX_HOME": codex_home}
+        proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"{role} backend {backend}: `{command} --version` failed: {exc}"
     version = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
@@ -106,13 +113,14 @@ def reindex() -> None:
     from hive.project import Project
 
     project = Project.open()
-    project.checkout.absorb(full=True)
+    unsaved = project.checkout.absorb(full=True).problems  # invalid edits in .hive/: not indexed
+    project.checkout.refresh()
     started = time.perf_counter()
     problems = project.index.rebuild()
     took = time.perf_counter() - started
     total = sum(project.index.counts().values())
     click.echo(f"indexed {total} issues in {took:.2f}s")
-    for problem in problems:
+    for problem in [*unsaved, *problems]:
         click.echo(f"warning: {problem}", err=True)
 
 

@@ -179,12 +179,19 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
     if parent is not None:
         changes["parent"] = resolve(project, parent) if parent else ""
     if add_labels or remove_labels:
-        labels = [l for l in dict.fromkeys([*current.labels, *add_labels]) if l not in remove_labels]
-        changes["labels"] = labels
+        changes["labels"] = [l for l in dict.fromkeys([*current.labels, *add_labels]) if l not in remove_labels]
     if not changes and description is None:
         raise BadInput("nothing to change: give at least one option (see --help)")
+
+    def on_tip(tip_issue: issue_file.Issue) -> dict[str, object]:
+        # labels from the issue as it is on the tip, so a label added meanwhile is kept
+        if "labels" not in changes:
+            return changes
+        labels = [l for l in dict.fromkeys([*tip_issue.labels, *add_labels]) if l not in remove_labels]
+        return {**changes, "labels": labels}
+
     event = status if status else "updated"
-    updated = issues.update(project, issue_id, changes, event=event, body=description,
+    updated = issues.update(project, issue_id, on_tip, event=event, body=description,
                             summary=f"update {issue_id}: " + ", ".join(
                                 f"{k}={v}" for k, v in changes.items()) if changes else f"describe {issue_id}")
     if as_json and updated is not None:

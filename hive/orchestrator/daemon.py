@@ -161,11 +161,17 @@ class Daemon:
             if issue.id in self.running:
                 continue
             agent_id = new_agent_id()
-            if not claim(self.project, issue.id, agent_id, lease_seconds=lease):
-                continue
-            if self.shared is not None and not await self.shared.confirm_claim(issue.id, agent_id):
-                self.log(f"{issue.id} lost to another machine's claim")
-                self.project.sync(warn=False)
+            if self.shared is not None:
+                # a claim is valid only once pushed: pushed first, then it lands here
+                if not await self.shared.claim(issue.id, agent_id, lease):
+                    self.project.sync(warn=False)
+                    if not self.shared.online:
+                        self.log(f"{issue.id} not claimed: remote {self.shared.name} unreachable")
+                        break
+                    self.log(f"{issue.id} lost to another machine's claim")
+                    continue
+                self.project.index.ensure_current()
+            elif not claim(self.project, issue.id, agent_id, lease_seconds=lease):
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
             self.start_worker(issue.id, agent_id)

@@ -24,6 +24,8 @@ READ_ONLY_GIT = {"log", "show", "diff", "status", "ls-files", "grep", "blame", "
 # Reaching outside the worktree through these is refused for every role.
 FORBIDDEN_GIT = {"push", "update-ref", "worktree", "checkout", "switch", "reset", "rebase", "merge",
                  "branch", "tag", "fetch", "pull", "remote", "config", "filter-branch", "replace"}
+# The refinery's job is to rebase and merge inside the worktree it is given.
+REFINERY_GIT = {"checkout", "switch", "reset", "rebase", "merge", "branch", "cherry-pick"}
 
 
 # Agent CLIs read permission rules from these folders inside the working tree: an agent that could
@@ -83,7 +85,8 @@ def _check_shell(command: str, root: str, role: str) -> Verdict:
         program = os.path.basename(words[0]) if words else ""
         if program == "git":
             sub = _git_subcommand(words)
-            if sub in FORBIDDEN_GIT and not (role == "worker" and sub == "branch" and len(words) <= 2):
+            allowed = REFINERY_GIT if role == "refinery" else {"branch"} if len(words) <= 2 else set()
+            if sub in FORBIDDEN_GIT and sub not in allowed:
                 return Verdict(False, f"`git {sub}` is hive's job, not the agent's")
             if "-C" in words:
                 target = words[words.index("-C") + 1] if words.index("-C") + 1 < len(words) else ""
@@ -96,7 +99,7 @@ def _check_shell(command: str, root: str, role: str) -> Verdict:
         if program == "cd" and len(words) > 1 and not _inside(words[1], root):
             return Verdict(False, f"cd {words[1]} leaves the worktree")
         for word in words[1:]:
-            if word.startswith("/") and not word.startswith(("/dev/null", "/tmp/", "/usr/", "/bin/", "/etc/")) \
+            if word.startswith("/") and not word.startswith(("/dev/null", "/tmp/", "/usr/", "/bin/")) \
                     and not _inside(word, root):
                 return Verdict(False, f"{word} is outside the worktree")
             if word.startswith("..") and not _inside(word, root):

@@ -26,10 +26,10 @@ import pygit2
 from hive import git
 from hive.merge.mechanical import FastForward, fast_forward
 from hive.project import Project
-from hive.queue import lease_until
+from hive.queue import claim, lease_until
 from hive.remote import Remote
 from hive.state import issue_file, issues
-from hive.state.store import Refused
+from hive.state.store import Refused, StateStore, cas_update, notify, write_tree
 
 if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
@@ -74,7 +74,15 @@ class SharedQueue:
         while True:
             self.push_needed.clear()
             ours = frozenset(w.agent_id for w in self.daemon.running.values())
-            online = await asyncio.to_thread(self._exchange, ours)
+            try:
+                online = await asyncio.to_thread(self._exchange, ours)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad round
+                # An uncaught error would end this task silently: no more pulls or pushes, and
+                # `--until-idle` would wait forever for the other machines' state.
+                self.daemon.log(f"warning: sync with {self.name} failed: {type(exc).__name__}: {exc}")
+                online = self.online
             if online != self.online:
                 self.daemon.log(f"remote {self.name} " + ("reachable again: catching up" if online else
                                                           "unreachable: working locally, no new claims"))
@@ -140,39 +148,49 @@ class SharedQueue:
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def confirm_claim(self, issue_id: str, agent_id: str) -> bool:
-        """Push the local claim; True once it is on the remote and still ours."""
-        return await asyncio.to_thread(self._confirm, issue_id, agent_id)
+    async def claim(self, issue_id: str, agent_id: str, lease_seconds: int) -> bool:
+        """Claim `issue_id` for `agent_id` on the remote: True once the claim is pushed.
 
-    def _confirm(self, issue_id: str, agent_id: str) -> bool:
+        The claim commit is built on the local tip and pushed *before* any local ref moves: the
+        push is the compare-and-swap between machines. A claim whose push loses is simply dropped
+        (it never reaches any branch, so no history ever shows two holders at once); the remote
+        is merged in and the claim re-checked against it, and retried while still claimable.
+        """
+        return await asyncio.to_thread(self._claim, issue_id, agent_id, lease_seconds)
+
+    def _claim(self, issue_id: str, agent_id: str, lease_seconds: int) -> bool:
         with self._lock:
+            store = self.project.store
             for _ in range(CLAIM_ROUNDS):
-                self.project.index.ensure_current()
-                current = self.project.index.get(issue_id)
-                if current is None or current.status != "in_progress" or current.assignee != agent_id:
-                    return False  # the merge gave the issue to the claim pushed first
-                remote_tip = self.remote.remote_tip()
-                result = self.remote.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
+                base, remote_tip = store.tip(), self.remote.remote_tip()
+                if base is None:
+                    return False
+                if remote_tip and not _contains(store.repo, base, remote_tip):
+                    self.remote.merge_remote_state()   # build on what the remote has
+                    continue
+                draft = _DraftStore(store, base)
+                if not claim(_DraftProject(self.project, draft), issue_id, agent_id, lease_seconds=lease_seconds):
+                    return False   # not claimable (any more) on what this machine knows
+                result = self.remote.push(draft.made, git.STATE_BRANCH, remote_tip)
                 if result.ok:
-                    git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH),
-                             self.project.store.tip() or ""], self.project.paths.worktree, check=False)
+                    git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), draft.made],
+                            self.project.paths.worktree, check=False)
+                    self._adopt(base, draft.made, f"claim {issue_id} for {agent_id}")
                     return True
                 if result.offline or not self.remote.fetch(git.STATE_BRANCH):
                     self.online = False
-                    self._release(issue_id, agent_id, "the remote is unreachable: a claim must be pushed")
                     return False
                 self.remote.merge_remote_state()
-            self._release(issue_id, agent_id, "the claim could not be pushed")
             return False
 
-    def _release(self, issue_id: str, agent_id: str, why: str) -> None:
-        def mine(current: issue_file.Issue) -> None:
-            if current.status != "in_progress" or current.assignee != agent_id:
-                raise Refused("not ours")
-
-        issues.update(self.project, issue_id, {"status": "open", "lease_expires": None}, event="released",
-                      agent=agent_id, check=mine, summary=f"release {issue_id}: {why}",
-                      trailers={"Hive-Reason": why})
+    def _adopt(self, base: str, pushed: str, summary: str) -> None:
+        """Bring a commit already pushed onto the local `hive/state` (moved meanwhile: merged)."""
+        store = self.project.store
+        if cas_update(store.repo, git.STATE_REF, base, pushed, summary):
+            notify(self.project.paths)
+            self.project.after_write()
+        else:
+            self.remote.merge_remote_state()
 
     def extend_lease(self, issue_id: str, agent_id: str, seconds: int) -> None:
         def mine(current: issue_file.Issue) -> None:
@@ -229,3 +247,45 @@ class SharedQueue:
             return ""
         return fast_forward(self.daemon.project.paths, repo, self.target, local_tip, remote_tip).waiting
 
+
+
+
+def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
+    return tip == commit or repo.descendant_of(tip, commit)
+
+
+class _DraftStore(StateStore):
+    """A store whose `commit` builds one commit on a fixed base and moves no ref (`made`)."""
+
+    def __init__(self, store: StateStore, base: str):
+        self.paths, self.repo, self.base = store.paths, store.repo, base
+        self.made = ""
+
+    def tip(self) -> str | None:
+        return self.base
+
+    def commit(self, build, *, author: pygit2.Signature | None = None) -> str | None:
+        from hive.state.store import signature_for
+
+        snap = self.snapshot(self.base)
+        change = build(snap)
+        if change is None:
+            return None
+        tree_id = write_tree(self.repo, snap.tree, change.files)
+        signature = author or signature_for(self.repo)
+        self.made = str(self.repo.create_commit(None, signature, signature, change.message(), tree_id,
+                                                [snap.commit.id]))
+        return self.made
+
+
+class _DraftProject:
+    """`project` as seen by a change that must not be published yet (see `_DraftStore`)."""
+
+    def __init__(self, project: Project, store: _DraftStore):
+        self._project, self.store = project, store
+
+    def __getattr__(self, name: str):
+        return getattr(self._project, name)
+
+    def after_write(self) -> None:
+        pass

@@ -242,6 +242,9 @@ class Worker:
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
             self.session_tokens = 0  # a fresh session counts its usage from zero
+        elif not self.session_tokens:
+            # resuming a session of an earlier worker (a daemon restart): its totals carry on
+            self.session_tokens = int(self.daemon.runtime.get(f"session_tokens:{new_id}", "0") or 0)
         self.session_id = new_id
         self.fyi_outstanding = 0
         self.fyi_drained.set()
@@ -310,6 +313,10 @@ class Worker:
                     "Hive-Head": worktrees.head_of(self.project.paths, self.issue_id) or ""}
         if outcome.test_command:
             trailers["Hive-Test-Command"] = _one_line(outcome.test_command)
+        budget = self.daemon.runtime.budget(self.issue_id)
+        trailers["Hive-Tokens"] = str(budget.tokens)   # the record outlives the runtime budget
+        if budget.cost_usd:
+            trailers["Hive-Cost-USD"] = f"{budget.cost_usd:.4f}"
         done = self._transition({"status": "done"}, "done",
                                 f"done {self.issue_id}: {_one_line(outcome.summary)[:100] or 'work committed'}",
                                 trailers)
@@ -393,6 +400,8 @@ class Worker:
         self.on_activity()
         delta = max(0, total_tokens - self.session_tokens)
         self.session_tokens = total_tokens
+        if self.session_id:
+            self.daemon.runtime.put(f"session_tokens:{self.session_id}", str(total_tokens))
         budget = self.daemon.runtime.budget(self.issue_id)
         budget.tokens += delta
         budget.cost_usd = max(budget.cost_usd, cost)

@@ -116,7 +116,7 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
             shutil.rmtree(paths.common_dir / "worktrees" / issue_id, ignore_errors=True)
     if delete_branch:
         branch = repo.branches.local.get(branch_name(issue_id))
-        if branch is not None:
+        if branch is not None and not branch.is_checked_out():   # a person's checkout keeps it
             branch.delete()
 
 

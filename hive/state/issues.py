@@ -54,6 +54,10 @@ def _status_of(snap: Snapshot, issue_id: str) -> str | None:
 
 def _check_graph(project: Project, issue_id: str, depends_on: Iterable[str], parent: str,
                  snap: Snapshot, where: str | None = None) -> None:
+    # The cycle check walks the index: bring it up to the branch first (it lags when the ref
+    # moved without hive, or while another process's write is being indexed).
+    project.index.ensure_current()
+
     def exists(other: str) -> bool:
         return project.index.exists(other) or snap.issue_path(other) is not None
 
@@ -98,13 +102,18 @@ def create(project: Project, title: str, *, description: str = "", priority: int
     return issue
 
 
-def update(project: Project, issue_id: str, changes: dict[str, Any], *, event: str = "updated",
+def update(project: Project, issue_id: str,
+           changes: dict[str, Any] | Callable[[Issue], dict[str, Any]], *, event: str = "updated",
            agent: str = "", summary: str = "", body: str | None = None,
            check: Callable[[Issue], None] | None = None,
            check_snapshot: Callable[[Snapshot, Issue], None] | None = None,
            trailers: dict[str, str] | None = None,
            extra_files: Callable[[Snapshot, Issue], dict[str, bytes | None]] | None = None) -> Issue | None:
     """Change fields of one issue. `check(current)` raises Refused to give up (e.g. a lost claim).
+
+    `changes` may be a function of the issue as it is on the tip the commit is built on, for
+    changes that depend on the current value (adding to a list): a retry then keeps what another
+    writer did meanwhile.
 
     Returns the issue as committed, or None when `check` refused.
     """
@@ -116,7 +125,7 @@ def update(project: Project, issue_id: str, changes: dict[str, Any], *, event: s
             check(current)
         if check_snapshot is not None:
             check_snapshot(snap, current)
-        fields = dict(changes)
+        fields = dict(changes(current) if callable(changes) else changes)
         status = fields.get("status", current.status)
         if "status" in fields and status in UNASSIGNED_STATUSES and "assignee" not in fields:
             fields["assignee"] = ""
@@ -153,18 +162,18 @@ def set_status(project: Project, issue_id: str, status: str, **kwargs: Any) -> I
 
 
 def add_dependency(project: Project, issue_id: str, blocker: str) -> Issue | None:
-    current = project.index.get(issue_id)
-    deps = list(dict.fromkeys([*(current.depends_on if current else []), blocker]))
-    return update(project, issue_id, {"depends_on": deps}, event="dep-added",
-                  summary=f"{issue_id} depends on {blocker}")
+    return update(project, issue_id, lambda current: {"depends_on": [*current.depends_on, blocker]}
+                  if blocker not in current.depends_on else {"depends_on": current.depends_on},
+                  event="dep-added", summary=f"{issue_id} depends on {blocker}")
 
 
 def remove_dependency(project: Project, issue_id: str, blocker: str) -> Issue | None:
-    current = project.index.get(issue_id)
-    if current is None or blocker not in current.depends_on:
-        raise BadInput(f"{issue_id} does not depend on {blocker}")
-    deps = [d for d in current.depends_on if d != blocker]
-    return update(project, issue_id, {"depends_on": deps}, event="dep-removed",
+    def without(current: Issue) -> dict[str, Any]:
+        if blocker not in current.depends_on:
+            raise BadInput(f"{issue_id} does not depend on {blocker}")
+        return {"depends_on": [d for d in current.depends_on if d != blocker]}
+
+    return update(project, issue_id, without, event="dep-removed",
                   summary=f"{issue_id} no longer depends on {blocker}")
 
 

@@ -22,6 +22,7 @@ from hive.errors import HiveError
 from hive.state import layout
 
 MAX_ATTEMPTS = 200
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's id of the tree with no entries
 
 # libgit2 caches only trees under 4 KB by default. The live `issues/` folder is a tree of ~40
 # bytes per issue (~400 KB at 10k issues), so every path lookup in it (several per write: the
@@ -200,7 +201,7 @@ def write_tree(repo: pygit2.Repository, base: pygit2.Tree | None, files: dict[st
         entry = builder.get(name)
         subtree = repo[entry.id] if entry is not None and entry.filemode == pygit2.GIT_FILEMODE_TREE else None
         sub_id = write_tree(repo, subtree, subfiles)
-        if len(repo[sub_id]) == 0:
+        if str(sub_id) == EMPTY_TREE:  # not len(repo[sub_id]): that re-reads the tree just written
             if entry is not None:
                 builder.remove(name)
         else:
