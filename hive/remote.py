@@ -72,9 +72,12 @@ class Remote:
 
     # -- the network ------------------------------------------------------------------------
 
-    def fetch(self, *branches: str) -> bool:
-        """Fetch branches (and hive/work/*) into remote-tracking refs. False when offline."""
+    def fetch(self, *branches: str, work_branches: bool = False) -> bool:
+        """Fetch branches (and with `work_branches`, hive/work/*) into remote-tracking refs, in
+        one round trip. False when offline."""
         specs = [f"+refs/heads/{b}:{self.tracking_ref(b)}" for b in (branches or (git.STATE_BRANCH,))]
+        if work_branches:
+            specs.append(f"+refs/heads/hive/work/*:refs/remotes/{self.name}/hive/work/*")
         proc = _git(self.project, ["fetch", "--quiet", "--no-tags", self.name, *specs])
         if proc.returncode != 0 and "couldn't find remote ref" in proc.stderr:
             return True  # the branch does not exist there yet

@@ -95,5 +95,10 @@ def finalize(issue_id: str) -> None:
                   summary=f"finalize {issue_id}: merged into {config.target_branch} at {landing.commit[:10]}",
                   trailers={"Hive-Merged": landing.commit, "Hive-Target": config.target_branch})
     worktrees.remove(project.paths, issue_id)
+    from hive.runtime import Runtime
+
+    runtime = Runtime(project.paths)
+    runtime.reset_budget(issue_id)   # kept from `done` until now (rejections count against it)
+    runtime.close()
     finalize_epics(project, issue.parent)
     click.echo(f"{issue_id}: merged into {config.target_branch} ({landing.commit[:10]}) and finalized")

@@ -135,15 +135,26 @@ class FastForward:
     moved: bool = False    # False with ok=False and no waiting: the target moved meanwhile
 
 
+def checkout_waiting(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str, new: str) -> str:
+    """Why moving `target` from `old` to `new` must wait for a person ('' if it need not)."""
+    checkout = checkout_of(paths, target)
+    if checkout is None:
+        return ""
+    dirty = dirty_paths(checkout, touched_paths(repo, old, new))
+    if not dirty:
+        return ""
+    return (f"{checkout} has uncommitted changes in {', '.join(dirty[:5])}"
+            f"{' …' if len(dirty) > 5 else ''}: waiting to update {target}")
+
+
 def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str, new: str) -> FastForward:
     """Move `target` from `old` to `new` (a descendant), sparing a person's checkout."""
     checkout = checkout_of(paths, target)
     if checkout is None:
         return FastForward(cas_update(repo, f"refs/heads/{target}", old, new, "hive: merge"), moved=True)
-    dirty = dirty_paths(checkout, touched_paths(repo, old, new))
-    if dirty:
-        return FastForward(False, waiting=f"{checkout} has uncommitted changes in {', '.join(dirty[:5])}"
-                                          f"{' …' if len(dirty) > 5 else ''}: waiting to update {target}")
+    waiting = checkout_waiting(paths, repo, target, old, new)
+    if waiting:
+        return FastForward(False, waiting=waiting)
     current = repo.references.get(f"refs/heads/{target}")
     if current is None or str(current.target) != old:
         return FastForward(False)
@@ -164,7 +175,11 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     worktree = worktrees.worktree_path(paths, issue_id)
     repo = worktrees.open_repo(paths)
     branch = worktrees.branch_name(issue_id)
-    repo.references.create(f"refs/heads/{branch}", head, force=True)
+    elsewhere = checkout_of(paths, branch)
+    if elsewhere is None or elsewhere.resolve() == worktree.resolve():
+        repo.references.create(f"refs/heads/{branch}", head, force=True)
+    # else: a person's own checkout of the branch: never move it under them (hive's worktree is
+    # detached then, see pipeline._recreate_worktree)
     if worktree.exists():
         work = pygit2.Repository(str(worktree))
         work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
@@ -194,6 +209,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
     replays onto its remote-tracking `target_ref` and moves the remote with `publish`.
     """
     repo = worktrees.open_repo(paths)
+    local = not target_ref and publish is None
     target_ref = target_ref or f"refs/heads/{target}"
     publish = publish or (lambda repo_, old, new: fast_forward(paths, repo_, target, old, new))
     for _ in range(MAX_TARGET_RACES):
@@ -212,6 +228,12 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             if not replayed.ok:
                 return Landing("conflict", detail=replayed.detail)
             candidate = replayed.head
+        if local:
+            # a person's uncommitted change in the way: wait before the tests, not after them
+            # (a waiting entry is retried on every wake; its test suite must not run each time)
+            waiting = checkout_waiting(paths, repo, target, tip, candidate)
+            if waiting:
+                return Landing("waiting", detail=waiting)
         if candidate != head:
             sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)

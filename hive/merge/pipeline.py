@@ -224,8 +224,7 @@ class MergeProcessor:
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
                      from_refinery: bool = False) -> bool:
         paths = self.project.paths
-        if not worktrees.worktree_path(paths, issue.id).exists():
-            await asyncio.to_thread(_recreate_worktree, paths, issue.id)
+        await asyncio.to_thread(_prepare_worktree, paths, issue.id, head)
         commands = [c for c in (entry.test_command, self.config.test_command) if c]
         shared = self.daemon.shared
         landing = await asyncio.to_thread(
@@ -273,7 +272,7 @@ class MergeProcessor:
             self._reject(issue, entry, verdict.summary)
             return True
         repo = worktrees.open_repo(paths)
-        head = worktrees.head_of(paths, issue.id)
+        head = _work_head(paths, issue.id)
         if head is None:
             self._fail(issue, entry, "the refinery deleted the branch")
             return True
@@ -287,6 +286,7 @@ class MergeProcessor:
                       summary=f"finalize {issue.id}: merged into {target} at {merged[:10]}",
                       check=_still("done"), trailers={"Hive-Merged": merged, "Hive-Target": target})
         self._drop(entry)
+        self.runtime.reset_budget(issue.id)
         worktrees.remove(self.project.paths, issue.id)
         if self.daemon.shared is not None:
             self.daemon.shared.push_needed.set()
@@ -350,8 +350,36 @@ def _recreate_worktree(paths: Any, issue_id: str) -> None:
     if issue_id in repo.list_worktrees():
         repo.lookup_worktree(issue_id).prune(True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{worktrees.branch_name(issue_id)}"])
     assert head is not None
+    if mechanical.checkout_of(paths, worktrees.branch_name(issue_id)) is not None:
+        # A person has the branch checked out in a worktree of their own (they finished the issue
+        # by hand): leave that checkout theirs; hive works on a detached HEAD at the same commit.
+        from hive import git
+
+        git.run(["worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
+        return
+    repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{worktrees.branch_name(issue_id)}"])
+
+
+def _prepare_worktree(paths: Any, issue_id: str, head: str) -> None:
+    """Hive's worktree for the merge, at `head` (recreated if it is gone)."""
+    path = worktrees.worktree_path(paths, issue_id)
+    if not path.exists():
+        _recreate_worktree(paths, issue_id)
+        return
+    work = pygit2.Repository(str(path))
+    if work.head_is_detached and str(work.head.target) != head:
+        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)   # the person committed more
+
+
+def _work_head(paths: Any, issue_id: str) -> str | None:
+    """The work to merge: the branch, or hive's detached worktree's HEAD (see _recreate_worktree)."""
+    path = worktrees.worktree_path(paths, issue_id)
+    if path.exists():
+        work = pygit2.Repository(str(path))
+        if work.head_is_detached:
+            return str(work.head.target)
+    return worktrees.head_of(paths, issue_id)
 
 
 def _done_base(project: Any, issue_id: str) -> str:

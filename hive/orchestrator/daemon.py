@@ -20,7 +20,7 @@ from hive.backends.base import (EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERRO
 from hive.config import Config
 from hive.errors import HiveError
 from hive.orchestrator import permissions, protocol, worktrees
-from hive.orchestrator.worker import Outcome, Worker, new_agent_id
+from hive.orchestrator.worker import Outcome, Worker, is_agent_id, new_agent_id
 from hive.project import Project
 from hive.queue import claim
 from hive.runtime import DaemonLock, Runtime, is_alive
@@ -125,7 +125,7 @@ class Daemon:
             if self.merge is not None:
                 self.merge.poke()
             if self.shared is not None:
-                self.shared.push_needed.set()
+                self.shared.local_changed()
             if self.until_idle and self._idle():
                 self.log("idle: nothing ready, nothing running")
                 return
@@ -423,6 +423,8 @@ class Daemon:
         for issue in self.project.index.list(["in_progress"]):
             if self.shared is not None and issue.assignee not in previous_agents:
                 continue  # another machine's claim: its lease says when it may be taken over
+            if issue.assignee not in previous_agents and not is_agent_id(issue.assignee):
+                continue  # a person took it (`update --status in_progress --assignee me`)
             budget = self.runtime.budget(issue.id)
             error = f"agent {issue.assignee or '?'} was lost when the daemon stopped"
             escalation.record_failure(budget, error, time.time())

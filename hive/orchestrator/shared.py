@@ -74,6 +74,7 @@ class SharedQueue:
         while True:
             self.push_needed.clear()
             ours = frozenset(w.agent_id for w in self.daemon.running.values())
+            before = self.daemon.project.store.tip()
             try:
                 online = await asyncio.to_thread(self._exchange, ours)
             except asyncio.CancelledError:
@@ -87,22 +88,34 @@ class SharedQueue:
                 self.daemon.log(f"remote {self.name} " + ("reachable again: catching up" if online else
                                                           "unreachable: working locally, no new claims"))
                 self.daemon.runtime.put("remote_state", "online" if online else "offline")
+            changed = online != self.online or self.daemon.project.store.tip() != before
             self.online = online
-            self.daemon.wake.set()
-            delay = SYNC_SECONDS if online else min(MAX_BACKOFF, delay * 2)
+            if changed:
+                # only on news: the daemon's loop asks for a push on every wake, so waking it
+                # after every round would make fetch → wake → push request → fetch a hot loop
+                self.daemon.wake.set()
+            if not online:
+                delay = min(MAX_BACKOFF, delay * 2)
+                await asyncio.sleep(delay)   # back off: local changes wait for the remote
+                continue
+            delay = SYNC_SECONDS
             try:
                 await asyncio.wait_for(self.push_needed.wait(), timeout=delay)
             except asyncio.TimeoutError:
                 pass
-            if self.push_needed.is_set() and online:
+            if self.push_needed.is_set():
                 await asyncio.sleep(0.05)  # let a burst of state changes go out in one push
+
+    def local_changed(self) -> None:
+        """Ask for a push if `hive/state` has commits that the remote has not seen yet."""
+        if self.daemon.project.store.tip() != self.remote.remote_tip():
+            self.push_needed.set()
 
     def _exchange(self, ours: frozenset[str]) -> bool:
         """fetch, merge, reclaim expired leases, push. False when the remote is unreachable."""
         with self._lock:
-            if not self.remote.fetch(git.STATE_BRANCH, self.target):
+            if not self.remote.fetch(git.STATE_BRANCH, self.target, work_branches=True):
                 return False
-            self.remote.fetch_work_branches()
             self.remote.merge_remote_state()
             self._reclaim_expired(ours)
             return self._push_state()

@@ -8,6 +8,7 @@ every transition it makes — claimed, retry, switched, done, escalated, release
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -24,8 +25,16 @@ if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
 
 
+AGENT_ID_RE = re.compile(r"^[a-z]-[0-9a-z]{6}$")
+
+
 def new_agent_id(prefix: str = "w") -> str:
     return f"{prefix}-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
+
+
+def is_agent_id(value: str) -> bool:
+    """Whether an assignee is one of hive's agents (not a person's name)."""
+    return bool(AGENT_ID_RE.match(value or ""))
 
 
 @dataclass
