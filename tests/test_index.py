@@ -1,0 +1,176 @@
+"""The SQLite index: a cache of `hive/state` that follows every kind of change to the branch."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from hive.state import index as index_module
+from hive.state import issues
+
+
+def listing(hive) -> list[dict]:
+    proc = hive("list", "--json")
+    assert proc.stderr == "", proc.stderr
+    return json.loads(proc.stdout)
+
+
+def titles(hive) -> dict[str, str]:
+    return {i["id"]: i["title"] for i in listing(hive)}
+
+
+def test_index_lives_in_the_common_dir_in_wal_mode(repo, project, new_issue):
+    new_issue("indexed")
+    path = repo / ".git" / "hive" / "index.db"
+    assert project.index.path == path and path.is_file()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("SELECT count(*) FROM issues").fetchone()[0] == 1
+    assert project.index.db.execute("PRAGMA busy_timeout").fetchone()[0] > 0
+    db.close()
+
+
+def test_plain_git_commit_in_the_checkout_is_picked_up(repo, hive, git, new_issue):
+    issue = new_issue("before")
+    checkout = repo / ".hive"
+    path = checkout / "issues" / f"{issue}.md"
+    path.write_text(path.read_text().replace('title = "before"', 'title = "committed by hand"'))
+    git("commit", "-q", "-am", "by hand", cwd=checkout)
+    assert titles(hive) == {issue: "committed by hand"}
+    assert git("status", "--porcelain", cwd=checkout).stdout == ""
+
+
+def test_reset_in_the_checkout_is_picked_up(repo, hive, git, new_issue):
+    kept = new_issue("kept")
+    dropped = new_issue("dropped")
+    assert set(titles(hive)) == {kept, dropped}
+    git("reset", "-q", "--hard", "HEAD~1", cwd=repo / ".hive")
+    assert titles(hive) == {kept: "kept"}
+    assert not (repo / ".hive" / "issues" / f"{dropped}.md").exists()
+
+
+def test_update_ref_of_the_state_branch_is_picked_up_and_the_checkout_follows(repo, hive, git, new_issue):
+    first = new_issue("first")
+    old = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    second = new_issue("second")
+    new = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    assert set(titles(hive)) == {first, second}
+    git("update-ref", "refs/heads/hive/state", old, cwd=repo)
+    assert titles(hive) == {first: "first"}
+    assert not (repo / ".hive" / "issues" / f"{second}.md").exists()
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    # and forward again
+    git("update-ref", "refs/heads/hive/state", new, cwd=repo)
+    assert titles(hive) == {first: "first", second: "second"}
+    assert (repo / ".hive" / "issues" / f"{second}.md").is_file()
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+
+
+def test_a_merge_into_the_state_branch_is_picked_up(repo, hive, git, new_issue):
+    base = new_issue("base")
+    checkout = repo / ".hive"
+    git("branch", "hive/plan/extra", "hive/state", cwd=repo)
+    git("worktree", "add", "-q", str(repo.parent / "plan"), "hive/plan/extra", cwd=repo)
+    plan = repo.parent / "plan"
+    (plan / "issues" / "hv-eeeee1.md").write_text(
+        '+++\ntitle = "from the plan"\nstatus = "open"\npriority = 1\ntype = "task"\n'
+        'depends_on = []\nlabels = []\nassignee = ""\ncreated = 2026-01-01T00:00:00Z\n'
+        'updated = 2026-01-01T00:00:00Z\n+++\n\nPlanned.\n')
+    git("add", "-A", cwd=plan)
+    git("commit", "-q", "-m", "plan", cwd=plan)
+    git("merge", "-q", "--no-edit", "hive/plan/extra", cwd=checkout)
+    assert titles(hive) == {base: "base", "hv-eeeee1": "from the plan"}
+
+
+def test_deleted_index_is_rebuilt_silently_with_the_same_data(repo, hive, new_issue):
+    a = new_issue("a", priority=1, labels=["x"])
+    new_issue("b", depends_on=[a])
+    hive("note", "remember this", "--issue", a)
+    before, notes = listing(hive), hive("notes", "--json").stdout
+    ready = hive("list", "--ready", "--json").stdout
+    for suffix in ("", "-wal", "-shm"):
+        (repo / ".git" / "hive" / f"index.db{suffix}").unlink(missing_ok=True)
+    assert listing(hive) == before
+    assert hive("notes", "--json").stdout == notes
+    assert hive("list", "--ready", "--json").stdout == ready
+
+
+def test_corrupt_index_is_rebuilt(repo, hive, new_issue):
+    new_issue("survives", priority=0)
+    before = listing(hive)
+    db = repo / ".git" / "hive" / "index.db"
+    for suffix in ("-wal", "-shm"):
+        (repo / ".git" / "hive" / f"index.db{suffix}").unlink(missing_ok=True)
+    db.write_bytes(b"this is not a database at all \x00\xff" * 500)
+    assert listing(hive) == before
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM issues").fetchone()[0] == 1
+
+
+def test_foreign_or_outdated_index_is_rebuilt(repo, hive, new_issue):
+    issue = new_issue("mine")
+    before = listing(hive)
+    db = sqlite3.connect(repo / ".git" / "hive" / "index.db")
+    db.execute("UPDATE meta SET value = '/somewhere/else/.git' WHERE key = 'repo'")
+    db.execute("DELETE FROM issues")
+    db.commit()
+    db.close()
+    assert listing(hive) == before
+    db = sqlite3.connect(repo / ".git" / "hive" / "index.db")
+    db.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    db.execute("UPDATE issues SET title = 'stale' WHERE id = ?", (issue,))
+    db.commit()
+    db.close()
+    assert listing(hive) == before
+
+
+def test_reindex_rebuilds_from_the_branch(repo, hive, new_issue):
+    new_issue("one")
+    new_issue("two", status="canceled")
+    before = listing(hive)
+    db = sqlite3.connect(repo / ".git" / "hive" / "index.db")
+    db.execute("UPDATE issues SET title = 'tampered'")  # the indexed commit still matches the tip
+    db.commit()
+    db.close()
+    assert {i["title"] for i in listing(hive)} == {"tampered"}
+    (repo / ".hive" / "notes" / "project.jsonl").write_text("not json\n")  # only a full scan sees it
+    proc = hive("reindex")
+    assert "indexed 2 issues" in proc.stdout
+    assert proc.stderr.strip().splitlines() == [
+        "warning: .hive/notes/project.jsonl:1: bad note line: Expecting value: line 1 column 1 (char 0)"]
+    (repo / ".hive" / "notes" / "project.jsonl").unlink()
+    assert listing(hive) == before
+
+
+def test_catch_up_parses_only_the_changed_files(repo, project, new_issue, monkeypatch):
+    ids = [new_issue(f"issue {n}") for n in range(12)]
+    project.sync(warn=False)
+    parsed: list[str] = []
+    real = index_module.parse_blob
+
+    def counting(data, path):
+        parsed.append(path)
+        return real(data, path)
+
+    monkeypatch.setattr(index_module, "parse_blob", counting)
+    issues.update(project, ids[5], {"priority": 0})
+    assert parsed == [f"issues/{ids[5]}.md"]
+    assert project.index.get(ids[5]).priority == 0
+    parsed.clear()
+    project.index.rebuild()
+    assert len(parsed) == 12
+
+
+def test_a_bad_file_committed_by_hand_keeps_the_last_good_version(repo, hive, git, new_issue):
+    issue = new_issue("good version")
+    checkout = repo / ".hive"
+    path = checkout / "issues" / f"{issue}.md"
+    path.write_text(path.read_text().replace('status = "open"', 'status = "whatever"'))
+    git("commit", "-q", "-am", "bad by hand", cwd=checkout)
+    proc = hive("list", "--json")
+    shown = json.loads(proc.stdout)
+    assert [(i["id"], i["title"], i["status"]) for i in shown] == [(issue, "good version", "open")]
+    assert f"issues/{issue}.md:3" in proc.stderr and "whatever" in proc.stderr
+    # fixed by hand: the new version is indexed, the warning is gone
+    path.write_text(path.read_text().replace('status = "whatever"', 'status = "done"'))
+    git("commit", "-q", "-am", "fixed by hand", cwd=checkout)
+    assert [(i["id"], i["status"]) for i in listing(hive)] == [(issue, "done")]

@@ -1,0 +1,319 @@
+"""Writes on `hive/state`: CAS commits with trailers, the archive layout, `.hive/` kept in step.
+
+DESIGN §2: every state change is one commit with trailers, made without a checkout and
+published by compare-and-swap; concurrent writers never lose each other's changes; a person's
+formatting survives; `.hive/` follows the branch and never loses a person's edit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from hive import git as hgit
+from hive.errors import HiveError
+from hive.state import issues, layout
+from hive.state.store import Change, Refused, cas_update
+
+
+def tip(git, repo) -> str:
+    return git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+
+
+def on_branch(git, repo, path: str) -> str | None:
+    proc = git("show", f"hive/state:{path}", cwd=repo, check=False)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+# -- compare-and-swap -----------------------------------------------------------------------------
+
+def test_cas_update_moves_the_ref_only_from_the_expected_tip(repo, project, git):
+    store = project.store
+    start = store.tip()
+    other = git("rev-parse", "HEAD", cwd=repo).stdout.strip()  # any commit will do
+    assert not cas_update(store.repo, hgit.STATE_REF, "0" * 40, other, "stale")
+    assert not cas_update(store.repo, hgit.STATE_REF, None, other, "must not exist")
+    assert store.tip() == start
+    assert cas_update(store.repo, hgit.STATE_REF, start, other, "fresh")
+    assert store.tip() == other
+
+
+def test_commit_is_rebuilt_on_a_tip_that_moved_meanwhile(repo, project, git, state_log):
+    store = project.store
+    calls: list[str | None] = []
+
+    def build(snap):
+        calls.append(snap.oid)
+        if len(calls) == 1:
+            # another writer gets in between our read and our ref update
+            assert store.commit(lambda s: Change({"notes/other.jsonl": b'{"content": "theirs"}\n'},
+                                                 summary="theirs", event="noted")) is not None
+        return Change({"notes/mine.jsonl": b'{"content": "mine"}\n'}, summary="mine", event="noted")
+
+    new = store.commit(build)
+    assert len(calls) == 2 and calls[0] != calls[1]
+    assert on_branch(git, repo, "notes/other.jsonl") and on_branch(git, repo, "notes/mine.jsonl")
+    history = state_log()
+    assert [c.subject for c in history[-2:]] == ["theirs", "mine"]
+    assert history[-1].oid == new and history[-1].parents == [history[-2].oid]
+
+
+def test_a_refused_change_makes_no_commit(repo, project, git):
+    before = tip(git, repo)
+
+    def build(snap):
+        raise Refused("no longer applies")
+
+    with pytest.raises(Refused):
+        project.store.commit(build)
+    assert project.store.commit(lambda snap: None) is None  # nothing to do: no commit either
+    assert tip(git, repo) == before
+
+
+def test_writes_need_no_checkout_and_leave_the_project_alone(repo, hive, git, new_issue):
+    head = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    (repo / "work.txt").write_text("a person's uncommitted work\n")
+    new_issue("one")
+    hive("create", "two")
+    assert git("rev-parse", "HEAD", cwd=repo).stdout.strip() == head
+    assert git("symbolic-ref", "HEAD", cwd=repo).stdout.strip() == "refs/heads/main"
+    assert git("status", "--porcelain", cwd=repo).stdout == "?? work.txt\n"
+
+
+def test_concurrent_writers_in_separate_processes_lose_nothing(repo, git, state_log):
+    script = textwrap.dedent("""
+        import sys
+        from hive.project import Project
+        from hive.state import issues
+        project = Project.open(sys.argv[1])
+        for n in range(8):
+            issues.create(project, f"{sys.argv[2]} {n}", agent=sys.argv[2])
+        issues.add_notes(project, [issues.note_line(f"from {sys.argv[2]}", "context")], file_id="project")
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(repo), f"w-{i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    created = [c for c in state_log() if c.event == "created"]
+    assert len(created) == 32 and len({c.issue for c in created}) == 32
+    assert {c.trailers["Hive-Agent"] for c in created} == {"w-0", "w-1", "w-2", "w-3"}
+    files = git("ls-tree", "--name-only", "hive/state", "issues/", cwd=repo).stdout.split()
+    assert len([f for f in files if f.endswith(".md")]) == 32
+    notes = on_branch(git, repo, "notes/project.jsonl").splitlines()
+    assert sorted(json.loads(n)["content"] for n in notes) == [f"from w-{i}" for i in range(4)]
+    # one linear history: every commit has exactly one parent but the first
+    assert all(len(c.parents) == 1 for c in state_log()[1:])
+
+
+# -- one commit per change, with trailers ---------------------------------------------------------
+
+def test_every_change_is_one_commit_with_trailers(repo, project, hive, git, state_log):
+    from hive import queue
+
+    start = len(state_log())
+    issue = hive("create", "traced").stdout.strip()
+    hive("update", issue, "-p", "0")
+    assert queue.claim(project, issue, "w-42")
+    hive("note", "found it", "--issue", issue)
+    issues.set_status(project, issue, "done", agent="w-42")
+    commits = state_log()[start:]
+    assert [c.event for c in commits] == ["created", "updated", "claimed", "noted", "done"]
+    assert all(c.issue == issue for c in commits)
+    assert commits[2].trailers["Hive-Agent"] == "w-42" and commits[4].trailers["Hive-Agent"] == "w-42"
+    assert "Hive-Agent" not in commits[0].trailers
+    raw = git("log", "-1", "--format=%B", commits[2].oid, cwd=repo).stdout
+    summary, blank, *trailers = raw.rstrip("\n").split("\n")
+    assert summary and blank == ""
+    assert trailers == ["Hive-Event: claimed", f"Hive-Issue: {issue}", "Hive-Agent: w-42"]
+    assert all(c.author == "Hive Tester" for c in commits)
+
+
+# -- archive layout -------------------------------------------------------------------------------
+
+def test_terminal_issues_move_to_the_archive_and_back(repo, project, git, new_issue):
+    issue = new_issue("will be finalized", status="done")
+    assert on_branch(git, repo, f"issues/{issue}.md")
+    issues.set_status(project, issue, "finalized")
+    shard = issue.split("-", 1)[1][:2]
+    archived = f"issues/archive/{shard}/{issue}.md"
+    assert layout.archive_path(issue) == archived
+    assert on_branch(git, repo, f"issues/{issue}.md") is None
+    assert 'status = "finalized"' in on_branch(git, repo, archived)
+    assert (repo / ".hive" / archived).is_file() and not (repo / ".hive" / "issues" / f"{issue}.md").exists()
+    project.sync(warn=False)
+    assert project.index.get(issue).status == "finalized" and project.index.path_of(issue) == archived
+    # the archived file is edited where it is, and moves back when the issue is live again
+    issues.update(project, issue, {"title": "renamed while archived"})
+    assert "renamed while archived" in on_branch(git, repo, archived)
+    issues.set_status(project, issue, "open")
+    assert on_branch(git, repo, archived) is None and on_branch(git, repo, f"issues/{issue}.md")
+
+
+def test_any_valid_issue_file_under_issues_is_read_whatever_its_status(repo, git, list_json, issue_text):
+    checkout = repo / ".hive"
+    (checkout / "issues" / "archive" / "zz").mkdir(parents=True)
+    (checkout / "issues" / "hv-ccccc1.md").write_text(issue_text("canceled but live", status="canceled"))
+    (checkout / "issues" / "archive" / "zz" / "hv-zzzzz1.md").write_text(issue_text("open but archived"))
+    git("add", "-A", cwd=checkout)
+    git("commit", "-q", "-m", "by hand", cwd=checkout)
+    found = {i["id"]: i["status"] for i in list_json()}
+    assert found == {"hv-ccccc1": "canceled", "hv-zzzzz1": "open"}
+    assert [i["id"] for i in list_json("--ready")] == ["hv-zzzzz1"]
+
+
+# -- a person's formatting ------------------------------------------------------------------------
+
+COMMENTED = """+++
+# Owner: the auth team.  Keep this comment!
+title   = "Login with JWT"     # aligned, as a person likes it
+priority = 2  # bump when the release is near
+status = "open"
+
+type = "feature"
+custom_key = { reviewer = "ana", points = 3 }
+depends_on = [
+    # nothing yet
+]
+labels = ["auth"]
+assignee = ""
+created = 2026-01-01T00:00:00Z
+updated = 2026-01-01T00:00:00Z
++++
+
+## Acceptance
+
+- tokens expire
+"""
+
+
+def test_field_edits_keep_a_persons_comments_and_layout(repo, hive, git, state_log):
+    path = repo / ".hive" / "issues" / "hv-ddddd1.md"
+    path.write_text(COMMENTED)
+    hive("list")  # picks the hand-written file up
+    assert on_branch(git, repo, "issues/hv-ddddd1.md") == COMMENTED
+    hive("update", "hv-ddddd1", "-p", "0", "--status", "in_progress", "--assignee", "w-1")
+    after = on_branch(git, repo, "issues/hv-ddddd1.md")
+    changed = [(old, new) for old, new in zip(COMMENTED.splitlines(), after.splitlines()) if old != new]
+    assert len(after.splitlines()) == len(COMMENTED.splitlines())
+    assert changed == [
+        ('priority = 2  # bump when the release is near', 'priority = 0  # bump when the release is near'),
+        ('status = "open"', 'status = "in_progress"'),
+        ('assignee = ""', 'assignee = "w-1"'),
+        ("updated = 2026-01-01T00:00:00Z", changed[-1][1]),
+    ]
+    assert changed[-1][1].startswith("updated = 20")
+    assert path.read_text() == after
+    shown = json.loads(hive("show", "hv-ddddd1", "--json").stdout)
+    assert shown["custom_key"] == {"reviewer": "ana", "points": 3}
+
+
+# -- the .hive/ checkout --------------------------------------------------------------------------
+
+def test_after_a_write_the_checkout_shows_the_new_state(repo, hive, git, new_issue):
+    issue = new_issue("visible")
+    hive("update", issue, "--title", "renamed")
+    assert (repo / ".hive" / "issues" / f"{issue}.md").read_text() == on_branch(git, repo, f"issues/{issue}.md")
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    assert git("rev-parse", "HEAD", cwd=repo / ".hive").stdout == git("rev-parse", "hive/state", cwd=repo).stdout
+
+
+def test_a_persons_invalid_edit_is_never_overwritten(repo, hive, git, new_issue, state_log):
+    issue = new_issue("mine to edit")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    half_made = path.read_bytes().replace(b'title = "mine to edit"', b'title = "half-typed')
+    path.write_bytes(half_made)
+    proc = hive("update", issue, "-p", "0")
+    assert f"issues/{issue}.md:2" in proc.stderr  # warned about, with its line
+    assert path.read_bytes() == half_made
+    branch = on_branch(git, repo, f"issues/{issue}.md")
+    assert "priority = 0" in branch and 'title = "mine to edit"' in branch
+    assert state_log()[-1].event == "updated"
+    assert all(c.event != "edited" for c in state_log())
+    # another command later still leaves it alone
+    hive("list")
+    assert path.read_bytes() == half_made
+
+
+def test_a_fixed_edit_is_merged_with_what_happened_meanwhile(repo, project, hive, git, new_issue):
+    issue = new_issue("merge me")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    original = path.read_text()
+    path.write_text(original.replace('title = "merge me"', 'title = "oops'))
+    issues.update(project, issue, {"priority": 0})  # meanwhile, hive changes another field
+    path.write_text(original.replace('title = "merge me"', 'title = "merged title"'))
+    shown = json.loads(hive("show", issue, "--json").stdout)
+    assert (shown["title"], shown["priority"]) == ("merged title", 0)
+    assert path.read_text() == on_branch(git, repo, f"issues/{issue}.md")
+
+
+def test_a_reverted_edit_gets_the_current_state(repo, project, hive, git, new_issue):
+    issue = new_issue("revert me")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    original = path.read_bytes()
+    path.write_bytes(original.replace(b"revert me", b"broken\""))
+    issues.update(project, issue, {"priority": 0})
+    path.write_bytes(original)  # the person gives up their edit
+    hive("list")
+    assert path.read_text() == on_branch(git, repo, f"issues/{issue}.md")
+    assert "priority = 0" in path.read_text()
+
+
+def test_a_write_after_a_plain_commit_in_the_checkout_refreshes_the_file(repo, project, git, new_issue):
+    issue = new_issue("committed by hand")
+    checkout = repo / ".hive"
+    path = checkout / "issues" / f"{issue}.md"
+    path.write_text(path.read_text().replace("committed by hand", "renamed by hand"))
+    git("commit", "-q", "-am", "by hand", cwd=checkout)
+    issues.update(project, issue, {"priority": 0})  # a hive write on top, with no sync before it
+    assert path.read_text() == on_branch(git, repo, f"issues/{issue}.md")
+    assert "renamed by hand" in path.read_text() and "priority = 0" in path.read_text()
+    assert git("status", "--porcelain", cwd=checkout).stdout == ""
+    # a staged but uncommitted edit is still the person's: left alone
+    staged = path.read_text().replace("renamed by hand", "staged, not committed")
+    path.write_text(staged)
+    git("add", path.name, cwd=path.parent)
+    issues.update(project, issue, {"priority": 1})
+    assert path.read_text() == staged
+    assert "priority = 1" in on_branch(git, repo, f"issues/{issue}.md")
+
+
+def test_saved_edits_in_the_checkout_are_committed_by_the_next_command(repo, hive, git, new_issue, state_log):
+    issue, doomed = new_issue("edit me"), new_issue("delete me")
+    git("config", "user.name", "Pat Person", cwd=repo)
+    checkout = repo / ".hive"
+    path = checkout / "issues" / f"{issue}.md"
+    path.write_text(path.read_text().replace("priority = 2", "priority = 4"))
+    (checkout / "context.md").write_text("# Project context\n\nUse tabs.\n")
+    (checkout / "issues" / f"{doomed}.md").unlink()
+    listed = {i["id"]: i for i in json.loads(hive("list", "--json").stdout)}
+    assert listed[issue]["priority"] == 4 and doomed not in listed
+    assert "priority = 4" in on_branch(git, repo, f"issues/{issue}.md")
+    assert on_branch(git, repo, "context.md") == "# Project context\n\nUse tabs.\n"
+    assert on_branch(git, repo, f"issues/{doomed}.md") is None
+    edits = [c for c in state_log() if c.author == "Pat Person"]
+    assert sorted(c.event for c in edits) == ["deleted", "edited", "edited"]
+    assert git("status", "--porcelain", cwd=checkout).stdout == ""
+
+
+def test_deleting_a_file_others_depend_on_is_refused(repo, hive, git, new_issue):
+    blocker = new_issue("needed")
+    new_issue("needs it", depends_on=[blocker])
+    (repo / ".hive" / "issues" / f"{blocker}.md").unlink()
+    proc = hive("list", "--json")
+    assert blocker in {i["id"] for i in json.loads(proc.stdout)}
+    assert on_branch(git, repo, f"issues/{blocker}.md") is not None
+    assert f"issues/{blocker}.md" in proc.stderr and "depend" in proc.stderr
+
+
+def test_store_refuses_to_run_out_of_attempts_silently(repo, project, monkeypatch):
+    from hive.state import store as store_module
+
+    monkeypatch.setattr(store_module, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(store_module, "cas_update", lambda *a, **k: False)
+    with pytest.raises(HiveError, match="kept moving"):
+        project.store.commit(lambda snap: Change({"notes/x.jsonl": b"{}\n"}, summary="x", event="noted"))
