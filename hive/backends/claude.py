@@ -74,6 +74,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hive.backends.processes import amount, count, group_gone, killpg
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
     PermissionRequest, SessionSpec, SessionStatus, TurnResult, Usage,
@@ -402,14 +403,14 @@ class ClaudeBackend:
         """SIGTERM the session's process group, SIGKILL after the grace; stragglers too."""
         pgid = s.proc.pid                           # start_new_session: pid == pgid
         if s.proc.returncode is None:
-            _killpg(pgid, signal.SIGTERM)
-            _killpg(pgid, signal.SIGCONT)           # a stopped process must run to see the TERM
+            killpg(pgid, signal.SIGTERM)
+            killpg(pgid, signal.SIGCONT)           # a stopped process must run to see the TERM
             if not await _wait_gone(s, self.kill_grace):
-                _killpg(pgid, signal.SIGKILL)
+                killpg(pgid, signal.SIGKILL)
                 await _wait_gone(s, self.kill_grace)
-        if _killpg(pgid, signal.SIGTERM) and not await _group_gone(pgid, self.kill_grace):
-            _killpg(pgid, signal.SIGKILL)
-            await _group_gone(pgid, self.kill_grace)
+        if killpg(pgid, signal.SIGTERM) and not await group_gone(pgid, self.kill_grace):
+            killpg(pgid, signal.SIGKILL)
+            await group_gone(pgid, self.kill_grace)
 
     async def _wait_reader(self, s: _Session) -> None:
         current = asyncio.current_task()
@@ -438,7 +439,7 @@ class ClaudeBackend:
         s.exit_code, s.exited = code, True
         s.last_activity = time.monotonic()
         s.permissions.clear()
-        _killpg(s.proc.pid, signal.SIGTERM)   # what the CLI left behind (delete/abort SIGKILL it)
+        killpg(s.proc.pid, signal.SIGTERM)   # what the CLI left behind (delete/abort SIGKILL it)
         if s.pending_turns > 0:
             s.pending_turns = 0
             if s.aborting or s.killed:
@@ -466,7 +467,7 @@ class ClaudeBackend:
                 return
             except asyncio.TimeoutError:
                 if attempt == 0:
-                    _killpg(s.proc.pid, signal.SIGKILL)
+                    killpg(s.proc.pid, signal.SIGKILL)
         s.cut_off = True
         reader.cancel()
         if s.stderr_reader is not None:
@@ -616,9 +617,9 @@ class ClaudeBackend:
         s.pending_turns = max(0, s.pending_turns - 1)
         # tokens: this result only; cost: growth of the CLI's cumulative total
         usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else {}
-        turn_in = sum(_int(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens",
+        turn_in = sum(count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens",
                                                    "cache_read_input_tokens"))
-        turn_out = _int(usage.get("output_tokens"))
+        turn_out = count(usage.get("output_tokens"))
         total = msg.get("total_cost_usd")
         total = float(total) if isinstance(total, (int, float)) else None
         since = _since_last_cost(msg.get("model_usage_since_last_result"))
@@ -695,7 +696,7 @@ def _describe_input(value: Any) -> str:
 def _since_last_cost(model_usage: Any) -> float | None:
     if not isinstance(model_usage, dict):
         return None
-    return sum(_float(m.get("costUSD")) for m in model_usage.values() if isinstance(m, dict))
+    return sum(amount(m.get("costUSD")) for m in model_usage.values() if isinstance(m, dict))
 
 
 async def _process_exit(proc: asyncio.subprocess.Process) -> None:
@@ -739,56 +740,5 @@ async def _wait_gone(s: _Session, timeout: float) -> bool:
         return s.proc.returncode is not None
 
 
-def _killpg(pgid: int, sig: int) -> bool:
-    """Signal a process group; False when it no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
 
 
-async def _group_gone(pgid: int, timeout: float) -> bool:
-    """Wait until no live process is left in the group; False if some still are at the end."""
-    deadline = time.monotonic() + timeout
-    while _group_alive(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a live (not zombie) process is left in the group (zombies of orphans don't count)."""
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return _killpg(pgid, 0)
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _float(value: Any) -> float:
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        return 0.0

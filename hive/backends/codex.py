@@ -122,11 +122,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hive.backends.processes import count, group_gone, killpg
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
     PermissionRequest, SessionSpec, SessionStatus, TurnResult, Usage,
 )
-from hive.backends.scripted import _group_gone, _killpg
 from hive.errors import HiveError
 
 log = logging.getLogger(__name__)
@@ -715,15 +715,15 @@ class CodexBackend:
         """SIGTERM the process group, SIGKILL after the grace; wait for the reader to finish."""
         pgid = proc.pid
         if proc.proc.returncode is None:
-            _killpg(pgid, signal.SIGTERM)
+            killpg(pgid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.proc.wait(), self.kill_grace)
             except asyncio.TimeoutError:
-                _killpg(pgid, signal.SIGKILL)
+                killpg(pgid, signal.SIGKILL)
                 await proc.proc.wait()
-        if _killpg(pgid, signal.SIGTERM) and not await _group_gone(pgid, self.kill_grace):
-            _killpg(pgid, signal.SIGKILL)
-            await _group_gone(pgid, self.kill_grace)
+        if killpg(pgid, signal.SIGTERM) and not await group_gone(pgid, self.kill_grace):
+            killpg(pgid, signal.SIGKILL)
+            await group_gone(pgid, self.kill_grace)
         current = asyncio.current_task()
         if proc.reader is not None and proc.reader is not current and not proc.reader.done():
             try:
@@ -777,7 +777,7 @@ class CodexBackend:
                 await asyncio.wait_for(asyncio.shield(proc.stderr_reader), 1.0)
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 pass
-        _killpg(proc.pid, signal.SIGTERM)            # what the app-server left behind
+        killpg(proc.pid, signal.SIGTERM)            # what the app-server left behind
         for method, future in list(proc.pending.values()):
             if not future.done():
                 future.set_exception(ServerGone(f"codex app-server exited ({method})"))
@@ -963,9 +963,9 @@ class CodexBackend:
         total = token_usage.get("total") if isinstance(token_usage, dict) else None
         if not isinstance(total, dict):
             return
-        reported_in = _int(total.get("inputTokens"))
-        reported_out = _int(total.get("outputTokens"))
-        cached = _int(total.get("cachedInputTokens"))
+        reported_in = count(total.get("inputTokens"))
+        reported_out = count(total.get("outputTokens"))
+        cached = count(total.get("cachedInputTokens"))
         if s.usage_base is not None:                # first report after a (re)start
             base = s.usage_base
             s.usage_base = None
@@ -1163,10 +1163,3 @@ def _probe(url: str, headers: dict[str, str], timeout: float) -> bool:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:500]
-
-
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0

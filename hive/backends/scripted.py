@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from hive.backends import scripted_agent
+from hive.backends.processes import amount, count, group_gone, killpg
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
     PermissionRequest, SessionSpec, SessionStatus, TurnResult, Usage,
@@ -266,16 +267,16 @@ class ScriptedBackend:
         """SIGTERM the session's process group, SIGKILL after the grace; stragglers too."""
         pgid = s.proc.pid                           # start_new_session: pid == pgid
         if s.proc.returncode is None:
-            _killpg(pgid, signal.SIGTERM)
+            killpg(pgid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(s.proc.wait(), self.kill_grace)
             except asyncio.TimeoutError:
-                _killpg(pgid, signal.SIGKILL)
+                killpg(pgid, signal.SIGKILL)
                 await s.proc.wait()
         # children left in the group (they may ignore SIGTERM, or the leader exited by itself)
-        if _killpg(pgid, signal.SIGTERM) and not await _group_gone(pgid, self.kill_grace):
-            _killpg(pgid, signal.SIGKILL)
-            await _group_gone(pgid, self.kill_grace)
+        if killpg(pgid, signal.SIGTERM) and not await group_gone(pgid, self.kill_grace):
+            killpg(pgid, signal.SIGKILL)
+            await group_gone(pgid, self.kill_grace)
 
     async def _wait_reader(self, s: _Session) -> None:
         current = asyncio.current_task()
@@ -318,7 +319,7 @@ class ScriptedBackend:
         s.exit_code, s.exited = code, True
         s.last_activity = time.monotonic()
         s.permissions.clear()
-        _killpg(s.proc.pid, signal.SIGTERM)   # what the agent left behind (delete/abort SIGKILL it)
+        killpg(s.proc.pid, signal.SIGTERM)   # what the agent left behind (delete/abort SIGKILL it)
         if s.pending_turns > 0:
             s.pending_turns = 0
             if s.aborted:
@@ -351,9 +352,9 @@ class ScriptedBackend:
             s.messages.append({"role": "assistant", "text": text, "at": time.time()})
             await self._emit(s, MESSAGE, {"role": "assistant", "text": text})
         elif kind == "usage":
-            s.usage.input_tokens += _int(msg.get("input_tokens"))
-            s.usage.output_tokens += _int(msg.get("output_tokens"))
-            s.usage.cost_usd += _float(msg.get("cost_usd"))
+            s.usage.input_tokens += count(msg.get("input_tokens"))
+            s.usage.output_tokens += count(msg.get("output_tokens"))
+            s.usage.cost_usd += amount(msg.get("cost_usd"))
             await self._emit(s, USAGE, replace(s.usage))
         elif kind == "permission":
             paths = msg.get("paths") or []
@@ -378,60 +379,5 @@ class ScriptedBackend:
             s.discarded_lines += 1
 
 
-def _killpg(pgid: int, sig: int) -> bool:
-    """Signal a process group; False when it no longer exists."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
 
 
-async def _group_gone(pgid: int, timeout: float) -> bool:
-    """Wait until no live process is left in the group; False if some still are at the end."""
-    deadline = time.monotonic() + timeout
-    while _group_alive(pgid):
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.02)    # nothing to await: other processes' deaths are not events
-    return True
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a live (not zombie) process is left in the group.
-
-    Orphans are reparented to init, which may reap them late (or, in some containers, never),
-    so `killpg(pgid, 0)` alone would count zombies as alive.
-    """
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return _killpg(pgid, 0)
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _float(value: Any) -> float:
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        return 0.0

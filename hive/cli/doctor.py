@@ -15,7 +15,7 @@ from hive.errors import BadInput, HiveError
 def checks(fix: bool) -> list[tuple[bool, str]]:
     """(ok, message) for every part of the setup."""
     from hive import git
-    from hive.initialize import CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize, merge_driver_command
+    from hive.initialize import CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize
     from hive.project import Project
 
     paths = git.discover()

@@ -1,0 +1,69 @@
+"""Agent processes: each runs in its own process group, which is ended whole.
+
+Shared by every backend that starts agent CLIs. An agent may leave children behind (a test run in
+the background, a fork bomb); ending the group ends them all. Orphans are reparented to init,
+which may reap them late (in some containers never), so a group counts as gone when no *live*
+process is left in it — zombies do not count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+
+def killpg(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when it no longer exists (or is not ours)."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in the group."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return killpg(pgid, 0)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def group_gone(pgid: int, timeout: float) -> bool:
+    """Wait until no live process is left in the group; False if some still are at the end."""
+    deadline = time.monotonic() + timeout
+    while group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)    # nothing to await: other processes' deaths are not events
+    return True
+
+
+def count(value: Any) -> int:
+    """A token count from an agent's report: a non-negative int, 0 when absent or garbage."""
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def amount(value: Any) -> float:
+    """A cost from an agent's report: a non-negative float, 0.0 when absent or garbage."""
+    try:
+        return max(0.0, float(value))
+    except (TypeError, ValueError):
+        return 0.0
