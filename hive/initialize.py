@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -52,8 +53,9 @@ def initialize(where: Path | str | None = None) -> list[str]:
     done: list[str] = []
     paths.hive_dir.mkdir(parents=True, exist_ok=True)
     paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
-    _create_state_branch(repo, paths, done)
     _add_fetch_refspecs(paths, done)
+    _fetch_shared_state(repo, paths)
+    _create_state_branch(repo, paths, done)
     _register_merge_driver(paths, done)
     _add_excludes(paths, done)
     _install_hooks(paths, done)
@@ -105,6 +107,20 @@ def _add_fetch_refspecs(paths: git.RepoPaths, done: list[str]) -> None:
             continue
         git.run(["config", "--add", f"remote.{remote}.fetch", wanted], paths.worktree)
         done.append(f"`git fetch {remote}` now also fetches {git.STATE_BRANCH}")
+
+
+def _fetch_shared_state(repo: pygit2.Repository, paths: git.RepoPaths) -> None:
+    """Bring a remote's hive/state before creating one (a single-branch clone has not got it)."""
+    if repo.references.get(git.STATE_REF) is not None:
+        return
+    for remote in repo.remotes:
+        tracking = f"refs/remotes/{remote.name}/{git.STATE_BRANCH}"
+        if repo.references.get(tracking) is None:
+            try:  # offline or no such branch there: start a new state branch
+                git.run(["fetch", "--quiet", "--no-tags", remote.name, f"+{git.STATE_REF}:{tracking}"],
+                        paths.worktree, check=False, timeout=120, env={"GIT_TERMINAL_PROMPT": "0"})
+            except subprocess.TimeoutExpired:
+                pass
 
 
 def _register_merge_driver(paths: git.RepoPaths, done: list[str]) -> None:
