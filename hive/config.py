@@ -38,8 +38,8 @@ ENV_PREFIX = "HIVE_"
 BACKENDS = ("claude", "codex", "scripted")
 ROLES = ("worker", "refinery", "queen")
 
-_ID_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,15}$")   # keeps ids within hive.state.issue_file.ID_RE
-_SUBKEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+_ID_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,15}\Z")   # keeps ids within hive.state.issue_file.ID_RE
+_SUBKEY_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")
 
 
 def _key(default: Any, doc: str, *, choices: tuple[str, ...] = (), minimum: int = 0,

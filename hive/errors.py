@@ -15,5 +15,13 @@ class BadInput(HiveError):
     exit_code = 2
 
     def __init__(self, message: str, where: str | None = None):
-        self.where = where
-        super().__init__(f"{where}: {message}" if where else message)
+        # a file name may hold a newline or a terminal escape: the report stays one honest line
+        self.where = _printable(where) if where else where
+        super().__init__(f"{self.where}: {message}" if where else message)
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters written as escapes (\\n, \\x1b...)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)

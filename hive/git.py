@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,3 +133,34 @@ def run(args: list[str], cwd: Path | str, *, check: bool = True, input: str | No
 def config_get(cwd: Path | str, key: str) -> str | None:
     proc = run(["config", "--get", key], cwd, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+# A git lock file (`<ref>.lock`, `index.lock`) lives for the milliseconds of one update. One that
+# is older than this was left by a process killed mid-update (SIGKILL, OOM, power loss): nothing
+# will ever remove it, and every later update of that ref or index would fail.
+STALE_LOCK_SECONDS = 5.0
+
+
+def release_stale_lock(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> bool:
+    """Wait while `lock` is held; remove it once it is older than `stale_after` seconds.
+
+    Returns at once when there is no lock, within milliseconds when a live writer releases it, and
+    after at most `stale_after` seconds otherwise. True if a stale lock was removed.
+    """
+    while True:
+        try:
+            age = time.time() - lock.stat().st_mtime
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        if age >= stale_after:
+            try:
+                lock.unlink()
+            except FileNotFoundError:
+                return False
+            return True
+        time.sleep(min(0.02, stale_after - age + 0.001))
+
+
+def ref_lock(common_dir: Path, ref: str) -> Path:
+    """The lock file git and libgit2 take to update `ref` (a loose ref)."""
+    return common_dir / (ref + ".lock")

@@ -70,6 +70,16 @@ class Remote:
     def remote_tip(self, branch: str = git.STATE_BRANCH) -> str | None:
         return git.read_ref(self.project.paths.common_dir, self.tracking_ref(branch))
 
+    def contains(self, local: str, remote_tip: str | None) -> bool:
+        """Whether `local` holds `remote_tip`: only then may a leased push replace it (a lease
+        alone would let a push drop the remote's commits that this side never merged)."""
+        if remote_tip is None or local == remote_tip:
+            return True
+        try:
+            return self.project.store.repo.descendant_of(local, remote_tip)
+        except Exception:  # noqa: BLE001 - unknown object: not merged here
+            return False
+
     # -- the network ------------------------------------------------------------------------
 
     def fetch(self, *branches: str, work_branches: bool = False) -> bool:
@@ -137,6 +147,8 @@ class Remote:
             local, remote_tip = self.project.store.tip(), self.remote_tip()
             if local is None or local == remote_tip:
                 return report
+            if not self.contains(local, remote_tip):
+                continue  # the tracking ref moved (another fetch) since the merge: merge again
             outgoing = _count(self.project, remote_tip, local) if remote_tip else _count(self.project, None, local)
             result = self.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
             if result.ok:

@@ -97,21 +97,30 @@ def _kill_group(pgid: int) -> None:
 
 def checkout_of(paths: git.RepoPaths, branch: str) -> Path | None:
     """The worktree that has `branch` checked out, if any (main or linked)."""
+    # Called several times per merge with a worktree per running agent: read each HEAD once and a
+    # `gitdir` file only for the match (pathlib over every entry cost ~0.3 ms a worktree).
     wanted = f"ref: refs/heads/{branch}"
-    heads = [(paths.main_worktree, paths.common_dir / "HEAD")]
-    admin = paths.common_dir / "worktrees"
-    if admin.is_dir():
-        for entry in admin.iterdir():
-            gitdir_file = entry / "gitdir"
-            if gitdir_file.is_file():
-                heads.append((Path(gitdir_file.read_text().strip()).parent, entry / "HEAD"))
-    for root, head in heads:
-        try:
-            if head.read_text().strip() == wanted:
-                return root
-        except OSError:
+    if _read_stripped(str(paths.common_dir / "HEAD")) == wanted:
+        return paths.main_worktree
+    try:
+        entries = list(os.scandir(paths.common_dir / "worktrees"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    for entry in entries:
+        if _read_stripped(os.path.join(entry.path, "HEAD")) != wanted:
             continue
+        gitdir = _read_stripped(os.path.join(entry.path, "gitdir"))
+        if gitdir:
+            return Path(gitdir).parent
     return None
+
+
+def _read_stripped(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
 
 
 def touched_paths(repo: pygit2.Repository, old: str, new: str) -> list[str]:
@@ -177,6 +186,7 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     branch = worktrees.branch_name(issue_id)
     elsewhere = checkout_of(paths, branch)
     if elsewhere is None or elsewhere.resolve() == worktree.resolve():
+        worktrees.unlock_branch(paths, issue_id)
         repo.references.create(f"refs/heads/{branch}", head, force=True)
     # else: a person's own checkout of the branch: never move it under them (hive's worktree is
     # detached then, see pipeline._recreate_worktree)
@@ -228,13 +238,16 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             if not replayed.ok:
                 return Landing("conflict", detail=replayed.detail)
             candidate = replayed.head
-        if local:
+        if local and test_commands:
             # a person's uncommitted change in the way: wait before the tests, not after them
-            # (a waiting entry is retried on every wake; its test suite must not run each time)
+            # (a waiting entry is retried on every wake; its test suite must not run each time).
+            # Without tests the fast-forward's own check comes at once: one `git status` is enough.
             waiting = checkout_waiting(paths, repo, target, tip, candidate)
             if waiting:
                 return Landing("waiting", detail=waiting)
-        if candidate != head:
+        if candidate != head and test_commands:
+            # the tests run in the worker's worktree, on the replayed commit; without tests nothing
+            # reads that worktree again (finalize removes it), so it is not rewritten for nothing
             sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)
         for command in test_commands:

@@ -45,6 +45,10 @@ class Entry:
     merged_commit: str
 
 
+# `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
+REFINERY_IN_FLIGHT = ("refinery: conflict", "refinery: tests")
+
+
 def attach(daemon: "Daemon") -> "MergeProcessor | None":
     """Give the daemon its merge pipeline (auto mode) — manual mode leaves done issues to people."""
     from hive.backends.base import backend_for_role
@@ -143,6 +147,10 @@ class MergeProcessor:
 
     async def start(self) -> None:
         for entry in self.entries():
+            if entry.detail in REFINERY_IN_FLIGHT and entry.refinery_attempts:
+                # the daemon ended during that refinery turn: the refinery did not fail, it was
+                # cut short — the turn is done again without counting against the entry
+                self._update(entry, refinery_attempts=entry.refinery_attempts - 1, detail="")
             if entry.state != "queued":
                 self._update(entry, state="queued")
         self.scan()
@@ -212,7 +220,7 @@ class MergeProcessor:
             self._update(entry, state="waiting", detail=f"target branch {target} does not exist")
             return False
         if entry.merged_commit and _contains(repo, str(target_ref.target), entry.merged_commit):
-            self._finalize(issue, entry, entry.merged_commit)
+            await self._finalize(issue, entry, entry.merged_commit)
             return True
         head = worktrees.head_of(paths, entry.issue_id)
         if head is None:
@@ -233,7 +241,7 @@ class MergeProcessor:
             from_refinery, shared.target_ref if shared is not None else "",
             shared.publish_target if shared is not None else None)
         if landing.status == "merged":
-            self._finalize(issue, entry, landing.commit)
+            await self._finalize(issue, entry, landing.commit)
             return True
         if landing.status == "waiting":
             if entry.detail != landing.detail:
@@ -259,6 +267,7 @@ class MergeProcessor:
         if not worktree.exists():
             await asyncio.to_thread(_recreate_worktree, paths, issue.id)
         verdict = await self.refinery.resolve(issue, worktree, target, detail)
+        self._update(entry, detail=f"refinery answered: {verdict.status}")
         self.daemon.log(f"{issue.id} refinery: {verdict.status} {verdict.summary[:80]}")
         if verdict.status == "crashed":
             if attempts >= 2:
@@ -280,14 +289,16 @@ class MergeProcessor:
 
     # -- endings --------------------------------------------------------------------------------
 
-    def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
+    async def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
         target = self.config.target_branch
         issues.update(self.project, issue.id, {"status": "finalized"}, event="finalized",
                       summary=f"finalize {issue.id}: merged into {target} at {merged[:10]}",
                       check=_still("done"), trailers={"Hive-Merged": merged, "Hive-Target": target})
         self._drop(entry)
         self.runtime.reset_budget(issue.id)
-        worktrees.remove(self.project.paths, issue.id)
+        # in a thread: removing files and the branch takes milliseconds the event loop needs to
+        # start the dependents this issue just unblocked (the entry stays busy meanwhile)
+        await asyncio.to_thread(worktrees.remove, self.project.paths, issue.id)
         if self.daemon.shared is not None:
             self.daemon.shared.push_needed.set()
         self.merged += 1
@@ -349,6 +360,7 @@ def _recreate_worktree(paths: Any, issue_id: str) -> None:
     path = worktrees.worktree_path(paths, issue_id)
     if issue_id in repo.list_worktrees():
         repo.lookup_worktree(issue_id).prune(True)
+    worktrees.clear_broken_admin(paths, issue_id, repo)
     path.parent.mkdir(parents=True, exist_ok=True)
     assert head is not None
     if mechanical.checkout_of(paths, worktrees.branch_name(issue_id)) is not None:
@@ -368,6 +380,15 @@ def _prepare_worktree(paths: Any, issue_id: str, head: str) -> None:
         _recreate_worktree(paths, issue_id)
         return
     work = pygit2.Repository(str(path))
+    if work.state() != pygit2.enums.RepositoryState.NONE:
+        # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
+        # hive's own worktree, so start again from the work (the branch, or `head`)
+        work.state_cleanup()
+        branch = f"refs/heads/{worktrees.branch_name(issue_id)}"
+        if mechanical.checkout_of(paths, worktrees.branch_name(issue_id)) is None:
+            work.set_head(branch)
+        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
+        return
     if work.head_is_detached and str(work.head.target) != head:
         work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)   # the person committed more
 

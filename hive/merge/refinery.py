@@ -84,6 +84,7 @@ class Refinery:
             self.messages = 0
             self.tokens = 0
             self.daemon.runtime.put("refinery_session", self.session_id)
+            await self._record_agent()
         return self.session_id
 
     async def resolve(self, issue: Issue, worktree: Path, target: str, problem: str) -> Verdict:
@@ -120,13 +121,32 @@ class Refinery:
         if self._turn is not None and not self._turn.done():
             self._turn.set_result(TurnResult(False, "aborted"))
 
+    async def _record_agent(self) -> None:
+        """List the session's process among the daemon's agents, so that a daemon started after
+        this one was killed ends it (as it does workers) before anything touches its worktree."""
+        from hive.runtime import process_start_time
+
+        try:
+            status = await self.backend.get_session_status(self.session_id)
+        except (KeyError, RuntimeError):
+            return
+        pid = status.pid or 0
+        self.daemon.runtime.add_agent(id=_agent_id(self.session_id), issue_id="", role="refinery",
+                                      session_id=self.session_id, backend=self.backend.name, pid=pid,
+                                      pid_start=process_start_time(pid) if pid else "")
+
     async def close(self) -> None:
         if self.session_id:
             try:
                 await self.backend.delete_session(self.session_id)
             except (KeyError, RuntimeError):
                 pass
+            self.daemon.runtime.remove_agent(_agent_id(self.session_id))
             self.session_id = ""
+
+
+def _agent_id(session_id: str) -> str:
+    return f"refinery-{session_id}"
 
 
 def task_prompt(issue: Issue, worktree: Path, target: str, problem: str) -> str:

@@ -46,6 +46,7 @@ class SharedQueue:
         self.remote = Remote(self.project, remote_name)
         self.target = daemon.config.target_branch
         self.online = True
+        self._announced = True
         self.push_needed = asyncio.Event()
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -84,10 +85,11 @@ class SharedQueue:
                 # `--until-idle` would wait forever for the other machines' state.
                 self.daemon.log(f"warning: sync with {self.name} failed: {type(exc).__name__}: {exc}")
                 online = self.online
-            if online != self.online:
+            if online != self._announced:   # (a failed claim push may have set self.online)
                 self.daemon.log(f"remote {self.name} " + ("reachable again: catching up" if online else
                                                           "unreachable: working locally, no new claims"))
                 self.daemon.runtime.put("remote_state", "online" if online else "offline")
+                self._announced = online
             changed = online != self.online or self.daemon.project.store.tip() != before
             self.online = online
             if changed:
@@ -127,6 +129,9 @@ class SharedQueue:
                 return True
             if remote_tip and self.project.store.repo.descendant_of(remote_tip, local):
                 return True  # nothing of ours to send
+            if not self.remote.contains(local, remote_tip):
+                self.remote.merge_remote_state()   # never push over commits not merged here
+                continue
             result = self.remote.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
             if result.ok:
                 git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), local],
@@ -178,7 +183,7 @@ class SharedQueue:
                 base, remote_tip = store.tip(), self.remote.remote_tip()
                 if base is None:
                     return False
-                if remote_tip and not _contains(store.repo, base, remote_tip):
+                if not self.remote.contains(base, remote_tip):
                     self.remote.merge_remote_state()   # build on what the remote has
                     continue
                 draft = _DraftStore(store, base)
@@ -261,10 +266,6 @@ class SharedQueue:
         return fast_forward(self.daemon.project.paths, repo, self.target, local_tip, remote_tip).waiting
 
 
-
-
-def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
-    return tip == commit or repo.descendant_of(tip, commit)
 
 
 class _DraftStore(StateStore):

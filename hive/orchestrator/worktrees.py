@@ -8,6 +8,7 @@ recorded so that the merge pipeline later replays only the worker's own commits.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,7 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     remove(paths, issue_id, repo=repo)
     path = worktree_path(paths, issue_id)
     path.parent.mkdir(parents=True, exist_ok=True)
+    unlock_branch(paths, issue_id)
     ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit], force=True)
     repo.add_worktree(issue_id, str(path), ref)
     return Worktree(issue_id, path, branch, base_commit)
@@ -114,10 +116,46 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
             repo.lookup_worktree(issue_id).prune(True)
         except pygit2.GitError:
             shutil.rmtree(paths.common_dir / "worktrees" / issue_id, ignore_errors=True)
+    clear_broken_admin(paths, issue_id, repo)
     if delete_branch:
-        branch = repo.branches.local.get(branch_name(issue_id))
-        if branch is not None and not branch.is_checked_out():   # a person's checkout keeps it
-            branch.delete()
+        unlock_branch(paths, issue_id)
+        ref = "refs/heads/" + branch_name(issue_id)
+        if repo.references.get(ref) is not None and not checked_out(paths, ref):   # a person's checkout keeps it
+            # not Branch.is_checked_out()/delete(): libgit2 opens every worktree as a repository
+            # for each (~2 ms apiece with 8 agents); hive sets no `branch.hive/work/*` config for
+            # delete() to clean up
+            repo.references.delete(ref)
+
+
+def checked_out(paths: git.RepoPaths, ref: str) -> bool:
+    """Whether the main worktree or a linked one has `ref` checked out (its HEAD names it)."""
+    heads = [os.path.join(paths.common_dir, "HEAD")]
+    try:
+        heads.extend(os.path.join(entry.path, "HEAD") for entry in os.scandir(paths.common_dir / "worktrees"))
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    wanted = f"ref: {ref}"
+    for head in heads:
+        try:
+            with open(head, encoding="utf-8", errors="replace") as handle:
+                if handle.read().strip() == wanted:
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def clear_broken_admin(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository) -> None:
+    """Remove `<common>/worktrees/<id>` when git does not list it as a worktree: a process killed
+    while adding the worktree left it half made, and adding it again would fail on it forever."""
+    admin = paths.common_dir / "worktrees" / issue_id
+    if admin.is_dir() and issue_id not in repo.list_worktrees():
+        shutil.rmtree(admin, ignore_errors=True)
+
+
+def unlock_branch(paths: git.RepoPaths, issue_id: str) -> None:
+    """Wait for a lock on the work branch to go; remove it if a killed process left it."""
+    git.release_stale_lock(git.ref_lock(paths.common_dir, "refs/heads/" + branch_name(issue_id)))
 
 
 def head_of(paths: git.RepoPaths, issue_id: str) -> str | None:

@@ -180,10 +180,9 @@ class Checkout:
             if record and record.mtime_ns == st.st_mtime_ns and record.size == st.st_size:
                 continue
             try:
-                data = (self.root / path).read_bytes()
+                oid, data = _read_bounded(self.root, path, st.st_size)
             except OSError:
                 continue
-            oid = blob_id(data)
             if tip is None:
                 tip = self.project.store.snapshot()
             tip_oid = tip.blob_id(path)
@@ -376,6 +375,25 @@ def _all_files(root: Path) -> Iterator[str]:
         for name in filenames:
             if name != ".git":
                 yield os.path.relpath(os.path.join(dirpath, name), root)
+
+
+def _read_bounded(root: Path, path: str, size: int) -> tuple[str, bytes]:
+    """(blob id, bytes) of a saved file; of an issue file at most one byte more than it may hold,
+    so that a huge one is refused as too big (parse checks the length) without being held in
+    memory whole. The blob id is always the whole file's."""
+    from hive.state.issue_file import MAX_ISSUE_BYTES
+
+    if size <= MAX_ISSUE_BYTES or layout.issue_id_of(path) is None:
+        data = (root / path).read_bytes()
+        return blob_id(data), data
+    with open(root / path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        digest = hashlib.sha1(b"blob %d\0" % size)
+        data = handle.read(MAX_ISSUE_BYTES + 1)
+        digest.update(data)
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest(), data
 
 
 def _write_atomic(target: Path, data: bytes) -> None:

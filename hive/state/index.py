@@ -357,8 +357,8 @@ class Index:
                        (json.dumps(sorted(ids)),))
         else:
             db.executemany("DELETE FROM deps WHERE issue_id = ?", [(i,) for i in ids])
-        placeholders = ", ".join(f":{c}" for c in ISSUE_COLUMNS)
-        db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({placeholders})", rows)
+        named = ", ".join(f":{c}" for c in ISSUE_COLUMNS)
+        db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({named})", rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
 
     def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None) -> list[Problem]:

@@ -220,7 +220,19 @@ def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, mes
             txn.set_target(ref, new, message=message)
         return True
     except pygit2.GitError:
-        return False  # the ref is locked by another writer: re-read and retry
+        # the ref is locked by another writer: re-read and retry — once it is released, or once
+        # it is stale (left by a writer killed mid-update, it would block every write forever)
+        git.release_stale_lock(git.ref_lock(_common_dir(repo), ref))
+        return False
+
+
+def _common_dir(repo: pygit2.Repository) -> Path:
+    """Where the refs of `repo` live (a linked worktree's git dir points there)."""
+    git_dir = Path(repo.path)
+    commondir = git_dir / "commondir"
+    if commondir.is_file():
+        return (git_dir / commondir.read_text(encoding="utf-8").strip()).resolve()
+    return git_dir
 
 
 def notify(paths: git.RepoPaths) -> None:
