@@ -26,6 +26,7 @@ class Project:
         self.paths = paths
         self.index = Index(paths)
         self.checkout = Checkout(self)
+        self.defer_checkout = False
 
     @classmethod
     def open(cls, where: Path | str | None = None, *, require_init: bool = True) -> "Project":
@@ -69,8 +70,13 @@ class Project:
         return problems
 
     def after_write(self) -> None:
-        """Make a write visible everywhere: the `.hive/` checkout and the index."""
-        self.checkout.refresh()
+        """Make a write visible everywhere: the `.hive/` checkout and the index.
+
+        A daemon sets `defer_checkout` and refreshes the checkout once per wake-up instead (its
+        loop's `sync()`), so a burst of state writes costs one refresh, not one each.
+        """
+        if not self.defer_checkout:
+            self.checkout.refresh()
         self.index.ensure_current()
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ class Daemon:
                  max_agents: int | None = None, until_idle: bool = False,
                  log: Callable[[str], None] | None = None, remote: str | None = None):
         self.project = project
+        project.defer_checkout = True   # the loop's sync() refreshes `.hive/` once per wake-up
         self.backend = backend
         self.config = config
         self.max_agents = max_agents or config.max_agents
@@ -489,6 +490,7 @@ class Daemon:
             await self.merge.stop()
         if self.shared is not None:
             await self.shared.stop()
+        self.project.checkout.refresh()   # the last writes, deferred like all of the daemon's
         try:
             await self.backend.stop()
         except Exception:  # noqa: BLE001
