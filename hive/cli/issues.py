@@ -66,7 +66,8 @@ def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_j
     if ready:
         found = [i for i in project.index.ready() if not statuses or i.status in statuses]
     else:
-        found = project.index.list(statuses or None, parent=resolve(project, parent) if parent else None)
+        found = project.index.list(statuses or None, parent=resolve(project, parent) if parent else None,
+                                   with_body=False)
     if as_json:
         print_json([i.to_json() for i in found])
     elif found:

@@ -12,7 +12,10 @@ from hive.state.issue_file import Issue
 
 
 def print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    """Indented for a person at a terminal; compact for a script (json's indenting encoder is
+    pure Python, ~4x slower on a 10k-issue listing)."""
+    indent = 2 if click.get_text_stream("stdout").isatty() else None
+    click.echo(json.dumps(data, indent=indent, ensure_ascii=False))
 
 
 def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:

@@ -400,8 +400,10 @@ class Index:
     def exists(self, issue_id: str) -> bool:
         return self.db.execute("SELECT 1 FROM issues WHERE id = ?", (issue_id,)).fetchone() is not None
 
-    def list(self, status: Iterable[str] | None = None, parent: str | None = None) -> list[Issue]:
-        sql, args = "SELECT * FROM issues", []
+    def list(self, status: Iterable[str] | None = None, parent: str | None = None,
+             with_body: bool = True) -> list[Issue]:
+        columns = "*" if with_body else ", ".join(c if c != "body" else "'' AS body" for c in ISSUE_COLUMNS)
+        sql, args = f"SELECT {columns} FROM issues", []
         clauses = []
         if status:
             status = list(status)
