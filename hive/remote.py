@@ -93,11 +93,6 @@ class Remote:
             return True  # the branch does not exist there yet
         return proc.returncode == 0
 
-    def fetch_work_branches(self) -> bool:
-        proc = _git(self.project, ["fetch", "--quiet", "--no-tags", self.name,
-                                   f"+refs/heads/hive/work/*:refs/remotes/{self.name}/hive/work/*"])
-        return proc.returncode == 0
-
     def push(self, local_ref: str, branch: str, expected: str | None, *, lease: bool = True) -> PushResult:
         """Push `local_ref` to the remote's `branch`, only if the remote still has `expected`
         (None: only if the branch does not exist there). `lease=False` forces."""
@@ -132,7 +127,12 @@ class Remote:
                 report.incoming += _count(self.project, before, remote_tip)
                 report.changed_issues = sorted(set(report.changed_issues) | _issues_between(self.project, before, new))
         if new is not None:
-            self.project.after_write()
+            self.project.checkout.refresh()
+            problems = self.project.index.ensure_current()
+            if report is not None:
+                # what came in and is not valid is said now: later commands find the index
+                # already caught up (`git hive doctor` lists every problem at any time)
+                report.warnings.extend(str(problem) for problem in problems)
         return new
 
     def sync(self) -> SyncReport:

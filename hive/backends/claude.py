@@ -242,6 +242,7 @@ class ClaudeBackend:
             if old.state() != "exited":
                 return sid
             await self._wait_reader(old)             # its last events come before the new ones
+            await self._kill_group(old)              # what the ended CLI left running in its group
             old.deleted = True
         env = {**self._env_base(), **spec.env}
         env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")

@@ -142,6 +142,10 @@ class ScriptedBackend:
         old = self._sessions.get(sid)
         if old is not None and old.state() != "exited":
             return sid
+        if old is not None:
+            # the agent is gone, what it started may not be (a child ignoring SIGTERM survives the
+            # group's TERM at exit): end its process group before the session forgets it
+            await self._kill_group(old)
         # `--opt=value` throughout: a label or prompt starting with "-" stays a value
         argv = [self.python, "-I", "-S", AGENT_PATH, f"--session-id={sid}",
                 f"--role={spec.role or 'worker'}"]

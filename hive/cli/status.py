@@ -32,10 +32,11 @@ def collect(project: Project) -> dict:
         if entry["state"] == "waiting":
             attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"]})
     degraded = runtime.get("degraded")
+    remote_state = runtime.get("remote_state") if daemon_pid else ""
     runtime.close()
     return {
         "daemon": {"running": bool(daemon_pid), "pid": daemon_pid or None,
-                   "degraded": degraded or None},
+                   "degraded": degraded or None, "remote": remote_state or None},
         "agents": agents,
         "merge_queue": queue,
         "counts": {s: counts.get(s, 0) for s in STATUSES},
@@ -54,6 +55,8 @@ def render(data: dict) -> None:
     click.echo(f"ready: {len(data['ready'])}" + (f" (next: {', '.join(data['ready'][:5])})" if data["ready"] else ""))
     daemon = data["daemon"]
     click.echo("daemon: " + (f"running (pid {daemon['pid']})" if daemon["running"] else "not running"))
+    if daemon.get("remote"):
+        click.echo(f"shared queue: remote {daemon['remote']}")
     if daemon["degraded"]:
         click.echo(click.style(f"degraded: {daemon['degraded']} — new agents paused", fg="yellow"))
     if data["agents"]:

@@ -156,14 +156,7 @@ class Daemon:
         if len(self.running) >= self.max_agents:
             return
         lease = self.config.lease_seconds if self.shared is not None else 0
-        ready = self.project.index.ready()
-        if self.shared is not None:
-            # several machines read the same ready list: each takes the issues of the best
-            # priority in its own random order, or they would all race for the same first one
-            import random
-
-            ready.sort(key=lambda issue: (issue.priority, random.random()))
-        for issue in ready:
+        for issue in self.project.index.ready():
             if len(self.running) >= self.max_agents or self.stopping.is_set():
                 break
             if issue.id in self.running:

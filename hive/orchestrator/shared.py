@@ -47,6 +47,7 @@ class SharedQueue:
         self.target = daemon.config.target_branch
         self.online = True
         self._announced = True
+        self._stopped = False
         self.push_needed = asyncio.Event()
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
@@ -65,6 +66,11 @@ class SharedQueue:
         self._task = asyncio.create_task(self._run(), name="shared-queue")
 
     async def stop(self) -> None:
+        # Python 3.11's asyncio.wait_for can swallow a cancellation that arrives as the awaited
+        # event fires: the loop would then go on forever and this stop() never return. The flag
+        # ends the loop at its next turn whatever happens to the cancellation.
+        self._stopped = True
+        self.push_needed.set()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -72,12 +78,19 @@ class SharedQueue:
 
     async def _run(self) -> None:
         delay = SYNC_SECONDS
-        while True:
+        pulled = 0.0
+        loop = asyncio.get_running_loop()
+        while not self._stopped:
+            # a round asked for by a local change only pushes (a lost push fetches anyway);
+            # a full round — fetch, merge, reclaim, push — runs at least every SYNC_SECONDS
+            pull = not self.push_needed.is_set() or loop.time() - pulled >= SYNC_SECONDS
             self.push_needed.clear()
             ours = frozenset(w.agent_id for w in self.daemon.running.values())
             before = self.daemon.project.store.tip()
             try:
-                online = await asyncio.to_thread(self._exchange, ours)
+                if pull:
+                    pulled = loop.time()
+                online = await asyncio.to_thread(self._exchange, ours, pull)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad round
@@ -113,13 +126,15 @@ class SharedQueue:
         if self.daemon.project.store.tip() != self.remote.remote_tip():
             self.push_needed.set()
 
-    def _exchange(self, ours: frozenset[str]) -> bool:
-        """fetch, merge, reclaim expired leases, push. False when the remote is unreachable."""
+    def _exchange(self, ours: frozenset[str], pull: bool = True) -> bool:
+        """fetch, merge, reclaim expired leases, push (`pull=False`: push only). False when the
+        remote is unreachable."""
         with self._lock:
-            if not self.remote.fetch(git.STATE_BRANCH, self.target, work_branches=True):
-                return False
-            self.remote.merge_remote_state()
-            self._reclaim_expired(ours)
+            if pull:
+                if not self.remote.fetch(git.STATE_BRANCH, self.target, work_branches=True):
+                    return False
+                self.remote.merge_remote_state()
+                self._reclaim_expired(ours)
             return self._push_state()
 
     def _push_state(self) -> bool:

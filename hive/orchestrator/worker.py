@@ -185,7 +185,9 @@ class Worker:
         self.daemon.watch_worktree(self)
 
     async def _attempt(self, previous_failure: str, resume: bool) -> Outcome:
-        if self.worktree is None or not self.worktree.path.exists():
+        # `.git`, not just the folder: an agent that deleted its worktree may have written files
+        # into a fresh folder at the same path, which git no longer knows as a worktree
+        if self.worktree is None or not (self.worktree.path / ".git").is_file():
             try:
                 await self._prepare_worktree()
             except Exception as exc:  # noqa: BLE001 - any setup failure follows the policy

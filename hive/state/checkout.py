@@ -17,6 +17,7 @@ A lock file serialises absorb/refresh between processes.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -59,6 +60,7 @@ class Edit:
     path: str
     data: bytes | None        # None: the person deleted the file
     base: str | None          # blob id the person's copy started from
+    stat: os.stat_result | None = None   # the file's stat taken before `data` was read
 
 
 class Checkout:
@@ -95,12 +97,15 @@ class Checkout:
     def _records(self) -> dict[str, Record]:
         return {r[0]: Record(r[1], r[2], r[3]) for r in self.db.execute("SELECT * FROM files")}
 
-    def _record(self, path: str, blob: str | None) -> None:
+    def _record(self, path: str, blob: str | None, st: os.stat_result | None = None) -> None:
+        """Remember `path` as holding `blob`. `st` is the stat of the very bytes that are `blob`
+        (taken before reading them, or of the file hive wrote): a stat taken now could be of a
+        newer save, which would then look unchanged forever — a lost edit."""
         if blob is None:
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
             return
         try:
-            st = os.stat(self.root / path)
+            st = st or os.stat(self.root / path)
             self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
                             (path, blob, st.st_mtime_ns, st.st_size))
         except FileNotFoundError:
@@ -132,6 +137,8 @@ class Checkout:
         roots = [layout.ISSUES_DIR] + ([layout.NOTES_DIR] if full else [])
 
         def visit(rel: str, recurse: bool) -> None:
+            if _through_symlink(self.root, rel):
+                return  # `issues` or `notes` as a symlink (a fetched state can hold one): not ours
             try:
                 entries = list(os.scandir(self.root / rel))
             except (FileNotFoundError, NotADirectoryError):
@@ -150,7 +157,7 @@ class Checkout:
         for root in roots:
             visit(root, recurse=full)
         context = self.root / layout.CONTEXT_FILE
-        if context.is_file():
+        if context.is_file() and not context.is_symlink():
             found[layout.CONTEXT_FILE] = context.stat()
         return found
 
@@ -179,13 +186,13 @@ class Checkout:
             record = records.get(path)
             if record and record.mtime_ns == st.st_mtime_ns and record.size == st.st_size:
                 continue
-            try:
-                oid, data = _read_bounded(self.root, path, st.st_size)
-            except OSError:
-                continue
             if tip is None:
                 tip = self.project.store.snapshot()
             tip_oid = tip.blob_id(path)
+            try:
+                oid, data = _read_bounded(self.root, path, st.st_size, tip, tip_oid, record)
+            except OSError:
+                continue
             if record and oid == record.blob:
                 if oid != tip_oid:
                     # Back to the version an edit started from (a person undid an edit that a
@@ -193,16 +200,16 @@ class Checkout:
                     # branch now. Runs with the checkout lock held (see absorb).
                     self._follow_tip(path, tip, tip_oid)
                 else:
-                    self._record(path, oid)
+                    self._record(path, oid, st)
                 continue
             if oid == tip_oid:
-                self._record(path, oid)
+                self._record(path, oid, st)
                 continue
             staged = self._git_index_blob(path)
             if staged == oid:
                 continue  # staged by git itself (a merge or pull finishing, or a person's commit to come)
             base = record.blob if record else staged or tip_oid
-            edits.append(Edit(path, data, base))
+            edits.append(Edit(path, data, base, st))
         scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
         for path, record in records.items():
             if path in on_disk:
@@ -215,14 +222,15 @@ class Checkout:
 
     def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None) -> None:
         target = self.root / path
+        written = None
         if tip_oid is None:
             target.unlink(missing_ok=True)
             _prune_empty_dirs(target.parent, self.root)
         else:
             data = tip.read(path)
             assert data is not None
-            _write_atomic(target, data)
-        self._record(path, tip_oid)
+            written = _write_atomic(target, data)
+        self._record(path, tip_oid, written)
 
     def _git_index_blob(self, path: str) -> str | None:
         """The blob the `.hive/` worktree's git index holds for `path` (read once per scan)."""
@@ -251,9 +259,14 @@ class Checkout:
                 except BadInput as exc:
                     result.problems.append(exc)
                     continue
+                st, blob = edit.stat, blob_id(merged) if merged is not None else None
                 if merged is not None and edit.data is not None and merged != edit.data:
-                    _write_atomic(self.root / edit.path, merged)
-                self._record(edit.path, blob_id(merged) if merged is not None else None)
+                    # their edit merged with what changed meanwhile: show them the result — unless
+                    # they saved again since, then that save is an edit of the bytes they had
+                    st = _replace_if_unchanged(self.root / edit.path, merged, blob_id(edit.data))
+                    if st is None:
+                        blob, st = str(self.project.store.repo.create_blob(edit.data)), edit.stat
+                self._record(edit.path, blob, st)
                 result.committed.append(edit.path)
         return result
 
@@ -292,32 +305,49 @@ class Checkout:
         with self._transaction():
             for path, old_oid, new_oid in walk_changes(repo, old_tree, tip.tree):
                 target = self.root / path
+                if _through_symlink(self.root, path):
+                    continue  # never followed: a fetched state may point one anywhere
                 known = {old_oid, self._recorded_blob(path)}
                 try:
                     current = blob_id(target.read_bytes())
                 except FileNotFoundError:
                     current = None
-                except IsADirectoryError:
+                except (IsADirectoryError, NotADirectoryError):
                     continue
                 clean = current in known or current == new_oid or (current is None and old_oid is None)
                 if not clean and current is not None:
                     # a version committed on the branch meanwhile (a plain `git commit` in .hive/)
                     # is no unsaved edit of a person's
                     clean = current in _blobs_between(repo, self.commit, tip.oid or "", path)
-                if clean:
+                try:
+                    if clean:
+                        written = None
+                        if new_oid is None:
+                            target.unlink(missing_ok=True)
+                            _prune_empty_dirs(target.parent, self.root)
+                        else:
+                            written = _replace_if_unchanged(target, repo[new_oid].data, current)
+                            clean = written is not None   # a person saved it meanwhile: theirs
+                        if clean:
+                            self._record(path, new_oid, written)
                     if new_oid is None:
-                        target.unlink(missing_ok=True)
-                        _prune_empty_dirs(target.parent, self.root)
+                        if path in git_index:
+                            git_index.remove(path)
+                    elif clean:
+                        git_index.add(path)
                     else:
-                        _write_atomic(target, repo[new_oid].data)
-                    self._record(path, new_oid)
-                if new_oid is None:
-                    if path in git_index:
-                        git_index.remove(path)
-                elif clean:
-                    git_index.add(path)
-                else:
-                    git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid), pygit2.GIT_FILEMODE_BLOB))
+                        git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid), pygit2.GIT_FILEMODE_BLOB))
+                except (OSError, pygit2.GitError, ValueError):
+                    # a name this file system or git's index cannot hold (too long, a folder in
+                    # the way...): that file is not in the checkout; the index reports it if bad
+                    continue
+            git_dir = self._git_dir()
+            if git_dir is not None:
+                # held for milliseconds by a live git; older than that, left by a killed process
+                # (hive's own refresh included), and every later refresh would fail on it
+                from hive import git
+
+                git.release_stale_lock(git_dir / "index.lock")
             git_index.write()
             self._set_commit(tip.oid or "")
 
@@ -344,7 +374,8 @@ class Checkout:
         """Record every file of a checkout that was just made from `commit`."""
         with self._transaction():  # one transaction: 100k autocommits (fsyncs) took 25 s
             for path in _all_files(self.root):
-                self._record(path, blob_id((self.root / path).read_bytes()))
+                if not (self.root / path).is_symlink():   # never read through one (/dev/zero...)
+                    self._record(path, blob_id((self.root / path).read_bytes()))
             self._set_commit(commit)
 
 
@@ -377,30 +408,122 @@ def _all_files(root: Path) -> Iterator[str]:
                 yield os.path.relpath(os.path.join(dirpath, name), root)
 
 
-def _read_bounded(root: Path, path: str, size: int) -> tuple[str, bytes]:
+def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: str | None,
+                  record: Record | None) -> tuple[str, bytes]:
     """(blob id, bytes) of a saved file; of an issue file at most one byte more than it may hold,
-    so that a huge one is refused as too big (parse checks the length) without being held in
-    memory whole. The blob id is always the whole file's."""
+    so that a huge one is refused as too big (parse checks the length) without being read whole.
+
+    The blob id of a huge file is computed (streaming) only when it may equal a version hive
+    knows of the same size — a huge blob committed on the branch; otherwise it is a placeholder
+    that equals no blob: the file is an edit, and an invalid one.
+    """
     from hive.state.issue_file import MAX_ISSUE_BYTES
 
     if size <= MAX_ISSUE_BYTES or layout.issue_id_of(path) is None:
         data = (root / path).read_bytes()
         return blob_id(data), data
+    sizes = {record.size} if record else set()
+    if tip_oid is not None:
+        sizes.add(tip.repo[tip_oid].size)
     with open(root / path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        digest = hashlib.sha1(b"blob %d\0" % size)
         data = handle.read(MAX_ISSUE_BYTES + 1)
+        if size not in sizes:
+            return f"oversize:{size}", data
+        digest = hashlib.sha1(b"blob %d\0" % size)
         digest.update(data)
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest(), data
 
 
-def _write_atomic(target: Path, data: bytes) -> None:
+def _through_symlink(root: Path, path: str) -> bool:
+    """Whether `path` (relative to `root`) is a symlink or lies under one. Hive never reads or
+    writes through those in `.hive/`: a fetched `hive/state` may carry them, pointing anywhere."""
+    current = root
+    for part in path.split("/"):
+        current = current / part
+        if current.is_symlink():
+            return True
+    return False
+
+
+def _write_atomic(target: Path, data: bytes) -> os.stat_result:
+    """Write `target` by rename; the stat of what was written (a rename keeps it)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.hive-tmp-{os.getpid()}")
-    tmp.write_bytes(data)
+    # a short name: the target's own may already be as long as a file name can be
+    tmp = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        written = os.fstat(out.fileno())
     os.replace(tmp, target)
+    return written
+
+
+def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os.stat_result | None:
+    """Write `data` to `target` only if it still holds the blob `expected` (None: no file).
+
+    A person's editor may save the file at any moment, also between hive's look at it and hive's
+    write: the new file is swapped in atomically (renameat2 RENAME_EXCHANGE) and, if what was
+    swapped out is no longer `expected`, swapped back — the person's save stays. Returns the stat
+    of what was written, or None when the file was left to the person.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        written = os.fstat(out.fileno())
+    try:
+        if expected is None:
+            try:
+                os.link(tmp, target)           # fails if a file appeared meanwhile
+            except FileExistsError:
+                return None
+            return written
+        if _exchange(tmp, target):
+            if blob_id(tmp.read_bytes()) != expected:
+                _exchange(tmp, target)
+                return None
+            return written
+        # no renameat2 here: compare, then rename at once (a window of microseconds)
+        try:
+            current = blob_id(target.read_bytes())
+        except FileNotFoundError:
+            current = None
+        if current != expected:
+            return None
+        os.replace(tmp, target)
+        return written
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2); False where that is not available."""
+    global _RENAMEAT2
+    if _RENAMEAT2 is None:
+        try:
+            import ctypes
+
+            _RENAMEAT2 = ctypes.CDLL(None, use_errno=True).renameat2
+        except (OSError, AttributeError):
+            _RENAMEAT2 = False
+    if _RENAMEAT2 is False:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if _RENAMEAT2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    import ctypes
+
+    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        _RENAMEAT2 = False                     # a file system without it: never again
+        return False
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
+
+
+_RENAMEAT2 = None
 
 
 def _prune_empty_dirs(directory: Path, stop: Path) -> None:

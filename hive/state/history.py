@@ -18,7 +18,7 @@ from hive.state import layout
 
 # Events after which an issue has no agent any more.
 RELEASING_EVENTS = frozenset({"done", "escalated", "released", "recovered", "canceled", "rejected",
-                              "finalized", "failed", "open"})
+                              "finalized", "failed", "open", "lease-expired"})
 
 
 @dataclass

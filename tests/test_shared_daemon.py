@@ -1,0 +1,461 @@
+"""Shared daemon mode: two clones of one bare remote, each running `git hive run --remote origin`.
+
+Every test here starts real daemons (`python -m hive run --backend scripted --remote origin`) as
+subprocesses in two clones of a local bare repository, with real scripted agent processes, and
+proves what happened from the outside: the commits and trailers of `hive/state`, the remote's
+target branch, `git hive list --json` on each clone, and the daemons' logs.
+
+Issue 7's "Done means": the same 60-issue DAG worked by both clones at once (every issue finalized
+exactly once, each issue's work on the remote target exactly once, identical `hive/state` after a
+final sync, a person's edits on each clone kept); the remote unreachable for a while, then back;
+one clone killed with SIGKILL, its claims taken over by the other after lease expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pygit2
+import pytest
+
+RUN = [sys.executable, "-m", "hive", "run", "--backend", "scripted", "--remote", "origin"]
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def hive_dir(clone: Path) -> Path:
+    return clone / ".git" / "hive"
+
+
+def agent_pids(clone: Path) -> set[int]:
+    pids: set[int] = set()
+    for sessions in (hive_dir(clone) / "scripted").glob("*.sessions.jsonl"):
+        pids.update(row["pid"] for row in jsonl(sessions))
+    return pids
+
+
+def write_script(tmp_path: Path, data: dict, name: str = "script.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path
+
+
+def daemon_env(script: Path | None = None, **config: Any) -> dict[str, str]:
+    env = {"HIVE_ANOMALY_FAILURE_THRESHOLD": "100", "HIVE_STALL_SECONDS": "120"}
+    if script is not None:
+        env["HIVE_SCRIPTED_SCRIPT"] = str(script)
+    env.update({f"HIVE_{key.upper()}": str(value) for key, value in config.items()})
+    return env
+
+
+class Daemons:
+    """The daemons a test started, and their agents: all gone when the test ends."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[subprocess.Popen, Path, Path]] = []
+
+    def start(self, clone: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+        log = clone.parent / f"{clone.name}-daemon.log"
+        with open(log, "ab") as handle:
+            proc = subprocess.Popen([*RUN, *args], cwd=clone, env={**os.environ, **env},
+                                    stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT)
+        self.started.append((proc, clone, log))
+        return proc
+
+    def log_of(self, proc: subprocess.Popen) -> str:
+        for started, _, log in self.started:
+            if started is proc:
+                return log.read_text(encoding="utf-8", errors="replace")
+        return ""
+
+    def wait(self, proc: subprocess.Popen, timeout: float) -> None:
+        """Wait for a daemon to exit on its own (`--until-idle`) with code 0."""
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the daemon did not finish within {timeout}s\n{self.logs()}") from None
+        assert code == 0, f"the daemon exited {code}\n{self.logs()}"
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}"
+                         for _, _, log in self.started if log.exists())
+
+    def cleanup(self) -> None:
+        for proc, _, _ in self.started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+        for _, clone, _ in self.started:
+            for pid in agent_pids(clone):  # agents are process-group leaders
+                if alive(pid):
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+
+
+@pytest.fixture
+def daemons() -> Any:
+    tracker = Daemons()
+    yield tracker
+    tracker.cleanup()
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(git_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """`cli(*args, cwd=CLONE, check=True)`: `git hive ARGS` run in this process (`hive.cli.main`).
+
+    A person's commands (init, sync, note, update, create, list) without an interpreter start-up
+    each; the daemons are real subprocesses.
+    """
+    from hive.cli import main
+
+    def run(*args: str, cwd: Path, check: bool = True) -> Result:
+        with monkeypatch.context() as patch:
+            patch.chdir(cwd)
+            capsys.readouterr()
+            code = 0
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            out, err = capsys.readouterr()
+        if check and code != 0:
+            raise AssertionError(f"git hive {' '.join(args)} exited {code} in {cwd}\n{out}\n{err}")
+        return Result(code, out, err)
+
+    return run
+
+
+@pytest.fixture
+def shared(tmp_path: Path, git: Callable[..., Any], cli: Callable[..., Result]) -> Callable[..., Any]:
+    """`shared(*names)`: a bare remote (`tmp_path/remote.git`, main with one commit) and clones.
+
+    The first clone runs `git hive init` and pushes hive/state with `git hive sync`; the others are
+    cloned afterwards and adopt origin's hive/state at init. Returns (remote, [clone paths]).
+    """
+
+    def make(*names: str) -> tuple[Path, list[Path]]:
+        remote = tmp_path / "remote.git"
+        git("init", "-q", "--bare", "-b", "main", str(remote))
+        seed = tmp_path / "seed"
+        git("clone", "-q", str(remote), str(seed))
+        (seed / "README.md").write_text("hello\n", encoding="utf-8")
+        git("add", "README.md", cwd=seed)
+        git("commit", "-q", "-m", "first commit", cwd=seed)
+        git("push", "-q", "origin", "main", cwd=seed)
+        clones = []
+        for n, name in enumerate(names):
+            clone = tmp_path / name
+            git("clone", "-q", str(remote), str(clone))
+            cli("init", cwd=clone)
+            if n == 0:
+                cli("sync", cwd=clone)
+            clones.append(clone)
+        return remote, clones
+
+    return make
+
+
+def create_issues(clone: Path, plan: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Create issues in `clone`, in this process (fast): `(title, fields)` where the fields are
+    those of `issues.create`, with `depends_on` given as indexes into the plan."""
+    from hive.project import Project
+    from hive.state import issues
+
+    project = Project.open(clone)
+    ids: list[str] = []
+    try:
+        project.sync(warn=False)
+        for title, fields in plan:
+            fields = dict(fields)
+            fields["depends_on"] = [ids[i] for i in fields.get("depends_on", [])]
+            ids.append(issues.create(project, title, **fields).id)
+    finally:
+        project.close()
+    return ids
+
+
+def double_claims(clone: Path) -> list[str]:
+    from hive import git as hive_git
+    from hive.state.history import double_claims as find
+
+    return find(hive_git.discover(clone))
+
+
+def statuses(cli: Callable[..., Result], clone: Path) -> dict[str, str]:
+    return {issue["id"]: issue["status"] for issue in json.loads(cli("list", "--json", cwd=clone).stdout)}
+
+
+def state_tip(git: Callable[..., Any], where: Path, ref: str = "hive/state") -> str:
+    return git("rev-parse", ref, cwd=where).stdout.strip()
+
+
+def work_commits(git: Callable[..., Any], remote: Path, branch: str = "main") -> Counter:
+    """How many commits of the remote's branch touched each `hive-work/<issue>.txt`."""
+    out = git("log", "--format=", "--name-only", branch, "--", "hive-work/", cwd=remote).stdout
+    return Counter(Path(line).stem for line in out.split() if line.startswith("hive-work/"))
+
+
+def agents_in_log(text: str) -> set[str]:
+    """The agent ids a daemon's log says it claimed issues for."""
+    return {line.split(" claimed by ", 1)[1].split(":", 1)[0] for line in text.splitlines()
+            if " claimed by " in line}
+
+
+def holds_twice(log: list[Any]) -> list[str]:
+    """Claims made while another agent held the issue, reading the history in order (a lease
+    that expired releases the issue too)."""
+    holder: dict[str, str] = {}
+    problems = []
+    for commit in log:
+        if not commit.issue:
+            continue
+        if commit.event == "claimed":
+            if holder.get(commit.issue):
+                problems.append(f"{commit.issue}: {commit.trailers.get('Hive-Agent')} over {holder[commit.issue]}")
+            holder[commit.issue] = commit.trailers.get("Hive-Agent", "?")
+        elif commit.event in ("done", "released", "recovered", "escalated", "canceled", "rejected",
+                              "finalized", "failed", "lease-expired"):
+            holder.pop(commit.issue, None)
+    return problems
+
+
+def dag(groups: int = 10) -> list[tuple[str, dict[str, Any]]]:
+    """`6 * groups` issues, per group two chains joined by a fan-in and a tail that also waits
+    for the previous group's fan-in (blockers as indexes):
+
+        a; b <- a; c <- b; d <- a; e <- c, d; f <- e (+ the previous group's e)
+    """
+    plan: list[tuple[str, dict[str, Any]]] = []
+    for g in range(groups):
+        a, b, c, d, e, _ = range(6 * g, 6 * g + 6)
+        for key, deps in (("a", []), ("b", [a]), ("c", [b]), ("d", [a]), ("e", [c, d]),
+                          ("f", [e] + ([e - 6] if g else []))):
+            plan.append((f"group {g} step {key}", {"depends_on": deps}))
+    return plan
+
+
+# -- 1. the same 60-issue DAG, two machines at once ------------------------------------------------
+
+@pytest.mark.timeout(200)
+def test_two_clones_work_one_60_issue_dag_every_issue_once(shared, cli, git, state_log, wait_for, daemons):
+    remote, (a, b) = shared("A", "B")
+    plan = dag(10)
+    ids = create_issues(a, plan)
+    blockers_of = {ids[n]: [ids[i] for i in fields["depends_on"]] for n, (_, fields) in enumerate(plan)}
+    cli("sync", cwd=a)
+    cli("sync", cwd=b)
+    assert len(ids) == 60 and set(statuses(cli, b)) == set(ids)
+
+    env = daemon_env(max_agents=3)
+    started = time.monotonic()
+    run_a = daemons.start(a, env, "--until-idle", "--max-agents", "3")
+    run_b = daemons.start(b, env, "--until-idle", "--max-agents", "3")
+
+    # a person on each clone, while both daemons run
+    wait_for(lambda: "finalized" in statuses(cli, a).values(), "a first issue finalized", timeout=60)
+    cli("note", "the person on A wrote this", "--category", "context", cwd=a)
+    late = ids[-1]
+    cli("update", late, "-l", "touched-by-b", cwd=b)
+    extra = cli("create", "a person's issue, made on B", cwd=b).stdout.strip()
+    assert statuses(cli, a)[late] != "finalized"   # the edits really happened mid-run
+
+    daemons.wait(run_a, 150)
+    daemons.wait(run_b, 150)
+    elapsed = time.monotonic() - started
+    cli("sync", cwd=a)
+    cli("sync", cwd=b)
+
+    # the two clones agree, commit for commit, and with the remote
+    assert state_tip(git, a, "hive/state^{tree}") == state_tip(git, b, "hive/state^{tree}")
+    assert state_tip(git, a) == state_tip(git, b) == state_tip(git, remote)
+
+    every = ids + [extra]
+    for clone in (a, b):
+        assert statuses(cli, clone) == {i: "finalized" for i in every}
+    log = state_log(a)
+    finalized = Counter(c.issue for c in log if c.event == "finalized")
+    assert {i: finalized[i] for i in every} == {i: 1 for i in every}
+    assert double_claims(a) == []
+    # the remote target holds each issue's work exactly once
+    assert work_commits(git, remote) == Counter({i: 1 for i in every})
+    # one claim per issue: a claim whose push lost left no trace in the shared history
+    claimed = Counter(c.issue for c in log if c.event == "claimed")
+    assert {i: claimed[i] for i in every} == {i: 1 for i in every}
+    # both machines worked, and every claim was made knowing its blockers were done
+    claims = {c.issue: c for c in log if c.event == "claimed"}
+    agents_a, agents_b = agents_in_log(daemons.log_of(run_a)), agents_in_log(daemons.log_of(run_b))
+    by_a = [i for i, c in claims.items() if c.trailers.get("Hive-Agent") in agents_a]
+    by_b = [i for i, c in claims.items() if c.trailers.get("Hive-Agent") in agents_b]
+    assert by_a and by_b and sorted(by_a + by_b) == sorted(every)
+    repo = pygit2.Repository(str(a / ".git"))
+    done = {c.issue: c.oid for c in log if c.event == "done"}
+    for issue_id, blockers in blockers_of.items():
+        for blocker in blockers:
+            assert repo.descendant_of(claims[issue_id].oid, done[blocker]), (issue_id, blocker)
+    # the person's edits survived
+    notes = json.loads(cli("notes", "--json", cwd=b).stdout)
+    assert [n["content"] for n in notes].count("the person on A wrote this") == 1
+    assert "touched-by-b" in json.loads(cli("show", late, "--json", cwd=a).stdout)["labels"]
+    print(f"\n60-issue DAG on two clones: {elapsed:.1f}s; claims A {len(by_a)}, B {len(by_b)}")
+
+
+# -- 2. the remote unreachable for a while, then back ----------------------------------------------
+
+@pytest.mark.timeout(150)
+def test_remote_unreachable_for_a_while_then_back(shared, cli, git, state_log, wait_for, daemons, tmp_path: Path):
+    remote, (a, b) = shared("A", "B")
+    plan = [(f"slow {i}", {"labels": ["slow"], "priority": 0}) for i in range(3)]
+    plan += [(f"quick {i}", {"priority": 1}) for i in range(5)]
+    plan += [("after the slow ones", {"priority": 1, "depends_on": [0, 1, 2]})]
+    ids = create_issues(a, plan)
+    slow = ids[:3]
+    cli("sync", cwd=a)
+    script = write_script(tmp_path, {"labels": {"slow": [
+        {"sleep": 6}, {"write": "hive-work/{issue}.txt", "content": "work of {issue}\n"},
+        {"commit": "{issue}: work"}, {"result": "success", "summary": "slow work"}]}})
+    run = daemons.start(a, daemon_env(script), "--until-idle", "--max-agents", "3")
+
+    def slow_at_work() -> bool:
+        sessions = [hive_dir(a) / "scripted" / f"{i}.sessions.jsonl" for i in slow]
+        return all(path.exists() for path in sessions)
+
+    wait_for(slow_at_work, "the three slow agents at work", timeout=30)
+    claimed_before = sum(1 for c in state_log(a) if c.event == "claimed")
+    away = tmp_path / "remote-away.git"
+    remote.rename(away)
+    wait_for(lambda: "unreachable" in daemons.log_of(run), "the daemon to notice", timeout=20)
+
+    # offline: the running work goes on and is done locally; no new claim; the merges wait
+    wait_for(lambda: all(statuses(cli, a)[i] == "done" for i in slow), "the slow work done offline", timeout=30)
+    cli("note", "written while the remote was away", cwd=a)
+
+    def merges_wait() -> bool:
+        queue = json.loads(cli("status", "--json", cwd=a).stdout)["merge_queue"]
+        return len(queue) == 3 and all(e["state"] == "waiting" and "unreachable" in e["detail"] for e in queue)
+
+    wait_for(merges_wait, "the merges waiting for the remote", timeout=20)
+    offline = statuses(cli, a)
+    assert sum(1 for c in state_log(a) if c.event == "claimed") == claimed_before
+    assert not [i for i, s in offline.items() if s == "in_progress"], offline
+    assert sorted(i for i, s in offline.items() if s == "open") == sorted(ids[3:])
+    assert run.poll() is None
+
+    away.rename(remote)
+    daemons.wait(run, 100)
+
+    text = daemons.log_of(run)
+    assert "reachable again" in text
+    log = state_log(a)
+    finalized = Counter(c.issue for c in log if c.event == "finalized")
+    assert {i: finalized[i] for i in ids} == {i: 1 for i in ids}
+    assert double_claims(a) == []
+    assert work_commits(git, remote) == Counter({i: 1 for i in ids})
+    # nothing lost: the other clone gets it all from the remote
+    cli("sync", cwd=b)
+    assert statuses(cli, b) == {i: "finalized" for i in ids}
+    notes = [n["content"] for n in json.loads(cli("notes", "--json", cwd=b).stdout)]
+    assert notes.count("written while the remote was away") == 1
+    assert state_tip(git, b) == state_tip(git, remote)
+
+
+# -- 3. one clone killed with SIGKILL: its claims are taken over after the lease -------------------
+
+@pytest.mark.timeout(150)
+def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(shared, cli, git, state_log, wait_for, daemons,
+                                                                  tmp_path: Path):
+    lease = 6
+    remote, (a, b) = shared("A", "B")
+    plan = [(f"slow {i}", {"labels": ["slow"], "priority": 0}) for i in range(3)]
+    plan += [(f"quick {i}", {"priority": 1}) for i in range(4)]
+    ids = create_issues(a, plan)
+    slow = ids[:3]
+    cli("sync", cwd=a)
+    cli("sync", cwd=b)
+    # on A the slow issues take long; on B every issue is quick
+    slow_script = write_script(tmp_path, {"labels": {"slow": [
+        {"sleep": 30}, {"write": "hive-work/{issue}.txt", "content": "A's work\n"},
+        {"commit": "{issue}: work"}, {"result": "success", "summary": "slow"}]}}, "slow.json")
+    run_a = daemons.start(a, daemon_env(slow_script, lease_seconds=lease), "--until-idle", "--max-agents", "3")
+
+    def a_holds_the_slow_ones() -> bool:
+        states = statuses(cli, a)
+        sessions = [hive_dir(a) / "scripted" / f"{i}.sessions.jsonl" for i in slow]
+        return all(states[i] == "in_progress" for i in slow) and all(p.exists() for p in sessions)
+
+    wait_for(a_holds_the_slow_ones, "A's agents on the three slow issues", timeout=30)
+    run_b = daemons.start(b, daemon_env(lease_seconds=lease), "--until-idle", "--max-agents", "3")
+    wait_for(lambda: all(s == "finalized" for i, s in statuses(cli, b).items() if i not in slow),
+             "B finishing the quick issues", timeout=60)
+    # A keeps its leases alive while it works: B has reopened nothing so far; hold a lease long
+    deadline = time.monotonic() + lease + 1
+    while time.monotonic() < deadline:
+        assert run_b.poll() is None
+        time.sleep(0.2)
+    # the machine dies: the daemon and its agents
+    holders = {i: json.loads(cli("show", i, "--json", cwd=a).stdout)["assignee"] for i in slow}
+    killed_at = time.time()
+    run_a.send_signal(signal.SIGKILL)
+    run_a.wait(10)
+    for pid in agent_pids(a):
+        if alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+    daemons.wait(run_b, 90)
+
+    cli("sync", cwd=b)
+    log = state_log(b)
+    for issue_id in slow:
+        events = [c for c in log if c.issue == issue_id]
+        names = [c.event for c in events]
+        expired = [c for c in events if c.event == "lease-expired"]
+        assert len(expired) == 1, names
+        assert expired[0].trailers.get("Hive-Previous-Agent") == holders[issue_id]
+        after = names[names.index("lease-expired"):]
+        assert after[:2] == ["lease-expired", "claimed"] and after.count("finalized") == 1, names
+    # no lease expired while A was alive (its leases were extended), none before it died
+    expiry_times = [int(git("log", "-1", "--format=%ct", c.oid, cwd=b).stdout) for c in log
+                    if c.event == "lease-expired"]
+    assert min(expiry_times) >= int(killed_at) - 1
+    assert statuses(cli, b) == {i: "finalized" for i in ids}
+    finalized = Counter(c.issue for c in log if c.event == "finalized")
+    assert {i: finalized[i] for i in ids} == {i: 1 for i in ids}
+    assert holds_twice(log) == []
+    assert work_commits(git, remote) == Counter({i: 1 for i in ids})
+    assert "A's work" not in git("log", "-p", "main", cwd=remote).stdout

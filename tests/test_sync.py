@@ -1,0 +1,306 @@
+"""`git hive sync [REMOTE] [--json]`: two clones of one bare remote, through the real CLI.
+
+Issue 7: fetch `hive/state`, merge it with the hive rules, push (retried when someone pushed
+meanwhile); concurrent edits to different fields or different issues merge with no conflict; the
+same field changed on both sides resolves by the driver's deterministic rule; notes from both
+sides are all kept, once; both clones converge to the same commits; an unreachable remote is a
+one-line failure that leaves the local state alone; a plain `git fetch` brings origin's state.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+# An $EDITOR for `git hive edit`: sets `key = value` lines of the front matter from $HIVE_TEST_EDITS
+# ("key=value;key=value", values in TOML), as a person editing the file would.
+EDITOR = """\
+import os, re, sys
+path = sys.argv[1]
+text = open(path, encoding="utf-8").read()
+for item in os.environ["HIVE_TEST_EDITS"].split(";"):
+    key, value = item.split("=", 1)
+    text, n = re.subn(rf"(?m)^{key} *=.*$", lambda m: f"{key} = {value}", text, count=1)
+    assert n == 1, key
+open(path, "w", encoding="utf-8").write(text)
+"""
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(git_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """`cli(*args, cwd=CLONE, check=True, env=None)`: `git hive ARGS` run in this process.
+
+    The same code as the `git hive` command (`hive.cli.main`), without an interpreter start-up per
+    call; output and exit code captured. `hive(...)` (a subprocess) is used where a separate
+    process matters.
+    """
+    from hive.cli import main
+
+    def run(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> Result:
+        with monkeypatch.context() as patch:
+            patch.chdir(cwd)
+            for key, value in (env or {}).items():
+                patch.setenv(key, value)
+            capsys.readouterr()
+            code = 0
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            out, err = capsys.readouterr()
+        if check and code != 0:
+            raise AssertionError(f"git hive {' '.join(args)} exited {code} in {cwd}\n{out}\n{err}")
+        return Result(code, out, err)
+
+    return run
+
+
+@pytest.fixture
+def shared(tmp_path: Path, git: Callable[..., Any], cli: Callable[..., Result]) -> Callable[..., Any]:
+    """`shared(*names)`: a bare remote (`tmp_path/remote.git`, main with one commit) and clones.
+
+    The first clone runs `git hive init` and pushes hive/state with `git hive sync`; the others are
+    cloned afterwards and adopt origin's hive/state at init. Returns (remote, [clone paths]).
+    """
+
+    def make(*names: str) -> tuple[Path, list[Path]]:
+        remote = tmp_path / "remote.git"
+        git("init", "-q", "--bare", "-b", "main", str(remote))
+        seed = tmp_path / "seed"
+        git("clone", "-q", str(remote), str(seed))
+        (seed / "README.md").write_text("hello\n", encoding="utf-8")
+        git("add", "README.md", cwd=seed)
+        git("commit", "-q", "-m", "first commit", cwd=seed)
+        git("push", "-q", "origin", "main", cwd=seed)
+        clones = []
+        for n, name in enumerate(names):
+            clone = tmp_path / name
+            git("clone", "-q", str(remote), str(clone))
+            cli("init", cwd=clone)
+            if n == 0:
+                cli("sync", cwd=clone)
+            clones.append(clone)
+        return remote, clones
+
+    return make
+
+
+def sync_json(cli: Callable[..., Any], clone: Path) -> dict[str, Any]:
+    return json.loads(cli("sync", "--json", cwd=clone).stdout)
+
+
+def tip(git: Callable[..., Any], where: Path, ref: str = "hive/state") -> str:
+    return git("rev-parse", ref, cwd=where).stdout.strip()
+
+
+def tree(git: Callable[..., Any], where: Path) -> str:
+    return tip(git, where, "hive/state^{tree}")
+
+
+def show(cli: Callable[..., Any], clone: Path, issue_id: str) -> dict[str, Any]:
+    return json.loads(cli("show", issue_id, "--json", cwd=clone).stdout)
+
+
+def notes_of(cli: Callable[..., Any], clone: Path, issue_id: str) -> list[str]:
+    return [n["content"] for n in json.loads(cli("notes", "--issue", issue_id, "--json", cwd=clone).stdout)]
+
+
+def edit(cli: Callable[..., Any], clone: Path, tmp_path: Path, issue_id: str, edits: str) -> None:
+    """`git hive edit ID` with an editor that sets front-matter fields (`key=value;...`)."""
+    script = tmp_path / "editor.py"
+    script.write_text(EDITOR, encoding="utf-8")
+    cli("edit", issue_id, cwd=clone, env={"EDITOR": f"{sys.executable} {script}", "HIVE_TEST_EDITS": edits})
+
+
+def converge(cli: Callable[..., Any], git: Callable[..., Any], remote: Path, a: Path, b: Path) -> None:
+    """Sync A, B, A; then both clones and the remote hold the same hive/state commit."""
+    for clone in (a, b, a):
+        cli("sync", cwd=clone)
+    assert tip(git, a) == tip(git, b) == tip(git, remote)
+    assert tree(git, a) == tree(git, b)
+
+
+def test_concurrent_edits_to_different_fields_and_issues_merge_and_converge(shared, cli, git):
+    remote, (a, b) = shared("A", "B")
+    x = cli("create", "issue x", "-p", "2", cwd=a).stdout.strip()
+    y = cli("create", "issue y", cwd=a).stdout.strip()
+    z = cli("create", "issue z", cwd=a).stdout.strip()
+    cli("sync", cwd=a)
+    assert sync_json(cli, b)["incoming"] == 3
+
+    # A: x's priority, a label on y, a note on x — B: x's title, z's description, a note on x
+    cli("update", x, "--priority", "0", cwd=a)
+    cli("update", y, "-l", "from-a", cwd=a)
+    cli("note", "seen on A", "--issue", x, cwd=a)
+    cli("update", x, "--title", "issue x, renamed on B", cwd=b)
+    cli("update", z, "-d", "described on B", cwd=b)
+    cli("note", "seen on B", "--issue", x, cwd=b)
+    cli("note", "a project-wide note from B", cwd=b)
+
+    converge(cli, git, remote, a, b)
+
+    for clone in (a, b):
+        shown = show(cli, clone, x)
+        assert (shown["priority"], shown["title"]) == (0, "issue x, renamed on B")
+        assert show(cli, clone, y)["labels"] == ["from-a"]
+        assert show(cli, clone, z)["body"].strip() == "described on B"
+        assert sorted(notes_of(cli, clone, x)) == ["seen on A", "seen on B"]
+        everything = [n["content"] for n in json.loads(cli("notes", "--json", cwd=clone).stdout)]
+        assert everything.count("a project-wide note from B") == 1
+    # no conflict markers anywhere, the files parse (list reads them all)
+    state = git("grep", "-l", "-e", "<<<<<<<", "hive/state", "--", ".", cwd=a, check=False)
+    assert state.stdout == ""
+    assert {i["id"] for i in json.loads(cli("list", "--json", cwd=b).stdout)} == {x, y, z}
+
+    # converged: more syncs exchange nothing, and notes stay once
+    for clone in (a, b):
+        report = sync_json(cli, clone)
+        assert (report["incoming"], report["outgoing"]) == (0, 0)
+        assert sorted(notes_of(cli, clone, x)) == ["seen on A", "seen on B"]
+
+
+def test_same_field_on_both_sides_resolves_by_the_driver_rule(shared, cli, git, tmp_path: Path):
+    remote, (a, b) = shared("A", "B")
+    x = cli("create", "issue x", cwd=a).stdout.strip()
+    w = cli("create", "issue w", cwd=a).stdout.strip()
+    y = cli("create", "issue y", cwd=a).stdout.strip()
+    cli("sync", cwd=a)
+    cli("sync", cwd=b)
+
+    # x: the title changed on both sides; B's change is the later one (`updated`) and wins;
+    # w: the same, with A's change the later one (the merge runs on B: ours loses this time)
+    edit(cli, a, tmp_path, x, 'title="title from A";updated=2030-01-01T00:00:01Z')
+    edit(cli, b, tmp_path, x, 'title="title from B";updated=2030-01-01T00:00:02Z')
+    edit(cli, a, tmp_path, w, 'priority=0;updated=2030-01-01T00:00:05Z')
+    edit(cli, b, tmp_path, w, 'priority=4;updated=2030-01-01T00:00:04Z')
+    # y: canceled on A (terminal), escalated later on B: the terminal status wins all the same
+    cli("cancel", y, cwd=a)
+    edit(cli, b, tmp_path, y, 'status="escalated";updated=2031-01-01T00:00:00Z')
+
+    converge(cli, git, remote, a, b)
+
+    for clone in (a, b):
+        shown_x, shown_y = show(cli, clone, x), show(cli, clone, y)
+        assert shown_x["title"] == "title from B"
+        assert show(cli, clone, w)["priority"] == 0
+        assert shown_y["status"] == "canceled"
+    # a canceled issue lives under the archive layout; it is one file on both sides
+    from hive.state import layout
+
+    files = git("ls-tree", "-r", "--name-only", "hive/state", cwd=a).stdout.split()
+    assert [f for f in files if f.endswith(f"{y}.md")] == [layout.archive_path(y)]
+
+
+def test_json_reports_what_came_in_and_went_out(shared, cli, git):
+    remote, (a, b) = shared("A", "B")
+    first = cli("create", "one", cwd=a).stdout.strip()
+    cli("create", "two", cwd=a)
+    report = sync_json(cli, a)
+    assert (report["incoming"], report["outgoing"], report["offline"]) == (0, 2, False)
+    report = sync_json(cli, b)
+    assert (report["incoming"], report["outgoing"]) == (2, 0)
+    assert first in report["changed_issues"]
+
+    from_b = cli("create", "from B", cwd=b).stdout.strip()
+    assert sync_json(cli, b)["outgoing"] == 1
+    cli("create", "from A", cwd=a)
+    report = sync_json(cli, a)
+    # in: B's commit; out: A's commit and the merge
+    assert (report["incoming"], report["outgoing"]) == (1, 2)
+    assert report["changed_issues"] == [from_b]
+    assert report["remote"] == "origin" and report["rounds"] == 1
+    assert tip(git, a) == tip(git, remote)
+    text = cli("sync", cwd=b).stdout
+    assert text.startswith("origin: 2 commit(s) in")
+
+
+def test_a_push_that_loses_is_retried(shared, cli, git, tmp_path: Path):
+    remote, (a, b) = shared("A", "B")
+    cli("create", "from A", cwd=a)
+    from_b = cli("create", "from B", cwd=b).stdout.strip()
+    # A's pre-push hook makes B push first, once: A's push then loses and must go round again
+    marker = tmp_path / "b-pushed"
+    hook = a / ".git" / "hooks" / "pre-push"
+    hook.write_text(f"""#!{sys.executable}
+import os, pathlib, subprocess, sys
+sys.stdin.read()
+marker = pathlib.Path({str(marker)!r})
+if not marker.exists():
+    marker.write_text("once")
+    env = {{k: v for k, v in os.environ.items()
+           if not k.startswith("GIT_") or k in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")}}
+    subprocess.run([{sys.executable!r}, "-m", "hive", "sync"], cwd={str(b)!r}, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+""", encoding="utf-8")
+    hook.chmod(0o755)
+
+    report = sync_json(cli, a)
+
+    assert marker.exists()
+    assert report["rounds"] == 2 and not report["offline"]
+    assert report["incoming"] == 1 and from_b in report["changed_issues"]
+    assert tip(git, a) == tip(git, remote)
+    titles = {i["title"] for i in json.loads(cli("list", "--json", cwd=a).stdout)}
+    assert titles == {"from A", "from B"}
+    converge(cli, git, remote, a, b)
+
+
+def test_an_unreachable_remote_fails_in_one_line_and_keeps_local_state(shared, cli, hive, git, tmp_path: Path):
+    remote, (a,) = shared("A")
+    issue = cli("create", "made offline", cwd=a).stdout.strip()
+    before = tip(git, a)
+    away = tmp_path / "remote-away.git"
+    remote.rename(away)
+
+    proc = hive("sync", cwd=a, check=False)   # the real command, in its own process
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unreachable" in lines[0] and "origin" in lines[0], proc.stderr
+    proc = hive("sync", "--json", cwd=a, check=False)
+    assert proc.returncode == 1 and json.loads(proc.stdout)["offline"] is True
+    assert tip(git, a) == before
+    assert json.loads(cli("show", issue, "--json", cwd=a).stdout)["title"] == "made offline"
+    # an unknown remote is an error too, not a crash
+    proc = cli("sync", "nowhere", cwd=a, check=False)
+    assert proc.returncode == 1 and "nowhere" in proc.stderr
+
+    away.rename(remote)
+    report = sync_json(cli, a)
+    assert report["outgoing"] == 1 and tip(git, remote) == before
+
+
+def test_a_plain_git_fetch_brings_origins_state(shared, cli, git, tmp_path: Path):
+    remote, (a, b) = shared("A", "B")
+    cli("create", "new on A", cwd=a)
+    cli("sync", cwd=a)
+    git("fetch", "-q", cwd=b)
+    assert tip(git, b, "refs/remotes/origin/hive/state") == tip(git, remote)
+
+    # a clone that fetches only main: init adds the refspec for hive/state
+    narrow = tmp_path / "narrow"
+    git("clone", "-q", "--single-branch", "-b", "main", str(remote), str(narrow))
+    assert "hive/state" not in git("config", "--get-all", "remote.origin.fetch", cwd=narrow).stdout
+    cli("init", cwd=narrow)
+    assert "+refs/heads/hive/state:refs/remotes/origin/hive/state" in \
+        git("config", "--get-all", "remote.origin.fetch", cwd=narrow).stdout.split()
+    cli("create", "second on A", cwd=a)
+    cli("sync", cwd=a)
+    git("fetch", "-q", cwd=narrow)
+    assert tip(git, narrow, "refs/remotes/origin/hive/state") == tip(git, remote)
+    cli("sync", cwd=narrow)
+    assert {i["title"] for i in json.loads(cli("list", "--json", cwd=narrow).stdout)} == {"new on A", "second on A"}
+    assert tip(git, narrow) == tip(git, remote)
