@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from typing import Any, Iterable, Sequence
 
 import click
@@ -14,7 +15,7 @@ from hive.state.issue_file import Issue
 def print_json(data: Any) -> None:
     """Indented for a person at a terminal; compact for a script (json's indenting encoder is
     pure Python, ~4x slower on a 10k-issue listing)."""
-    indent = 2 if click.get_text_stream("stdout").isatty() else None
+    indent = 2 if sys.stdout.isatty() else None
     click.echo(json.dumps(data, indent=indent, ensure_ascii=False))
 
 
