@@ -688,3 +688,52 @@ def test_claude_queen_plans_a_3_issue_dag(repo: Path, tmp_path: Path, hive, git,
     assert all(r.path.startswith("/v1/") for r in api.requests)
     assert "PLAN.md" not in tree_files(git, "hive/state")
     assert git("status", "--porcelain").stdout == ""
+
+
+# -- headless --run: approval starts the agents ------------------------------------------------------
+
+def test_headless_run_starts_a_daemon_that_works_the_approved_plan(repo: Path, tmp_path: Path, hive,
+                                                                   list_json, wait_for) -> None:
+    a, b = "hv-run001", "hv-run002"
+    env = queen_script(tmp_path, [
+        write(a, queen_issue("First step", priority=1)),
+        write(b, queen_issue("Second step", depends_on=[a])),
+        done_step(),
+    ])
+    env["HIVE_BACKEND"] = "scripted"   # the daemon's workers (the Queen's backend is --backend)
+    try:
+        done = plan(hive, env, "--run")
+        assert "approved: 2 issue(s)" in done.stdout
+        assert "running in the background" in done.stdout
+        finished = wait_for(lambda: {i["id"]: i["status"] for i in list_json()} == {a: "finalized", b: "finalized"},
+                            "the daemon started by --run to finalize the plan", timeout=60)
+        assert finished
+    finally:
+        hive("stop", env=env, check=False)
+    assert "no hive daemon is running" in hive("stop", env=env).stdout
+
+
+def test_interactive_edit_in_the_editor_then_approve(repo: Path, tmp_path: Path, terminal, git,
+                                                     list_json) -> None:
+    a, b = "hv-edt001", "hv-edt002"
+    env = queen_script(tmp_path, [
+        write(a, queen_issue("Limiter core", priority=1)),
+        write(b, queen_issue("Limit logins", depends_on=[a])),
+        done_step(),
+    ])
+    editor = tmp_path / "editor.sh"   # a person's edit of the proposed files, made in $EDITOR
+    editor.write_text("#!/bin/sh\nsed -i 's/Limit logins/Limit logins and signups/' \"$@\"\n")
+    editor.chmod(0o755)
+    term = terminal({**env, "EDITOR": str(editor)})
+    slug = term.expect(r"plan branch: hive/plan/([a-z0-9-]+)").group(1)
+    term.expect(CHOICES)
+    term.type("e")
+    term.expect(rf"{b}  Limit logins and signups")     # the plan is shown again, as edited
+    term.expect(CHOICES)
+    term.type("a")
+    term.expect(r"start the agents now\? \[y/N\]: ")
+    term.type("n")
+    assert term.wait() == 0, term.buffer
+    issues = by_id(list_json())
+    assert issues[b]["title"] == "Limit logins and signups" and issues[b]["depends_on"] == [a]
+    assert "edited by hand" in git("log", "-1", "--format=%s", f"hive/plan/{slug}").stdout
