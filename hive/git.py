@@ -164,3 +164,22 @@ def release_stale_lock(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> b
 def ref_lock(common_dir: Path, ref: str) -> Path:
     """The lock file git and libgit2 take to update `ref` (a loose ref)."""
     return common_dir / (ref + ".lock")
+
+
+def agent_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for the git an agent runs: no automatic gc or maintenance.
+
+    hive kills agents' process groups (a stall, a cancel, recovery after a crash); a `gc --auto`
+    that a `git commit` started in the shared repository, killed mid-way, leaves `packed-refs.lock`
+    behind, and every later gc, `pack-refs` and ref deletion there fails on it (while loose objects
+    pile up and every `git merge` spends a second finding it cannot gc). Set through
+    GIT_CONFIG_COUNT (git >= 2.31), appended to any the environment already has.
+    """
+    base = os.environ if base is None else base
+    try:
+        n = int(base.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        n = 0
+    return {"GIT_CONFIG_COUNT": str(n + 2),
+            f"GIT_CONFIG_KEY_{n}": "gc.auto", f"GIT_CONFIG_VALUE_{n}": "0",
+            f"GIT_CONFIG_KEY_{n + 1}": "maintenance.auto", f"GIT_CONFIG_VALUE_{n + 1}": "false"}

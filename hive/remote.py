@@ -127,7 +127,8 @@ class Remote:
                 report.incoming += _count(self.project, before, remote_tip)
                 report.changed_issues = sorted(set(report.changed_issues) | _issues_between(self.project, before, new))
         if new is not None:
-            self.project.checkout.refresh()
+            if not self.project.defer_checkout:   # as Project.after_write does
+                self.project.checkout.refresh()
             problems = self.project.index.ensure_current()
             if report is not None:
                 # what came in and is not valid is said now: later commands find the index

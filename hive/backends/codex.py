@@ -516,7 +516,7 @@ class CodexBackend:
         except OSError as e:
             raise RuntimeError(f"cannot start {self.argv[0]!r}: {e}") from None
         proc = _Proc(process, next(self._generations))
-        if s.proc is not None and s.proc.alive():
+        if s.proc is not None:   # alive, or ended leaving children that ignored its SIGTERM
             await self._kill(s.proc)
         s.proc = proc
         proc.reader = asyncio.create_task(self._read_stdout(s, proc), name=f"codex-{proc.pid}-stdout")

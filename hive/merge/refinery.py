@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hive import git
 from hive.backends.base import IDLE, USAGE, Backend, Event, SessionSpec, TurnResult
 from hive.orchestrator import protocol
 from hive.state.issue_file import Issue
@@ -79,7 +80,8 @@ class Refinery:
             paths = self.daemon.project.paths
             paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
             spec = SessionSpec(role="refinery", cwd=str(paths.worktrees_dir),
-                               model=self.daemon.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT)
+                               model=self.daemon.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
+                               env=git.agent_git_env())
             self.session_id = await self.backend.create_session(spec)
             self.messages = 0
             self.tokens = 0

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hive import git
 from hive.backends.base import TurnResult
 from hive.orchestrator import escalation, protocol, worktrees
 from hive.orchestrator.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
 
 
-AGENT_ID_RE = re.compile(r"^[a-z]-[0-9a-z]{6}$")
+AGENT_ID_RE = re.compile(r"^[a-z]-[0-9a-z]{6}\Z")   # \Z: `$` would accept a trailing newline
 
 
 def new_agent_id(prefix: str = "w") -> str:
@@ -249,7 +250,8 @@ class Worker:
         spec = SessionSpec(role="worker", cwd=str(self.worktree.path), model=self.config.model_for("worker"),
                            system_prompt=WORKER_SYSTEM_PROMPT, resume=previous if resume else "",
                            issue_id=self.issue_id, labels=tuple(issue.labels),
-                           env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id})
+                           env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id,
+                                **git.agent_git_env()})
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
             self.session_tokens = 0  # a fresh session counts its usage from zero

@@ -154,8 +154,10 @@ def clear_broken_admin(paths: git.RepoPaths, issue_id: str, repo: pygit2.Reposit
 
 
 def unlock_branch(paths: git.RepoPaths, issue_id: str) -> None:
-    """Wait for a lock on the work branch to go; remove it if a killed process left it."""
+    """Wait for a lock on the work branch — or on packed-refs, which deleting it may need — to go;
+    remove it if a killed process left it."""
     git.release_stale_lock(git.ref_lock(paths.common_dir, "refs/heads/" + branch_name(issue_id)))
+    git.release_stale_lock(paths.common_dir / "packed-refs.lock")
 
 
 def head_of(paths: git.RepoPaths, issue_id: str) -> str | None:
