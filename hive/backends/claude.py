@@ -722,7 +722,7 @@ async def _process_exit(proc: asyncio.subprocess.Process) -> None:
                 await readable
             finally:
                 loop.remove_reader(fd)
-        except (NotImplementedError, OSError, ValueError):
+        except (NotImplementedError, OSError, ValueError):  # no pidfd here: the exit is seen below
             pass
         finally:
             os.close(fd)

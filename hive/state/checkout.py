@@ -414,7 +414,7 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
     so that a huge one is refused as too big (parse checks the length) without being read whole.
 
     The blob id of a huge file is computed (streaming) only when it may equal a version hive
-    knows of the same size — a huge blob committed on the branch; otherwise it is a placeholder
+    knows of the same size — a huge blob committed on the branch; otherwise it is a sentinel
     that equals no blob: the file is an edit, and an invalid one.
     """
     from hive.state.issue_file import MAX_ISSUE_BYTES
