@@ -37,6 +37,7 @@ from hive.backends.base import (
     TurnResult, load_backend,
 )
 from hive.backends.claude import ClaudeBackend
+from hive.backends.processes import group_alive
 from hive.orchestrator import permissions
 from tests.fakes.anthropic_server import (
     FakeAnthropic, Reply, Request, bash, error, result_text, stall, text, tool, write,
@@ -629,11 +630,48 @@ def daemon_env(api: FakeAnthropic, config_dir: Path, **hive: str) -> dict[str, s
     return env
 
 
+DAEMON = [sys.executable, "-m", "hive", "run", "--backend", "claude", "--until-idle"]
+
+
 def run_daemon(repo: Path, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "claude", "--until-idle"],
-                          cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(DAEMON, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"git hive run exited {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def start_daemon(repo: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """The daemon in the background, for a test that acts while it runs; end it with finish_daemon."""
+    return subprocess.Popen(DAEMON, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def finish_daemon(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    """Wait for a start_daemon daemon to exit 0; its output (stdout and stderr)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)               # the daemon ends its agents, then exits
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        raise AssertionError(f"git hive run did not finish within {timeout}s:\n{out}")
+    assert proc.returncode == 0, f"git hive run exited {proc.returncode}\n{out}"
+    return out
+
+
+def agent_pid(repo: Path, issue_id: str) -> int:
+    """The pid (== process group) of the agent working `issue_id`, from runtime.db; 0 if none yet."""
+    try:
+        db = sqlite3.connect(f"file:{repo / '.git' / 'hive' / 'runtime.db'}?mode=ro", uri=True, timeout=1)
+        try:
+            row = db.execute("SELECT pid FROM agents WHERE issue_id = ? AND pid > 0", (issue_id,)).fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+    return int(row[0]) if row else 0
 
 
 def show(hive: Callable[..., Any], issue_id: str) -> dict[str, Any]:
@@ -758,22 +796,16 @@ def test_run_rides_out_an_overloaded_api(api: FakeAnthropic, repo: Path, hive: C
 def test_run_retries_a_killed_cli_with_resume(api: FakeAnthropic, repo: Path, hive: Callable[..., Any],
                                               tmp_path: Path, git: Callable[..., Any]) -> None:
     issue_id = hive("create", "Outlive a crash").stdout.strip()
-    runtime_db = repo / ".git" / "hive" / "runtime.db"
     killed: list[int] = []
 
     def kill_the_cli(request: Request) -> Reply:
         """Kill the agent process group while its model call is in flight."""
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not killed:
-            try:
-                db = sqlite3.connect(f"file:{runtime_db}?mode=ro", uri=True, timeout=1)
-                row = db.execute("SELECT pid FROM agents WHERE pid > 0").fetchone()
-                db.close()
-            except sqlite3.Error:
-                row = None
-            if row:
-                os.killpg(row[0], signal.SIGKILL)
-                killed.append(row[0])
+            pid = agent_pid(repo, issue_id)
+            if pid:
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(pid)
             else:
                 time.sleep(0.05)
         return text("never seen")
@@ -791,3 +823,26 @@ def test_run_retries_a_killed_cli_with_resume(api: FakeAnthropic, repo: Path, hi
     assert len(sessions) == 1                                          # --resume kept the session
     assert "Outlive a crash" in api.message_requests[-1].text()        # ... and its history
     assert "mid-turn" in done.stdout
+
+
+@needs_claude
+def test_run_cancel_aborts_the_claude_agent(api: FakeAnthropic, repo: Path, hive: Callable[..., Any],
+                                            tmp_path: Path, wait_for: Callable[..., Any]) -> None:
+    issue_id = hive("create", "Never finishes").stdout.strip()
+    api.script(stall(600))                        # the model "thinks" until the CLI hangs up
+    # no stall detection within the test's time: only the cancel can stop this turn
+    proc = start_daemon(repo, daemon_env(api, tmp_path / "claude-config", stall_seconds="600"))
+    try:
+        wait_for(lambda: api.message_requests, "the agent's model request", timeout=60)
+        pid = wait_for(lambda: agent_pid(repo, issue_id), "the agent's pid in runtime.db")
+        assert group_alive(pid)                   # mid-turn: the CLI is waiting on its model call
+        hive("cancel", issue_id)
+        # the CLI and anything it started are gone (interrupt, else kill: seconds, not the stall)
+        wait_for(lambda: not group_alive(pid), "the canceled agent's CLI to exit", timeout=30)
+    finally:
+        out = finish_daemon(proc)
+
+    assert f"{issue_id} canceled: stopping its agent" in out, out
+    assert not group_alive(pid), out
+    assert show(hive, issue_id)["status"] == "canceled", out
+    assert len(api.message_requests) == 1, out    # aborted, not retried

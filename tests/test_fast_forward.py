@@ -1,0 +1,166 @@
+"""The fast-forward of a checked-out target branch (hive.merge.mechanical.fast_forward).
+
+The target is moved with libgit2: the touched paths are checked clean in the person's checkout,
+written there (files and index), and only then does the ref move. These tests hold it to what
+`git merge --ff-only` guarantees: nothing of the person's is lost or recreated, and the checkout
+is clean afterwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pygit2
+import pytest
+
+from hive import git as hive_git
+from hive.merge import mechanical
+
+
+def commit_on(repo: pygit2.Repository, parent: str, changes: dict[str, bytes | None]) -> str:
+    """A commit child of `parent` with `changes` applied (None deletes); no ref moves."""
+    index = pygit2.Index()
+    index.read_tree(repo[parent].peel(pygit2.Commit).tree)
+    for path, data in changes.items():
+        if data is None:
+            index.remove(path)
+        else:
+            index.add(pygit2.IndexEntry(path, repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB))
+    tree = index.write_tree(repo)
+    who = pygit2.Signature("worker", "worker@example.invalid")
+    return str(repo.create_commit(None, who, who, "work", tree, [pygit2.Oid(hex=parent)]))
+
+
+@pytest.fixture
+def checkout(make_repo: Callable[..., Path], git: Callable[..., Any]) -> Path:
+    """A person's clone with `main` checked out and a few tracked files."""
+    path = make_repo("person")
+    for name in ("a.txt", "b.txt", "c.txt", "keep.txt"):
+        (path / name).write_text(f"{name}\n", encoding="utf-8")
+    (path / "src").mkdir()
+    (path / "src" / "deep.txt").write_text("deep\n", encoding="utf-8")
+    git("add", "-A", cwd=path)
+    git("commit", "-qm", "files", cwd=path)
+    return path
+
+
+def move(path: Path, changes: dict[str, bytes | None]) -> tuple[pygit2.Repository, str, str, mechanical.FastForward]:
+    repo = pygit2.Repository(str(path))
+    old = str(repo.head.target)
+    new = commit_on(repo, old, changes)
+    return repo, old, new, mechanical.fast_forward(hive_git.discover(path), repo, "main", old, new)
+
+
+def porcelain(git: Callable[..., Any], path: Path) -> str:
+    return git("status", "--porcelain", "--untracked-files=all", cwd=path).stdout
+
+
+def test_the_checkout_is_updated_and_clean_in_the_touched_paths(checkout: Path, git: Callable[..., Any]):
+    repo, old, new, moved = move(checkout, {"a.txt": b"changed\n", "b.txt": None, "src/new.txt": b"new\n",
+                                            "src/deep.txt": b"deeper\n"})
+    assert moved.ok and moved.moved
+    assert git("rev-parse", "main", cwd=checkout).stdout.strip() == new
+    assert (checkout / "a.txt").read_text() == "changed\n"
+    assert not (checkout / "b.txt").exists()
+    assert (checkout / "src" / "new.txt").read_text() == "new\n"
+    assert (checkout / "src" / "deep.txt").read_text() == "deeper\n"
+    assert porcelain(git, checkout) == ""
+    assert "hive merge" in git("reflog", "-1", "--format=%gs", "main", cwd=checkout).stdout
+
+
+def test_changes_of_the_person_outside_the_touched_paths_stay_as_they_were(checkout: Path, git: Callable[..., Any]):
+    (checkout / "keep.txt").write_text("my edit\n", encoding="utf-8")
+    (checkout / "c.txt").unlink()                         # deleted by the person: never recreated
+    (checkout / "notes.txt").write_text("untracked\n", encoding="utf-8")
+    (checkout / "src" / "deep.txt").write_text("staged edit\n", encoding="utf-8")
+    git("add", "src/deep.txt", cwd=checkout)
+    repo, old, new, moved = move(checkout, {"a.txt": b"changed\n"})
+    assert moved.ok
+    assert (checkout / "a.txt").read_text() == "changed\n"
+    assert (checkout / "keep.txt").read_text() == "my edit\n"
+    assert not (checkout / "c.txt").exists()
+    assert (checkout / "notes.txt").read_text() == "untracked\n"
+    assert sorted(porcelain(git, checkout).splitlines()) == [" D c.txt", " M keep.txt", "?? notes.txt",
+                                                            "M  src/deep.txt"]
+
+
+@pytest.mark.parametrize("person", ["modified", "staged", "deleted", "untracked where the branch adds"])
+def test_a_touched_path_the_person_changed_makes_it_wait(checkout: Path, git: Callable[..., Any], person: str):
+    if person == "modified":
+        (checkout / "a.txt").write_text("mine\n", encoding="utf-8")
+    elif person == "staged":
+        (checkout / "a.txt").write_text("mine\n", encoding="utf-8")
+        git("add", "a.txt", cwd=checkout)
+    elif person == "deleted":
+        (checkout / "a.txt").unlink()
+    else:
+        (checkout / "added.txt").write_text("mine\n", encoding="utf-8")
+    before = porcelain(git, checkout)
+    repo, old, new, moved = move(checkout, {"a.txt": b"theirs\n", "added.txt": b"theirs\n"})
+    assert not moved.ok and not moved.moved
+    wanted = "added.txt" if person.startswith("untracked") else "a.txt"
+    assert f"uncommitted changes in {wanted}" in moved.waiting and "waiting to update main" in moved.waiting
+    assert git("rev-parse", "main", cwd=checkout).stdout.strip() == old
+    assert porcelain(git, checkout) == before
+    if person != "deleted":
+        assert "mine" in (checkout / wanted).read_text()
+
+
+def test_a_target_moved_meanwhile_leaves_the_checkout_as_its_head(checkout: Path, git: Callable[..., Any],
+                                                                   monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(mechanical, "cas_update", lambda *args: False)
+    repo, old, new, moved = move(checkout, {"a.txt": b"changed\n", "b.txt": None, "added.txt": b"new\n"})
+    assert not moved.ok and not moved.waiting        # the caller replays onto the new target
+    assert git("rev-parse", "main", cwd=checkout).stdout.strip() == old
+    assert (checkout / "a.txt").read_text() == "a.txt\n" and (checkout / "b.txt").exists()
+    assert not (checkout / "added.txt").exists()
+    assert porcelain(git, checkout) == ""
+
+
+def test_a_fast_forward_killed_after_writing_the_files_finishes_on_the_next_attempt(
+        checkout: Path, git: Callable[..., Any]):
+    repo = pygit2.Repository(str(checkout))
+    old = str(repo.head.target)
+    new = commit_on(repo, old, {"a.txt": b"changed\n", "b.txt": None, "added.txt": b"new\n"})
+    touched = mechanical.touched_paths(repo, old, new)
+    repo.checkout_tree(repo[new].peel(pygit2.Tree), paths=touched,   # what fast_forward writes first
+                       strategy=pygit2.enums.CheckoutStrategy.SAFE)
+    assert porcelain(git, checkout) != ""                              # then the daemon was killed
+    (checkout / "keep.txt").write_text("my edit\n", encoding="utf-8")
+
+    moved = mechanical.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
+    assert moved.ok, moved.waiting
+    assert git("rev-parse", "main", cwd=checkout).stdout.strip() == new
+    assert porcelain(git, checkout) == " M keep.txt\n"
+
+
+def test_a_staged_change_that_differs_from_the_merge_still_waits(checkout: Path, git: Callable[..., Any]):
+    (checkout / "a.txt").write_text("changed\n", encoding="utf-8")   # the merge's content, staged…
+    git("add", "a.txt", cwd=checkout)
+    (checkout / "a.txt").write_text("changed again\n", encoding="utf-8")  # …then edited further
+    repo, old, new, moved = move(checkout, {"a.txt": b"changed\n"})
+    assert not moved.ok and "uncommitted changes in a.txt" in moved.waiting
+    assert (checkout / "a.txt").read_text() == "changed again\n"
+
+
+def test_a_path_with_a_filter_attribute_goes_through_git(checkout: Path, git: Callable[..., Any]):
+    """libgit2 runs no external filter (git-lfs is one): git writes such a checkout."""
+    git("config", "filter.shout.smudge", "tr a-z A-Z", cwd=checkout)
+    git("config", "filter.shout.clean", "tr A-Z a-z", cwd=checkout)
+    (checkout / ".gitattributes").write_text("*.loud filter=shout\n", encoding="utf-8")
+    git("add", ".gitattributes", cwd=checkout)
+    git("commit", "-qm", "attributes", cwd=checkout)
+    repo, old, new, moved = move(checkout, {"x.loud": b"quiet words\n"})
+    assert moved.ok
+    assert (checkout / "x.loud").read_text() == "QUIET WORDS\n"   # smudged: git did the checkout
+    assert porcelain(git, checkout) == ""
+
+
+def test_a_sparse_checkout_goes_through_git(checkout: Path, git: Callable[..., Any]):
+    git("sparse-checkout", "set", "--no-cone", "/*.txt", cwd=checkout)
+    repo, old, new, moved = move(checkout, {"a.txt": b"changed\n", "src/deep.txt": b"deeper\n"})
+    assert moved.ok
+    assert (checkout / "a.txt").read_text() == "changed\n"
+    assert not (checkout / "src" / "deep.txt").exists()           # outside the sparse set
+    assert porcelain(git, checkout) == ""
