@@ -2,17 +2,19 @@
 
 Everything runs against real git repositories in temp dirs, with git and hive cut off from the
 machine's own configuration. `hive` runs the real CLI in a subprocess, so a test sees what a user
-sees; `repo`, `project` and `new_issue` run the same code in this process, for fast set-up. Test
-files that need something else define it locally (a local fixture of the same name overrides one
-from here). Every fixture is function-scoped and lives under tmp_path: safe with pytest -n.
+sees; `cli`, `repo`, `project` and `new_issue` run the same code in this process, for fast set-up.
+Test files that need something else define it locally (a local fixture of the same name overrides
+one from here). Every fixture is function-scoped and lives under tmp_path: safe with pytest -n.
 
     git_env     the isolated environment (HOME, global git config, no system config, HIVE_*)
     git         run the git CLI: git("log", "--oneline", cwd=path) -> CompletedProcess
     hive        run the CLI: hive("list", "--json", cwd=path, check=True) -> CompletedProcess
+    cli         the CLI in this process: cli("sync", cwd=path) -> CliResult (returncode, stdout, stderr)
     make_repo   a factory: make_repo("name") -> a repository with one commit (no hive yet)
     repo        a repository with one commit where `git hive init` has run; the current dir
     project     that repository's hive opened in this process (hive.project.Project)
     new_issue   new_issue("title", priority=1, status="done") -> id, created in-process (fast)
+    clones      clones("A", "B") -> (a bare remote, [clone A, clone B]), hive initialised in each
     state_log   state_log(cwd=None) -> the commits of hive/state, oldest first, with trailers
     wait_for    wait_for(predicate, what) -> poll until truthy or fail after a deadline
     list_json   list_json("--ready") -> `git hive list --json --ready`, parsed
@@ -110,6 +112,42 @@ def hive(git_env: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(git_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """`cli(*args, cwd=CLONE, check=True, env=None)`: `git hive ARGS` run in this process.
+
+    The same code as the `git hive` command (`hive.cli.main`), without an interpreter start-up per
+    call; output and exit code captured. `hive(...)` (a subprocess) is used where a separate
+    process matters.
+    """
+    from hive.cli import main
+
+    def run(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> CliResult:
+        with monkeypatch.context() as patch:
+            patch.chdir(cwd)
+            for key, value in (env or {}).items():
+                patch.setenv(key, value)
+            capsys.readouterr()
+            code = 0
+            try:
+                main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            out, err = capsys.readouterr()
+        if check and code != 0:
+            raise AssertionError(f"git hive {' '.join(args)} exited {code} in {cwd}\n{out}\n{err}")
+        return CliResult(code, out, err)
+
+    return run
+
+
 @pytest.fixture
 def make_repo(tmp_path: Path, git: Callable[..., Any]) -> Callable[..., Path]:
     """`make_repo(name="repo", commit=True)`: `git init` a repository under tmp_path on `main`.
@@ -181,6 +219,36 @@ def new_issue(project: Any) -> Callable[..., str]:
         return issue.id
 
     return create
+
+
+@pytest.fixture
+def clones(tmp_path: Path, git: Callable[..., Any], cli: Callable[..., CliResult]) -> Callable[..., Any]:
+    """`clones(*names)`: a bare remote (`tmp_path/remote.git`, main with one commit) and clones.
+
+    The first clone runs `git hive init` and pushes hive/state with `git hive sync`; the others are
+    cloned afterwards and adopt origin's hive/state at init. Returns (remote, [clone paths]).
+    """
+
+    def make(*names: str) -> tuple[Path, list[Path]]:
+        remote = tmp_path / "remote.git"
+        git("init", "-q", "--bare", "-b", "main", str(remote))
+        seed = tmp_path / "seed"
+        git("clone", "-q", str(remote), str(seed))
+        (seed / "README.md").write_text("hello\n", encoding="utf-8")
+        git("add", "README.md", cwd=seed)
+        git("commit", "-q", "-m", "first commit", cwd=seed)
+        git("push", "-q", "origin", "main", cwd=seed)
+        paths = []
+        for n, name in enumerate(names):
+            clone = tmp_path / name
+            git("clone", "-q", str(remote), str(clone))
+            cli("init", cwd=clone)
+            if n == 0:
+                cli("sync", cwd=clone)
+            paths.append(clone)
+        return remote, paths
+
+    return make
 
 
 @dataclass

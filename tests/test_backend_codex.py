@@ -35,6 +35,7 @@ from hive.backends.base import (
     TurnResult, load_backend,
 )
 from hive.backends.codex import CodexBackend, _unwrap_shell, classify_error, git_writable_roots
+from hive.backends.processes import group_alive
 from hive.orchestrator import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
@@ -524,19 +525,26 @@ def project_repo(repo: Path, fake: FakeOpenAI, api_env: Path, git: Callable[...,
     return repo
 
 
-def start_run(repo: Path) -> subprocess.Popen[str]:
+def start_run(repo: Path, **hive: str) -> subprocess.Popen[str]:
+    """The daemon in the background; end it with `finish`. `hive` overrides config keys through
+    the environment (`stall_seconds="600"` → HIVE_STALL_SECONDS=600, over `.hive.toml`)."""
+    env = {**os.environ, "FAKE_OPENAI_API_KEY": "dummy", **{f"HIVE_{k.upper()}": v for k, v in hive.items()}}
     return subprocess.Popen([sys.executable, "-m", "hive", "run", "--backend", "codex", "--until-idle"],
-                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "FAKE_OPENAI_API_KEY": "dummy"})
+                            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 90.0) -> str:
+    """Wait for a start_run daemon to exit 0; its output. Never leaves it running."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-        raise AssertionError(f"git hive run did not finish:\n{out}")
+        proc.send_signal(signal.SIGINT)               # the daemon ends its agents, then exits
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        raise AssertionError(f"git hive run did not finish within {timeout}s:\n{out}")
     assert proc.returncode == 0, out
     return out
 
@@ -670,20 +678,25 @@ def test_run_resumes_the_thread_after_the_cli_is_killed_mid_turn(project_repo: P
 
 
 @needs_codex
-def test_run_cancel_aborts_the_running_turn(project_repo: Path, fake: FakeOpenAI, hive: Any, wait_for: Any):
+def test_run_cancel_aborts_the_running_turn(project_repo: Path, fake: FakeOpenAI, hive: Any, wait_for: Any,
+                                           monkeypatch: pytest.MonkeyPatch):
     issue_id = hive("create", "Never finishes", cwd=project_repo, check=True).stdout.strip()
+    monkeypatch.setattr(fake_api, "GATE_TIMEOUT", 600.0)      # the model "thinks" until the fake closes
     fake.script(fake_api.hang())
-    proc = start_run(project_repo)
+    # no stall detection within the test's time: only the cancel can stop this turn
+    proc = start_run(project_repo, stall_seconds="600")
     try:
         fake.wait_requests(1, timeout=60)
         pid = wait_for(lambda: agent_pid(project_repo, issue_id), "the agent's pid")
-        assert process_alive(pid)
+        assert group_alive(pid)                               # mid-turn: the CLI waits on its model call
         hive("cancel", issue_id, cwd=project_repo, check=True)
+        # the CLI and anything it started are gone (interrupt, else kill: seconds, not the stall)
+        wait_for(lambda: not group_alive(pid), "the canceled agent's CLI to exit", timeout=30)
     finally:
         out = finish(proc)
 
     assert f"{issue_id} canceled: stopping its agent" in out, out
-    assert not process_alive(pid)
+    assert not group_alive(pid), out
     shown = json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)
     assert shown["status"] == "canceled"
     assert len(fake.responses_requests()) == 1

@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,7 +25,8 @@ from typing import Any, Callable
 
 import pytest
 
-RUN = [sys.executable, "-m", "hive", "run", "--backend", "scripted"]
+from tests.daemon_helpers import RUN, all_agent_pids, alive, hive_dir, jsonl, start_daemon, stop_daemon, write_script
+
 RUN_TIMEOUT = 90
 
 
@@ -41,21 +41,11 @@ def work_steps(extra: list[dict] | None = None) -> list[dict]:
             {"result": "success", "summary": "wrote hive-work/{issue}.txt"}]
 
 
-def write_script(tmp_path: Path, data: dict, name: str = "script.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    return path
-
-
 def daemon_env(script: Path, **config: Any) -> dict[str, str]:
     """HIVE_* settings for a daemon: the script and config keys (anomaly detector out of the way)."""
     env = {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_ANOMALY_FAILURE_THRESHOLD": "100"}
     env.update({f"HIVE_{key.upper()}": str(value) for key, value in config.items()})
     return env
-
-
-def hive_dir(repo: Path) -> Path:
-    return repo / ".git" / "hive"
 
 
 def worktree_dir(repo: Path, issue_id: str) -> Path:
@@ -72,12 +62,6 @@ def work_branches(git: Callable[..., Any], repo: Path) -> list[str]:
     return out.split()
 
 
-def jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def prompts(repo: Path, issue_id: str, fyi: bool | None = False) -> list[dict]:
     """The turns an issue's agents received, oldest first (work turns only unless fyi=None/True)."""
     rows = jsonl(hive_dir(repo) / "scripted" / f"{issue_id}.prompts.jsonl")
@@ -86,15 +70,6 @@ def prompts(repo: Path, issue_id: str, fyi: bool | None = False) -> list[dict]:
 
 def agent_pids(repo: Path, issue_id: str) -> list[int]:
     return [row["pid"] for row in jsonl(hive_dir(repo) / "scripted" / f"{issue_id}.sessions.jsonl")]
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie (orphans may be reaped late, or never)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
 def statuses(list_json: Callable[..., list[dict]], repo: Path) -> dict[str, str]:
@@ -123,10 +98,7 @@ class Processes:
         self.repos: list[Path] = []
 
     def start(self, repo: Path, env: dict[str, str], *args: str, log: Path) -> subprocess.Popen:
-        handle = open(log, "ab")
-        proc = subprocess.Popen([*RUN, *args], cwd=repo, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                                stdout=handle, stderr=subprocess.STDOUT)
-        handle.close()
+        proc = start_daemon(repo, env, *args, log=log)
         self.popens.append(proc)
         self.repos.append(repo)
         return proc
@@ -136,13 +108,7 @@ class Processes:
         from hive.runtime import DaemonLock
 
         for proc in self.popens:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            stop_daemon(proc)
         for repo in self.repos:  # a detached daemon this test started
             try:
                 holder = DaemonLock(hive_git.discover(repo)).holder()
@@ -153,8 +119,7 @@ class Processes:
                 deadline = time.monotonic() + 15
                 while alive(holder) and time.monotonic() < deadline:
                     time.sleep(0.05)
-            for sessions in (hive_dir(repo) / "scripted").glob("*.sessions.jsonl"):
-                self.pids.update(row["pid"] for row in jsonl(sessions))
+            self.pids.update(all_agent_pids(repo))
         roots = [str(repo.resolve()) for repo in self.repos]
         for pid in self.pids:  # agents (process group leaders) started for this test
             try:

@@ -17,52 +17,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import pygit2
 import pytest
 
-RUN = [sys.executable, "-m", "hive", "run", "--backend", "scripted", "--remote", "origin"]
+from tests.daemon_helpers import all_agent_pids, alive, hive_dir, start_daemon, stop_daemon, write_script
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-def jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-
-def hive_dir(clone: Path) -> Path:
-    return clone / ".git" / "hive"
-
-
-def agent_pids(clone: Path) -> set[int]:
-    pids: set[int] = set()
-    for sessions in (hive_dir(clone) / "scripted").glob("*.sessions.jsonl"):
-        pids.update(row["pid"] for row in jsonl(sessions))
-    return pids
-
-
-def write_script(tmp_path: Path, data: dict, name: str = "script.json") -> Path:
-    path = tmp_path / name
-    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    return path
-
 
 def daemon_env(script: Path | None = None, **config: Any) -> dict[str, str]:
     env = {"HIVE_ANOMALY_FAILURE_THRESHOLD": "100", "HIVE_STALL_SECONDS": "120"}
@@ -80,9 +46,7 @@ class Daemons:
 
     def start(self, clone: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
         log = clone.parent / f"{clone.name}-daemon.log"
-        with open(log, "ab") as handle:
-            proc = subprocess.Popen([*RUN, *args], cwd=clone, env={**os.environ, **env},
-                                    stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT)
+        proc = start_daemon(clone, env, "--remote", "origin", *args, log=log)
         self.started.append((proc, clone, log))
         return proc
 
@@ -106,15 +70,9 @@ class Daemons:
 
     def cleanup(self) -> None:
         for proc, _, _ in self.started:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            stop_daemon(proc)
         for _, clone, _ in self.started:
-            for pid in agent_pids(clone):  # agents are process-group leaders
+            for pid in all_agent_pids(clone):  # agents are process-group leaders
                 if alive(pid):
                     try:
                         os.killpg(pid, signal.SIGKILL)
@@ -127,69 +85,6 @@ def daemons() -> Any:
     tracker = Daemons()
     yield tracker
     tracker.cleanup()
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(git_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """`cli(*args, cwd=CLONE, check=True)`: `git hive ARGS` run in this process (`hive.cli.main`).
-
-    A person's commands (init, sync, note, update, create, list) without an interpreter start-up
-    each; the daemons are real subprocesses.
-    """
-    from hive.cli import main
-
-    def run(*args: str, cwd: Path, check: bool = True) -> Result:
-        with monkeypatch.context() as patch:
-            patch.chdir(cwd)
-            capsys.readouterr()
-            code = 0
-            try:
-                main(list(args))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            out, err = capsys.readouterr()
-        if check and code != 0:
-            raise AssertionError(f"git hive {' '.join(args)} exited {code} in {cwd}\n{out}\n{err}")
-        return Result(code, out, err)
-
-    return run
-
-
-@pytest.fixture
-def shared(tmp_path: Path, git: Callable[..., Any], cli: Callable[..., Result]) -> Callable[..., Any]:
-    """`shared(*names)`: a bare remote (`tmp_path/remote.git`, main with one commit) and clones.
-
-    The first clone runs `git hive init` and pushes hive/state with `git hive sync`; the others are
-    cloned afterwards and adopt origin's hive/state at init. Returns (remote, [clone paths]).
-    """
-
-    def make(*names: str) -> tuple[Path, list[Path]]:
-        remote = tmp_path / "remote.git"
-        git("init", "-q", "--bare", "-b", "main", str(remote))
-        seed = tmp_path / "seed"
-        git("clone", "-q", str(remote), str(seed))
-        (seed / "README.md").write_text("hello\n", encoding="utf-8")
-        git("add", "README.md", cwd=seed)
-        git("commit", "-q", "-m", "first commit", cwd=seed)
-        git("push", "-q", "origin", "main", cwd=seed)
-        clones = []
-        for n, name in enumerate(names):
-            clone = tmp_path / name
-            git("clone", "-q", str(remote), str(clone))
-            cli("init", cwd=clone)
-            if n == 0:
-                cli("sync", cwd=clone)
-            clones.append(clone)
-        return remote, clones
-
-    return make
 
 
 def create_issues(clone: Path, plan: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -218,7 +113,7 @@ def double_claims(clone: Path) -> list[str]:
     return find(hive_git.discover(clone))
 
 
-def statuses(cli: Callable[..., Result], clone: Path) -> dict[str, str]:
+def statuses(cli: Callable[..., Any], clone: Path) -> dict[str, str]:
     return {issue["id"]: issue["status"] for issue in json.loads(cli("list", "--json", cwd=clone).stdout)}
 
 
@@ -274,8 +169,8 @@ def dag(groups: int = 10) -> list[tuple[str, dict[str, Any]]]:
 # -- 1. the same 60-issue DAG, two machines at once ------------------------------------------------
 
 @pytest.mark.timeout(200)
-def test_two_clones_work_one_60_issue_dag_every_issue_once(shared, cli, git, state_log, wait_for, daemons):
-    remote, (a, b) = shared("A", "B")
+def test_two_clones_work_one_60_issue_dag_every_issue_once(clones, cli, git, state_log, wait_for, daemons):
+    remote, (a, b) = clones("A", "B")
     plan = dag(10)
     ids = create_issues(a, plan)
     blockers_of = {ids[n]: [ids[i] for i in fields["depends_on"]] for n, (_, fields) in enumerate(plan)}
@@ -339,8 +234,8 @@ def test_two_clones_work_one_60_issue_dag_every_issue_once(shared, cli, git, sta
 # -- 2. the remote unreachable for a while, then back ----------------------------------------------
 
 @pytest.mark.timeout(150)
-def test_remote_unreachable_for_a_while_then_back(shared, cli, git, state_log, wait_for, daemons, tmp_path: Path):
-    remote, (a, b) = shared("A", "B")
+def test_remote_unreachable_for_a_while_then_back(clones, cli, git, state_log, wait_for, daemons, tmp_path: Path):
+    remote, (a, b) = clones("A", "B")
     plan = [(f"slow {i}", {"labels": ["slow"], "priority": 0}) for i in range(3)]
     plan += [(f"quick {i}", {"priority": 1}) for i in range(5)]
     plan += [("after the slow ones", {"priority": 1, "depends_on": [0, 1, 2]})]
@@ -398,10 +293,10 @@ def test_remote_unreachable_for_a_while_then_back(shared, cli, git, state_log, w
 # -- 3. one clone killed with SIGKILL: its claims are taken over after the lease -------------------
 
 @pytest.mark.timeout(150)
-def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(shared, cli, git, state_log, wait_for, daemons,
+def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(clones, cli, git, state_log, wait_for, daemons,
                                                                   tmp_path: Path):
     lease = 6
-    remote, (a, b) = shared("A", "B")
+    remote, (a, b) = clones("A", "B")
     plan = [(f"slow {i}", {"labels": ["slow"], "priority": 0}) for i in range(3)]
     plan += [(f"quick {i}", {"priority": 1}) for i in range(4)]
     ids = create_issues(a, plan)
@@ -433,7 +328,7 @@ def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(shared, cli, g
     killed_at = time.time()
     run_a.send_signal(signal.SIGKILL)
     run_a.wait(10)
-    for pid in agent_pids(a):
+    for pid in all_agent_pids(a):
         if alive(pid):
             os.killpg(pid, signal.SIGKILL)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,72 +30,6 @@ for item in os.environ["HIVE_TEST_EDITS"].split(";"):
     assert n == 1, key
 open(path, "w", encoding="utf-8").write(text)
 """
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(git_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """`cli(*args, cwd=CLONE, check=True, env=None)`: `git hive ARGS` run in this process.
-
-    The same code as the `git hive` command (`hive.cli.main`), without an interpreter start-up per
-    call; output and exit code captured. `hive(...)` (a subprocess) is used where a separate
-    process matters.
-    """
-    from hive.cli import main
-
-    def run(*args: str, cwd: Path, check: bool = True, env: dict[str, str] | None = None) -> Result:
-        with monkeypatch.context() as patch:
-            patch.chdir(cwd)
-            for key, value in (env or {}).items():
-                patch.setenv(key, value)
-            capsys.readouterr()
-            code = 0
-            try:
-                main(list(args))
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            out, err = capsys.readouterr()
-        if check and code != 0:
-            raise AssertionError(f"git hive {' '.join(args)} exited {code} in {cwd}\n{out}\n{err}")
-        return Result(code, out, err)
-
-    return run
-
-
-@pytest.fixture
-def shared(tmp_path: Path, git: Callable[..., Any], cli: Callable[..., Result]) -> Callable[..., Any]:
-    """`shared(*names)`: a bare remote (`tmp_path/remote.git`, main with one commit) and clones.
-
-    The first clone runs `git hive init` and pushes hive/state with `git hive sync`; the others are
-    cloned afterwards and adopt origin's hive/state at init. Returns (remote, [clone paths]).
-    """
-
-    def make(*names: str) -> tuple[Path, list[Path]]:
-        remote = tmp_path / "remote.git"
-        git("init", "-q", "--bare", "-b", "main", str(remote))
-        seed = tmp_path / "seed"
-        git("clone", "-q", str(remote), str(seed))
-        (seed / "README.md").write_text("hello\n", encoding="utf-8")
-        git("add", "README.md", cwd=seed)
-        git("commit", "-q", "-m", "first commit", cwd=seed)
-        git("push", "-q", "origin", "main", cwd=seed)
-        clones = []
-        for n, name in enumerate(names):
-            clone = tmp_path / name
-            git("clone", "-q", str(remote), str(clone))
-            cli("init", cwd=clone)
-            if n == 0:
-                cli("sync", cwd=clone)
-            clones.append(clone)
-        return remote, clones
-
-    return make
 
 
 def sync_json(cli: Callable[..., Any], clone: Path) -> dict[str, Any]:
@@ -134,8 +67,8 @@ def converge(cli: Callable[..., Any], git: Callable[..., Any], remote: Path, a: 
     assert tree(git, a) == tree(git, b)
 
 
-def test_concurrent_edits_to_different_fields_and_issues_merge_and_converge(shared, cli, git):
-    remote, (a, b) = shared("A", "B")
+def test_concurrent_edits_to_different_fields_and_issues_merge_and_converge(clones, cli, git):
+    remote, (a, b) = clones("A", "B")
     x = cli("create", "issue x", "-p", "2", cwd=a).stdout.strip()
     y = cli("create", "issue y", cwd=a).stdout.strip()
     z = cli("create", "issue z", cwd=a).stdout.strip()
@@ -173,8 +106,8 @@ def test_concurrent_edits_to_different_fields_and_issues_merge_and_converge(shar
         assert sorted(notes_of(cli, clone, x)) == ["seen on A", "seen on B"]
 
 
-def test_same_field_on_both_sides_resolves_by_the_driver_rule(shared, cli, git, tmp_path: Path):
-    remote, (a, b) = shared("A", "B")
+def test_same_field_on_both_sides_resolves_by_the_driver_rule(clones, cli, git, tmp_path: Path):
+    remote, (a, b) = clones("A", "B")
     x = cli("create", "issue x", cwd=a).stdout.strip()
     w = cli("create", "issue w", cwd=a).stdout.strip()
     y = cli("create", "issue y", cwd=a).stdout.strip()
@@ -205,8 +138,8 @@ def test_same_field_on_both_sides_resolves_by_the_driver_rule(shared, cli, git, 
     assert [f for f in files if f.endswith(f"{y}.md")] == [layout.archive_path(y)]
 
 
-def test_json_reports_what_came_in_and_went_out(shared, cli, git):
-    remote, (a, b) = shared("A", "B")
+def test_json_reports_what_came_in_and_went_out(clones, cli, git):
+    remote, (a, b) = clones("A", "B")
     first = cli("create", "one", cwd=a).stdout.strip()
     cli("create", "two", cwd=a)
     report = sync_json(cli, a)
@@ -228,8 +161,8 @@ def test_json_reports_what_came_in_and_went_out(shared, cli, git):
     assert text.startswith("origin: 2 commit(s) in")
 
 
-def test_a_push_that_loses_is_retried(shared, cli, git, tmp_path: Path):
-    remote, (a, b) = shared("A", "B")
+def test_a_push_that_loses_is_retried(clones, cli, git, tmp_path: Path):
+    remote, (a, b) = clones("A", "B")
     cli("create", "from A", cwd=a)
     from_b = cli("create", "from B", cwd=b).stdout.strip()
     # A's pre-push hook makes B push first, once: A's push then loses and must go round again
@@ -259,8 +192,8 @@ if not marker.exists():
     converge(cli, git, remote, a, b)
 
 
-def test_an_unreachable_remote_fails_in_one_line_and_keeps_local_state(shared, cli, hive, git, tmp_path: Path):
-    remote, (a,) = shared("A")
+def test_an_unreachable_remote_fails_in_one_line_and_keeps_local_state(clones, cli, hive, git, tmp_path: Path):
+    remote, (a,) = clones("A")
     issue = cli("create", "made offline", cwd=a).stdout.strip()
     before = tip(git, a)
     away = tmp_path / "remote-away.git"
@@ -283,8 +216,8 @@ def test_an_unreachable_remote_fails_in_one_line_and_keeps_local_state(shared, c
     assert report["outgoing"] == 1 and tip(git, remote) == before
 
 
-def test_a_plain_git_fetch_brings_origins_state(shared, cli, git, tmp_path: Path):
-    remote, (a, b) = shared("A", "B")
+def test_a_plain_git_fetch_brings_origins_state(clones, cli, git, tmp_path: Path):
+    remote, (a, b) = clones("A", "B")
     cli("create", "new on A", cwd=a)
     cli("sync", cwd=a)
     git("fetch", "-q", cwd=b)

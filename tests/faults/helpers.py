@@ -13,13 +13,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-RUN = [sys.executable, "-m", "hive", "run", "--backend", "scripted"]
+from tests.daemon_helpers import alive, hive_dir, start_daemon, stop_daemon
 
 
 # -- sizes ----------------------------------------------------------------------------------------
@@ -42,13 +41,18 @@ def env_float(name: str, default: float) -> float:
 
 # -- repositories, scripts, issues ----------------------------------------------------------------
 
-def hive_dir(repo: Path) -> Path:
-    return repo / ".git" / "hive"
-
-
 def write_json(path: Path, data: Any) -> Path:
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
     return path
+
+
+def publish_to_origin(git: Callable[..., Any], hive: Callable[..., Any], repo: Path, remote: Path) -> Path:
+    """Make `remote` a new bare repository, `repo`'s origin, holding its main and hive/state."""
+    git("init", "-q", "--bare", "-b", "main", str(remote))
+    git("remote", "add", "origin", str(remote), cwd=repo)
+    git("push", "-q", "origin", "main", cwd=repo)
+    hive("sync", "origin", cwd=repo)
+    return remote
 
 
 def daemon_env(script: Path | None = None, **config: Any) -> dict[str, str]:
@@ -100,15 +104,6 @@ def bulk_issues(project: Any, specs: list[dict[str, Any]]) -> list[str]:
 
 # -- processes ------------------------------------------------------------------------------------
 
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie (orphans may be reaped late, or never)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-
 def processes_under(root: Path, match: bytes | None = b"scripted_agent") -> list[int]:
     """Live processes whose command line contains `match` and whose cwd is under `root`
     (a deleted cwd counts: its path still names where the process was started)."""
@@ -157,9 +152,7 @@ class Daemons:
         self.pid_files: list[Path] = []      # children agents started on purpose (fork bombs)
 
     def start(self, repo: Path, env: dict[str, str], *args: str, log: Path) -> subprocess.Popen:
-        with open(log, "ab") as handle:
-            proc = subprocess.Popen([*RUN, *args], cwd=repo, env={**os.environ, **env},
-                                    stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT)
+        proc = start_daemon(repo, env, *args, log=log)
         self.popens.append(proc)
         return proc
 
@@ -176,13 +169,7 @@ class Daemons:
 
     def cleanup(self) -> None:
         for proc in self.popens:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+            stop_daemon(proc)
         kill_all(processes_under(self.root))
         for pid_file in self.pid_files:     # only if still what was started: a `sleep`
             for pid in (int(p) for p in pid_file.read_text().split()) if pid_file.exists() else ():

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import bulk_issues, double_claims, env_float
+from .helpers import bulk_issues, double_claims, env_float, publish_to_origin
 
 SECONDS = env_float("FAULTS_WRITERS_SECONDS", 20)
 WRITERS = Path(__file__).with_name("writers.py")
@@ -47,11 +47,7 @@ def test_sixteen_writers_lose_no_update_and_claim_nothing_twice(repo: Path, proj
 
     # an issue per claim tick and then some, so that claims go on for the whole run
     ids = bulk_issues(project, [{"title": f"shared {n}"} for n in range(int(SECONDS / 0.25) + 20)])
-    remote = tmp_path / "origin.git"
-    git("init", "-q", "--bare", "-b", "main", str(remote))
-    git("remote", "add", "origin", str(remote), cwd=repo)
-    git("push", "-q", "origin", "main", cwd=repo)
-    hive("sync", "origin", cwd=repo)
+    remote = publish_to_origin(git, hive, repo, tmp_path / "origin.git")
     clone = tmp_path / "clone"
     git("clone", "-q", str(remote), str(clone))
     hive("init", cwd=clone)

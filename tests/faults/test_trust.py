@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import daemon_env, processes_under, tail, write_json
+from .helpers import daemon_env, processes_under, publish_to_origin, tail, write_json
 
 
 CRAFTED = ["hv-aaaaaa.md;touch PWNED.md", "$(touch PWNED).md", "`touch PWNED`.md", "hv-bbbbbb\n.md",
@@ -99,11 +99,7 @@ def test_hostile_state_from_a_remote_runs_nothing_and_writes_nothing_outside(
         {"write": "hive-work/{issue}.txt", "content": "work of {issue}\n"},
         {"commit": "{issue}: work"}, {"result": "success", "summary": "did the work, ran nothing"}]})
 
-    remote = tmp_path / "origin.git"
-    git("init", "-q", "--bare", "-b", "main", str(remote))
-    git("remote", "add", "origin", str(remote), cwd=repo)
-    git("push", "-q", "origin", "main", cwd=repo)
-    hive("sync", "origin", cwd=repo)
+    remote = publish_to_origin(git, hive, repo, tmp_path / "origin.git")
     attacker = tmp_path / "attacker"
     git("clone", "-q", str(remote), str(attacker))
     hostile_commit(attacker, markers, outside, evil_script)

@@ -1,0 +1,77 @@
+"""Plain helpers for tests that run real daemons (`python -m hive run --backend scripted`).
+
+Shared by tests/test_orchestrator.py, tests/test_shared_daemon.py and tests/faults/helpers.py;
+fixtures stay in conftest.py. Import as `from tests.daemon_helpers import ...` (pytest runs from
+the repository root: `python -m pytest`).
+
+    RUN             the daemon's command line, without its options
+    start_daemon    start_daemon(repo, env, *args, log=path) -> a daemon in the background
+    stop_daemon     stop_daemon(proc): SIGTERM a daemon still running, SIGKILL it after 15 s
+    alive           alive(pid): a process that exists and is not a zombie
+    hive_dir        hive_dir(repo) -> `<repo>/.git/hive`
+    jsonl           jsonl(path) -> the rows of a JSON-lines file ([] when it does not exist)
+    all_agent_pids  all_agent_pids(repo) -> the pids of every scripted agent session in repo
+    write_script    write_script(tmp_path, data, name="script.json") -> a scripted agents' script
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+RUN = [sys.executable, "-m", "hive", "run", "--backend", "scripted"]
+
+
+def start_daemon(repo: Path, env: dict[str, str], *args: str, log: Path) -> subprocess.Popen:
+    """`git hive run --backend scripted ARGS` in `repo` with `env` added; its output appended to `log`."""
+    with open(log, "ab") as handle:
+        return subprocess.Popen([*RUN, *args], cwd=repo, env={**os.environ, **env},
+                                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT)
+
+
+def stop_daemon(proc: subprocess.Popen) -> None:
+    """SIGTERM a daemon that still runs; SIGKILL it if it has not ended within 15 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (orphans may be reaped late, or never)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def hive_dir(repo: Path) -> Path:
+    return repo / ".git" / "hive"
+
+
+def jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def all_agent_pids(repo: Path) -> set[int]:
+    """The pids of every scripted agent session started in `repo` (each a process-group leader)."""
+    pids: set[int] = set()
+    for sessions in (hive_dir(repo) / "scripted").glob("*.sessions.jsonl"):
+        pids.update(row["pid"] for row in jsonl(sessions))
+    return pids
+
+
+def write_script(tmp_path: Path, data: dict, name: str = "script.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path
