@@ -63,7 +63,7 @@ def _gitdir_of(dot_git: Path) -> Path | None:
     return None
 
 
-def _common_dir_of(git_dir: Path) -> Path:
+def common_dir_of(git_dir: Path) -> Path:
     commondir = git_dir / "commondir"
     if commondir.is_file():
         target = Path(commondir.read_text(encoding="utf-8").strip())
@@ -84,13 +84,13 @@ def discover(start: Path | str | None = None) -> RepoPaths:
     env_git_dir = os.environ.get("GIT_DIR")
     if env_git_dir and start is None:
         git_dir = Path(env_git_dir).resolve()
-        common = _common_dir_of(git_dir)
+        common = common_dir_of(git_dir)
         top = Path(os.environ.get("GIT_WORK_TREE") or common.parent).resolve()
         return RepoPaths(top, git_dir, common)
     for candidate in (here, *here.parents):
         git_dir = _gitdir_of(candidate / ".git")
         if git_dir is not None:
-            return RepoPaths(candidate, git_dir, _common_dir_of(git_dir))
+            return RepoPaths(candidate, git_dir, common_dir_of(git_dir))
         if _looks_like_git_dir(candidate):
             raise HiveError(f"{candidate} is a bare repository: git hive needs a repository with a worktree")
     raise HiveError(f"not a git repository (or any parent up to /): {here}")

@@ -19,7 +19,8 @@ from hive import git
 from hive.errors import HiveError
 from hive.project import Project
 from hive.state import layout
-from hive.state.store import cas_update, signature_for, write_tree
+from hive.state.store import cas_update, signature_for
+from hive.state.trees import write_tree
 
 CHECKOUT_WORKTREE_NAME = "hive-state"
 HOOK_MARKER = "git-hive hook"

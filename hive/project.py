@@ -57,7 +57,7 @@ class Project:
         """
         edit_problems = self.checkout.absorb(full=full).problems
         self.checkout.refresh()
-        problems = self.index.ensure_current()
+        problems = self.update_index()
         known = {p.location for p in problems}
         for exc in edit_problems:
             where = exc.where or ""
@@ -77,7 +77,13 @@ class Project:
         """
         if not self.defer_checkout:
             self.checkout.refresh()
-        self.index.ensure_current()
+        self.update_index()
+
+    def update_index(self) -> list[Problem]:
+        """Catch the index up with `hive/state` (from this process's last write when that is all
+        that happened since: no tree walk then)."""
+        store = self.__dict__.get("store")   # not opened just for this: pygit2 costs to import
+        return self.index.ensure_current(store.last_written if store is not None else None)
 
     def close(self) -> None:
         self.index.close()

@@ -27,7 +27,8 @@ from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.state import issue_file, layout, validate
 from hive.state.issue_file import Issue
-from hive.state.store import Change, cas_update, signature_for, write_tree
+from hive.state.store import Change, cas_update, signature_for
+from hive.state.trees import write_tree
 
 PLAN_FILE = "PLAN.md"
 MAX_ROUNDS = 3
@@ -149,7 +150,7 @@ def check_plan(project: Project, files: dict[str, bytes]) -> tuple[list[Issue], 
             continue
         found[issue.id] = issue
         texts[issue.id] = data.decode("utf-8", "replace")
-    project.index.ensure_current()
+    project.update_index()
 
     def exists(issue_id: str) -> bool:
         return issue_id in found or project.index.exists(issue_id)

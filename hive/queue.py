@@ -14,7 +14,7 @@ from hive.state.store import Refused, Snapshot
 
 
 def ready(project: Project, limit: int | None = None) -> list[Issue]:
-    project.index.ensure_current()
+    project.update_index()
     return project.index.ready(limit)
 
 

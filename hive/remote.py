@@ -129,7 +129,7 @@ class Remote:
         if new is not None:
             if not self.project.defer_checkout:   # as Project.after_write does
                 self.project.checkout.refresh()
-            problems = self.project.index.ensure_current()
+            problems = self.project.update_index()
             if report is not None:
                 # what came in and is not valid is said now: later commands find the index
                 # already caught up (`git hive doctor` lists every problem at any time)

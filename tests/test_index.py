@@ -174,3 +174,32 @@ def test_a_bad_file_committed_by_hand_keeps_the_last_good_version(repo, hive, gi
     path.write_text(path.read_text().replace('status = "whatever"', 'status = "done"'))
     git("commit", "-q", "-am", "fixed by hand", cwd=checkout)
     assert [(i["id"], i["status"]) for i in listing(hive)] == [(issue, "done")]
+
+
+def test_own_writes_are_indexed_without_comparing_trees(repo, project, new_issue, monkeypatch):
+    """After this process's own commit, the index applies the commit's known changes; the result
+    is the same as a catch-up that walks the trees, and the same as a rebuild."""
+    ids = [new_issue(f"issue {n}") for n in range(6)]
+    project.sync(warn=False)
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("the trees were walked")
+
+    monkeypatch.setattr(index_module, "walk_changes", no_walk)
+    issues.update(project, ids[1], {"priority": 0, "depends_on": [ids[0]]})
+    issues.set_status(project, ids[2], "canceled")                          # moves to the archive
+    issues.add_notes(project, [issues.note_line("use PYTHONPATH=src", "gotcha")], file_id=ids[3])
+    issues.create(project, "a new one", depends_on=[ids[1]])
+    monkeypatch.undo()
+
+    def contents() -> tuple:
+        db = project.index.db
+        return tuple(sorted(map(tuple, db.execute(f"SELECT * FROM {table}").fetchall()))
+                     for table in ("issues", "deps", "notes", "problems"))
+
+    incremental = contents()
+    assert project.index.get(ids[1]).depends_on == [ids[0]]
+    assert project.index.get(ids[2]).status == "canceled"
+    assert [n["content"] for n in project.index.notes(ids[3])] == ["use PYTHONPATH=src"]
+    project.index.rebuild()
+    assert contents() == incremental

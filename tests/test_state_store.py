@@ -317,3 +317,111 @@ def test_store_refuses_to_run_out_of_attempts_silently(repo, project, monkeypatc
     monkeypatch.setattr(store_module, "cas_update", lambda *a, **k: False)
     with pytest.raises(HiveError, match="kept moving"):
         project.store.commit(lambda snap: Change({"notes/x.jsonl": b"{}\n"}, summary="x", event="noted"))
+
+
+# -- the trees a store writes, and the folders it keeps between writes ------------------------------
+
+def test_trees_are_the_ones_git_itself_would_write(repo, project, git):
+    """hive serializes folder trees itself (hive.state.trees): same ids as libgit2's TreeBuilder,
+    git's entry order (a subtree sorts as if its name ended with "/"), and `git fsck` is happy."""
+    import pygit2
+
+    from hive.state.trees import write_tree
+
+    store = project.store
+    # the folder "ab" sorts as "ab/": after the file "ab.md", before the file "ab0"
+    names = ["a", "a-b", "a0", "ab.md", "ab0", "b", "A", "Z.md", "z", "été.md", "x y.md"]
+    files = {name: name.encode() for name in names}
+    files.update({f"ab/{name}": b"nested " + name.encode() for name in names})
+    files.update({"a.b/deeper/file": b"1", "b0/x": b"2"})
+    ours = write_tree(store.repo, None, files)
+
+    def libgit2_tree(entries: dict) -> pygit2.Oid:
+        builder = store.repo.TreeBuilder()
+        for name, value in entries.items():
+            if isinstance(value, dict):
+                builder.insert(name, libgit2_tree(value), pygit2.GIT_FILEMODE_TREE)
+            else:
+                builder.insert(name, store.repo.create_blob(value), pygit2.GIT_FILEMODE_BLOB)
+        return builder.write()
+
+    nested: dict = {}
+    for path, data in files.items():
+        *folders, name = path.split("/")
+        node = nested
+        for folder in folders:
+            node = node.setdefault(folder, {})
+        node[name] = data
+    assert ours == libgit2_tree(nested)
+    assert git("cat-file", "-p", f"{ours}:a.b/deeper/file", cwd=repo).stdout == "1"
+    removed = write_tree(store.repo, store.repo[ours], {"a.b/deeper/file": None, "ab/a": None, "b": None})
+    del nested["a.b"], nested["ab"]["a"], nested["b"]   # a.b/ empties: it goes too
+    assert removed == libgit2_tree(nested)
+    with pytest.raises(ValueError, match="invalid file name"):
+        write_tree(store.repo, None, {"issues/../x.md": b"x"})
+    assert git("fsck", "--strict", "--no-dangling", cwd=repo).returncode == 0
+
+
+def test_kept_folders_write_the_same_trees_as_fresh_ones(repo, project, git, new_issue):
+    """A long-lived store changes the folders it wrote last in place; a fresh store on the same
+    tips must build byte-identical trees, and both read the same files."""
+    from hive.state.store import StateStore
+    from hive.state.trees import write_tree
+
+    ids = [new_issue(f"issue {n}") for n in range(5)]
+    store = project.store
+    for n, issue_id in enumerate(ids):
+        issues.update(project, issue_id, {"priority": n % 4})
+        issues.add_notes(project, [issues.note_line(f"note {n}", "context")], file_id=issue_id)
+        issues.set_status(project, ids[0], "canceled" if n % 2 == 0 else "open")   # archive and back
+        snap = store.snapshot()
+        fresh = StateStore(store.paths).snapshot()
+        for path in (f"issues/{issue_id}.md", f"notes/{issue_id}.jsonl", layout.path_for(ids[0], "canceled"),
+                     f"issues/{ids[0]}.md", "issues/nothing.md", "context.md", "issues"):
+            assert snap.blob_id(path) == fresh.blob_id(path), path
+            assert snap.read(path) == fresh.read(path), path
+        files = {f"issues/{issue_id}.md": b"x", f"issues/archive/zz/{issue_id}.md": None}
+        assert write_tree(store.repo, snap.tree, files, folders=store.folders) == \
+            write_tree(store.repo, fresh.tree, files)
+    assert git("fsck", "--no-dangling", cwd=repo).returncode == 0
+
+
+def test_a_store_whose_folders_are_stale_builds_on_the_new_tip(repo, project, git, new_issue):
+    """Another writer moved the branch: the kept folders no longer match and are not used."""
+    from hive.project import Project
+
+    first, second = new_issue("first"), new_issue("second")
+    issues.update(project, first, {"priority": 0})             # project's store keeps its folders
+    other = Project.open(repo)
+    issues.update(other, second, {"priority": 4})              # a second writer, its own store
+    issues.update(project, first, {"labels": ["mine"]})
+    shown = {i: project.index.get(i) for i in (first, second)}
+    assert shown[first].priority == 0 and shown[first].labels == ["mine"]
+    assert shown[second].priority == 4                          # the other writer's change survived
+    on_tip = on_branch(git, repo, f"issues/{second}.md")
+    assert on_tip is not None and "priority = 4" in on_tip
+    other.close()
+
+
+def test_a_failed_write_leaves_no_half_changed_folder(repo, project, git, new_issue, monkeypatch):
+    from hive.state import store as store_module
+
+    issue_id = new_issue("kept")
+    issues.update(project, issue_id, {"priority": 0})
+    real = project.store.repo.create_blob
+    calls = []
+
+    def failing(data):
+        calls.append(data)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(data)
+
+    monkeypatch.setattr(store_module.pygit2.Repository, "create_blob", lambda self, data: failing(data))
+    with pytest.raises(OSError):   # the issues/ folder already holds half.md when the write fails
+        project.store.commit(lambda snap: Change({"issues/half.md": b"half", f"issues/{issue_id}.md": b"broken"},
+                                                 summary="half", event="noted"))
+    monkeypatch.undo()
+    issues.update(project, issue_id, {"priority": 3})
+    text = on_branch(git, repo, f"issues/{issue_id}.md")
+    assert text is not None and "priority = 3" in text and on_branch(git, repo, "issues/half.md") is None

@@ -33,7 +33,7 @@ def watch() -> None:
                 for problem in result.problems:
                     click.echo(f"not committed: {problem}", err=True)
             project.checkout.refresh()
-            project.index.ensure_current()
+            project.update_index()
 
     try:
         asyncio.run(loop())

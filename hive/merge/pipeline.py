@@ -204,7 +204,7 @@ class MergeProcessor:
 
     async def _process(self, entry: Entry) -> bool:
         """Advance one entry; True if it left the queue or changed state for good."""
-        self.project.index.ensure_current()
+        self.project.update_index()
         issue = self.project.index.get(entry.issue_id)
         if issue is None or issue.status != "done":
             self._drop(entry)

@@ -171,7 +171,7 @@ class Daemon:
                         break
                     self.log(f"{issue.id} lost to another machine's claim")
                     continue
-                self.project.index.ensure_current()
+                self.project.update_index()
             elif not claim(self.project, issue.id, agent_id, lease_seconds=lease):
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
@@ -420,7 +420,7 @@ class Daemon:
                 except (ProcessLookupError, PermissionError):
                     pass
             self.runtime.remove_agent(agent["id"])
-        self.project.index.ensure_current()
+        self.project.update_index()
         for issue in self.project.index.list(["in_progress"]):
             if self.shared is not None and issue.assignee not in previous_agents:
                 continue  # another machine's claim: its lease says when it may be taken over

@@ -29,7 +29,8 @@ from hive.project import Project
 from hive.queue import claim, lease_until
 from hive.remote import Remote
 from hive.state import issue_file, issues
-from hive.state.store import Refused, StateStore, cas_update, notify, write_tree
+from hive.state.store import Refused, StateStore, cas_update, notify
+from hive.state.trees import write_tree
 
 if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
@@ -160,7 +161,7 @@ class SharedQueue:
         return True
 
     def _reclaim_expired(self, ours: frozenset[str]) -> None:
-        self.project.index.ensure_current()
+        self.project.update_index()
         now = issue_file.format_time(issue_file.now())
         for issue in self.project.index.list(["in_progress"]):
             lease = str(issue.extra.get("lease_expires", ""))
@@ -281,13 +282,12 @@ class SharedQueue:
         return fast_forward(self.daemon.project.paths, repo, self.target, local_tip, remote_tip).waiting
 
 
-
-
 class _DraftStore(StateStore):
     """A store whose `commit` builds one commit on a fixed base and moves no ref (`made`)."""
 
     def __init__(self, store: StateStore, base: str):
         self.paths, self.repo, self.base = store.paths, store.repo, base
+        self.folders = None   # the store's builders belong to the daemon's thread
         self.made = ""
 
     def tip(self) -> str | None:

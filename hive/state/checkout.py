@@ -292,18 +292,23 @@ class Checkout:
         if tip.oid == self.commit:
             return
         repo = store.repo
-        old_tree = None
-        if self.commit:
-            try:
-                old_tree = repo[self.commit].peel(pygit2.Commit).tree
-            except (KeyError, ValueError):
-                old_tree = None
+        written = store.last_written
+        if written is not None and written.spans(self.commit, tip.oid):
+            changes = written.changes   # this process's own commit: no need to compare trees
+        else:
+            old_tree = None
+            if self.commit:
+                try:
+                    old_tree = repo[self.commit].peel(pygit2.Commit).tree
+                except (KeyError, ValueError):
+                    old_tree = None
+            changes = list(walk_changes(repo, old_tree, tip.tree))
         checkout_repo = pygit2.Repository(str(self.root))
         git_index = checkout_repo.index
         # One transaction for the bookkeeping (each autocommit is an fsync), and the records of
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
         with self._transaction():
-            for path, old_oid, new_oid in walk_changes(repo, old_tree, tip.tree):
+            for path, old_oid, new_oid in changes:
                 target = self.root / path
                 if _through_symlink(self.root, path):
                     continue  # never followed: a fetched state may point one anywhere

@@ -26,6 +26,8 @@ from hive.state.issue_file import Issue
 if TYPE_CHECKING:
     import pygit2
 
+    from hive.state.store import Written
+
 SCHEMA_VERSION = "3"
 SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
 
@@ -255,18 +257,22 @@ class Index:
     def indexed_commit(self) -> str:
         return self._meta(self.db, "state_commit") or ""
 
-    def ensure_current(self) -> list[Problem]:
-        """Bring the index up to the tip of `hive/state`; return problems found in changed files."""
+    def ensure_current(self, written: "Written | None" = None) -> list[Problem]:
+        """Bring the index up to the tip of `hive/state`; return problems found in changed files.
+
+        `written`: this process's last commit. When it is the one step from the indexed commit
+        to the tip, its changes are applied as they are, without comparing the two trees.
+        """
         tip = git.read_ref(self.paths.common_dir, git.STATE_REF) or ""
         if tip == self.indexed_commit:
             return []
-        return self.catch_up(tip)
+        return self.catch_up(tip, written=written)
 
     def rebuild(self) -> list[Problem]:
         """Index the tip from scratch (in place: other processes may have the file open)."""
         return self.catch_up(git.read_ref(self.paths.common_dir, git.STATE_REF) or "", full=True)
 
-    def catch_up(self, tip: str, *, full: bool = False) -> list[Problem]:
+    def catch_up(self, tip: str, *, full: bool = False, written: "Written | None" = None) -> list[Problem]:
         import pygit2
 
         repo = pygit2.Repository(str(self.paths.common_dir))
@@ -277,17 +283,11 @@ class Index:
             if indexed == tip and not full:
                 db.execute("COMMIT")
                 return []
-            old_tree = None
-            if indexed:
-                try:
-                    old_tree = repo[indexed].peel(pygit2.Commit).tree
-                except (KeyError, ValueError):
-                    indexed = ""  # the indexed commit is gone (gc after a reset): start over
-            if not indexed:
-                for table in ("issues", "deps", "notes", "problems"):
-                    db.execute(f"DELETE FROM {table}")
-            new_tree = repo[tip].peel(pygit2.Commit).tree if tip else None
-            problems = self._apply(repo, list(walk_changes(repo, old_tree, new_tree)))
+            if written is not None and written.spans(indexed, tip):
+                changes = written.changes
+            else:
+                changes = self._changes_since(repo, db, indexed, tip)
+            problems = self._apply(repo, changes)
             db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))
             db.execute("COMMIT")
         except BaseException:
@@ -295,6 +295,23 @@ class Index:
                 db.execute("ROLLBACK")
             raise
         return problems
+
+    def _changes_since(self, repo: "pygit2.Repository", db: sqlite3.Connection, indexed: str,
+                       tip: str) -> list[tuple[str, str | None, str | None]]:
+        """The files that differ between the indexed commit and `tip` (all of them: no index yet)."""
+        import pygit2
+
+        old_tree = None
+        if indexed:
+            try:
+                old_tree = repo[indexed].peel(pygit2.Commit).tree
+            except (KeyError, ValueError):
+                indexed = ""  # the indexed commit is gone (gc after a reset): start over
+        if not indexed:
+            for table in ("issues", "deps", "notes", "problems"):
+                db.execute(f"DELETE FROM {table}")
+        new_tree = repo[tip].peel(pygit2.Commit).tree if tip else None
+        return list(walk_changes(repo, old_tree, new_tree))
 
     def _apply(self, repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]]) -> list[Problem]:
         db = self.db

@@ -56,7 +56,7 @@ def _check_graph(project: Project, issue_id: str, depends_on: Iterable[str], par
                  snap: Snapshot, where: str | None = None) -> None:
     # The cycle check walks the index: bring it up to the branch first (it lags when the ref
     # moved without hive, or while another process's write is being indexed).
-    project.index.ensure_current()
+    project.update_index()
 
     def exists(other: str) -> bool:
         return project.index.exists(other) or snap.issue_path(other) is not None
@@ -279,5 +279,5 @@ def commit_checkout_edit(project: Project, edit: Any) -> bytes | None:
         project.store.commit(build)
     except Refused as exc:
         raise BadInput(str(exc), where) from None
-    project.index.ensure_current()
+    project.update_index()
     return committed[0] if committed else None

@@ -49,7 +49,7 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
     different agents keeps theirs' claim: theirs was pushed first, so theirs is the valid one.
     """
     from hive.state.issue_file import is_valid_id, parse
-    from hive.state.store import write_tree
+    from hive.state.trees import write_tree
 
     ours_commit = repo[ours].peel(pygit2.Commit)
     theirs_commit = repo[theirs].peel(pygit2.Commit)

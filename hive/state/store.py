@@ -20,9 +20,9 @@ import pygit2
 from hive import git
 from hive.errors import HiveError
 from hive.state import layout
+from hive.state.trees import Changes, Entry, FolderCache, write_tree
 
 MAX_ATTEMPTS = 200
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's id of the tree with no entries
 
 # libgit2 caches only trees under 4 KB by default. The live `issues/` folder is a tree of ~40
 # bytes per issue (~400 KB at 10k issues), so every path lookup in it (several per write: the
@@ -32,6 +32,19 @@ pygit2.settings.cache_object_limit(pygit2.enums.ObjectType.TREE, 64 * 1024 * 102
 
 class Refused(Exception):
     """Raised by a `build` function when the change no longer applies on the current tip."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one commit of this process changed: the index applies it without walking trees."""
+
+    parent: str | None
+    commit: str
+    changes: Changes
+
+    def spans(self, old: str | None, new: str | None) -> bool:
+        """Whether this commit is all that changed from `old` to `new`."""
+        return bool(old) and (self.parent, self.commit) == (old, new)
 
 
 @dataclass
@@ -59,32 +72,37 @@ class Change:
 class Snapshot:
     """Read access to the files of one commit of `hive/state`."""
 
-    def __init__(self, repo: pygit2.Repository, commit: pygit2.Commit | None):
+    def __init__(self, repo: pygit2.Repository, commit: pygit2.Commit | None,
+                 folders: FolderCache | None = None):
         self.repo = repo
         self.commit = commit
         self.tree = commit.tree if commit is not None else None
+        self.folders = folders
 
     @property
     def oid(self) -> str | None:
         return str(self.commit.id) if self.commit is not None else None
 
-    def read(self, path: str) -> bytes | None:
+    def _entry(self, path: str) -> "pygit2.Object | Entry | None":
         if self.tree is None:
             return None
-        try:
-            entry = self.tree[path]
-        except KeyError:
+        if self.folders is None:
+            try:
+                return self.tree[path]
+            except KeyError:
+                return None
+        return self.folders.lookup(self.repo, self.tree, path)
+
+    def read(self, path: str) -> bytes | None:
+        entry = self._entry(path)
+        if entry is None:
             return None
         obj = self.repo[entry.id]
         return obj.data if isinstance(obj, pygit2.Blob) else None
 
     def blob_id(self, path: str) -> str | None:
-        if self.tree is None:
-            return None
-        try:
-            return str(self.tree[path].id)
-        except KeyError:
-            return None
+        entry = self._entry(path)
+        return str(entry.id) if entry is not None else None
 
     def issue_path(self, issue_id: str) -> str | None:
         """Where the issue's file is in this snapshot (live or archived), if anywhere."""
@@ -117,6 +135,8 @@ class StateStore:
     def __init__(self, paths: git.RepoPaths):
         self.paths = paths
         self.repo = pygit2.Repository(str(paths.common_dir))
+        self.folders = FolderCache()
+        self.last_written: Written | None = None
 
     def tip(self) -> str | None:
         ref = self.repo.references.get(git.STATE_REF)
@@ -124,7 +144,7 @@ class StateStore:
 
     def snapshot(self, oid: str | None = None) -> Snapshot:
         oid = oid or self.tip()
-        return Snapshot(self.repo, self.repo[oid].peel(pygit2.Commit) if oid else None)
+        return Snapshot(self.repo, self.repo[oid].peel(pygit2.Commit) if oid else None, self.folders)
 
     def commit(self, build: Callable[[Snapshot], Change | None], *,
                author: pygit2.Signature | None = None) -> str | None:
@@ -139,12 +159,14 @@ class StateStore:
             change = build(snap)
             if change is None:
                 return None
-            tree_id = write_tree(self.repo, snap.tree, change.files)
+            changed: Changes = []
+            tree_id = write_tree(self.repo, snap.tree, change.files, folders=self.folders, changed=changed)
             if snap.tree is not None and tree_id == snap.tree.id and not change.audit:
                 return None
             parents = [snap.commit.id] if snap.commit is not None else []
             new = self.repo.create_commit(None, signature, signature, change.message(), tree_id, parents)
             if cas_update(self.repo, git.STATE_REF, snap.oid, str(new), change.summary):
+                self.last_written = Written(snap.oid, str(new), changed)
                 notify(self.paths)
                 return str(new)
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
@@ -180,35 +202,6 @@ class StateStore:
         raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
 
 
-def write_tree(repo: pygit2.Repository, base: pygit2.Tree | None, files: dict[str, bytes | None]) -> pygit2.Oid:
-    """A new tree: `base` with `files` written (bytes) or removed (None), only touched subtrees rebuilt."""
-    direct: dict[str, bytes | None] = {}
-    nested: dict[str, dict[str, bytes | None]] = {}
-    for path, data in files.items():
-        head, _, rest = path.partition("/")
-        if rest:
-            nested.setdefault(head, {})[rest] = data
-        else:
-            direct[head] = data
-    builder = repo.TreeBuilder(base) if base is not None else repo.TreeBuilder()
-    for name, data in direct.items():
-        if data is None:
-            if builder.get(name) is not None:
-                builder.remove(name)
-        else:
-            builder.insert(name, repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
-    for name, subfiles in nested.items():
-        entry = builder.get(name)
-        subtree = repo[entry.id] if entry is not None and entry.filemode == pygit2.GIT_FILEMODE_TREE else None
-        sub_id = write_tree(repo, subtree, subfiles)
-        if str(sub_id) == EMPTY_TREE:  # not len(repo[sub_id]): that re-reads the tree just written
-            if entry is not None:
-                builder.remove(name)
-        else:
-            builder.insert(name, sub_id, pygit2.GIT_FILEMODE_TREE)
-    return builder.write()
-
-
 def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, message: str) -> bool:
     """Move `ref` from `old` to `new` only if it still points at `old` (None: must not exist)."""
     try:
@@ -222,17 +215,8 @@ def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, mes
     except pygit2.GitError:
         # the ref is locked by another writer: re-read and retry — once it is released, or once
         # it is stale (left by a writer killed mid-update, it would block every write forever)
-        git.release_stale_lock(git.ref_lock(_common_dir(repo), ref))
+        git.release_stale_lock(git.ref_lock(git.common_dir_of(Path(repo.path)), ref))
         return False
-
-
-def _common_dir(repo: pygit2.Repository) -> Path:
-    """Where the refs of `repo` live (a linked worktree's git dir points there)."""
-    git_dir = Path(repo.path)
-    commondir = git_dir / "commondir"
-    if commondir.is_file():
-        return (git_dir / commondir.read_text(encoding="utf-8").strip()).resolve()
-    return git_dir
 
 
 def notify(paths: git.RepoPaths) -> None:
