@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection
 
 from hive import git
 from hive.errors import HiveError
@@ -50,12 +50,13 @@ class Project:
     def store_tip(self) -> str | None:
         return git.read_ref(self.paths.common_dir, git.STATE_REF)
 
-    def sync(self, *, full: bool = False, warn: bool = True) -> list[Problem]:
+    def sync(self, *, full: bool = False, warn: bool = True, only: "Collection[str] | None" = None) -> list[Problem]:
         """Absorb a person's saved edits in `.hive/`, follow the branch, catch the index up.
 
+        `only`: look for edits among these checkout paths alone (those a watcher reported).
         Returns the problems (invalid files) found; they are also printed as warnings.
         """
-        edit_problems = self.checkout.absorb(full=full).problems
+        edit_problems = self.checkout.absorb(full=full, only=only).problems
         self.checkout.refresh()
         problems = self.update_index()
         known = {p.location for p in problems}

@@ -129,3 +129,27 @@ def test_an_invalid_edit_is_reported_and_not_committed(repo, git, new_issue, wat
     save(path, bad.replace('priority = "high"', "priority = 0"))
     wait_for(lambda: "priority = 0" in (on_branch(git, repo, f"issues/{issue}.md") or ""),
              "the fixed edit to be committed")
+
+
+def test_absorb_looks_only_at_the_paths_a_watcher_reported(repo, project, git, new_issue):
+    """The daemon and `git hive watch` pass the changed paths: only those are read (a 10k-issue
+    checkout is not stat'ed on every wake-up); the whole folder is looked at without them."""
+    first, second, gone = new_issue("first"), new_issue("second"), new_issue("gone")
+    project.sync(warn=False)
+    checkout = repo / ".hive"
+    for issue_id, title in ((first, "first, edited"), (second, "second, edited")):
+        path = checkout / "issues" / f"{issue_id}.md"
+        save(path, path.read_text().replace(f'title = "{title.split(",")[0]}"', f'title = "{title}"'))
+    (checkout / "issues" / f"{gone}.md").unlink()
+    (checkout / "stray.txt").write_text("not an issue\n")
+
+    result = project.checkout.absorb(only={f"issues/{first}.md", "stray.txt", "issues/nothing.md"})
+    assert result.committed == [f"issues/{first}.md"] and result.problems == []
+    assert "first, edited" in on_branch(git, repo, f"issues/{first}.md")
+    assert "second, edited" not in on_branch(git, repo, f"issues/{second}.md")
+    assert on_branch(git, repo, f"issues/{gone}.md") is not None
+
+    result = project.checkout.absorb(only={f"issues/{gone}.md"})   # a deletion it was told about
+    assert result.problems == [] and on_branch(git, repo, f"issues/{gone}.md") is None
+    assert project.checkout.absorb(only=set()).committed == []
+    assert project.checkout.absorb().committed == [f"issues/{second}.md"]   # the whole live folder

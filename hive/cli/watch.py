@@ -14,7 +14,7 @@ SAFETY_TICK_MS = 1000
 @click.command()
 def watch() -> None:
     """Commit valid edits saved in .hive/ as they happen; report invalid ones. Ctrl-C stops."""
-    from hive.state.watch import needs_full_scan, wakeups
+    from hive.state.watch import wakeups
 
     project = Project.open()
     project.sync()
@@ -26,7 +26,7 @@ def watch() -> None:
         # comes once the watcher is live, and then sweeps up what was saved while it started.
         async for wake in wakeups(project, timeout_ms=SAFETY_TICK_MS):
             if wake.checkout_paths or first:
-                result = project.checkout.absorb(full=first or needs_full_scan(wake.checkout_paths))
+                result = project.checkout.absorb(full=first, only=None if first else wake.checkout_paths)
                 first = False
                 for path in result.committed:
                     click.echo(f"committed .hive/{path}")

@@ -47,6 +47,7 @@ class Entry:
 
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
 REFINERY_IN_FLIGHT = ("refinery: conflict", "refinery: tests")
+MAX_YIELD_TO_AGENTS = 0.5   # seconds a merge waits for agents being started, at most
 
 
 def attach(daemon: "Daemon") -> "MergeProcessor | None":
@@ -226,6 +227,10 @@ class MergeProcessor:
         if head is None:
             self._fail(issue, entry, f"branch {entry.branch} is gone")
             return True
+        try:  # agents being started go first (Daemon.agent_starting), for a bounded time
+            await asyncio.wait_for(self.daemon.no_agent_starting.wait(), MAX_YIELD_TO_AGENTS)
+        except asyncio.TimeoutError:
+            pass
         self._update(entry, state="merging", detail="")
         return await self._merge(issue, entry, repo, head)
 

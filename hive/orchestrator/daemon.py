@@ -13,7 +13,8 @@ import asyncio
 import os
 import signal
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from hive.backends.base import (EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, BUSY, Backend,
                                 Event)
@@ -28,6 +29,7 @@ from hive.state import issues
 from hive.state.store import Refused
 
 SAFETY_TICK_SECONDS = 2.0
+FULL_SWEEP_SECONDS = 30.0
 
 
 class Daemon:
@@ -45,6 +47,10 @@ class Daemon:
         self.running: dict[str, Worker] = {}
         self.sessions: dict[str, Worker] = {}
         self.wake = asyncio.Event()
+        self._checkout_changes: set[str] | None = None   # None: look at the whole checkout
+        self._agents_starting = 0
+        self.no_agent_starting = asyncio.Event()
+        self.no_agent_starting.set()
         self.stopping = asyncio.Event()
         self._watch_stop = asyncio.Event()   # awatch sets its stop event itself when it ends
         self.run_tokens = 0
@@ -133,7 +139,10 @@ class Daemon:
             await self.wake.wait()
 
     def _refresh_state(self) -> None:
-        problems = self.project.sync(warn=False)
+        # only the `.hive/` files the watcher saw change are looked at for a person's edits; all
+        # of them at start and on every full sweep (FULL_SWEEP_SECONDS), in case an event was lost
+        only, self._checkout_changes = self._checkout_changes, set()
+        problems = self.project.sync(warn=False, only=only)
         for problem in problems:
             if str(problem) not in self._problems_seen:
                 self._problems_seen.add(str(problem))
@@ -193,6 +202,23 @@ class Daemon:
         self.finished += 1
         self.wake.set()
 
+    @contextmanager
+    def agent_starting(self) -> Iterator[None]:
+        """Mark an agent being started (worktree, session, prompt): merges wait meanwhile.
+
+        Starting an agent is on the critical path — its issue's dependents wait for it — and a
+        merge is not (dependents start from their blockers' unmerged work). Both are mostly
+        pygit2 calls holding the GIL, so a merge running beside a start-up doubled its latency.
+        """
+        self._agents_starting += 1
+        self.no_agent_starting.clear()
+        try:
+            yield
+        finally:
+            self._agents_starting -= 1
+            if not self._agents_starting:
+                self.no_agent_starting.set()
+
     def agents_changed(self) -> None:
         self.wake.set()
 
@@ -214,7 +240,9 @@ class Daemon:
         from hive.state.watch import wakeups
 
         try:
-            async for _ in wakeups(self.project, stop=self._watch_stop):
+            async for wake in wakeups(self.project, stop=self._watch_stop):
+                if self._checkout_changes is not None:
+                    self._checkout_changes |= wake.checkout_paths
                 self.wake.set()
         except asyncio.CancelledError:
             raise
@@ -247,9 +275,12 @@ class Daemon:
             return
 
     async def _tick(self) -> None:
+        last_sweep = time.monotonic()
         while True:
             await asyncio.sleep(SAFETY_TICK_SECONDS)
             now = time.monotonic()
+            if now - last_sweep >= FULL_SWEEP_SECONDS:
+                self._checkout_changes, last_sweep = None, now
             for worker in list(self.running.values()):
                 if worker.turn is not None and now - worker.last_activity > self.config.stall_seconds:
                     self.log(f"{worker.issue_id} stalled: no activity for {self.config.stall_seconds}s")

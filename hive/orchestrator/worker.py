@@ -186,13 +186,26 @@ class Worker:
         self.daemon.watch_worktree(self)
 
     async def _attempt(self, previous_failure: str, resume: bool) -> Outcome:
+        with self.daemon.agent_starting():
+            setup_error, outcome = await self._start_turn(previous_failure, resume)
+        if setup_error:
+            return await self._setup_failed(setup_error)
+        if outcome is not None:
+            return outcome
+        turn = await self._wait_turn()
+        self._harvest_notes(final=True)
+        return self._judge(turn)
+
+    async def _start_turn(self, previous_failure: str, resume: bool) -> tuple[str, Outcome | None]:
+        """Worktree, session, prompt: ("", None) once the agent has its work, else why not
+        (a setup error to back off from, or the attempt's outcome)."""
         # `.git`, not just the folder: an agent that deleted its worktree may have written files
         # into a fresh folder at the same path, which git no longer knows as a worktree
         if self.worktree is None or not (self.worktree.path / ".git").is_file():
             try:
                 await self._prepare_worktree()
             except Exception as exc:  # noqa: BLE001 - any setup failure follows the policy
-                return await self._setup_failed(f"worktree: {exc}")
+                return f"worktree: {exc}", None
         self._check_stop()
         (self.worktree.path / protocol.RESULT_FILE).unlink(missing_ok=True)
         issue = self.project.index.get(self.issue_id)
@@ -202,7 +215,7 @@ class Worker:
         try:
             await self._ensure_session(issue, resume)
         except Exception as exc:  # noqa: BLE001
-            return await self._setup_failed(f"session: {exc}")
+            return f"session: {exc}", None
         prompt = self._prompt(issue, previous_failure)
         try:
             await asyncio.wait_for(self.fyi_drained.wait(), timeout=30)
@@ -223,10 +236,8 @@ class Worker:
                 await self.backend.send_message_async(self.session_id, prompt)
             except (KeyError, RuntimeError, OSError) as exc:
                 self.turn = None
-                return Outcome(False, f"the agent session did not take the prompt: {exc}")
-        turn = await self._wait_turn()
-        self._harvest_notes(final=True)
-        return self._judge(turn)
+                return "", Outcome(False, f"the agent session did not take the prompt: {exc}")
+        return "", None
 
     async def _setup_failed(self, error: str) -> Outcome:
         """A failure before the agent started: back off (no hot loop), count it, go on."""

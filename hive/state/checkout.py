@@ -20,12 +20,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import sqlite3
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Collection, Iterator
 
 from hive.errors import BadInput
 from hive.state import layout
@@ -83,6 +85,9 @@ class Checkout:
             db = sqlite3.connect(self.project.paths.hive_dir / "checkout.db", timeout=60,
                                  isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
+            # no fsync per refresh: after a power loss a lost record only makes the next scan
+            # compare that file's content with the branch again
+            db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, blob TEXT, "
                        "mtime_ns INTEGER, size INTEGER)")
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -94,8 +99,13 @@ class Checkout:
             self._db.close()
             self._db = None
 
-    def _records(self) -> dict[str, Record]:
-        return {r[0]: Record(r[1], r[2], r[3]) for r in self.db.execute("SELECT * FROM files")}
+    def _records(self, only: Collection[str] | None = None) -> dict[str, Record]:
+        if only is None:
+            rows = self.db.execute("SELECT * FROM files")
+        else:
+            rows = self.db.execute("SELECT * FROM files WHERE path IN (SELECT value FROM json_each(?))",
+                                   (json.dumps(sorted(only)),))
+        return {r[0]: Record(r[1], r[2], r[3]) for r in rows}
 
     def _record(self, path: str, blob: str | None, st: os.stat_result | None = None) -> None:
         """Remember `path` as holding `blob`. `st` is the stat of the very bytes that are `blob`
@@ -161,6 +171,24 @@ class Checkout:
             found[layout.CONTEXT_FILE] = context.stat()
         return found
 
+    def _stat_only(self, paths: Collection[str]) -> dict[str, os.stat_result]:
+        """Of `paths`, the files hive reads (what `_scan(full=True)` would find among them)."""
+        found: dict[str, os.stat_result] = {}
+        for path in paths:
+            parts = path.split("/")
+            in_scope = path == layout.CONTEXT_FILE or (
+                parts[0] in (layout.ISSUES_DIR, layout.NOTES_DIR) and len(parts) > 1
+                and path.endswith((".md", ".jsonl")) and not any(p.startswith(".") for p in parts))
+            if not in_scope or _through_symlink(self.root, path):
+                continue
+            try:
+                st = os.lstat(self.root / path)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                found[path] = st
+        return found
+
     def _git_dir(self) -> Path | None:
         try:
             text = (self.root / ".git").read_text(encoding="utf-8").strip()
@@ -174,12 +202,14 @@ class Checkout:
         markers = ("index.lock", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply")
         return git_dir is not None and any((git_dir / m).exists() for m in markers)
 
-    def find_edits(self, full: bool = False) -> list[Edit]:
+    def find_edits(self, full: bool = False, only: Collection[str] | None = None) -> list[Edit]:
+        """Saved edits: in the live folder (all files when `full`), or among `only` (paths a
+        watcher reported)."""
         if not self.exists or self.git_operation_in_progress():
             return []
         self._git_index = None
-        records = self._records()
-        on_disk = self._scan(full)
+        records = self._records(only)
+        on_disk = self._scan(full) if only is None else self._stat_only(only)
         edits: list[Edit] = []
         tip = None
         for path, st in sorted(on_disk.items()):
@@ -214,7 +244,7 @@ class Checkout:
         for path, record in records.items():
             if path in on_disk:
                 continue
-            in_scope = path == layout.CONTEXT_FILE or (
+            in_scope = only is not None or path == layout.CONTEXT_FILE or (
                 path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
             if in_scope and not (self.root / path).exists():
                 edits.append(Edit(path, None, record.blob))
@@ -243,13 +273,14 @@ class Checkout:
         except (KeyError, pygit2.GitError):
             return None
 
-    def absorb(self, full: bool = False) -> "Absorbed":
-        """Commit every valid saved edit in the checkout; report the others' problems."""
+    def absorb(self, full: bool = False, only: Collection[str] | None = None) -> "Absorbed":
+        """Commit every valid saved edit in the checkout (among `only` when given); report the
+        others' problems."""
         result = Absorbed([], [])
-        if not self.exists:
+        if not self.exists or (only is not None and not only):
             return result
         with self.locked():
-            for edit in self.find_edits(full):
+            for edit in self.find_edits(full, only):
                 # Imported only when there is an edit: it loads pygit2 (~130 ms), which a
                 # read-only command with nothing to absorb never needs.
                 from hive.state import issues

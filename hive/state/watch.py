@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from hive.project import Project
-from hive.state import layout
 
 EDITOR_NOISE = (".swp", ".swx", ".swo", "~", ".tmp", ".hive-tmp")
 
@@ -63,7 +62,3 @@ async def wakeups(project: Project, extra: list[Path] | None = None,
         if wake.checkout_paths or wake.refs_moved or wake.other or timeout_ms:
             yield wake
 
-
-def needs_full_scan(checkout_paths: set[str]) -> bool:
-    """Whether the changes reach beyond what `Checkout.absorb()` scans by default."""
-    return any(p.count("/") > 1 or (p.startswith(layout.NOTES_DIR + "/")) for p in checkout_paths)
