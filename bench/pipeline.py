@@ -812,31 +812,30 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   load of 5-10 on 2 cores, wall times of these multi-process pipelines are several times their
   values on a quiet machine; CPU times move much less.
 
-### Why the pipeline targets that fail do (see each figure's note for the split)
+### Where the pipeline's time goes (see each figure's note for the split)
 
 - **Unblock latency** has no wait on its path: the blocker's `done` commit wakes the loop at
   once, which claims the dependent (a CAS commit), creates its worktree from the blocker's
-  unmerged work (libgit2 `add_worktree`, which also checks every other worktree's HEAD), starts
-  the agent process and sends the prompt. That is ~30 ms of CPU; on a quiet machine the median is
-  40-90 ms, but with the machine's 2 cores shared by a load of 10 every step takes several times
-  its CPU time (the note splits the median per step), and the blocker's own merge (replay, test
-  run, `git merge` with its hooks) runs at the same moment.
-- **Orchestrator's own CPU vs raw git**: the largest single item is the `git merge --ff-only` that
-  updates the person's checkout of `main` — the git CLI on purpose (their filters, their hooks), and
-  it runs hive's `reference-transaction` hook four times (prepared + committed for `ORIG_HEAD` and
-  `main`), each an `sh` spawning several `git rev-parse`/`git config`: ~25-30 ms CPU per merge,
-  against ~4-6 ms with hooks off (measured in the merge figure's note) — more than all the raw
-  pygit2 operations of an issue together. The rest is the daemon's Python work around each of the
-  three state commits (re-reading and validating the issue and its blockers at the tip, the index
-  catch-up), the `.hive/` checkout scan and refresh on every wake-up, the worker's worktree being
-  reset to the replayed commit before the tests (not in the raw list), libgit2 opening every
-  worktree when one is added, and driving the agent process (spawn, pipes, JSON lines, a watcher
-  on its worktree). A leaner hook (no `git` spawns in the `prepared` phase outside worker
-  worktrees, one `rev-parse` in `committed`) measured ~14 ms instead of ~28 ms per `git merge`.
-- **Merge throughput with `main` checked out**: the same `git merge --ff-only` and its hooks, plus
-  one `git status` of the touched paths (a person's uncommitted change there makes hive wait, not
-  merge). With `main` checked out nowhere the mechanical tier is a replay and a CAS ref update,
-  about 2× the raw pygit2 cost.
+  unmerged work (libgit2 `add_worktree`), starts the agent process and sends the prompt. Two
+  things made it slow before: the loop re-scanned every live file of `.hive/` on each wake-up
+  (now only the paths the watcher reported), and the blocker's merge ran beside the dependent's
+  start-up, both GIL-bound pygit2 work (now a merge waits, at most 0.5 s, while agents are being
+  started: `Daemon.agent_starting`).
+- **Orchestrator's own CPU vs raw git** (missed: ~5× where the goal is 2×). The raw side is the
+  bare libgit2 work; the daemon's side adds, per issue, in CPU: the Python around each of the
+  three state commits (reading and validating the issue and its blockers at the tip, the issue
+  file rewritten and re-parsed, the index and the `.hive/` checkout brought up to date, ~4-5 ms
+  each), the worker's worktree reset to the replayed commit before the tests (not in the raw
+  list, ~5 ms), the runtime database (agents, budgets, merge queue: ~100 SQLite statements an
+  issue), driving the agent process (spawn, pipes, JSON lines, a watcher on its worktree), and
+  libgit2 repositories opened afresh by several layers (~10 an issue). Each new file costs
+  ~0.5 ms on this machine's file system, and a state commit writes about six (blob, trees,
+  commit, ref lock, reflog). Next steps, in order of gain: one `pygit2.Repository` per process
+  for the index and the pipeline, fewer runtime-database round trips per transition, and
+  parsing each issue file once per transition instead of three to four times.
+- **Merge throughput**: replay in memory, then the fast-forward: with `main` checked out, its
+  touched paths checked clean with `status_file` and written by a safe checkout limited to them,
+  then the CAS ref update — no git process, no hook.
 """
 
 

@@ -279,21 +279,22 @@ Measured with cProfile and CPU time on the generated repositories; re-check afte
 - **Full rebuild** is parse-bound: tomllib on every front matter is ~75 % of it (see the split
   in the notes); reading the blobs from a gc'd pack most of the rest. Parsing in 2 processes
   would roughly halve it on this 2-core machine.
-- **Writes with 10k live issues** rewrite the flat `issues/` tree (10k entries, ~400 KB: build,
-  hash, zlib, loose object ≈ 10–15 ms) and the next write re-reads it once. Every other cost of
-  a write scales with that folder too: `walk_changes` compares the old and new `issues/` trees
-  entry by entry in Python (~15–20 ms CPU at 10k), and a claim runs it twice (index catch-up and
-  `.hive/` refresh). The flat live folder is a product decision (people browse it).
-- **The claim at 100k** is dominated by the `.hive/` refresh: libgit2 reads and rewrites the
-  checkout's whole git index, one entry per checked-out file — 103k entries, ~10 MB, ~200 ms
-  CPU — because the archive is checked out in `.hive/` too. The daemon now defers that refresh
-  to once per wake-up (`Project.defer_checkout`; the "as the daemon makes it" rows); a CLI write
-  still pays it. Further remedies: leave `issues/archive/` out of the checkout (sparse
-  checkout), or keep the checkout's `pygit2.Repository` open in long-lived processes (its index
-  is then re-read only when the file changed).
-- **`watch` at 10k** re-scans all of `.hive/issues/` on every wake-up (10k `stat`s and 10k
-  records) although `Wakeup.checkout_paths` names the changed files; then commit, catch-up and
-  refresh as above. Absorbing only the named paths would make it independent of the size.
+- **Writes with 10k live issues** rewrite the flat `issues/` tree (10k entries, ~400 KB). libgit2
+  spent ~9 ms of a write in zlib (level 1) on that tree, ~5 ms reading it back on the next write
+  and ~2 ms loading it into a TreeBuilder; `walk_changes` then compared the old and new trees in
+  Python twice (index catch-up, `.hive/` refresh). Now (`hive/state/trees.py`) a long-lived
+  process keeps each folder it wrote as its serialized entries and changes them in place, the
+  tree is stored with zlib level 0 (object ids do not compress), and the commit's own list of
+  changed paths (`Written`) feeds the index and the refresh. A new process (a CLI command) pays
+  once to read and parse the folder: the "new `StateStore`" rows.
+- **The CLI claim at 100k** is dominated by the `.hive/` refresh: libgit2 reads and rewrites the
+  checkout's whole git index, one entry per checked-out file — 103k entries, ~10 MB, ~200 ms —
+  because the archive is checked out in `.hive/` too (people can open any issue there). The
+  daemon defers that refresh to once per wake-up (`Project.defer_checkout`). Remedies, not done:
+  leave `issues/archive/` out of the checkout, or keep the checkout's index open in long-lived
+  processes (re-read only when the file changed).
+- **`watch` at 10k** looks only at the files the watcher reported (`Checkout.absorb(only=...)`),
+  then commits, catches the index up and refreshes as above.
 - **Catch-up after an added dependency** walks every transitive blocker for cycles (one SQL
   query per node; most of the graph at 100k). Only dependency changes pay it now.
 """

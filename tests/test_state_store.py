@@ -425,3 +425,14 @@ def test_a_failed_write_leaves_no_half_changed_folder(repo, project, git, new_is
     issues.update(project, issue_id, {"priority": 3})
     text = on_branch(git, repo, f"issues/{issue_id}.md")
     assert text is not None and "priority = 3" in text and on_branch(git, repo, "issues/half.md") is None
+
+
+def test_a_malformed_tree_object_is_refused_not_misread(project):
+    from hive.state.trees import Folder
+
+    store = project.store
+    raw = store.repo.odb.read(store.snapshot().tree.id)[1]
+    assert b"".join(Folder.parse(raw).entries) == raw
+    for broken in (raw[:-3], raw + b"x", b"100644 name-without-id\0short"):
+        with pytest.raises(ValueError, match="malformed tree"):
+            Folder.parse(broken)

@@ -26,7 +26,7 @@ MAX_ATTEMPTS = 200
 
 # libgit2 caches only trees under 4 KB by default. The live `issues/` folder is a tree of ~40
 # bytes per issue (~400 KB at 10k issues), so every path lookup in it (several per write: the
-# issue, its blockers, the TreeBuilder) re-read and re-parsed it: ~2 ms each, ~0.03 ms cached.
+# issue, its blockers) re-read and re-parsed it: ~2 ms each, ~0.03 ms cached.
 pygit2.settings.cache_object_limit(pygit2.enums.ObjectType.TREE, 64 * 1024 * 1024)
 
 
@@ -83,7 +83,7 @@ class Snapshot:
     def oid(self) -> str | None:
         return str(self.commit.id) if self.commit is not None else None
 
-    def _entry(self, path: str) -> "pygit2.Object | Entry | None":
+    def _entry(self, path: str) -> pygit2.Object | Entry | None:
         if self.tree is None:
             return None
         if self.folders is None:

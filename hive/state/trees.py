@@ -7,15 +7,16 @@ level 1, which costs ~9 ms for that tree on each write; a tree is mostly object 
 compress, so zlib level 0 (stored blocks, ~0.6 ms) costs a third more disk until `git gc` packs
 it. libgit2 reads these objects like any other.
 
-`FolderCache` keeps the folders a process wrote last, each with the tree id it holds: the next
-write on the same tree changes it in place instead of reading the tree back (inflate and parse,
-~5 ms at 10k), and reads of a snapshot look entries up in it.
+`FolderCache` keeps the folders a process wrote or read last, each with the tree id it holds:
+the next write on the same tree changes it in place instead of reading the tree back (inflate
+and parse, ~5 ms at 10k), and reads of a snapshot look entries up in it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import zlib
 from bisect import bisect_left
@@ -30,6 +31,7 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's id of the tree 
 TREE_MODE = b"40000"
 BLOB_MODE = b"100644"
 INVALID_NAMES = frozenset({b"", b".", b"..", b".git"})
+_ENTRY = re.compile(rb"(([0-7]+) ([^\0]+)\0.{20})", re.DOTALL)   # (entry, mode, name), 20-byte id
 
 Changes = list[tuple[str, str | None, str | None]]   # (path, old blob id, new blob id)
 
@@ -49,15 +51,11 @@ class Folder:
 
     @classmethod
     def parse(cls, raw: bytes) -> "Folder":
-        keys, entries = [], []
-        pos, size = 0, len(raw)
-        while pos < size:
-            nul = raw.index(b"\0", pos)
-            mode, _, name = raw[pos:nul].partition(b" ")
-            keys.append(name + b"/" if mode == TREE_MODE else name)
-            entries.append(raw[pos:nul + 21])
-            pos = nul + 21
-        return cls(keys, entries)
+        found = _ENTRY.findall(raw)   # in C: ~4 ms for 10k entries, a Python loop took ~7
+        entries = [entry for entry, _, _ in found]
+        if sum(map(len, entries)) != len(raw):   # the matches did not tile the object
+            raise ValueError("malformed tree object")
+        return cls([name + b"/" if mode == TREE_MODE else name for _, mode, name in found], entries)
 
     def _find(self, name: bytes) -> int | None:
         for key in (name, name + b"/"):
@@ -114,7 +112,7 @@ def write_loose(objects_dir: Path, kind: bytes, body: bytes) -> pygit2.Oid:
 
 
 class FolderCache:
-    """The folders this process wrote last, by folder path, each with the tree id it holds.
+    """The folders this process wrote or read last, by folder path, each with the tree id it holds.
 
     A folder is taken out while it is being changed, so a failed write never leaves one whose
     entries differ from its tree id.
@@ -130,25 +128,27 @@ class FolderCache:
     def keep(self, folder: str, tree_id: pygit2.Oid, contents: Folder) -> None:
         self._folders[folder] = (tree_id, contents)
 
-    def lookup(self, repo: pygit2.Repository, root: pygit2.Tree, path: str) -> Entry | pygit2.Object | None:
-        """The entry at `path` under `root`, through kept folders where their tree matches."""
+    def folder(self, repo: pygit2.Repository, folder: str, tree_id: pygit2.Oid) -> Folder:
+        """The folder `folder` as tree `tree_id` holds it: kept, or read and kept for the next
+        write (a write then starts from it instead of reading the tree a second time)."""
+        kept = self._folders.get(folder)
+        if kept is not None and kept[0] == tree_id:
+            return kept[1]
+        contents = Folder.parse(repo.odb.read(tree_id)[1])
+        self._folders[folder] = (tree_id, contents)
+        return contents
+
+    def lookup(self, repo: pygit2.Repository, root: pygit2.Tree, path: str) -> Entry | None:
+        """The entry at `path` under `root`, read through the kept folders."""
         parts = path.split("/")
-        folder, tree_id, tree = "", root.id, root
+        folder, tree_id = "", root.id
         for depth, part in enumerate(parts):
-            kept = self._folders.get(folder)
-            if kept is not None and kept[0] == tree_id:
-                entry = kept[1].get(part)
-            else:
-                tree = tree if tree is not None else repo[tree_id]
-                try:
-                    entry = tree[part]
-                except KeyError:
-                    entry = None
+            entry = self.folder(repo, folder, tree_id).get(part)
             if entry is None or depth == len(parts) - 1:
                 return entry
             if entry.filemode != pygit2.GIT_FILEMODE_TREE:
                 return None
-            folder, tree_id, tree = f"{folder}{part}/", entry.id, None
+            folder, tree_id = f"{folder}{part}/", entry.id
         return None
 
 
