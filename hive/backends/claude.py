@@ -75,9 +75,10 @@ from pathlib import Path
 from typing import Any
 
 from hive.backends.processes import amount, count, group_gone, killpg
+from hive.backends.sessions import SessionBook
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
-    PermissionRequest, SessionSpec, SessionStatus, TurnResult, Usage,
+    PermissionRequest, SessionSpec, TurnResult, Usage,
 )
 from hive.errors import HiveError
 
@@ -148,7 +149,7 @@ class _Past:
     messages: list[dict[str, Any]]
 
 
-class ClaudeBackend:
+class ClaudeBackend(SessionBook):
     """Runs `claude` processes; see the module docstring."""
 
     name = "claude"
@@ -279,12 +280,6 @@ class ClaudeBackend:
         s.exit_watcher = asyncio.create_task(self._watch_exit(s), name=f"claude-{sid[:8]}-exit")
         return sid
 
-    def _get(self, session_id: str) -> _Session:
-        try:
-            return self._sessions[session_id]
-        except KeyError:
-            raise KeyError(f"no claude session {session_id!r}") from None
-
     async def abort_session(self, session_id: str) -> None:
         s = self._sessions.get(session_id)
         if s is None or s.exited or s.proc.returncode is not None or s.pending_turns == 0:
@@ -334,16 +329,6 @@ class ClaudeBackend:
         await self._kill_group(s)
         await self._wait_reader(s)
 
-    async def get_session_status(self, session_id: str) -> SessionStatus:
-        return self._status(self._get(session_id))
-
-    def _status(self, s: _Session) -> SessionStatus:
-        return SessionStatus(session_id=s.id, state=s.state(), usage=replace(s.usage),
-                             pid=s.proc.pid, last_activity=s.last_activity)
-
-    async def list_sessions(self) -> list[SessionStatus]:
-        return [self._status(s) for s in self._sessions.values()]
-
     # -- messages ------------------------------------------------------------------------------
     async def send_message_async(self, session_id: str, text: str) -> None:
         s = self._get(session_id)
@@ -359,13 +344,7 @@ class ClaudeBackend:
             s.pending_turns = max(0, s.pending_turns - 1)
             raise RuntimeError(f"claude session {session_id} has exited") from e
 
-    async def get_messages(self, session_id: str) -> list[dict[str, Any]]:
-        return [dict(m) for m in self._get(session_id).messages]
-
     # -- permissions ---------------------------------------------------------------------------
-    async def get_pending_permissions(self, session_id: str) -> list[PermissionRequest]:
-        return list(self._get(session_id).permissions.values())
-
     async def reply_permission(self, session_id: str, request_id: str, allow: bool,
                                message: str = "") -> None:
         s = self._sessions.get(session_id)

@@ -123,9 +123,10 @@ from pathlib import Path
 from typing import Any
 
 from hive.backends.processes import count, group_gone, killpg
+from hive.backends.sessions import SessionBook
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
-    PermissionRequest, SessionSpec, SessionStatus, TurnResult, Usage,
+    PermissionRequest, SessionSpec, TurnResult, Usage,
 )
 from hive.errors import HiveError
 
@@ -273,7 +274,7 @@ class _Session:
         return "busy" if self.turn_active or self.queue else "idle"
 
 
-class CodexBackend:
+class CodexBackend(SessionBook):
     """Runs `codex app-server` processes; see the module docstring."""
 
     name = "codex"
@@ -532,12 +533,6 @@ class CodexBackend:
             raise
         return proc
 
-    def _get(self, session_id: str) -> _Session:
-        s = self._sessions.get(session_id)
-        if s is None:
-            raise KeyError(f"no codex session {session_id!r}")
-        return s
-
     async def abort_session(self, session_id: str) -> None:
         s = self._sessions.get(session_id)
         if s is None or s.deleted:
@@ -591,16 +586,6 @@ class CodexBackend:
             await self._kill(proc)
         for task in list(s.tasks):
             task.cancel()
-
-    async def get_session_status(self, session_id: str) -> SessionStatus:
-        return self._status(self._get(session_id))
-
-    def _status(self, s: _Session) -> SessionStatus:
-        return SessionStatus(session_id=s.id, state=s.state(), usage=replace(s.usage),
-                             pid=s.proc.pid if s.proc is not None else None, last_activity=s.last_activity)
-
-    async def list_sessions(self) -> list[SessionStatus]:
-        return [self._status(s) for s in self._sessions.values()]
 
     # -- messages ------------------------------------------------------------------------------
     async def send_message_async(self, session_id: str, text: str) -> None:
@@ -667,13 +652,7 @@ class CodexBackend:
             s.tasks.add(task)
             task.add_done_callback(s.tasks.discard)
 
-    async def get_messages(self, session_id: str) -> list[dict[str, Any]]:
-        return [dict(m) for m in self._get(session_id).messages]
-
     # -- permissions ---------------------------------------------------------------------------
-    async def get_pending_permissions(self, session_id: str) -> list[PermissionRequest]:
-        return list(self._get(session_id).permissions.values())
-
     async def reply_permission(self, session_id: str, request_id: str, allow: bool,
                                message: str = "") -> None:
         s = self._sessions.get(session_id)
