@@ -9,7 +9,8 @@ from typing import Any, Callable
 from bench import Benchmark, Context, Result, cpu_now, fmt, measure
 from bench.fixtures import BuiltRepo
 from hive.state import issue_file
-from hive.state.index import Index, walk_changes
+from hive.state.index import Index
+from hive.state.trees import walk_changes
 from hive.state.store import Change, Snapshot, StateStore
 
 

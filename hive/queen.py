@@ -306,7 +306,7 @@ def approve(project: Project, slug: str) -> tuple[str | None, list[str]]:
 
 
 def _plan_issue_paths(repo: pygit2.Repository, plan_tip: str, state_tip: str | None) -> list[str]:
-    from hive.state.index import walk_changes
+    from hive.state.trees import walk_changes
 
     base = repo.merge_base(plan_tip, state_tip) if state_tip else None
     base_tree = repo[base].peel(pygit2.Commit).tree if base else None

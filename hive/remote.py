@@ -173,7 +173,7 @@ def _issues_between(project: Project, old: str, new: str) -> set[str]:
     import pygit2
 
     from hive.state import layout
-    from hive.state.index import walk_changes
+    from hive.state.trees import walk_changes
 
     repo = project.store.repo
     changed = walk_changes(repo, repo[old].peel(pygit2.Commit).tree, repo[new].peel(pygit2.Commit).tree)

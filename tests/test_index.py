@@ -6,7 +6,7 @@ import json
 import sqlite3
 
 from hive.state import index as index_module
-from hive.state import issues
+from hive.state import issues, trees
 
 
 def listing(hive) -> list[dict]:
@@ -185,7 +185,7 @@ def test_own_writes_are_indexed_without_comparing_trees(repo, project, new_issue
     def no_walk(*args, **kwargs):
         raise AssertionError("the trees were walked")
 
-    monkeypatch.setattr(index_module, "walk_changes", no_walk)
+    monkeypatch.setattr(trees, "walk_changes", no_walk)
     issues.update(project, ids[1], {"priority": 0, "depends_on": [ids[0]]})
     issues.set_status(project, ids[2], "canceled")                          # moves to the archive
     issues.add_notes(project, [issues.note_line("use PYTHONPATH=src", "gotcha")], file_id=ids[3])

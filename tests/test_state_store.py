@@ -436,3 +436,30 @@ def test_a_malformed_tree_object_is_refused_not_misread(project):
     for broken in (raw[:-3], raw + b"x", b"100644 name-without-id\0short"):
         with pytest.raises(ValueError, match="malformed tree"):
             Folder.parse(broken)
+
+
+def test_walk_changes_names_every_changed_file_as_git_diff_does(project, git, repo):
+    """The tree walk behind every catch-up (index, `.hive/`, sync, plans) against git's own diff."""
+    import pygit2
+
+    from hive.state.trees import walk_changes, write_tree
+
+    store = project.store
+    base = write_tree(store.repo, None, {"a.md": b"1", "keep.md": b"k", "sub/x.md": b"x", "sub/deep/y.md": b"y",
+                                         "gone/z.md": b"z", "ab.md": b"f"})
+    builder = store.repo.TreeBuilder(store.repo[base])           # a mode change alone: not a change
+    builder.insert("keep.md", store.repo[base]["keep.md"].id, pygit2.GIT_FILEMODE_BLOB_EXECUTABLE)
+    moded = builder.write()
+    changed = write_tree(store.repo, store.repo[moded], {"a.md": b"2", "sub/deep/y.md": None, "sub/new.md": b"n",
+                                                         "gone/z.md": None, "ab.md": None, "ab/inner.md": b"i"})
+    ours = sorted(walk_changes(store.repo, store.repo[base], store.repo[changed]))
+    diff = store.repo.diff(store.repo[base], store.repo[changed])
+    theirs = sorted((d.new_file.path if d.status_char() != "D" else d.old_file.path,
+                     None if d.status_char() == "A" else str(d.old_file.id),
+                     None if d.status_char() == "D" else str(d.new_file.id))
+                    for d in diff.deltas if d.old_file.id != d.new_file.id)
+    assert ours == theirs
+    assert [p for p, _, _ in ours] == ["a.md", "ab.md", "ab/inner.md", "gone/z.md", "sub/deep/y.md", "sub/new.md"]
+    assert list(walk_changes(store.repo, store.repo[base], store.repo[moded])) == []
+    assert sorted(p for p, old, _ in walk_changes(store.repo, None, store.repo[base]) if old is None) == \
+        ["a.md", "ab.md", "gone/z.md", "keep.md", "sub/deep/y.md", "sub/x.md"]

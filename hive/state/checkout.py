@@ -316,7 +316,7 @@ class Checkout:
     def _refresh_locked(self) -> None:
         import pygit2
 
-        from hive.state.index import walk_changes
+        from hive.state.trees import walk_changes
 
         store = self.project.store
         tip = store.snapshot()

@@ -16,7 +16,7 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 from hive import git
 from hive.errors import BadInput
@@ -106,28 +106,6 @@ def parse_notes(data: bytes, path: str) -> tuple[list[dict[str, Any]], list[Prob
             "agent": str(note.get("agent") or ""), "at": str(note.get("at") or ""),
         })
     return notes, problems
-
-
-def walk_changes(repo: "pygit2.Repository", old: "pygit2.Tree | None", new: "pygit2.Tree | None",
-                 prefix: str = "") -> Iterator[tuple[str, str | None, str | None]]:
-    """Yield (path, old blob id, new blob id) for every blob that differs; equal subtrees skipped."""
-    import pygit2
-
-    old_entries = {e.name: e for e in old} if old is not None else {}
-    new_entries = {e.name: e for e in new} if new is not None else {}
-    for name in old_entries.keys() | new_entries.keys():
-        before, after = old_entries.get(name), new_entries.get(name)
-        if before is not None and after is not None and before.id == after.id:
-            continue
-        path = prefix + name
-        before_tree = before is not None and before.filemode == pygit2.GIT_FILEMODE_TREE
-        after_tree = after is not None and after.filemode == pygit2.GIT_FILEMODE_TREE
-        if before_tree or after_tree:
-            yield from walk_changes(repo, repo[before.id] if before_tree else None,
-                                    repo[after.id] if after_tree else None, path + "/")
-        if not before_tree and before is not None or not after_tree and after is not None:
-            yield (path, str(before.id) if before is not None and not before_tree else None,
-                   str(after.id) if after is not None and not after_tree else None)
 
 
 class Index:
@@ -311,7 +289,9 @@ class Index:
             for table in ("issues", "deps", "notes", "problems"):
                 db.execute(f"DELETE FROM {table}")
         new_tree = repo[tip].peel(pygit2.Commit).tree if tip else None
-        return list(walk_changes(repo, old_tree, new_tree))
+        from hive.state import trees   # pygit2: not imported by commands that only read the index
+
+        return list(trees.walk_changes(repo, old_tree, new_tree))
 
     def _apply(self, repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]]) -> list[Problem]:
         db = self.db

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from hive.state import layout
-from hive.state.index import walk_changes
+from hive.state.trees import walk_changes
 from hive.state.merge_driver import merge_file, merge_issue
 
 
