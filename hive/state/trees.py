@@ -52,11 +52,19 @@ class Folder:
 
     @classmethod
     def parse(cls, raw: bytes) -> "Folder":
-        found = _ENTRY.findall(raw)   # in C: ~4 ms for 10k entries, a Python loop took ~7
-        entries = [entry for entry, _, _ in found]
+        # all in C (findall, zip, index): ~4 ms for 10k entries, a Python loop over them took ~7
+        found = _ENTRY.findall(raw)
+        entries, modes, keys = (list(column) for column in zip(*found)) if found else ([], [], [])
         if sum(map(len, entries)) != len(raw):   # the matches did not tile the object
             raise ValueError("malformed tree object")
-        return cls([name + b"/" if mode == TREE_MODE else name for _, mode, name in found], entries)
+        at = 0
+        while True:                              # subtrees are few: find them one by one
+            try:
+                at = modes.index(TREE_MODE, at)
+            except ValueError:
+                return cls(keys, entries)
+            keys[at] += b"/"
+            at += 1
 
     def _find(self, name: bytes) -> int | None:
         for key in (name, name + b"/"):
