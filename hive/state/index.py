@@ -59,11 +59,20 @@ class Problem:
 def row_to_issue(row: sqlite3.Row) -> Issue:
     return Issue(
         id=row["id"], title=row["title"], status=row["status"], priority=row["priority"],
-        type=row["type"], parent=row["parent"] or "", depends_on=json.loads(row["depends_on"]),
-        labels=json.loads(row["labels"]), assignee=row["assignee"] or "",
+        type=row["type"], parent=row["parent"] or "", depends_on=_json(row["depends_on"]),
+        labels=_json(row["labels"]), assignee=row["assignee"] or "",
         created=row["created_at"], updated=row["updated_at"], body=row["body"],
-        extra=json.loads(row["extra"]),
+        extra=_json(row["extra"]),
     )
+
+
+def _json(text: str) -> Any:
+    # most lists and extras are empty: `git hive list` decodes three per issue (30k at 10k issues)
+    if text == "[]":
+        return []
+    if text == "{}":
+        return {}
+    return json.loads(text)
 
 
 def _issue_row(issue: Issue, path: str, blob: str) -> dict[str, Any]:
