@@ -701,7 +701,7 @@ async def _process_exit(proc: asyncio.subprocess.Process) -> None:
                 await readable
             finally:
                 loop.remove_reader(fd)
-        except (NotImplementedError, OSError, ValueError):  # no pidfd here: the exit is seen below
+        except (RuntimeError, OSError, ValueError):  # a loop that cannot watch fds: seen below
             pass
         finally:
             os.close(fd)
