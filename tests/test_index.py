@@ -203,3 +203,24 @@ def test_own_writes_are_indexed_without_comparing_trees(repo, project, new_issue
     assert [n["content"] for n in project.index.notes(ids[3])] == ["use PYTHONPATH=src"]
     project.index.rebuild()
     assert contents() == incremental
+
+
+def test_the_json_listing_built_by_sqlite_is_the_issues_to_json(repo, project, new_issue, git):
+    """`git hive list --json` comes from SQLite (`Index.list_json`); it must equal, key for key and
+    in order, what `Issue.to_json()` gives for `Index.list()` — filters and extra keys included."""
+    epic = new_issue("An épic ✓", type="epic", priority=0)
+    first = new_issue("first", parent=epic, labels=["a", "b"])
+    new_issue("second \"quoted\"\\n", depends_on=[first], status="done", priority=1)
+    new_issue("plain")
+    path = repo / ".hive" / "issues" / f"{first}.md"
+    path.write_text(path.read_text().replace('title = "first"', 'title = "first"\nreviewer = "pat"\n'
+                                             'due = 2026-12-01T10:00:00Z\nnested = { depth = [1, 2] }'))
+    project.sync(warn=False)
+    for status, parent in ((None, None), (["open"], None), (["done", "open"], None), (None, epic), (["canceled"], None)):
+        expected = [i.to_json() for i in project.index.list(status, parent=parent, with_body=False)]
+        text = project.index.list_json(status, parent=parent)
+        assert json.loads(text) == expected
+        assert [list(d) for d in json.loads(text)] == [list(d) for d in expected]   # key order too
+    shown = {d["id"]: d for d in json.loads(project.index.list_json())}
+    assert shown[first]["reviewer"] == "pat" and shown[first]["nested"] == {"depth": [1, 2]}
+    assert shown[first]["due"] == "2026-12-01T10:00:00Z" and shown[epic]["title"] == "An épic ✓"

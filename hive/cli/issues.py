@@ -7,7 +7,7 @@ import subprocess
 
 import click
 
-from hive.cli.output import ISSUE_HEADERS, issue_rows, print_json, show_issue, table
+from hive.cli.output import ISSUE_HEADERS, issue_rows, print_json, print_json_text, show_issue, table
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.state import issue_file
@@ -63,11 +63,14 @@ def create(title: str, description: str, priority: int, kind: str, parent: str,
 def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_json: bool) -> None:
     """List issues: every status unless filtered."""
     project = open_project()
+    parent_id = resolve(project, parent) if parent else None
+    if as_json and not ready:
+        print_json_text(project.index.list_json(statuses or None, parent=parent_id))
+        return
     if ready:
         found = [i for i in project.index.ready() if not statuses or i.status in statuses]
     else:
-        found = project.index.list(statuses or None, parent=resolve(project, parent) if parent else None,
-                                   with_body=False)
+        found = project.index.list(statuses or None, parent=parent_id, with_body=False)
     if as_json:
         print_json([i.to_json() for i in found])
     elif found:

@@ -19,6 +19,14 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=indent, ensure_ascii=False))
 
 
+def print_json_text(text: str) -> None:
+    """JSON already serialized (compact), printed as `print_json` would print its value."""
+    if sys.stdout.isatty():
+        print_json(json.loads(text))
+    else:
+        click.echo(text)
+
+
 def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
     rows = [list(map(str, r)) for r in rows]
     width = shutil.get_terminal_size((120, 20)).columns

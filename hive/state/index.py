@@ -34,6 +34,12 @@ SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
 ISSUE_COLUMNS = ("id", "path", "blob", "title", "status", "priority", "type", "parent", "assignee",
                  "depends_on", "labels", "created_at", "updated_at", "body", "extra")
 
+# Issue.to_json() in SQL: the same keys in the same order (id, then issue_file.KNOWN_FIELDS);
+# `extra` (kept JSON-ready) is merged after them with json_patch.
+JSON_OBJECT = ("json_object('id', id, 'title', title, 'status', status, 'priority', priority, 'type', type, "
+               "'parent', coalesce(parent, ''), 'depends_on', json(depends_on), 'labels', json(labels), "
+               "'assignee', coalesce(assignee, ''), 'created', created_at, 'updated', updated_at)")
+
 READY_SQL = f"""
 SELECT i.* FROM issues i INDEXED BY issues_ready
 WHERE i.status = 'open' AND i.assignee IS NULL AND i.type != 'epic'
@@ -409,6 +415,18 @@ class Index:
     def list(self, status: Iterable[str] | None = None, parent: str | None = None,
              with_body: bool = True) -> list[Issue]:
         columns = "*" if with_body else ", ".join(c if c != "body" else "'' AS body" for c in ISSUE_COLUMNS)
+        sql, args = self._listing(columns, status, parent)
+        return [row_to_issue(r) for r in self.db.execute(sql, args)]
+
+    def list_json(self, status: Iterable[str] | None = None, parent: str | None = None) -> str:
+        """`[issue.to_json() for issue in list(...)]` as compact JSON text, built by SQLite: no
+        Python object per issue (a 10k-issue `git hive list --json` spent ~150 ms on those)."""
+        sql, args = self._listing(f"json_patch({JSON_OBJECT}, extra) AS issue", status, parent)
+        row = self.db.execute(f"SELECT json_group_array(json(issue)) FROM ({sql})", args).fetchone()
+        return row[0]
+
+    @staticmethod
+    def _listing(columns: str, status: Iterable[str] | None, parent: str | None) -> tuple[str, list[Any]]:
         sql, args = f"SELECT {columns} FROM issues", []
         clauses = []
         if status:
@@ -420,8 +438,7 @@ class Index:
             args.append(parent)
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY priority ASC, created_at ASC, id ASC"
-        return [row_to_issue(r) for r in self.db.execute(sql, args)]
+        return sql + " ORDER BY priority ASC, created_at ASC, id ASC", args
 
     def ready(self, limit: int | None = None) -> list[Issue]:
         sql = READY_SQL + (f" LIMIT {int(limit)}" if limit else "")
