@@ -17,7 +17,7 @@ import resource
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from bench.fixtures import Workspace
 
@@ -111,6 +111,21 @@ def cpu_now() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed(obj: Any, name: str, into: dict[str, list[float]]) -> Any:
+    """Wrap `obj.name` so that each call's wall time is appended to `into[name]`; returns the original."""
+    original = getattr(obj, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            into.setdefault(name, []).append(time.perf_counter() - start)
+
+    setattr(obj, name, wrapper)
+    return original
 
 
 def measure(fn: Callable[[], object], reps: int, warmup: int = 1,

@@ -35,7 +35,7 @@ from typing import Any
 
 import pygit2
 
-from bench import Benchmark, Context, Result, fmt, measure
+from bench import Benchmark, Context, Result, fmt, measure, timed
 from bench.fixtures import environment, git_hive_executable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -571,21 +571,6 @@ def throughput(ctx: Context) -> list[Result]:
 
 # -- merge throughput --------------------------------------------------------------------------
 
-def _timed(module: Any, name: str, into: dict[str, list[float]]) -> Any:
-    """Wrap `module.name` so that each call's wall time is appended to `into[name]`; returns the original."""
-    original = getattr(module, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            into.setdefault(name, []).append(time.perf_counter() - start)
-
-    setattr(module, name, wrapper)
-    return original
-
-
 def _work_branches(paths: Any, raw: RawGit, base: pygit2.Commit, n: int, tag: str) -> list[tuple[str, str]]:
     """N issues' work as workers leave it: a worktree on hive/work/<id> with one commit of its own."""
     from hive.orchestrator import worktrees
@@ -615,7 +600,7 @@ def _land_all(ctx: Context, paths: Any, raw: RawGit, tag: str, checked_out: bool
     base = raw.repo.references["refs/heads/main"].peel(pygit2.Commit)
     branches = _work_branches(paths, raw, base, n, tag)
     parts: dict[str, list[float]] = {}
-    originals = {name: _timed(mechanical, name, parts)
+    originals = {name: timed(mechanical, name, parts)
                  for name in ("replay", "sync_worktree", "checkout_waiting", "fast_forward")}
     # the same work done raw, interleaved with the real thing (the machine's load hits both alike):
     # one commit replayed onto main, main moved by CAS (and its checkout updated)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
 
-from bench import Benchmark, Context, Result, cpu_now, fmt, measure
+from bench import Benchmark, Context, Result, cpu_now, fmt, measure, timed
 from bench.fixtures import BuiltRepo
 from hive.state import issue_file
 from hive.state.index import Index
@@ -156,20 +156,6 @@ def ready(ctx: Context) -> list[Result]:
 
 # -- writes -----------------------------------------------------------------------------------
 
-def _timed(obj: Any, name: str, into: dict[str, list[float]]) -> None:
-    """Wrap `obj.name` so that each call's wall time is appended to `into[name]`."""
-    original: Callable[..., Any] = getattr(obj, name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            into.setdefault(name, []).append(time.perf_counter() - start)
-
-    setattr(obj, name, wrapper)
-
-
 def _claims(ctx: Context, repo: BuiltRepo, *, deferred: bool) -> Result:
     """`hive.queue.claim` on ready issues: CAS commit re-checking the issue and its blockers at the
     tip, then the `.hive/` refresh (unless `deferred`: the daemon refreshes once per wake-up) and
@@ -185,9 +171,9 @@ def _claims(ctx: Context, repo: BuiltRepo, *, deferred: bool) -> Result:
     ready_ids = [i.id for i in project.index.ready()]
     claim_ids = iter(repo.take(reps + 2, among=ready_ids))
     parts: dict[str, list[float]] = {}
-    _timed(project.store, "commit", parts)
-    _timed(project.checkout, "refresh", parts)
-    _timed(project.index, "ensure_current", parts)
+    timed(project.store, "commit", parts)
+    timed(project.checkout, "refresh", parts)
+    timed(project.index, "ensure_current", parts)
     failures = []
 
     def claim() -> None:
@@ -271,12 +257,10 @@ Measured with cProfile and CPU time on the generated repositories; re-check afte
 
 - **`list --json`** pays the interpreter and imports first (see the `python -c pass` and
   `--version` rows: in this sandbox a `.pth` file imports certifi at every interpreter start).
-  At 10k issues the rest is, in CPU: the `.hive/` edit scan (`stat` of every live file plus
-  loading every checkout record) ~50–70 ms; `Index.list` ~150–190 ms (`SELECT *` with bodies,
-  sorted without an index, then `row_to_issue`: three `json.loads` and a dataclass per row);
-  `print_json(indent=2)` ~130 ms, because `json.dumps` with `indent` uses the pure-Python
-  encoder (~35 ms without indent). Fixes: compact JSON in `hive/cli/output.py`, a list query
-  that skips bodies (the JSON has none), cheaper row conversion.
+  At 10k issues the rest is the `.hive/` edit scan (`stat` of every live file plus loading every
+  checkout record, ~50–70 ms) and the listing, which SQLite now builds as JSON text
+  (`Index.list_json`: `json_object` per row, `json_group_array`); building an `Issue` and a dict
+  per issue in Python cost ~150 ms more.
 - **Full rebuild** is parse-bound: tomllib on every front matter is ~75 % of it (see the split
   in the notes); reading the blobs from a gc'd pack most of the rest. Parsing in 2 processes
   would roughly halve it on this 2-core machine.

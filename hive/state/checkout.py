@@ -486,15 +486,20 @@ def _through_symlink(root: Path, path: str) -> bool:
 
 def _write_atomic(target: Path, data: bytes) -> os.stat_result:
     """Write `target` by rename; the stat of what was written (a rename keeps it)."""
+    tmp, written = _write_temp(target, data)
+    os.replace(tmp, target)
+    return written
+
+
+def _write_temp(target: Path, data: bytes) -> tuple[Path, os.stat_result]:
+    """`data` in a new file beside `target` (folders made), and the stat of what was written."""
     target.parent.mkdir(parents=True, exist_ok=True)
     # a short name: the target's own may already be as long as a file name can be
     tmp = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
     with open(tmp, "wb") as out:
         out.write(data)
         out.flush()
-        written = os.fstat(out.fileno())
-    os.replace(tmp, target)
-    return written
+        return tmp, os.fstat(out.fileno())
 
 
 def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os.stat_result | None:
@@ -505,12 +510,7 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
     swapped out is no longer `expected`, swapped back — the person's save stays. Returns the stat
     of what was written, or None when the file was left to the person.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        written = os.fstat(out.fileno())
+    tmp, written = _write_temp(target, data)
     try:
         if expected is None:
             try:
