@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hive.errors import HiveError
+
+if TYPE_CHECKING:
+    import pygit2
 
 STATE_BRANCH = "hive/state"
 STATE_REF = "refs/heads/" + STATE_BRANCH
@@ -28,27 +35,32 @@ class RepoPaths:
     git_dir: Path       # that worktree's own git dir
     common_dir: Path    # the shared git dir (objects, refs, config)
 
-    @property
+    @cached_property
     def main_worktree(self) -> Path:
         return self.common_dir.parent
 
-    @property
+    @cached_property
     def hive_dir(self) -> Path:
         """Runtime files that are never shared: index, daemon lock, logs, worker worktrees."""
         return self.common_dir / "hive"
 
-    @property
+    @cached_property
     def state_checkout(self) -> Path:
         """`.hive/`: the editable linked worktree of `hive/state` at the root of the main worktree."""
         return self.main_worktree / ".hive"
 
-    @property
+    @cached_property
     def index_db(self) -> Path:
         return self.hive_dir / "index.db"
 
-    @property
+    @cached_property
     def worktrees_dir(self) -> Path:
         return self.hive_dir / "worktrees"
+
+    @cached_property
+    def ref_events(self) -> Path:
+        """Appended to by hive's writers and the `reference-transaction` hook: a daemon watches it."""
+        return self.hive_dir / "ref-events"
 
 
 def _gitdir_of(dot_git: Path) -> Path | None:
@@ -96,11 +108,39 @@ def discover(start: Path | str | None = None) -> RepoPaths:
     raise HiveError(f"not a git repository (or any parent up to /): {here}")
 
 
+# Opened repositories, per thread: libgit2 must not use one from two threads at once.
+_opened = threading.local()
+OPENED_PER_THREAD = 4
+
+
+def repository(path: Path | str) -> "pygit2.Repository":
+    """The pygit2 Repository at `path`, opened once per thread and kept (the last few).
+
+    Opening one reads its config and sets up its ref and object stores (~0.2 ms), and a daemon
+    needs the same repository several times per issue. Refs and objects are read from disk on
+    each lookup; an index is not: re-read it (`index.read(False)`) before relying on it.
+    """
+    import pygit2
+
+    cache: OrderedDict[str, pygit2.Repository] | None = getattr(_opened, "repositories", None)
+    if cache is None:
+        cache = _opened.repositories = OrderedDict()
+    key = str(path)
+    repo = cache.get(key)
+    if repo is None:
+        repo = cache[key] = pygit2.Repository(key)
+        while len(cache) > OPENED_PER_THREAD:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return repo
+
+
 def read_ref(common_dir: Path, name: str) -> str | None:
     """The object id a ref points to, read from loose refs or packed-refs; None if absent."""
-    loose = common_dir / name
     try:
-        value = loose.read_text(encoding="ascii").strip()
+        with open(os.path.join(common_dir, name), encoding="ascii") as loose:
+            value = loose.read().strip()
         if value.startswith("ref: "):
             return read_ref(common_dir, value[5:])
         if value:
@@ -108,7 +148,7 @@ def read_ref(common_dir: Path, name: str) -> str | None:
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         pass
     try:
-        with open(common_dir / "packed-refs", encoding="ascii", errors="replace") as packed:
+        with open(os.path.join(common_dir, "packed-refs"), encoding="ascii", errors="replace") as packed:
             for line in packed:
                 if line.endswith(" " + name + "\n"):
                     return line.split(" ", 1)[0]

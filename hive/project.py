@@ -50,14 +50,17 @@ class Project:
     def store_tip(self) -> str | None:
         return git.read_ref(self.paths.common_dir, git.STATE_REF)
 
-    def sync(self, *, full: bool = False, warn: bool = True, only: "Collection[str] | None" = None) -> list[Problem]:
+    def sync(self, *, full: bool = False, warn: bool = True, only: "Collection[str] | None" = None,
+             refresh: bool = True) -> list[Problem]:
         """Absorb a person's saved edits in `.hive/`, follow the branch, catch the index up.
 
         `only`: look for edits among these checkout paths alone (those a watcher reported).
+        `refresh=False` leaves the checkout's files behind the branch for now (a daemon batches).
         Returns the problems (invalid files) found; they are also printed as warnings.
         """
         edit_problems = self.checkout.absorb(full=full, only=only).problems
-        self.checkout.refresh()
+        if refresh:
+            self.checkout.refresh()
         problems = self.update_index()
         known = {p.location for p in problems}
         for exc in edit_problems:
@@ -73,8 +76,8 @@ class Project:
     def after_write(self) -> None:
         """Make a write visible everywhere: the `.hive/` checkout and the index.
 
-        A daemon sets `defer_checkout` and refreshes the checkout once per wake-up instead (its
-        loop's `sync()`), so a burst of state writes costs one refresh, not one each.
+        A daemon sets `defer_checkout` and refreshes the checkout from its loop instead, at most a
+        few times a second, so a burst of state writes costs one refresh, not one each.
         """
         if not self.defer_checkout:
             self.checkout.refresh()

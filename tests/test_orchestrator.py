@@ -163,6 +163,9 @@ def test_dag_of_20_issues_with_4_agents(repo: Path, tmp_path: Path, new_issue, g
 
     run_until_idle(repo, env, max_agents=4)
 
+    # `.hive/` follows the branch: refreshed in batches while the daemon writes, and as it ends
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    assert git("rev-parse", "HEAD", cwd=repo / ".hive").stdout == git("rev-parse", "hive/state", cwd=repo).stdout
     assert set(statuses(list_json, repo).values()) == {"finalized"}
     log = state_log(repo)
     for issue_id in ids:
@@ -187,6 +190,30 @@ def test_dag_of_20_issues_with_4_agents(repo: Path, tmp_path: Path, new_issue, g
         assert len(touched) == 1, issue_id
     assert leftover_worktrees(repo) == []
     assert work_branches(git, repo) == []
+
+
+def test_the_checkout_follows_the_branch_when_the_daemon_ends(repo: Path, project, new_issue, git, monkeypatch):
+    """The daemon refreshes `.hive/` at most every CHECKOUT_REFRESH_SECONDS while it writes, and
+    once more as it ends: what it leaves is the branch as it left it."""
+    from hive.cli.run import build_daemon
+    from hive.orchestrator import daemon as daemon_module
+
+    monkeypatch.setattr(daemon_module, "CHECKOUT_REFRESH_SECONDS", 3600.0)   # once at start, once at the end
+    ids = [new_issue(f"task {n}") for n in range(2)]
+    daemon = build_daemon(project, backend="scripted", max_agents=2, until_idle=True, log=lambda _: None)
+    asyncio.run(asyncio.wait_for(daemon.run(), RUN_TIMEOUT))
+
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    for issue_id in ids:
+        archived = repo / ".hive" / layout_path(issue_id, "finalized")
+        assert 'status = "finalized"' in archived.read_text()
+        assert not (repo / ".hive" / "issues" / f"{issue_id}.md").exists()
+
+
+def layout_path(issue_id: str, status: str) -> str:
+    from hive.state import layout
+
+    return layout.path_for(issue_id, status)
 
 
 def test_dependent_starts_from_unmerged_blocker_work(repo: Path, tmp_path: Path, new_issue, git, list_json):

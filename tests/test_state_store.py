@@ -222,6 +222,18 @@ def test_after_a_write_the_checkout_shows_the_new_state(repo, hive, git, new_iss
     assert git("rev-parse", "HEAD", cwd=repo / ".hive").stdout == git("rev-parse", "hive/state", cwd=repo).stdout
 
 
+def test_what_a_person_staged_in_the_checkout_survives_hives_refreshes(repo, project, git, new_issue):
+    """A process keeps the checkout's repository open between refreshes: it must read the git
+    index again when a person changed it (`git add` in `.hive/`), not write back its stale copy."""
+    new_issue("first")          # the checkout's index is now open in this process
+    (repo / ".hive" / "mine.txt").write_text("my own file\n")
+    git("add", "mine.txt", cwd=repo / ".hive")
+    second = new_issue("second")
+    staged = git("diff", "--cached", "--name-only", cwd=repo / ".hive").stdout.split()
+    assert staged == ["mine.txt"]
+    assert (repo / ".hive" / "issues" / f"{second}.md").read_text() == on_branch(git, repo, f"issues/{second}.md")
+
+
 def test_a_persons_invalid_edit_is_never_overwritten(repo, hive, git, new_issue, state_log):
     issue = new_issue("mine to edit")
     path = repo / ".hive" / "issues" / f"{issue}.md"

@@ -220,3 +220,22 @@ def test_dep_add_and_rm_never_drop_a_dependency_added_meanwhile(repo, project, g
     assert issues.add_dependency(project, a, b).depends_on == [c, b]
     commit_by_hand(git, repo, a, f'depends_on = ["{c}", "{b}"]', f'depends_on = ["{c}", "{b}", "{d}"]')
     assert issues.remove_dependency(project, a, c).depends_on == [b, d]
+
+
+def test_a_parsed_issue_is_its_own_even_when_the_reading_is_shared(issue_text):
+    """Parsing the same front matter twice reuses tomllib's reading; an Issue changed by its
+    holder must not change what the next parse returns."""
+    from hive.errors import BadInput
+    from hive.state import issue_file
+
+    extra = 'reviewers = ["ana", "bo"]\nlimits = {cpu = 2}\n'
+    text = issue_text("shared reading").replace("\n+++\n", "\n" + extra + "+++\n", 1)
+    first = issue_file.parse(text, "hv-aaaaa1")
+    first.extra["reviewers"].append("cy")
+    first.extra["limits"]["cpu"] = 8
+    first.depends_on.append("hv-bbbbb2")
+    second = issue_file.parse(text, "hv-aaaaa1")
+    assert second.extra == {"reviewers": ["ana", "bo"], "limits": {"cpu": 2}}
+    assert second.depends_on == []
+    with pytest.raises(BadInput, match=r"issues/hv-aaaaa1.md:3"):
+        issue_file.parse(text.replace('status = "open"', 'status = "opn"'), "hv-aaaaa1")

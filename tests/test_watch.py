@@ -153,3 +153,45 @@ def test_absorb_looks_only_at_the_paths_a_watcher_reported(repo, project, git, n
     assert result.problems == [] and on_branch(git, repo, f"issues/{gone}.md") is None
     assert project.checkout.absorb(only=set()).committed == []
     assert project.checkout.absorb().committed == [f"issues/{second}.md"]   # the whole live folder
+
+
+def test_ref_events_are_news_unless_this_process_wrote_them(tmp_path):
+    """A daemon is not woken by its own state commits (it knows of them), but by any other
+    process's and by every line of the reference-transaction hook."""
+    import os
+
+    from hive.state.watch import RefEvents
+
+    path = tmp_path / "ref-events"
+    path.write_text("1.000 1\n")               # from before the watcher started: not news
+    events = RefEvents(path)
+    assert not events.news()
+
+    def append(text: str) -> None:
+        with open(path, "a") as out:
+            out.write(text)
+
+    append(f"2.000 {os.getpid()}\n")
+    assert not events.news()
+    append(f"3.000 {os.getpid() + 1}\n")       # another hive process
+    assert events.news()
+    append("0000 1111 refs/heads/main\n")      # the hook: a person's git
+    assert events.news()
+    append(f"4.000 {os.getpid() + 1}")         # a line still being written: next time
+    assert not events.news()
+    append("\n")
+    assert events.news()
+    path.write_text(f"5.000 {os.getpid()}\n")  # emptied by a person, then one of ours
+    assert not events.news()
+    path.unlink()
+    assert events.news()                       # gone: look at the state rather than miss a move
+
+
+def test_the_watch_leaves_out_worktrees_and_refs(repo, project):
+    """Agents, checkouts and tests write thousands of files under `<git-dir>/hive/worktrees`, and
+    hive moves a work branch for every issue: none of that is watched."""
+    from hive.state.watch import watched_paths
+
+    paths = project.paths
+    assert watched_paths(project) == [paths.state_checkout, paths.ref_events]
+    assert paths.ref_events.is_file()           # made, so that it can be watched

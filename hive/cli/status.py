@@ -109,8 +109,10 @@ def status(as_json: bool, watch: bool) -> None:
 
     show()
     try:
-        # woken by any state or runtime change; the timeout keeps agent ages fresh
-        for _ in watch_files(*watched_paths(project), watch_filter=None, debounce=100, step=20,
+        # woken by any state change, and by the runtime database (agents, tokens; its WAL while a
+        # daemon runs); the timeout keeps agent ages fresh and catches a daemon started later
+        runtime = [project.paths.hive_dir / name for name in ("runtime.db", "runtime.db-wal")]
+        for _ in watch_files(*watched_paths(project, runtime), watch_filter=None, debounce=100, step=20,
                              rust_timeout=5000, yield_on_timeout=True):
             show()
     except KeyboardInterrupt:

@@ -43,7 +43,7 @@ def worktree_path(paths: git.RepoPaths, issue_id: str) -> Path:
 
 
 def open_repo(paths: git.RepoPaths) -> pygit2.Repository:
-    return pygit2.Repository(str(paths.common_dir))
+    return git.repository(paths.common_dir)
 
 
 def target_tip(repo: pygit2.Repository, target_branch: str) -> pygit2.Commit:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Iterator
 
+from hive import git
 from hive.errors import BadInput
 from hive.state import layout
 
@@ -69,12 +70,13 @@ class Checkout:
     def __init__(self, project: "Project"):
         self.project = project
         self.root = project.paths.state_checkout
+        self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
         self._git_index = None   # the checkout's git index, read at most once per scan
 
     @property
     def exists(self) -> bool:
-        return (self.root / ".git").exists()
+        return os.path.exists(self._dot_git)
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -191,7 +193,8 @@ class Checkout:
 
     def _git_dir(self) -> Path | None:
         try:
-            text = (self.root / ".git").read_text(encoding="utf-8").strip()
+            with open(self._dot_git, encoding="utf-8") as dot_git:
+                text = dot_git.read().strip()
         except OSError:
             return None
         return Path(text[len("gitdir:"):].strip()) if text.startswith("gitdir:") else None
@@ -200,7 +203,7 @@ class Checkout:
         """A person is running git in `.hive/` (merge, rebase, pull...): its files are git's, not edits."""
         git_dir = self._git_dir()
         markers = ("index.lock", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply")
-        return git_dir is not None and any((git_dir / m).exists() for m in markers)
+        return git_dir is not None and any(os.path.exists(os.path.join(git_dir, m)) for m in markers)
 
     def find_edits(self, full: bool = False, only: Collection[str] | None = None) -> list[Edit]:
         """Saved edits: in the live folder (all files when `full`), or among `only` (paths a
@@ -262,13 +265,19 @@ class Checkout:
             written = _write_atomic(target, data)
         self._record(path, tip_oid, written)
 
+    def _checkout_index(self) -> "pygit2.Index":
+        """The `.hive/` worktree's git index, as it is on disk now (a person may `git add`)."""
+        index = git.repository(self.root).index
+        index.read(False)   # re-read only if the file changed
+        return index
+
     def _git_index_blob(self, path: str) -> str | None:
         """The blob the `.hive/` worktree's git index holds for `path` (read once per scan)."""
         import pygit2
 
         try:
             if self._git_index is None:
-                self._git_index = pygit2.Repository(str(self.root)).index
+                self._git_index = self._checkout_index()
             return str(self._git_index[path].id)
         except (KeyError, pygit2.GitError):
             return None
@@ -334,8 +343,7 @@ class Checkout:
                 except (KeyError, ValueError):
                     old_tree = None
             changes = list(walk_changes(repo, old_tree, tip.tree))
-        checkout_repo = pygit2.Repository(str(self.root))
-        git_index = checkout_repo.index
+        git_index = self._checkout_index()
         # One transaction for the bookkeeping (each autocommit is an fsync), and the records of
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
         with self._transaction():
@@ -381,8 +389,6 @@ class Checkout:
             if git_dir is not None:
                 # held for milliseconds by a live git; older than that, left by a killed process
                 # (hive's own refresh included), and every later refresh would fail on it
-                from hive import git
-
                 git.release_stale_lock(git_dir / "index.lock")
             git_index.write()
             self._set_commit(tip.oid or "")
@@ -476,10 +482,10 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
 def _through_symlink(root: Path, path: str) -> bool:
     """Whether `path` (relative to `root`) is a symlink or lies under one. Hive never reads or
     writes through those in `.hive/`: a fetched `hive/state` may carry them, pointing anywhere."""
-    current = root
+    current = str(root)
     for part in path.split("/"):
-        current = current / part
-        if current.is_symlink():
+        current = f"{current}/{part}"
+        if os.path.islink(current):
             return True
     return False
 

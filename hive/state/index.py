@@ -268,7 +268,7 @@ class Index:
     def catch_up(self, tip: str, *, full: bool = False, written: "Written | None" = None) -> list[Problem]:
         import pygit2
 
-        repo = pygit2.Repository(str(self.paths.common_dir))
+        repo = git.repository(self.paths.common_dir)
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:

@@ -6,10 +6,12 @@ keeps a person's comments, ordering and layout when hive changes a field.
 
 from __future__ import annotations
 
+import copy
 import re
 import secrets
 import tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import datetime, timezone
 from typing import Any
 
@@ -118,6 +120,14 @@ def _line_of_key(front: str, key: str, first_line: int) -> int:
     return first_line
 
 
+@lru_cache(maxsize=512)
+def _load_front(front: str) -> dict[str, Any]:
+    """tomllib's reading of a front matter, remembered: one state commit reads the same front
+    matter up to five times (the issue at the tip, the rewrite's check before and after, the
+    new file, the index). The dict is shared: read it, never change it."""
+    return tomllib.loads(front)
+
+
 def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
     """Parse and validate one issue file. Raises BadInput naming `where:line` on any problem."""
     where = where or f"issues/{issue_id}.md"
@@ -137,7 +147,7 @@ def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
                        f"{where}:1")
     front, body, first_line = split(data, where)
     try:
-        meta = tomllib.loads(front)
+        meta = _load_front(front)
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None) or _toml_error_line(str(exc), front)
         reason = getattr(exc, "msg", None) or re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
@@ -209,7 +219,7 @@ def from_meta(meta: dict[str, Any], body: str, issue_id: str, where: str,
         raise fail("depends_on", f"{issue_id} depends on itself")
     if parent == issue_id:
         raise fail("parent", f"{issue_id} is its own parent")
-    extra = {k: v for k, v in meta.items() if k not in KNOWN_FIELDS}
+    extra = {k: copy.deepcopy(v) for k, v in meta.items() if k not in KNOWN_FIELDS}   # meta is shared
     return Issue(
         id=issue_id, title=title, status=status, priority=priority, type=kind, parent=parent,
         depends_on=list(dict.fromkeys(depends_on)), labels=list(dict.fromkeys(list_field("labels"))),
@@ -308,7 +318,7 @@ def _replace_in_place(front: str, changes: dict[str, Any]) -> str | None:
         lines[hits[0]] = pattern.sub(lambda m: m.group(1) + value_text + m.group(2), lines[hits[0]])
     new_front = "\n".join(lines)
     try:
-        before, after = tomllib.loads(front), tomllib.loads(new_front)
+        before, after = _load_front(front), _load_front(new_front)
     except tomllib.TOMLDecodeError:
         return None
     if after != {**before, **expected} or any(type(after[k]) is not type(v) for k, v in expected.items()):

@@ -221,9 +221,8 @@ def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, mes
 
 def notify(paths: git.RepoPaths) -> None:
     """Tell a running daemon that refs moved (libgit2 ref updates run no git hooks)."""
-    events = paths.hive_dir / "ref-events"
     try:
-        with open(events, "a", encoding="utf-8") as out:
+        with open(paths.ref_events, "a", encoding="utf-8") as out:
             out.write(f"{time.time():.3f} {os.getpid()}\n")
     except FileNotFoundError:
         pass

@@ -14,6 +14,7 @@ and parse, ~5 ms at 10k), and reads of a snapshot look entries up in it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -21,6 +22,7 @@ import tempfile
 import zlib
 from bisect import bisect_left
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
@@ -100,14 +102,17 @@ class Folder:
         return b"".join(self.entries)
 
 
-def write_loose(objects_dir: Path, kind: bytes, body: bytes) -> pygit2.Oid:
+def write_loose(objects_dir: str, kind: bytes, body: bytes) -> pygit2.Oid:
     """Store an object as git does (`<objects>/ab/cdef…`, zlib), uncompressed blocks."""
     data = b"%s %d\0" % (kind, len(body)) + body
     hexsha = hashlib.sha1(data).hexdigest()
-    folder = objects_dir / hexsha[:2]
-    target = folder / hexsha[2:]
-    if not target.exists():
-        folder.mkdir(exist_ok=True)
+    folder = os.path.join(objects_dir, hexsha[:2])
+    target = os.path.join(folder, hexsha[2:])
+    if not os.path.exists(target):
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            pass
         fd, temp = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
         try:
             with os.fdopen(fd, "wb") as out:
@@ -115,7 +120,8 @@ def write_loose(objects_dir: Path, kind: bytes, body: bytes) -> pygit2.Oid:
             os.chmod(temp, 0o444)
             os.replace(temp, target)
         except BaseException:
-            Path(temp).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
             raise
     return pygit2.Oid(hex=hexsha)
 
@@ -165,6 +171,11 @@ class FolderCache:
         return None
 
 
+@lru_cache(maxsize=16)
+def _objects_dir(git_dir: str) -> str:
+    return os.path.join(git.common_dir_of(Path(git_dir)), "objects")
+
+
 def write_tree(repo: pygit2.Repository, base: pygit2.Tree | None, files: dict[str, bytes | None], *,
                folders: FolderCache | None = None, changed: Changes | None = None) -> pygit2.Oid:
     """A new tree: `base` with `files` written (bytes) or removed (None), only touched folders rebuilt.
@@ -172,11 +183,10 @@ def write_tree(repo: pygit2.Repository, base: pygit2.Tree | None, files: dict[st
     With `folders`, the folders written are kept there for the next write. `changed` collects
     (path, old blob id, new blob id) for each file that really changed.
     """
-    objects_dir = git.common_dir_of(Path(repo.path)) / "objects"
-    return _write_folder(repo, objects_dir, "", base.id if base is not None else None, files, folders, changed)
+    return _write_folder(repo, _objects_dir(repo.path), "", base.id if base is not None else None, files, folders, changed)
 
 
-def _write_folder(repo: pygit2.Repository, objects_dir: Path, folder: str, base_id: pygit2.Oid | None,
+def _write_folder(repo: pygit2.Repository, objects_dir: str, folder: str, base_id: pygit2.Oid | None,
                   files: dict[str, bytes | None], folders: FolderCache | None,
                   changed: Changes | None) -> pygit2.Oid:
     direct: dict[str, bytes | None] = {}

@@ -1,8 +1,10 @@
 """Watching the state: wake on edits saved in `.hive/` and on ref updates, and act at once.
 
-Used by `git hive watch` and by the daemon. Ref updates are seen two ways: the loose ref files
-under `refs/heads/` (libgit2 writers run no hooks) and the `ref-events` file that the installed
-`reference-transaction` hook and hive's own writers append to. No polling: watchfiles wakes us.
+Used by `git hive watch` and by the daemon. Ref updates are seen in the `ref-events` file: the
+installed `reference-transaction` hook appends to it for every branch git moves, and hive's own
+writers (libgit2 runs no hooks) for theirs. Lines this process wrote itself are no news to it.
+No polling: watchfiles wakes us. A ref moved by a writer that does neither (git with hooks turned
+off) is seen at the caller's next safety tick.
 """
 
 from __future__ import annotations
@@ -30,9 +32,46 @@ def _is_noise(name: str) -> bool:
 
 
 def watched_paths(project: Project, extra: list[Path] | None = None) -> list[Path]:
+    """The `.hive/` checkout (recursively) and the `ref-events` file.
+
+    Not the rest of `<git-common-dir>/hive/`: the worker worktrees live there, and every file an
+    agent, a checkout or a test writes in them would cost the watcher thread and wake the loop.
+    Not `refs/`: every work branch hive creates, moves and deletes would wake it too.
+    """
     paths = project.paths
-    candidates = [paths.state_checkout, paths.common_dir / "refs" / "heads", paths.hive_dir, *(extra or [])]
+    if paths.hive_dir.is_dir():
+        paths.ref_events.touch(exist_ok=True)   # a file is watched only once it exists
+    candidates = [paths.state_checkout, paths.ref_events, *(extra or [])]
     return [p for p in candidates if p.exists()]
+
+
+class RefEvents:
+    """Reads what was appended to `ref-events` since the last look."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.own = f" {os.getpid()}"
+        try:
+            self.offset = path.stat().st_size
+        except FileNotFoundError:
+            self.offset = 0
+
+    def news(self) -> bool:
+        """Whether a ref was moved by anyone but this process since the last call."""
+        try:
+            with open(self.path, "rb") as events:
+                events.seek(0, os.SEEK_END)
+                if events.tell() < self.offset:
+                    self.offset = 0   # emptied by a person: read it all
+                events.seek(self.offset)
+                added = events.read()
+        except FileNotFoundError:
+            return True
+        complete = added.rfind(b"\n") + 1   # a line being written is read next time
+        self.offset += complete
+        lines = added[:complete].decode("utf-8", "replace").splitlines()
+        # hive's writers append "<time> <pid>", the hook "<old> <new> <ref>"
+        return any(len(line.split()) != 2 or not line.endswith(self.own) for line in lines if line)
 
 
 async def wakeups(project: Project, extra: list[Path] | None = None,
@@ -41,9 +80,7 @@ async def wakeups(project: Project, extra: list[Path] | None = None,
     from watchfiles import awatch
 
     checkout = str(project.paths.state_checkout) + os.sep
-    refs = str(project.paths.common_dir / "refs") + os.sep
-    ref_events = str(project.paths.hive_dir / "ref-events")
-    packed = str(project.paths.common_dir / "packed-refs")
+    ref_events = RefEvents(project.paths.ref_events)
     roots = watched_paths(project, extra)
     async for changes in awatch(*roots, watch_filter=None, debounce=50, step=5, stop_event=stop,
                                 rust_timeout=timeout_ms or 0, yield_on_timeout=bool(timeout_ms)):
@@ -54,11 +91,9 @@ async def wakeups(project: Project, extra: list[Path] | None = None,
                 if rel.startswith(".git") or _is_noise(os.path.basename(rel)):
                     continue
                 wake.checkout_paths.add(rel)
-            elif path.startswith(refs) or path in (ref_events, packed):
-                if not path.endswith(".lock"):
-                    wake.refs_moved = True
+            elif path == str(ref_events.path):
+                wake.refs_moved = wake.refs_moved or ref_events.news()
             elif not path.endswith((".lock", "-wal", "-shm", "-journal")):
                 wake.other.add(path)
         if wake.checkout_paths or wake.refs_moved or wake.other or timeout_ms:
             yield wake
-
