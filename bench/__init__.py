@@ -129,14 +129,17 @@ def timed(obj: Any, name: str, into: dict[str, list[float]]) -> Any:
 
 
 def measure(fn: Callable[[], object], reps: int, warmup: int = 1,
-            cpu: list[float] | None = None) -> list[float]:
+            cpu: list[float] | None = None, setup: Callable[[], object] | None = None) -> list[float]:
     """Wall times of `reps` calls of `fn` after `warmup` untimed ones.
 
     With `cpu`, each timed call's CPU time (this process and the subprocesses it waited for) is
-    appended to it: on a loaded machine wall time swings, CPU time much less.
+    appended to it: on a loaded machine wall time swings, CPU time much less. `setup` runs,
+    untimed, before each call.
     """
     samples = []
     for i in range(warmup + reps):
+        if setup is not None:
+            setup()
         cpu_start = cpu_now()
         start = time.perf_counter()
         fn()
