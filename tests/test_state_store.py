@@ -475,3 +475,34 @@ def test_walk_changes_names_every_changed_file_as_git_diff_does(project, git, re
     assert list(walk_changes(store.repo, store.repo[base], store.repo[moded])) == []
     assert sorted(p for p, old, _ in walk_changes(store.repo, None, store.repo[base]) if old is None) == \
         ["a.md", "ab.md", "gone/z.md", "keep.md", "sub/deep/y.md", "sub/x.md"]
+
+
+def test_a_stores_own_commits_give_what_changed_across_several_of_them(project, new_issue):
+    """A daemon refreshes `.hive/` after several of its commits at once: their recorded changes,
+    chained, must say what a tree walk would, and nothing when another writer came in between."""
+    import pygit2
+
+    from hive.state.trees import walk_changes
+
+    store = project.store
+    keep, move, flip = new_issue("kept"), new_issue("archived"), new_issue("flipped")
+    start = store.tip()
+    issues.set_status(project, keep, "in_progress")
+    issues.set_status(project, move, "finalized")                       # a move into the archive
+    issues.update(project, flip, {"labels": ["x"]})
+    issues.update(project, flip, {"labels": []})
+    end = store.tip()
+
+    def walked(old: str, new: str) -> list:
+        tree = lambda oid: store.repo[oid].peel(pygit2.Commit).tree
+        return sorted(walk_changes(store.repo, tree(old), tree(new)))
+
+    assert sorted(store.changes_between(start, end)) == walked(start, end)
+    assert store.changes_between(end, end) == []
+    assert store.changes_between(None, end) is None
+    other = store.repo.create_commit(None, store.repo.default_signature, store.repo.default_signature, "outside",
+                                     store.repo[end].peel(pygit2.Commit).tree.id, [pygit2.Oid(hex=end)])
+    assert cas_update(store.repo, "refs/heads/hive/state", end, str(other), "outside")
+    issues.set_status(project, keep, "done")
+    assert store.changes_between(start, store.tip()) is None             # not all of them ours
+    assert sorted(store.changes_between(str(other), store.tip())) == walked(str(other), store.tip())

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 from hive.backends.base import (EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, BUSY, Backend,
                                 Event)
+from hive.backends.processes import reaped_by_pidfds
 from hive.config import Config
 from hive.errors import HiveError
 from hive.orchestrator import permissions, protocol, worktrees
@@ -83,6 +84,10 @@ class Daemon:
     # -- main loop ------------------------------------------------------------------------------
 
     async def run(self) -> int:
+        with reaped_by_pidfds(asyncio.get_running_loop()):
+            return await self._run()
+
+    async def _run(self) -> int:
         if not self.lock.acquire():
             raise HiveError(f"a hive daemon is already running for this repository "
                             f"(pid {self.lock.holder()}); `git hive stop` stops it")
@@ -240,11 +245,14 @@ class Daemon:
         self.wake.set()
 
     async def _stop_canceled(self) -> None:
+        if not self.running:
+            return
+        held = self.project.index.assignments(self.running)
         for issue_id, worker in list(self.running.items()):
-            issue = self.project.index.get(issue_id)
-            if issue is None or issue.status == "canceled" or (
-                    issue.status == "in_progress" and issue.assignee not in ("", worker.agent_id)):
-                what = "canceled" if issue is None or issue.status == "canceled" else "taken over"
+            status, assignee = held.get(issue_id, ("", ""))
+            if not status or status == "canceled" or (
+                    status == "in_progress" and assignee not in ("", worker.agent_id)):
+                what = "canceled" if status in ("", "canceled") else "taken over"
                 self.log(f"{issue_id} {what}: stopping its agent")
                 await worker.abort(what)
                 if worker.task is not None:

@@ -332,10 +332,8 @@ class Checkout:
         if tip.oid == self.commit:
             return
         repo = store.repo
-        written = store.last_written
-        if written is not None and written.spans(self.commit, tip.oid):
-            changes = written.changes   # this process's own commit: no need to compare trees
-        else:
+        changes = store.changes_between(self.commit, tip.oid)   # this process's own commits
+        if changes is None:
             old_tree = None
             if self.commit:
                 try:

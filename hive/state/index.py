@@ -405,6 +405,12 @@ class Index:
         row = self.db.execute("SELECT * FROM issues WHERE id = ?", (issue_id,)).fetchone()
         return row_to_issue(row) if row else None
 
+    def assignments(self, issue_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """(status, assignee) of each of `issue_ids` that is indexed, in one query."""
+        rows = self.db.execute("SELECT id, status, assignee FROM issues WHERE id IN "
+                               "(SELECT value FROM json_each(?))", (json.dumps(list(issue_ids)),))
+        return {row[0]: (row[1], row[2]) for row in rows}
+
     def path_of(self, issue_id: str) -> str | None:
         row = self.db.execute("SELECT path FROM issues WHERE id = ?", (issue_id,)).fetchone()
         return row[0] if row else None

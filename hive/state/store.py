@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,6 +24,7 @@ from hive.state import layout
 from hive.state.trees import Changes, Entry, FolderCache, write_tree
 
 MAX_ATTEMPTS = 200
+WRITTEN_KEPT = 64   # own commits remembered: enough for the writes between two `.hive/` refreshes
 
 # libgit2 caches only trees under 4 KB by default. The live `issues/` folder is a tree of ~40
 # bytes per issue (~400 KB at 10k issues), so every path lookup in it (several per write: the
@@ -136,7 +138,31 @@ class StateStore:
         self.paths = paths
         self.repo = pygit2.Repository(str(paths.common_dir))
         self.folders = FolderCache()
-        self.last_written: Written | None = None
+        self.written: deque[Written] = deque(maxlen=WRITTEN_KEPT)   # this process's last commits
+
+    @property
+    def last_written(self) -> Written | None:
+        return self.written[-1] if self.written else None
+
+    def changes_between(self, old: str | None, new: str | None) -> Changes | None:
+        """What changed from commit `old` to commit `new` when this process's own commits are all
+        that happened in between (a daemon's `.hive/` refresh spans several); None otherwise."""
+        if not old or not new:
+            return None
+        by_commit = {w.commit: w for w in self.written}
+        chain: list[Written] = []
+        at = new
+        while at != old:
+            step = by_commit.get(at)
+            if step is None or step.parent is None:
+                return None
+            chain.append(step)
+            at = step.parent
+        first_and_last: dict[str, tuple[str | None, str | None]] = {}
+        for step in reversed(chain):
+            for path, before, after in step.changes:
+                first_and_last[path] = (first_and_last.get(path, (before, None))[0], after)
+        return [(path, before, after) for path, (before, after) in first_and_last.items() if before != after]
 
     def tip(self) -> str | None:
         ref = self.repo.references.get(git.STATE_REF)
@@ -166,7 +192,7 @@ class StateStore:
             parents = [snap.commit.id] if snap.commit is not None else []
             new = self.repo.create_commit(None, signature, signature, change.message(), tree_id, parents)
             if cas_update(self.repo, git.STATE_REF, snap.oid, str(new), change.summary):
-                self.last_written = Written(snap.oid, str(new), changed)
+                self.written.append(Written(snap.oid, str(new), changed))
                 notify(self.paths)
                 return str(new)
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))

@@ -110,10 +110,10 @@ def write_loose(objects_dir: str, kind: bytes, body: bytes) -> pygit2.Oid:
     target = os.path.join(folder, hexsha[2:])
     if not os.path.exists(target):
         try:
-            os.mkdir(folder)
-        except FileExistsError:
-            pass
-        fd, temp = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
+            fd, temp = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
+        except FileNotFoundError:   # the first object of its fan-out folder
+            os.makedirs(folder, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(zlib.compress(data, 0))
