@@ -234,6 +234,22 @@ def test_what_a_person_staged_in_the_checkout_survives_hives_refreshes(repo, pro
     assert (repo / ".hive" / "issues" / f"{second}.md").read_text() == on_branch(git, repo, f"issues/{second}.md")
 
 
+def test_a_save_in_the_same_clock_tick_as_hives_write_is_not_missed(repo, project, git, new_issue):
+    """File times are coarse: a person's save right after hive wrote a file can have the very
+    mtime and size hive recorded. Records of files that young make the next look read the content."""
+    import os
+
+    issue = new_issue("twelve chars")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    hive_wrote = os.stat(path)                   # hive's refresh wrote it just now and recorded it
+    path.write_text(path.read_text().replace("twelve chars", "twelve CHARS"))
+    os.utime(path, ns=(hive_wrote.st_atime_ns, hive_wrote.st_mtime_ns))
+    assert (os.stat(path).st_mtime_ns, os.stat(path).st_size) == (hive_wrote.st_mtime_ns, hive_wrote.st_size)
+
+    assert project.checkout.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
+    assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
+
+
 def test_a_persons_invalid_edit_is_never_overwritten(repo, hive, git, new_issue, state_log):
     issue = new_issue("mine to edit")
     path = repo / ".hive" / "issues" / f"{issue}.md"

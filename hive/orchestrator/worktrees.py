@@ -111,12 +111,15 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
     path = worktree_path(paths, issue_id)
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
-    if issue_id in repo.list_worktrees():
-        try:
-            repo.lookup_worktree(issue_id).prune(True)
-        except pygit2.GitError:
-            shutil.rmtree(paths.common_dir / "worktrees" / issue_id, ignore_errors=True)
-    clear_broken_admin(paths, issue_id, repo)
+    # git's admin folder of the worktree, named after it: looked for first, as most calls (a
+    # new issue's worktree) find none, and listing the worktrees reads every one of them
+    if (paths.common_dir / "worktrees" / issue_id).is_dir():
+        if issue_id in repo.list_worktrees():
+            try:
+                repo.lookup_worktree(issue_id).prune(True)
+            except pygit2.GitError:
+                shutil.rmtree(paths.common_dir / "worktrees" / issue_id, ignore_errors=True)
+        clear_broken_admin(paths, issue_id, repo)
     if delete_branch:
         unlock_branch(paths, issue_id)
         ref = "refs/heads/" + branch_name(issue_id)

@@ -24,6 +24,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,12 @@ def blob_id(data: bytes) -> str:
 @dataclass
 class Record:
     blob: str
-    mtime_ns: int
+    mtime_ns: int      # RACY_MTIME: compare the content, not the stat
     size: int
+
+
+RACY_NS = 2_000_000_000   # younger than this (1 s timestamps exist, e.g. on network file systems)
+RACY_MTIME = -1
 
 
 @dataclass
@@ -118,8 +123,12 @@ class Checkout:
             return
         try:
             st = st or os.stat(self.root / path)
+            # Racy: a file this young may be saved again within its mtime's tick (the kernel's
+            # timestamps are coarse) at the same size — the same stat, so an edit no stat check
+            # would see. Its record asks for a look at the content next time (as git does).
+            racy = time.time_ns() - st.st_mtime_ns < RACY_NS
             self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
-                            (path, blob, st.st_mtime_ns, st.st_size))
+                            (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size))
         except FileNotFoundError:
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
 
