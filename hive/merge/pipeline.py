@@ -84,12 +84,13 @@ class MergeProcessor:
         self._ensure_columns()
 
     def _ensure_columns(self) -> None:
-        import sqlite_utils
-
-        table = sqlite_utils.Database(self.runtime.db)["merge_queue"]
+        """Columns added after the first release (runtime databases made before them)."""
+        present = {row[1] for row in self.runtime.db.execute("PRAGMA table_info(merge_queue)")}
         for column, kind in (("test_command", str), ("merged_commit", str)):
-            if column not in table.columns_dict:
-                table.add_column(column, kind)
+            if column not in present:
+                import sqlite_utils   # only to migrate: see Runtime._open
+
+                sqlite_utils.Database(self.runtime.db)["merge_queue"].add_column(column, kind)
 
     # -- the queue ------------------------------------------------------------------------------
 
