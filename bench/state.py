@@ -167,7 +167,7 @@ def _claims(ctx: Context, repo: BuiltRepo, *, deferred: bool) -> Result:
     project = Project.open(repo.root)
     project.sync(warn=False)
     if deferred:
-        project.defer_checkout = True
+        project.defer_checkout = lambda: None   # the daemon's loop refreshes, batched
     ready_ids = [i.id for i in project.index.ready()]
     claim_ids = iter(repo.take(reps + 2, among=ready_ids))
     parts: dict[str, list[float]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection
+from typing import TYPE_CHECKING, Callable, Collection
 
 from hive import git
 from hive.errors import HiveError
@@ -26,7 +26,9 @@ class Project:
         self.paths = paths
         self.index = Index(paths)
         self.checkout = Checkout(self)
-        self.defer_checkout = False
+        # Who brings `.hive/` up to date after this process's writes: None, each write itself; a
+        # daemon sets a function that schedules its own refresh, batched (see after_write).
+        self.defer_checkout: Callable[[], None] | None = None
 
     @classmethod
     def open(cls, where: Path | str | None = None, *, require_init: bool = True) -> "Project":
@@ -73,15 +75,18 @@ class Project:
                 print(f"warning: {problem}", file=sys.stderr)
         return problems
 
-    def after_write(self) -> None:
-        """Make a write visible everywhere: the `.hive/` checkout and the index.
+    def after_write(self) -> list[Problem]:
+        """Make a write visible everywhere: the `.hive/` checkout and the index; the problems of
+        the files that changed.
 
         A daemon sets `defer_checkout` and refreshes the checkout from its loop instead, at most a
         few times a second, so a burst of state writes costs one refresh, not one each.
         """
-        if not self.defer_checkout:
+        if self.defer_checkout is None:
             self.checkout.refresh()
-        self.update_index()
+        else:
+            self.defer_checkout()
+        return self.update_index()
 
     def update_index(self) -> list[Problem]:
         """Catch the index up with `hive/state` (from this process's last write when that is all

@@ -127,9 +127,7 @@ class Remote:
                 report.incoming += _count(self.project, before, remote_tip)
                 report.changed_issues = sorted(set(report.changed_issues) | _issues_between(self.project, before, new))
         if new is not None:
-            if not self.project.defer_checkout:   # as Project.after_write does
-                self.project.checkout.refresh()
-            problems = self.project.update_index()
+            problems = self.project.after_write()
             if report is not None:
                 # what came in and is not valid is said now: later commands find the index
                 # already caught up (`git hive doctor` lists every problem at any time)

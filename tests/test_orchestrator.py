@@ -210,6 +210,37 @@ def test_the_checkout_follows_the_branch_when_the_daemon_ends(repo: Path, projec
         assert not (repo / ".hive" / "issues" / f"{issue_id}.md").exists()
 
 
+def test_the_checkout_shows_a_claim_while_the_agent_works(repo: Path, project, new_issue, tmp_path: Path,
+                                                          monkeypatch):
+    """The daemon's own commits wake nothing (they are no news to it), yet `.hive/` shows each of
+    them within CHECKOUT_REFRESH_SECONDS — not at the next wake-up, which may be far off."""
+    from hive.cli.run import build_daemon
+    from hive.orchestrator import daemon as daemon_module
+
+    monkeypatch.setattr(daemon_module, "SAFETY_TICK_SECONDS", 3600.0)   # no tick to rescue it
+    monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"labels": {"slow": [{"hang": True}]}})))
+    issue = new_issue("slow work", labels=["slow"])
+    live = repo / ".hive" / "issues" / f"{issue}.md"
+    daemon = build_daemon(project, backend="scripted", max_agents=1, until_idle=False, log=lambda _: None)
+
+    async def scenario() -> None:
+        running = asyncio.create_task(daemon.run())
+        try:
+            deadline = time.monotonic() + 20
+            while not agent_pids(repo, issue):          # started: its claim is committed
+                assert time.monotonic() < deadline and not running.done(), "the agent did not start"
+                await asyncio.sleep(0.02)
+            deadline = time.monotonic() + 2 * daemon_module.CHECKOUT_REFRESH_SECONDS + 1
+            while 'status = "in_progress"' not in live.read_text():
+                assert time.monotonic() < deadline, "the claim did not reach .hive/"
+                await asyncio.sleep(0.02)
+        finally:
+            daemon.request_stop()
+            await running
+
+    asyncio.run(asyncio.wait_for(scenario(), RUN_TIMEOUT))
+
+
 def layout_path(issue_id: str, status: str) -> str:
     from hive.state import layout
 

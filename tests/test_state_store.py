@@ -250,6 +250,35 @@ def test_a_save_in_the_same_clock_tick_as_hives_write_is_not_missed(repo, projec
     assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
 
 
+def test_a_save_between_hives_write_and_its_index_update_is_not_taken_for_staged(repo, project, git, new_issue,
+                                                                                 monkeypatch):
+    """hive writes a file of `.hive/`, then records it in that worktree's git index: a person's
+    save landing in between must stay an edit, not become what git shows as staged (an absorb
+    leaves staged versions to git)."""
+    from hive.state import checkout as checkout_module
+
+    issue = new_issue("first title")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    write = checkout_module._replace_if_unchanged
+
+    def write_then_a_person_saves(target, data, expected):
+        written = write(target, data, expected)
+        if target == path:
+            saved = path.with_name(f".{path.name}.swp")
+            saved.write_text(path.read_text().replace("first title", "their title"))
+            saved.replace(path)
+        return written
+
+    monkeypatch.setattr(checkout_module, "_replace_if_unchanged", write_then_a_person_saves)
+    issues.update(project, issue, {"priority": 1})          # hive's write and its refresh
+    monkeypatch.undo()
+    staged = git("ls-files", "-s", f"issues/{issue}.md", cwd=repo / ".hive").stdout.split()[1]
+    assert staged == git("rev-parse", f"hive/state:issues/{issue}.md", cwd=repo).stdout.strip()
+    assert project.checkout.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
+    on_tip = on_branch(git, repo, f"issues/{issue}.md")
+    assert 'title = "their title"' in on_tip and "priority = 1" in on_tip
+
+
 def test_a_persons_invalid_edit_is_never_overwritten(repo, hive, git, new_issue, state_log):
     issue = new_issue("mine to edit")
     path = repo / ".hive" / "issues" / f"{issue}.md"

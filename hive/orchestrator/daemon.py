@@ -42,7 +42,7 @@ class Daemon:
                  max_agents: int | None = None, until_idle: bool = False,
                  log: Callable[[str], None] | None = None, remote: str | None = None):
         self.project = project
-        project.defer_checkout = True   # the loop refreshes `.hive/` (CHECKOUT_REFRESH_SECONDS)
+        project.defer_checkout = self._checkout_behind   # the loop refreshes `.hive/`, batched
         self.backend = backend
         self.config = config
         self.max_agents = max_agents or config.max_agents
@@ -55,6 +55,7 @@ class Daemon:
         self._checkout_changes: set[str] | None = None   # None: look at the whole checkout
         self._checkout_refreshed = float("-inf")          # time.monotonic() of the last refresh
         self._refresh_timer: asyncio.TimerHandle | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None   # while run() runs
         self._agents_starting = 0
         self.no_agent_starting = asyncio.Event()
         self.no_agent_starting.set()
@@ -84,8 +85,12 @@ class Daemon:
     # -- main loop ------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        with reaped_by_pidfds(asyncio.get_running_loop()):
-            return await self._run()
+        self._event_loop = asyncio.get_running_loop()
+        try:
+            with reaped_by_pidfds(self._event_loop):
+                return await self._run()
+        finally:
+            self._event_loop = None
 
     async def _run(self) -> int:
         if not self.lock.acquire():
@@ -155,16 +160,28 @@ class Daemon:
         # only the `.hive/` files the watcher saw change are looked at for a person's edits; all
         # of them at start and on every full sweep (FULL_SWEEP_SECONDS), in case an event was lost
         only, self._checkout_changes = self._checkout_changes, set()
-        wait = self._checkout_refreshed + CHECKOUT_REFRESH_SECONDS - time.monotonic()
-        if wait > 0 and self._refresh_timer is None:
-            self._refresh_timer = asyncio.get_running_loop().call_later(wait, self._refresh_due)
-        problems = self.project.sync(warn=False, only=only, refresh=wait <= 0)
-        if wait <= 0:
+        due = time.monotonic() - self._checkout_refreshed >= CHECKOUT_REFRESH_SECONDS
+        if not due:
+            self._schedule_refresh()
+        problems = self.project.sync(warn=False, only=only, refresh=due)
+        if due:
             self._checkout_refreshed = time.monotonic()
         for problem in problems:
             if str(problem) not in self._problems_seen:
                 self._problems_seen.add(str(problem))
                 self.log(f"warning: {problem}")
+
+    def _checkout_behind(self) -> None:
+        """Called after each of this process's state commits (any thread): `.hive/` follows
+        within CHECKOUT_REFRESH_SECONDS."""
+        loop = self._event_loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._schedule_refresh)
+
+    def _schedule_refresh(self) -> None:
+        if self._refresh_timer is None:
+            wait = max(0.0, self._checkout_refreshed + CHECKOUT_REFRESH_SECONDS - time.monotonic())
+            self._refresh_timer = asyncio.get_running_loop().call_later(wait, self._refresh_due)
 
     def _refresh_due(self) -> None:
         self._refresh_timer = None

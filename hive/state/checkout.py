@@ -384,10 +384,14 @@ class Checkout:
                     if new_oid is None:
                         if path in git_index:
                             git_index.remove(path)
-                    elif clean:
-                        git_index.add(path)
                     else:
-                        git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid), pygit2.GIT_FILEMODE_BLOB))
+                        if clean:
+                            git_index.add(path)   # from the file: with its stat, for `git status`
+                        if not clean or str(git_index[path].id) != new_oid:
+                            # a person's save that came in after hive's write must not be staged
+                            # as if git had: absorb takes a staged version for git's own, no edit
+                            git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid),
+                                                            pygit2.GIT_FILEMODE_BLOB))
                 except (OSError, pygit2.GitError, ValueError):
                     # a name this file system or git's index cannot hold (too long, a folder in
                     # the way...): that file is not in the checkout; the index reports it if bad
