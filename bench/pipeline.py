@@ -265,25 +265,12 @@ def _child(argv: list[str]) -> int:
     from hive.merge import pipeline as merge_pipeline
     from hive.orchestrator import worktrees
 
-    thread_cpu: dict[str, float] = {}
-
-    def thread_timed(module: Any, name: str) -> None:
-        original = getattr(module, name)
-
-        def wrapper(*a: Any, **kw: Any) -> Any:
-            t = time.thread_time()
-            try:
-                return original(*a, **kw)
-            finally:
-                key = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
-                thread_cpu[key] = thread_cpu.get(key, 0.0) + time.thread_time() - t
-
-        setattr(module, name, wrapper)
-
+    thread_times: dict[str, list[float]] = {}
     for module, name in ((worktrees, "create"), (worktrees, "remove"), (mechanical, "land"),
                          (mechanical, "replay"), (mechanical, "sync_worktree"), (mechanical, "fast_forward"),
                          (mechanical, "checkout_waiting"), (merge_pipeline, "_prepare_worktree")):
-        thread_timed(module, name)
+        timed(module, name, thread_times, key=f"{module.__name__.rsplit('.', 1)[-1]}.{name}",
+              clock=time.thread_time)
 
     def cpu(who: int) -> float:
         usage = resource.getrusage(who)
@@ -328,7 +315,7 @@ def _child(argv: list[str]) -> int:
         "wall": wall, "cpu_self": cpu_self, "cpu_main": cpu_main, "cpu_children": cpu_children, "commits": commits,
         "prompts": prompts, "git_calls": git_calls, "tests": tests, "statuses": statuses,
         "lines": lines, "profile": profile_text, "steps": steps,
-        "thread_cpu": thread_cpu}))
+        "thread_cpu": {key: sum(times) for key, times in thread_times.items()}}))
     return 0
 
 

@@ -92,7 +92,7 @@ class Project:
         """Catch the index up with `hive/state` (from this process's last write when that is all
         that happened since: no tree walk then)."""
         store = self.__dict__.get("store")   # not opened just for this: pygit2 costs to import
-        return self.index.ensure_current(store.last_written if store is not None else None)
+        return self.index.ensure_current(store.changes_between if store is not None else None)
 
     def close(self) -> None:
         self.index.close()

@@ -29,20 +29,14 @@ def reaped_by_pidfds(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
     except OSError:
         yield
         return
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        previous = asyncio.get_child_watcher()
-        watcher = asyncio.PidfdChildWatcher()
-        watcher.attach_loop(loop)
-        asyncio.set_child_watcher(watcher)
+    previous = asyncio.get_child_watcher()
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(loop)
+    asyncio.set_child_watcher(watcher)
     try:
         yield
     finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            asyncio.set_child_watcher(previous)
+        asyncio.set_child_watcher(previous)
         watcher.close()
 
 

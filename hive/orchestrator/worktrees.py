@@ -113,12 +113,13 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
         shutil.rmtree(path, ignore_errors=True)
     # git's admin folder of the worktree, named after it: looked for first, as most calls (a
     # new issue's worktree) find none, and listing the worktrees reads every one of them
-    if (paths.common_dir / "worktrees" / issue_id).is_dir():
+    admin = paths.common_dir / "worktrees" / issue_id
+    if admin.is_dir():
         if issue_id in repo.list_worktrees():
             try:
                 repo.lookup_worktree(issue_id).prune(True)
             except pygit2.GitError:
-                shutil.rmtree(paths.common_dir / "worktrees" / issue_id, ignore_errors=True)
+                shutil.rmtree(admin, ignore_errors=True)
         clear_broken_admin(paths, issue_id, repo)
     if delete_branch:
         unlock_branch(paths, issue_id)

@@ -16,7 +16,7 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from hive import git
 from hive.errors import BadInput
@@ -26,7 +26,9 @@ from hive.state.issue_file import Issue
 if TYPE_CHECKING:
     import pygit2
 
-    from hive.state.store import Written
+    from hive.state.trees import Changes
+
+    OwnChanges = Callable[[str, str], "Changes | None"]
 
 SCHEMA_VERSION = "3"
 SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
@@ -250,24 +252,23 @@ class Index:
     def indexed_commit(self) -> str:
         return self._meta(self.db, "state_commit") or ""
 
-    def ensure_current(self, written: "Written | None" = None) -> list[Problem]:
+    def ensure_current(self, own_changes: "OwnChanges | None" = None) -> list[Problem]:
         """Bring the index up to the tip of `hive/state`; return problems found in changed files.
 
-        `written`: this process's last commit. When it is the one step from the indexed commit
-        to the tip, its changes are applied as they are, without comparing the two trees.
+        `own_changes(old, new)`: what this process's own commits changed from `old` to `new`
+        (`StateStore.changes_between`), applied as they are without comparing the two trees;
+        None when other writers came in between.
         """
         tip = git.read_ref(self.paths.common_dir, git.STATE_REF) or ""
         if tip == self.indexed_commit:
             return []
-        return self.catch_up(tip, written=written)
+        return self.catch_up(tip, own_changes=own_changes)
 
     def rebuild(self) -> list[Problem]:
         """Index the tip from scratch (in place: other processes may have the file open)."""
         return self.catch_up(git.read_ref(self.paths.common_dir, git.STATE_REF) or "", full=True)
 
-    def catch_up(self, tip: str, *, full: bool = False, written: "Written | None" = None) -> list[Problem]:
-        import pygit2
-
+    def catch_up(self, tip: str, *, full: bool = False, own_changes: "OwnChanges | None" = None) -> list[Problem]:
         repo = git.repository(self.paths.common_dir)
         db = self.db
         db.execute("BEGIN IMMEDIATE")
@@ -276,9 +277,8 @@ class Index:
             if indexed == tip and not full:
                 db.execute("COMMIT")
                 return []
-            if written is not None and written.spans(indexed, tip):
-                changes = written.changes
-            else:
+            changes = own_changes(indexed, tip) if own_changes is not None else None
+            if changes is None:
                 changes = self._changes_since(repo, db, indexed, tip)
             problems = self._apply(repo, changes)
             db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))

@@ -38,15 +38,12 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Written:
-    """What one commit of this process changed: the index applies it without walking trees."""
+    """What one commit of this process changed: the index and the `.hive/` refresh apply a
+    chain of them without walking trees (`StateStore.changes_between`)."""
 
     parent: str | None
     commit: str
     changes: Changes
-
-    def spans(self, old: str | None, new: str | None) -> bool:
-        """Whether this commit is all that changed from `old` to `new`."""
-        return bool(old) and (self.parent, self.commit) == (old, new)
 
 
 @dataclass
@@ -139,10 +136,6 @@ class StateStore:
         self.repo = pygit2.Repository(str(paths.common_dir))
         self.folders = FolderCache()
         self.written: deque[Written] = deque(maxlen=WRITTEN_KEPT)   # this process's last commits
-
-    @property
-    def last_written(self) -> Written | None:
-        return self.written[-1] if self.written else None
 
     def changes_between(self, old: str | None, new: str | None) -> Changes | None:
         """What changed from commit `old` to commit `new` when this process's own commits are all

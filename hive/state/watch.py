@@ -81,6 +81,7 @@ async def wakeups(project: Project, extra: list[Path] | None = None,
 
     checkout = str(project.paths.state_checkout) + os.sep
     ref_events = RefEvents(project.paths.ref_events)
+    events_path = str(ref_events.path)
     roots = watched_paths(project, extra)
     # watchfiles' thread takes the GIL every `step` ms to look at `stop`; a batch of changes is
     # handed over once a step passes without new ones: ~2 steps (40 ms) after a person's save
@@ -93,7 +94,7 @@ async def wakeups(project: Project, extra: list[Path] | None = None,
                 if rel.startswith(".git") or _is_noise(os.path.basename(rel)):
                     continue
                 wake.checkout_paths.add(rel)
-            elif path == str(ref_events.path):
+            elif path == events_path:
                 wake.refs_moved = wake.refs_moved or ref_events.news()
             elif not path.endswith((".lock", "-wal", "-shm", "-journal")):
                 wake.other.add(path)
