@@ -4,12 +4,14 @@ files in hive/prompts/)."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
 import pytest
 
+from hive import prompts
 from hive.merge import refinery
 from hive.orchestrator import prompts as worker_prompts
 from hive.queen import QUEEN_SYSTEM_PROMPT, Queen
@@ -94,6 +96,20 @@ SAMPLES: dict[str, Callable[[], str]] = {
 def test_prompt_is_unchanged(name: str) -> None:
     expected = (EXPECTED / f"{name}.txt").read_bytes().decode("utf-8")
     assert SAMPLES[name]() == expected
+
+
+def test_every_prompt_file_ships_and_is_used() -> None:
+    package = Path(prompts.__file__).parent
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "hive.prompts" in project["packages"] and project["package-data"]["hive.prompts"] == ["*.md"]
+    sources = "".join(path.read_text() for path in (package.parent).rglob("*.py"))
+    for file in package.glob("*.md"):
+        assert f'"{file.stem}"' in sources, f"{file.name} is not used"
+
+
+def test_render_refuses_a_missing_value() -> None:
+    with pytest.raises(KeyError):
+        prompts.render("fyi", issue="hv-1", category="gotcha")
 
 
 def capture() -> None:
