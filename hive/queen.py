@@ -431,9 +431,8 @@ class Queen:
                                      f"plan {self.slug}: {len(issues)} issue(s)")
                 return PlanResult(True, issues, commit=commit)
             self.log(f"plan round {round_no}: {len(errors)} problem(s); sent back to the Queen")
-            text = self._followup("Your plan has problems; fix them in the plan directory "
-                                  f"{self.directory} and keep everything else:\n"
-                                  + "\n".join(f"- {e}" for e in errors))
+            text = self._followup(render("queen-fix", directory=self.directory,
+                                         errors="\n".join(f"- {e}" for e in errors)))
         return PlanResult(False, errors=errors)
 
     async def close(self) -> None:

@@ -80,6 +80,14 @@ def _queen_first() -> str:
                            _queen(None, [])._first_prompt()])
 
 
+def _queen_fix() -> str:
+    """The text `Queen.propose` sends back with the problems of a plan (rendered as it does)."""
+    errors = ["issues/hv-abc123.md:3: unknown status 'wip'",
+              "issues/hv-def456.md:1: dependency cycle: hv-def456 -> hv-def456"]
+    return prompts.render("queen-fix", directory=_queen(None, []).directory,
+                          errors="\n".join(f"- {e}" for e in errors))
+
+
 SAMPLES: dict[str, Callable[[], str]] = {
     "worker-system": lambda: worker_prompts.WORKER_SYSTEM_PROMPT,
     "worker-issue-full": _worker_full,
@@ -89,6 +97,7 @@ SAMPLES: dict[str, Callable[[], str]] = {
     "refinery-task": _refinery_task,
     "queen-system": lambda: QUEEN_SYSTEM_PROMPT,
     "queen-first": _queen_first,
+    "queen-fix": _queen_fix,
 }
 
 
