@@ -8,7 +8,7 @@ memory with 20 concurrent agents.
 
 Daemon runs happen in a child process, `python -m bench.pipeline daemon REPO ...`, that builds the
 daemon exactly as `git hive run --backend scripted --until-idle` does
-(`hive.cli.run.build_daemon`: same backend, same merge pipeline, same config from `.hive.toml`)
+(`hive.orchestrator.assemble.build_daemon`: same backend, same merge pipeline, same config from `.hive.toml`)
 and adds timing hooks only: the instant each `hive/state` commit's ref moved (wrapping the
 project's `StateStore.commit`), the instant each worker's prompt reached its agent process
 (wrapping the backend's `send_message_async`), the wall and CPU time of every `git` subprocess the
@@ -151,7 +151,7 @@ def _child(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from hive import git
-    from hive.cli.run import build_daemon
+    from hive.orchestrator.assemble import build_daemon
     from hive.merge import mechanical
     from hive.project import Project
 
@@ -836,7 +836,7 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   independent issues.
 - **Daemon runs** (`unblock`, `pipeline`): a child process `python -m bench.pipeline daemon REPO`
   builds the daemon exactly as `git hive run --backend scripted --until-idle --max-agents 8` does
-  (`hive.cli.run.build_daemon`) and adds hooks that only record: the instant each `hive/state`
+  (`hive.orchestrator.assemble.build_daemon`) and adds hooks that only record: the instant each `hive/state`
   commit's ref moved (wrapping the project's `StateStore.commit`), the instant each worker's
   prompt reached its agent (wrapping the backend's `send_message_async`), the worktree-ready and
   agent-started instants, and each `git` subprocess (reaped with `wait4`, so its own CPU time is

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 from hive import git
+from hive.orchestrator.assemble import build_daemon
+from hive.project import Project
 
 README = """# calc
 
@@ -188,9 +190,6 @@ def run_demo(keep: Path | None = None, out=print) -> int:
     out(f"planned {len(ids)} issues (an epic and {len(ids) - 1} tasks with dependencies):\n")
     out(_hive(["list"], repo))
     out("\nrunning the agents (scripted backend, 3 at a time):\n")
-
-    from hive.cli.run import build_daemon
-    from hive.project import Project
 
     project = Project.open(repo)
     project.sync(warn=False)

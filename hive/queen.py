@@ -25,6 +25,7 @@ from hive import git
 from hive.backends.base import IDLE, PERMISSION, Backend, Event, SessionSpec, TurnResult
 from hive.errors import BadInput, HiveError
 from hive.project import Project
+from hive.prompts import load, render
 from hive.state import issue_file, layout, validate
 from hive.state.issue_file import Issue
 from hive.state.store import Change, cas_update, signature_for
@@ -33,28 +34,7 @@ from hive.state.trees import write_tree
 PLAN_FILE = "PLAN.md"
 MAX_ROUNDS = 3
 
-QUEEN_SYSTEM_PROMPT = """You are the Queen of git-hive: a project manager who turns a spec into a
-plan of issues that parallel coding agents will implement. Explore the repository read-only (read
-files, search, `git log`); change no code. Write your plan as issue files in the plan directory
-named in each task, one file per issue, `issues/<id>.md`, in this format:
-
-+++
-title = "Short imperative title"
-status = "open"
-priority = 2               # 0 = highest
-type = "task"              # task | bug | feature | chore | epic
-parent = "hv-xxxxxx"       # optional: the epic it belongs to
-depends_on = ["hv-yyyyyy"] # issues that must be done first (existing or proposed)
-labels = []
-+++
-
-A description a worker can act on without asking questions: what to change, where, and how to
-check it (acceptance criteria, the test command).
-
-Ids are `<prefix>-` plus 6 characters from 0-9 and a-z, unique. Prefer small issues that can run
-in parallel; express real ordering constraints with depends_on; group related issues under an
-epic (type = "epic") with parent. Append what you learned about the project (commands,
-conventions, pitfalls) to context.md in the plan directory."""
+QUEEN_SYSTEM_PROMPT = load("queen-system")
 
 
 @dataclass
@@ -423,16 +403,9 @@ class Queen:
                                                                   if i.depends_on else "")
                             for i in open_issues) or "(none)"
         prefix = self.project.config.id_prefix
-        return "\n".join([
-            f"Plan this spec: {self.spec.strip()}", "",
-            f"worktree: {self.directory}",
-            f"repository: {self.project.paths.main_worktree}",
-            f"id prefix: {prefix}", "",
-            "Write each proposed issue as issues/<id>.md in the worktree above (the plan directory); "
-            "append what you learned about the project to context.md there.", "",
-            "## Project context", "", context or "(empty)", "",
-            "## Existing issues (you may depend on them)", "", listing, "",
-        ]) + "\n"
+        return render("queen-plan", spec=self.spec.strip(), worktree=self.directory,
+                      repository=self.project.paths.main_worktree, prefix=prefix, context=context or "(empty)",
+                      listing=listing)
 
     def _followup(self, text: str) -> str:
         """A later turn (errors to fix, feedback): it names the plan directory on a line of its
@@ -458,9 +431,8 @@ class Queen:
                                      f"plan {self.slug}: {len(issues)} issue(s)")
                 return PlanResult(True, issues, commit=commit)
             self.log(f"plan round {round_no}: {len(errors)} problem(s); sent back to the Queen")
-            text = self._followup("Your plan has problems; fix them in the plan directory "
-                                  f"{self.directory} and keep everything else:\n"
-                                  + "\n".join(f"- {e}" for e in errors))
+            text = self._followup(render("queen-fix", directory=self.directory,
+                                         errors="\n".join(f"- {e}" for e in errors)))
         return PlanResult(False, errors=errors)
 
     async def close(self) -> None:

@@ -385,7 +385,7 @@ def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, 
 def test_refinery_renewal_in_a_running_pipeline(repo, paths, new_issue, script, monkeypatch, status_of,
                                                 state_log):
     """The daemon's own refinery, with the message threshold lowered: 3 tasks, threshold 2."""
-    from hive.cli.run import build_daemon
+    from hive.orchestrator.assemble import build_daemon
     from hive.merge import refinery as refinery_module
     from hive.project import Project
     from hive.runtime import Runtime

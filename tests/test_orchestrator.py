@@ -195,7 +195,7 @@ def test_dag_of_20_issues_with_4_agents(repo: Path, tmp_path: Path, new_issue, g
 def test_the_checkout_follows_the_branch_when_the_daemon_ends(repo: Path, project, new_issue, git, monkeypatch):
     """The daemon refreshes `.hive/` at most every CHECKOUT_REFRESH_SECONDS while it writes, and
     once more as it ends: what it leaves is the branch as it left it."""
-    from hive.cli.run import build_daemon
+    from hive.orchestrator.assemble import build_daemon
     from hive.orchestrator import daemon as daemon_module
 
     monkeypatch.setattr(daemon_module, "CHECKOUT_REFRESH_SECONDS", 3600.0)   # once at start, once at the end
@@ -214,7 +214,7 @@ def test_the_checkout_shows_a_claim_while_the_agent_works(repo: Path, project, n
                                                           monkeypatch):
     """The daemon's own commits wake nothing (they are no news to it), yet `.hive/` shows each of
     them within CHECKOUT_REFRESH_SECONDS — not at the next wake-up, which may be far off."""
-    from hive.cli.run import build_daemon
+    from hive.orchestrator.assemble import build_daemon
     from hive.orchestrator import daemon as daemon_module
 
     monkeypatch.setattr(daemon_module, "SAFETY_TICK_SECONDS", 3600.0)   # no tick to rescue it
@@ -608,7 +608,7 @@ def test_claim_rechecks_status_at_commit_time(repo: Path, project, new_issue, hi
 def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_path: Path, project, new_issue,
                                                              state_log, monkeypatch):
     """The cancel lands while the agent session is being created: no prompt is ever sent."""
-    from hive.cli.run import build_daemon
+    from hive.orchestrator.assemble import build_daemon
     from hive.state import issues
 
     issue_id = new_issue("set up slowly")

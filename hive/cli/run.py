@@ -12,32 +12,6 @@ import click
 from hive.errors import HiveError
 
 
-def build_daemon(project, *, backend: str | None, max_agents: int | None, until_idle: bool,
-                 log=None, remote: str | None = None):
-    """A daemon for `project` with the configured (or overridden) backends and merge pipeline."""
-    import dataclasses
-
-    from hive.backends.base import backend_for_role
-    from hive.orchestrator.daemon import Daemon
-
-    config = project.config
-    if backend:
-        config = dataclasses.replace(config, backend=backend, worker_backend="", refinery_backend="",
-                                     queen_backend="")
-    if max_agents:
-        config = dataclasses.replace(config, max_agents=max_agents)
-    paths = project.paths
-    worker_backend = backend_for_role(config, "worker", str(paths.hive_dir), str(paths.main_worktree))
-    daemon = Daemon(project, worker_backend, config, until_idle=until_idle, log=log,
-                    remote=remote or config.sync_remote or None)
-    try:
-        from hive.merge.pipeline import attach
-    except ImportError:
-        return daemon
-    attach(daemon)
-    return daemon
-
-
 @click.command()
 @click.option("--max-agents", type=click.IntRange(min=1), default=None, help="Workers at once (config max_agents).")
 @click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
@@ -49,6 +23,7 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     """Run the agents: claim ready issues, work them in worktrees, merge the results."""
     import asyncio
 
+    from hive.orchestrator.assemble import build_daemon
     from hive.project import Project
     from hive.runtime import DaemonLock
 

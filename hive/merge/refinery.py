@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from hive import git
 from hive.backends.base import IDLE, USAGE, Backend, Event, SessionSpec, TurnResult
 from hive.orchestrator import protocol
+from hive.prompts import load, render
 from hive.state.issue_file import Issue
 
 if TYPE_CHECKING:
@@ -25,15 +26,7 @@ RENEW_TOKENS = 100_000
 RENEW_MESSAGES = 20
 REFINERY_STATUSES = ("merged", "rejected", "needs_human")
 
-SYSTEM_PROMPT = """You are the refinery of git-hive: you finish merges that git could not do alone.
-Each task names an issue, the worker's worktree (an absolute path) and the target branch. Work
-only inside that worktree. Bring its branch on top of the target branch (for instance
-`git rebase <target>`, resolving conflicts so that both sides' intent survives), make the tests
-pass, and commit. Then write one JSON line to .hive-result.jsonl in that worktree:
-{"status": "merged" | "rejected" | "needs_human", "summary": "..."}
-merged: the branch now sits on the target and its tests pass. rejected: the work itself is wrong
-and must be redone; say why, for the next worker. needs_human: a person must decide.
-Never push, never move the target branch yourself: hive verifies and merges."""
+SYSTEM_PROMPT = load("refinery-system")
 
 
 @dataclass
@@ -152,18 +145,5 @@ def _agent_id(session_id: str) -> str:
 
 
 def task_prompt(issue: Issue, worktree: Path, target: str, problem: str) -> str:
-    return "\n".join([
-        f"Refinery task: merge issue {issue.id} into {target}.",
-        f"issue: {issue.id}",
-        f"worktree: {worktree}",
-        f"target: {target}",
-        f"branch: hive/work/{issue.id}",
-        "",
-        "## What went wrong",
-        problem.strip(),
-        "",
-        f"## The issue: {issue.title}",
-        issue.body.strip() or "(no description)",
-        "",
-        "Resolve it in the worktree, commit, then write .hive-result.jsonl there.",
-    ]) + "\n"
+    return render("refinery-task", issue_id=issue.id, target=target, worktree=worktree, problem=problem.strip(),
+                  title=issue.title, body=issue.body.strip() or "(no description)")

@@ -5,21 +5,10 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from hive.orchestrator.protocol import NOTES_FILE, RESULT_FILE
+from hive.prompts import render
 from hive.state.issue_file import Issue
 
-WORKER_SYSTEM_PROMPT = f"""You are a worker agent of git-hive. You work on exactly one issue, in the
-git worktree you were started in, on its own branch. Rules:
-- Change files only inside this worktree. Do not push, do not switch branches, do not touch the
-  target branch or the hive/state branch: hive merges your work after you finish.
-- Commit your work on the current branch (git add + git commit) with a clear message.
-- When you learn something other agents should know (a command, a pitfall, a convention), append
-  one JSON line to {NOTES_FILE}: {{"category": "discovery|gotcha|pattern|dependency|context",
-  "content": "..."}}.
-- When you are done, write one JSON line to {RESULT_FILE}:
-  {{"status": "success|failure|blocked", "summary": "what you did or why not",
-   "test_command": "the command that tests your change, if any"}}.
-  Never commit {NOTES_FILE} or {RESULT_FILE}.
-"""
+WORKER_SYSTEM_PROMPT = render("worker-system", notes_file=NOTES_FILE, result_file=RESULT_FILE)
 
 MAX_NOTES = 30
 
@@ -47,12 +36,9 @@ def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes:
         if epic.body.strip():
             parts += ["", epic.body.strip()]
     if combined_blockers:
-        parts += ["", "## Work you build on",
-                  "Your branch already contains the finished, not yet merged work of: "
-                  + ", ".join(combined_blockers) + "."]
+        parts += ["", render("worker-blockers-combined", issues=", ".join(combined_blockers))]
     if skipped_blockers:
-        parts += ["", "Note: the work of " + ", ".join(skipped_blockers) + " could not be combined into "
-                  "your starting point (it conflicts); it will be merged before yours."]
+        parts += ["", render("worker-blockers-skipped", issues=", ".join(skipped_blockers))]
     if context.strip():
         parts += ["", "## Project context", "", context.strip()]
     seen: set[str] = set()
@@ -65,11 +51,10 @@ def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes:
     if notes:
         parts += ["", "## Notes from other agents", *_format_notes(notes[-MAX_NOTES:])]
     if previous_failure:
-        parts += ["", "## Your previous attempt failed", "", previous_failure.strip(),
-                  "", "Fix the cause, then finish the issue."]
-    parts += ["", f"When done, write {RESULT_FILE} as instructed and commit your work."]
+        parts += ["", render("worker-previous-failure", failure=previous_failure.strip())]
+    parts += ["", render("worker-done", result_file=RESULT_FILE)]
     return "\n".join(parts) + "\n"
 
 
 def fyi_message(note: dict[str, Any]) -> str:
-    return f"FYI: another agent ({note.get('issue', '?')}) noted [{note.get('category')}]: {note['content']}"
+    return render("fyi", issue=note.get("issue", "?"), category=note.get("category"), content=note["content"])

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import pygit2
 
 from hive.state import layout
-from hive.state.trees import walk_changes
+from hive.state.issue_file import is_valid_id, parse, update_text
 from hive.state.merge_driver import merge_file, merge_issue
+from hive.state.trees import walk_changes, write_tree
 
 
 @dataclass
@@ -41,6 +42,16 @@ def _issue_version(repo: pygit2.Repository, tree: pygit2.Tree | None, issue_id: 
     return None
 
 
+@dataclass
+class _Sides:
+    """The three trees of a merge and what we changed since the base."""
+    repo: pygit2.Repository
+    base: pygit2.Tree | None
+    ours: pygit2.Tree
+    theirs: pygit2.Tree
+    ours_changes: dict[str, tuple[pygit2.Oid | None, pygit2.Oid | None]]
+
+
 def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple[str, ...] = (),
                  prefer_theirs_claims: bool = False) -> StateMerge:
     """The tree of `theirs` merged into `ours` (commit ids), minus the paths in `drop`.
@@ -48,103 +59,121 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
     With `prefer_theirs_claims` (syncing with a remote), an issue that both sides claimed for
     different agents keeps theirs' claim: theirs was pushed first, so theirs is the valid one.
     """
-    from hive.state.issue_file import is_valid_id, parse
-    from hive.state.trees import write_tree
-
     ours_commit = repo[ours].peel(pygit2.Commit)
     theirs_commit = repo[theirs].peel(pygit2.Commit)
     base_id = repo.merge_base(ours_commit.id, theirs_commit.id)
     base_tree = repo[base_id].peel(pygit2.Commit).tree if base_id else None
-    ours_tree, theirs_tree = ours_commit.tree, theirs_commit.tree
-    ours_changes = {p: (o, n) for p, o, n in walk_changes(repo, base_tree, ours_tree)}
-    theirs_changes = list(walk_changes(repo, base_tree, theirs_tree))
+    sides = _Sides(repo, base_tree, ours_commit.tree, theirs_commit.tree,
+                   {p: (o, n) for p, o, n in walk_changes(repo, base_tree, ours_commit.tree)})
     files: dict[str, bytes | None] = {}
-    result = StateMerge(ours_tree.id)
+    result = StateMerge(sides.ours.id)
     issues_touched: set[str] = set()
-    for path, _, new in theirs_changes:
+    for path, _, new in walk_changes(repo, base_tree, sides.theirs):
         if path in drop:
             continue
         issue_id = layout.issue_id_of(path)
         if issue_id is not None and is_valid_id(issue_id):
             issues_touched.add(issue_id)
-            continue
-        if path not in ours_changes:
-            files[path] = repo[new].data if new else None
-            continue
-        if ours_changes[path][1] == new:
-            continue
-        ours_data = _read(repo, ours_tree, path)
-        theirs_data = repo[new].data if new else None
-        if theirs_data is None or ours_data is None:
-            if ours_data is None and theirs_data is not None:
-                files[path] = theirs_data   # deleted on our side, changed on theirs: keep the change
-            continue
-        merged, clean = merge_file(_read(repo, base_tree, path), ours_data, theirs_data, path)
-        if not clean:
-            result.warnings.append(f"{path}: both sides changed the same lines; kept both with markers")
-        files[path] = merged
-    for issue_id in sorted(issues_touched):
-        theirs_version = _issue_version(repo, theirs_tree, issue_id)
-        ours_version = _issue_version(repo, ours_tree, issue_id)
-        base_version = _issue_version(repo, base_tree, issue_id)
-        if theirs_version is None:
-            if ours_version is not None and base_version is not None and ours_version[1] == base_version[1]:
-                files[ours_version[0]] = None   # deleted on theirs, untouched on ours
-            continue
-        if ours_version is None:
-            if base_version is None:
-                files[theirs_version[0]] = theirs_version[1]   # new on theirs
-            else:
-                files[theirs_version[0]] = theirs_version[1]   # deleted on ours, changed on theirs: keep
-            continue
-        if ours_version[1] == theirs_version[1]:
-            merged_data, clean = ours_version[1], True
-        elif base_version is not None and ours_version[1] == base_version[1]:
-            merged_data, clean = theirs_version[1], True
-        elif base_version is not None and theirs_version[1] == base_version[1]:
-            merged_data, clean = ours_version[1], True
         else:
-            problems: list[str] = []
-            merged_data, clean = merge_issue(base_version[1] if base_version else None, ours_version[1],
-                                             theirs_version[1], ours_version[0], problems=problems)
-            if not clean:
-                try:
-                    parse(merged_data, issue_id, ours_version[0])
-                    result.warnings.append(f"{issue_id}: both sides changed the same lines of the "
-                                           "description; kept both with markers")
-                except Exception:  # noqa: BLE001 - an unparseable merge: keep ours, theirs is in history
-                    result.warnings.append(f"{issue_id}: could not merge ({'; '.join(problems) or 'invalid'}); "
-                                           "kept this side's version")
-                    merged_data = ours_version[1]
-        if prefer_theirs_claims:
-            merged_data = _keep_their_claim(merged_data, ours_version, theirs_version, issue_id)
-        try:
-            status = parse(merged_data, issue_id, ours_version[0]).status
-            target_path = layout.path_for(issue_id, status)
-        except Exception:  # noqa: BLE001
-            target_path = ours_version[0]
-        if target_path != ours_version[0] and ours_version[0] not in layout.candidate_paths(issue_id):
-            target_path = ours_version[0]
-        for path in layout.candidate_paths(issue_id):
-            if path != target_path and _read(repo, ours_tree, path) is not None:
-                files[path] = None
-        if merged_data != _read(repo, ours_tree, target_path):
-            files[target_path] = merged_data
+            files.update(_merge_plain_file(sides, path, new, result.warnings))
+    for issue_id in sorted(issues_touched):
+        files.update(_merge_issue(sides, issue_id, prefer_theirs_claims, result.warnings))
     for path in drop:
-        if _read(repo, ours_tree, path) is not None:
+        if _read(repo, sides.ours, path) is not None:
             files[path] = None
     if files:
-        result.tree = write_tree(repo, ours_tree, files)
+        result.tree = write_tree(repo, sides.ours, files)
         result.changed = sorted(files)
     return result
+
+
+def _merge_plain_file(sides: _Sides, path: str, new: pygit2.Oid | None,
+                      warnings: list[str]) -> dict[str, bytes | None]:
+    """What to write at `path`, a file other than an issue that theirs changed to blob `new`."""
+    repo = sides.repo
+    if path not in sides.ours_changes:
+        return {path: repo[new].data if new else None}
+    if sides.ours_changes[path][1] == new:
+        return {}
+    ours_data = _read(repo, sides.ours, path)
+    theirs_data = repo[new].data if new else None
+    if theirs_data is None or ours_data is None:
+        if ours_data is None and theirs_data is not None:
+            return {path: theirs_data}   # deleted on our side, changed on theirs: keep the change
+        return {}
+    merged, clean = merge_file(_read(repo, sides.base, path), ours_data, theirs_data, path)
+    if not clean:
+        warnings.append(f"{path}: both sides changed the same lines; kept both with markers")
+    return {path: merged}
+
+
+def _merge_issue(sides: _Sides, issue_id: str, prefer_theirs_claims: bool,
+                 warnings: list[str]) -> dict[str, bytes | None]:
+    """The files to write for an issue theirs touched, matched by id wherever it lives."""
+    repo = sides.repo
+    theirs_version = _issue_version(repo, sides.theirs, issue_id)
+    ours_version = _issue_version(repo, sides.ours, issue_id)
+    base_version = _issue_version(repo, sides.base, issue_id)
+    if theirs_version is None:
+        if ours_version is not None and base_version is not None and ours_version[1] == base_version[1]:
+            return {ours_version[0]: None}   # deleted on theirs, untouched on ours
+        return {}
+    if ours_version is None:
+        # new on theirs, or deleted on ours and changed on theirs: keep theirs
+        return {theirs_version[0]: theirs_version[1]}
+    merged_data = _merge_issue_text(issue_id, base_version, ours_version, theirs_version, warnings)
+    if prefer_theirs_claims:
+        merged_data = _keep_their_claim(merged_data, ours_version, theirs_version, issue_id)
+    target_path = _issue_path(merged_data, issue_id, ours_version[0])
+    files: dict[str, bytes | None] = {}
+    for path in layout.candidate_paths(issue_id):
+        if path != target_path and _read(repo, sides.ours, path) is not None:
+            files[path] = None
+    if merged_data != _read(repo, sides.ours, target_path):
+        files[target_path] = merged_data
+    return files
+
+
+def _merge_issue_text(issue_id: str, base: tuple[str, bytes] | None, ours: tuple[str, bytes],
+                      theirs: tuple[str, bytes], warnings: list[str]) -> bytes:
+    """Both sides' versions of one issue file merged: a side that did not change it yields to the
+    other; otherwise the hive field rules, or ours when the result would not parse."""
+    if ours[1] == theirs[1]:
+        return ours[1]
+    if base is not None and ours[1] == base[1]:
+        return theirs[1]
+    if base is not None and theirs[1] == base[1]:
+        return ours[1]
+    problems: list[str] = []
+    merged, clean = merge_issue(base[1] if base else None, ours[1], theirs[1], ours[0], problems=problems)
+    if clean:
+        return merged
+    try:
+        parse(merged, issue_id, ours[0])
+    except Exception:  # noqa: BLE001 - an unparseable merge: keep ours, theirs is in history
+        warnings.append(f"{issue_id}: could not merge ({'; '.join(problems) or 'invalid'}); "
+                        "kept this side's version")
+        return ours[1]
+    warnings.append(f"{issue_id}: both sides changed the same lines of the description; "
+                    "kept both with markers")
+    return merged
+
+
+def _issue_path(merged: bytes, issue_id: str, ours_path: str) -> str:
+    """Where the merged issue lives: the path its status calls for, else where ours has it."""
+    try:
+        target_path = layout.path_for(issue_id, parse(merged, issue_id, ours_path).status)
+    except Exception:  # noqa: BLE001
+        return ours_path
+    if target_path != ours_path and ours_path not in layout.candidate_paths(issue_id):
+        return ours_path
+    return target_path
 
 
 CLAIM_FIELDS = ("status", "assignee", "lease_expires")
 
 
 def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str) -> bytes:
-    from hive.state.issue_file import parse, update_text
-
     try:
         mine = parse(ours[1], issue_id, ours[0])
         other = parse(theirs[1], issue_id, theirs[0])

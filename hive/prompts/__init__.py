@@ -1,0 +1,25 @@
+"""The texts hive sends to agents, kept as Markdown files in this package (shipped as package data).
+
+`render("worker-system", result_file=...)` reads `worker-system.md` and fills in its `$placeholders`
+(`string.Template`: `$$` is a dollar sign; braces are plain text, so JSON examples need no escaping).
+Every file ends with a newline that is not part of the prompt: a prompt that ends with a newline is
+a file that ends with an empty line.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from string import Template
+
+
+@cache
+def load(name: str) -> str:
+    """The text of `<name>.md`, without the newline that ends the file."""
+    text = resources.files(__name__).joinpath(f"{name}.md").read_text(encoding="utf-8")
+    return text.removesuffix("\n")
+
+
+def render(name: str, **values: object) -> str:
+    """`<name>.md` with every `$name` replaced by str(value); a placeholder without a value raises KeyError."""
+    return Template(load(name)).substitute({key: str(value) for key, value in values.items()})

@@ -1,0 +1,197 @@
+"""The shape of `hive/`, checked by parsing its source with `ast` (nothing is imported):
+
+- no import circle between modules, nor between hive's top-level packages and modules
+  (`hive.cli`, `hive.demo`, `hive.state`, ...), counting imports inside functions and under
+  `TYPE_CHECKING` — they are dependencies all the same;
+- at most MAX_LAZY_IMPORTS imports of hive modules inside functions outside `hive/cli/` (the CLI
+  loads each command lazily; elsewhere a hidden import hides the real dependency graph);
+- no function longer than MAX_FUNCTION_LINES lines.
+
+The layers themselves (which package may import which) are the import-linter contract in
+pyproject.toml, run by `.ci/run` as `lint-imports`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+HIVE = Path(__file__).resolve().parents[1] / "hive"
+MAX_LAZY_IMPORTS = 10
+MAX_FUNCTION_LINES = 80
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str      # the importing module, e.g. hive.merge.pipeline
+    target: str      # the imported hive module, e.g. hive.state.store
+    line: int
+    in_function: bool
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(HIVE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES: dict[str, Path] = {_module_name(path): path for path in sorted(HIVE.rglob("*.py"))}
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def _resolve(name: str) -> str | None:
+    """The hive module `name` (a module, or an attribute of one) lives in; None outside hive."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = module if _is_package(module) else module.rpartition(".")[0]
+            for _ in range(node.level - 1):
+                package = package.rpartition(".")[0]
+            base = f"{package}.{base}" if base else package
+        # `from hive.state import issues` imports the module hive.state.issues
+        names = [f"{base}.{alias.name}" for alias in node.names]
+    return sorted({target for target in map(_resolve, names) if target is not None})
+
+
+class _ImportCollector(ast.NodeVisitor):
+    def __init__(self, module: str):
+        self.module = module
+        self.depth = 0               # functions we are inside of
+        self.imports: list[Import] = []
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+
+    def _import(self, node: ast.Import | ast.ImportFrom) -> None:
+        for target in _targets(node, self.module):
+            if target != self.module:
+                self.imports.append(Import(self.module, target, node.lineno, self.depth > 0))
+
+    visit_Import = visit_ImportFrom = _import
+
+
+def _all_imports() -> list[Import]:
+    imports: list[Import] = []
+    for module, path in MODULES.items():
+        collector = _ImportCollector(module)
+        collector.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        imports += collector.imports
+    return imports
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(edges.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _describe(cycle: list[str], imports: list[Import], unit=lambda module: module) -> str:
+    members = set(cycle)
+    arrows = sorted({f"{i.source}:{i.line} -> {i.target}" for i in imports
+                     if unit(i.source) in members and unit(i.target) in members
+                     and unit(i.source) != unit(i.target)})
+    return " <-> ".join(cycle) + "\n    " + "\n    ".join(arrows)
+
+
+def _top_level(module: str) -> str:
+    """hive.state.store -> hive.state; hive.demo -> hive.demo; hive -> hive."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_circle_between_modules() -> None:
+    imports = _all_imports()
+    edges: dict[str, set[str]] = {}
+    for i in imports:
+        edges.setdefault(i.source, set()).add(i.target)
+    cycles = _cycles(edges)
+    assert not cycles, "import circles between modules:\n" + "\n".join(_describe(c, imports) for c in cycles)
+
+
+def test_no_import_circle_between_packages() -> None:
+    imports = _all_imports()
+    edges: dict[str, set[str]] = {}
+    for i in imports:
+        source, target = _top_level(i.source), _top_level(i.target)
+        if source != target and "hive" not in (source, target):
+            edges.setdefault(source, set()).add(target)
+    cycles = _cycles(edges)
+    assert not cycles, "import circles between packages:\n" + "\n".join(
+        _describe(c, imports, _top_level) for c in cycles)
+
+
+def test_few_imports_inside_functions_outside_the_cli() -> None:
+    lazy = [i for i in _all_imports() if i.in_function and not i.source.startswith("hive.cli")]
+    statements = sorted({(i.source, i.line) for i in lazy})
+    listing = "\n".join(f"    {MODULES[source].relative_to(HIVE.parent)}:{line}" for source, line in statements)
+    assert len(statements) <= MAX_LAZY_IMPORTS, (
+        f"{len(statements)} imports of hive modules inside functions outside hive/cli/ "
+        f"(at most {MAX_LAZY_IMPORTS}):\n{listing}")
+
+
+def test_no_function_over_80_lines() -> None:
+    long_ones = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_ones.append(f"    {path.relative_to(HIVE.parent)}:{node.lineno} {node.name}: {length} lines")
+    assert not long_ones, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long_ones)
+
+
+def test_the_checks_see_what_they_check() -> None:
+    """The parser finds the imports it is meant to count (a guard against a check that passes by
+    seeing nothing)."""
+    imports = _all_imports()
+    assert "hive.cli" in MODULES and "hive.state.store" in MODULES
+    assert any(i.source == "hive.cli" and i.target == "hive.errors" for i in imports)
+    assert _targets(ast.parse("from hive.state import layout").body[0], "hive.queen") == ["hive.state.layout"]
+    assert _targets(ast.parse("from . import layout").body[0], "hive.state.store") == ["hive.state.layout"]
+    assert _targets(ast.parse("import hive.git as g").body[0], "hive.demo") == ["hive.git"]
+    assert _cycles({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [["a", "b"]]
