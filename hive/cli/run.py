@@ -17,7 +17,7 @@ def build_daemon(project, *, backend: str | None, max_agents: int | None, until_
     """A daemon for `project` with the configured (or overridden) backends and merge pipeline."""
     import dataclasses
 
-    from hive.backends.base import backend_for_role
+    from hive.backends.registry import backend_for_role
     from hive.orchestrator.daemon import Daemon
 
     config = project.config
