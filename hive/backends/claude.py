@@ -79,7 +79,7 @@ from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, PermissionRequest, SessionSpec,
     TurnResult, Usage,
 )
-from hive.backends.processes import amount, count
+from hive.backends.reports import amount, count
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
 

@@ -26,7 +26,7 @@ from hive.backends.codex.pricing import PRICE_KEY, estimate_cost, price_of, pric
 from hive.backends.codex.errors import classify_error, one_line
 from hive.backends.codex.rpc import AppServer, RpcError, ServerGone
 from hive.backends.codex.sandbox import git_writable_roots
-from hive.backends.processes import count
+from hive.backends.reports import count
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
 
