@@ -11,7 +11,6 @@ Mermaid graph) so that a pull request of the branch reads well; approving merges
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 import shutil
@@ -22,7 +21,7 @@ from typing import Callable
 import pygit2
 
 from hive import git
-from hive.backends.base import IDLE, PERMISSION, Backend, Event, SessionSpec, TurnResult
+from hive.backends.base import PERMISSION, Backend, Event, SessionSpec, TurnResult
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.prompts import load, render
@@ -364,13 +363,7 @@ class Queen:
         self.log = log
         self.directory = plan_dir(project, slug)
         self.session_id = ""
-        self._turn: asyncio.Future[TurnResult] | None = None
-        backend.on(IDLE, self._on_idle)
         backend.on(PERMISSION, self._on_permission)
-
-    def _on_idle(self, event: Event) -> None:
-        if event.session_id == self.session_id and self._turn is not None and not self._turn.done():
-            self._turn.set_result(event.data)
 
     async def _on_permission(self, event: Event) -> None:
         from hive.orchestrator.permissions import decide
@@ -388,12 +381,7 @@ class Queen:
             spec = SessionSpec(role="queen", cwd=str(self.project.paths.main_worktree),
                                model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT)
             self.session_id = await self.backend.create_session(spec)
-        self._turn = asyncio.get_running_loop().create_future()
-        await self.backend.send_message_async(self.session_id, text)
-        try:
-            return await self._turn
-        finally:
-            self._turn = None
+        return await self.backend.run_turn(self.session_id, text)
 
     def _first_prompt(self) -> str:
         snap = self.project.store.snapshot()

@@ -34,8 +34,9 @@ import pytest
 
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, PermissionRequest, SessionSpec,
-    TurnResult, load_backend,
+    TurnResult,
 )
+from hive.backends.registry import load_backend
 from hive.backends.claude import ClaudeBackend
 from hive.backends.processes import group_alive
 from hive.orchestrator import permissions

@@ -32,9 +32,13 @@ import pytest
 
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend, Event, SessionSpec,
-    TurnResult, load_backend,
+    TurnResult,
 )
-from hive.backends.codex import CodexBackend, _unwrap_shell, classify_error, git_writable_roots
+from hive.backends.registry import load_backend
+from hive.backends.codex import CodexBackend
+from hive.backends.codex.backend import _unwrap_shell
+from hive.backends.codex.errors import classify_error
+from hive.backends.codex.sandbox import git_writable_roots
 from hive.backends.processes import group_alive
 from hive.orchestrator import permissions
 from tests.fakes import openai_server as fake_api

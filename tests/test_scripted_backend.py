@@ -15,8 +15,9 @@ import pytest
 
 from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend, Event,
-    PermissionRequest, SessionSpec, TurnResult, Usage, load_backend,
+    PermissionRequest, SessionSpec, TurnResult, Usage,
 )
+from hive.backends.registry import load_backend
 from hive.backends.scripted import ScriptedBackend
 from hive.errors import BadInput
 

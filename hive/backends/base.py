@@ -7,7 +7,11 @@ processes and turns their output into `Event`s; hive owns the decisions.
 Sessions are long-lived conversations with one agent in one working directory. A *turn* starts
 with `send_message_async` and ends when the session goes idle again (event `idle`), with a
 `TurnResult` saying whether the turn itself failed (crash, API error, budget) — the work's own
-outcome is in the worker's `.hive-result.jsonl`, which the orchestrator reads.
+outcome is in the worker's `.hive-result.jsonl`, which the orchestrator reads. `run_turn` does
+both and returns the turn's result.
+
+The backends live in `hive/backends/registry.py` (name → class); their shared plumbing in
+`sessions.py` (events, turns, the end of sessions) and `agent_process.py` (the CLI processes).
 """
 
 from __future__ import annotations
@@ -25,9 +29,6 @@ EXITED = "exited"              # the agent process ended; data: {"exit_code": in
 PROVIDER_ERROR = "provider_error"  # the LLM provider failed (5xx, 529, refused); data: {"status", "message"}
 
 EVENT_TYPES = (BUSY, IDLE, MESSAGE, USAGE, PERMISSION, EXITED, PROVIDER_ERROR)
-
-ROLES = ("worker", "refinery", "queen")
-
 
 @dataclass
 class Usage:
@@ -90,75 +91,51 @@ Handler = Callable[[Event], "Awaitable[None] | None"]
 
 @runtime_checkable
 class Backend(Protocol):
-    """~15 methods: sessions, messages, permissions, events, health."""
+    """What the orchestrator, the merge pipeline and the Queen may ask of an agent runtime.
+
+    Unknown session ids raise KeyError wherever a session id is taken, except in the calls that
+    end things (`abort_session`, `delete_session`, `reply_permission`): those are idempotent and
+    do nothing for a session (or request) that is gone.
+    """
 
     name: str
 
-    # events
-    def on(self, event_type: str, handler: Handler) -> None: ...
-    async def connect_with_reconnect(self) -> None: ...
-    async def stop(self) -> None: ...
-    async def health_check(self) -> bool: ...
-
-    # sessions
-    async def create_session(self, spec: SessionSpec) -> str: ...
-    async def abort_session(self, session_id: str) -> None: ...
-    async def delete_session(self, session_id: str) -> None: ...
-    async def get_session_status(self, session_id: str) -> SessionStatus: ...
-    async def list_sessions(self) -> list[SessionStatus]: ...
-
-    # messages
-    async def send_message_async(self, session_id: str, text: str) -> None: ...
-    async def get_messages(self, session_id: str) -> list[dict[str, Any]]: ...
-
-    # permissions
-    async def get_pending_permissions(self, session_id: str) -> list[PermissionRequest]: ...
-    async def reply_permission(self, session_id: str, request_id: str, allow: bool,
-                               message: str = "") -> None: ...
-
-
-class EventBus:
-    """The `on()`/emit half of the protocol, shared by every backend."""
-
-    def __init__(self) -> None:
-        self._handlers: dict[str, list[Handler]] = {}
-
+    # -- the backend ----------------------------------------------------------------------------
     def on(self, event_type: str, handler: Handler) -> None:
-        if event_type not in EVENT_TYPES and event_type != "*":
-            raise ValueError(f"unknown event type {event_type!r}")
-        self._handlers.setdefault(event_type, []).append(handler)
+        """Call `handler` for every event of `event_type` ("*": all). ValueError: unknown type."""
 
-    async def emit(self, event: Event) -> None:
-        for handler in (*self._handlers.get(event.type, ()), *self._handlers.get("*", ())):
-            outcome = handler(event)
-            if outcome is not None:
-                await outcome
+    async def connect_with_reconnect(self) -> None:
+        """Get ready to start sessions. HiveError when the agent CLI is missing or unusable."""
 
+    async def stop(self) -> None:
+        """End every session at once (busy ones are killed). Never raises."""
 
-def load_backend(name: str, **options: Any) -> Backend:
-    """Instantiate a backend by name; only the chosen one's module is imported."""
-    if name == "scripted":
-        from hive.backends.scripted import ScriptedBackend
-        return ScriptedBackend(**options)
-    if name == "claude":
-        from hive.backends.claude import ClaudeBackend
-        return ClaudeBackend(**options)
-    if name == "codex":
-        from hive.backends.codex import CodexBackend
-        return CodexBackend(**options)
-    raise ValueError(f"unknown backend {name!r} (one of: claude, codex, scripted)")
+    async def health_check(self) -> bool:
+        """Whether the provider answers, spending no tokens. Never raises."""
 
+    # -- sessions -------------------------------------------------------------------------------
+    async def create_session(self, spec: SessionSpec) -> str:
+        """Start a session (or continue `spec.resume`); its id. RuntimeError: it cannot start."""
 
-def backend_for_role(config: Any, role: str, hive_dir: str, repo_root: str) -> Backend:
-    """The backend configured for `role` (config keys `backend`, `<role>_backend`, ...)."""
-    import os
+    async def abort_session(self, session_id: str) -> None:
+        """End the turns in progress (each gets its `idle`, not ok) before returning. Idempotent."""
 
-    name = config.backend_for(role)
-    if name == "scripted":
-        script = config.scripted_script
-        if script and not os.path.isabs(script):
-            script = os.path.join(repo_root, script)
-        return load_backend("scripted", script_path=script or None, hive_dir=hive_dir)
-    if name == "claude":
-        return load_backend("claude", command=config.claude_command, hive_dir=hive_dir)
-    return load_backend("codex", command=config.codex_command, hive_dir=hive_dir, codex_config=config.codex)
+    async def delete_session(self, session_id: str) -> None:
+        """End and forget the session; no event of it follows. Idempotent."""
+
+    async def get_session_status(self, session_id: str) -> SessionStatus:
+        """The session's state, usage and pid. KeyError: unknown session."""
+
+    # -- turns ----------------------------------------------------------------------------------
+    async def send_message_async(self, session_id: str, text: str) -> None:
+        """Start a turn (queued behind a running one); it ends with one `idle` event.
+        KeyError: unknown session; RuntimeError: the session has exited and cannot restart."""
+
+    async def run_turn(self, session_id: str, text: str) -> TurnResult:
+        """Send a turn and wait for its end (idle, process exit or delete); its TurnResult.
+        Raises as `send_message_async`; a turn that fails as a turn is a result, not an error."""
+
+    # -- permissions ----------------------------------------------------------------------------
+    async def reply_permission(self, session_id: str, request_id: str, allow: bool,
+                               message: str = "") -> None:
+        """Answer a `permission` event. Does nothing for an unknown session or request."""

@@ -65,7 +65,7 @@ import logging
 import os
 import re
 import shlex
-import signal
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -74,23 +74,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hive.backends.processes import amount, count, group_gone, killpg
-from hive.backends.sessions import SessionBook
+from hive.backends.agent_process import AgentProcess
 from hive.backends.base import (
-    BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
-    PermissionRequest, SessionSpec, TurnResult, Usage,
+    BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, PermissionRequest, SessionSpec,
+    TurnResult, Usage,
 )
+from hive.backends.reports import amount, count
+from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
 
 log = logging.getLogger(__name__)
 
 LINE_LIMIT = 16 * 1024 * 1024     # longest stdout line read whole; longer ones are skipped
-HEAD_KEPT = 64 * 1024             # of a skipped line, this much is kept to answer a control request
 MAX_MESSAGES = 500                # message history kept per session
 MAX_MESSAGE_CHARS = 64 * 1024     # longest message text kept
 MAX_EVENT_CHARS = 4 * 1024        # longest tool input/result text put in a message event
 STDERR_TAIL = 4096
-MAX_PAST_SESSIONS = 1000          # deleted sessions whose usage is kept for a later resume
 MAX_ARG_BYTES = 96 * 1024         # a system prompt on argv (Linux: 128 KiB per argument)
 PROBE_TIMEOUT = 5.0               # seconds for the health probe
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -110,7 +109,7 @@ def is_provider_status(status: int | None) -> bool:
 class _Session:
     id: str
     spec: SessionSpec
-    proc: asyncio.subprocess.Process
+    proc: AgentProcess
     resumed: bool = False
     usage: Usage = field(default_factory=Usage)
     cli_cost: float | None = 0.0      # the CLI's last cumulative total_cost_usd (None: unknown)
@@ -124,17 +123,14 @@ class _Session:
     aborting: bool = False
     killed: bool = False
     deleted: bool = False
-    cut_off: bool = False             # reading stopped: the CLI exited, its pipe stayed open
     model: str = ""                   # as the CLI reports it (init)
-    discarded_lines: int = 0
-    stderr_tail: bytes = b""
     reader: asyncio.Task | None = None
-    stderr_reader: asyncio.Task | None = None
-    exit_watcher: asyncio.Task | None = None
-    gone: asyncio.Event = field(default_factory=asyncio.Event)          # set once the process exited
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     turn_ended: asyncio.Event = field(default_factory=asyncio.Event)   # set at each result / exit
     control_seq: int = 0
+
+    @property
+    def discarded_lines(self) -> int:
+        return self.proc.discarded_lines
 
     def state(self) -> str:
         if self.exited or self.proc.returncode is not None:
@@ -149,7 +145,7 @@ class _Past:
     messages: list[dict[str, Any]]
 
 
-class ClaudeBackend(SessionBook):
+class ClaudeBackend(SessionBackend):
     """Runs `claude` processes; see the module docstring."""
 
     name = "claude"
@@ -158,32 +154,20 @@ class ClaudeBackend(SessionBook):
 
     def __init__(self, command: str = "claude", hive_dir: str | None = None,
                  extra_env: dict[str, str] | None = None):
+        super().__init__()
         self.argv0 = shlex.split(command) if command and command.strip() else ["claude"]
         self.command = command
         self.hive_dir = str(Path(hive_dir).resolve()) if hive_dir else None
         self.extra_env = dict(extra_env or {})
-        self._bus = EventBus()
-        self._sessions: dict[str, _Session] = {}
-        self._past: dict[str, _Past] = {}            # deleted sessions, for a later resume
 
-    # -- events --------------------------------------------------------------------------------
-    def on(self, event_type: str, handler: Handler) -> None:
-        self._bus.on(event_type, handler)
-
-    async def _emit(self, s: _Session, type_: str, data: Any = None) -> None:
-        if s.deleted:
-            return
-        try:
-            await self._bus.emit(Event(type_, s.id, data))
-        except Exception:                               # a bad handler must not kill the reader
-            log.exception("claude backend: %s handler failed for session %s", type_, s.id)
+    @classmethod
+    def from_settings(cls, config: Any, *, hive_dir: str, repo_root: str) -> ClaudeBackend:
+        return cls(command=config.claude_command, hive_dir=hive_dir)
 
     async def connect_with_reconnect(self) -> None:
         """Nothing to connect to (one process per session); fail early if the CLI is missing."""
-        from shutil import which
-
         program = self.argv0[0]
-        if not (which(program) or (os.sep in program and os.access(program, os.X_OK))):
+        if not (shutil.which(program) or (os.sep in program and os.access(program, os.X_OK))):
             raise HiveError(f"claude CLI not found: {program!r} (set claude_command, or install "
                             "@anthropic-ai/claude-code from npm)")
 
@@ -216,11 +200,6 @@ class ClaudeBackend(SessionBook):
             return False
         return status < 500 and status != 429
 
-    async def stop(self) -> None:
-        """End every session at once: busy processes are killed, idle ones leave cleanly."""
-        await asyncio.gather(*(self._end(sid, patient=False) for sid in list(self._sessions)),
-                             return_exceptions=True)
-
     # -- sessions ------------------------------------------------------------------------------
     def _config_dir(self, env: dict[str, str]) -> Path:
         if env.get("CLAUDE_CONFIG_DIR"):
@@ -235,19 +214,7 @@ class ClaudeBackend(SessionBook):
         except OSError:
             return False
 
-    async def create_session(self, spec: SessionSpec) -> str:
-        resume = spec.resume if spec.resume and _UUID_RE.match(spec.resume) else ""
-        sid = resume.lower() if resume else str(uuid.uuid4())
-        old = self._sessions.get(sid)
-        if old is not None:
-            if old.state() != "exited":
-                return sid
-            await self._wait_reader(old)             # its last events come before the new ones
-            await self._kill_group(old)              # what the ended CLI left running in its group
-            old.deleted = True
-        env = {**self._env_base(), **spec.env}
-        env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        resumed = bool(resume) and self._has_transcript(env, sid)
+    def _argv(self, spec: SessionSpec, sid: str, resumed: bool) -> list[str]:
         argv = [*self.argv0, "-p", "--input-format", "stream-json", "--output-format", "stream-json",
                 "--verbose", "--permission-prompt-tool", "stdio", "--permission-mode", "default"]
         argv += ["--resume", sid] if resumed else ["--session-id", sid]
@@ -256,11 +223,25 @@ class ClaudeBackend(SessionBook):
         if spec.system_prompt:
             prompt = spec.system_prompt.encode()[:MAX_ARG_BYTES].decode("utf-8", errors="ignore")
             argv.append(f"--append-system-prompt={prompt}")
+        return argv
+
+    async def create_session(self, spec: SessionSpec) -> str:
+        resume = spec.resume if spec.resume and _UUID_RE.match(spec.resume) else ""
+        sid = resume.lower() if resume else str(uuid.uuid4())
+        old = self._sessions.get(sid)
+        if old is not None:
+            if old.state() != "exited":
+                return sid
+            await self._wait_reader(old)             # its last events come before the new ones
+            await old.proc.kill()                    # what the ended CLI left running in its group
+            old.deleted = True
+        env = {**self._env_base(), **spec.env}
+        env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        resumed = bool(resume) and self._has_transcript(env, sid)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=spec.cwd, env=env, start_new_session=True, limit=LINE_LIMIT,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
+            proc = await AgentProcess.start(self._argv(spec, sid, resumed), cwd=spec.cwd, env=env,
+                                            line_limit=LINE_LIMIT, kill_grace=self.kill_grace,
+                                            stderr_limit=STDERR_TAIL)
         except OSError as e:
             raise RuntimeError(f"cannot start the claude CLI ({self.argv0[0]!r}): {e}") from None
         s = _Session(sid, replace(spec, resume=sid), proc, resumed=resumed)
@@ -276,8 +257,6 @@ class ClaudeBackend(SessionBook):
             s.cli_cost = None                # earlier cost of this conversation: unknown here
         self._sessions[sid] = s
         s.reader = asyncio.create_task(self._read_stdout(s), name=f"claude-{sid[:8]}-stdout")
-        s.stderr_reader = asyncio.create_task(self._read_stderr(s), name=f"claude-{sid[:8]}-stderr")
-        s.exit_watcher = asyncio.create_task(self._watch_exit(s), name=f"claude-{sid[:8]}-exit")
         return sid
 
     async def abort_session(self, session_id: str) -> None:
@@ -286,51 +265,46 @@ class ClaudeBackend(SessionBook):
             return
         s.aborting = True
         try:
-            deadline = time.monotonic() + self.interrupt_grace
-            while s.pending_turns > 0 and not s.exited:
-                s.turn_ended.clear()
-                try:
-                    await self._control(s, {"subtype": "interrupt"})
-                except (BrokenPipeError, ConnectionResetError, RuntimeError):
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(s.turn_ended.wait(), remaining)
-                except asyncio.TimeoutError:
-                    break
+            await self._interrupt(s)
             if s.pending_turns > 0 and not s.exited:
                 s.killed = True
-                await self._kill_group(s)
+                await s.proc.kill()
                 await self._wait_reader(s)
         finally:
             s.aborting = False
 
-    async def delete_session(self, session_id: str) -> None:
-        await self._end(session_id, patient=True)
+    async def _interrupt(self, s: _Session) -> None:
+        """Interrupt the turns in progress, one after the other, within `interrupt_grace`."""
+        deadline = time.monotonic() + self.interrupt_grace
+        while s.pending_turns > 0 and not s.exited:
+            s.turn_ended.clear()
+            try:
+                await self._control(s, {"subtype": "interrupt"})
+            except (BrokenPipeError, ConnectionResetError, RuntimeError):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(s.turn_ended.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
 
-    async def _end(self, session_id: str, patient: bool) -> None:
-        """Forget a session: close stdin, let the CLI finish (when patient) or kill it."""
-        s = self._sessions.pop(session_id, None)
-        if s is None:
-            return
-        s.deleted = True
-        self._past[s.id] = _Past(s.usage, s.cli_cost, list(s.messages))
-        while len(self._past) > MAX_PAST_SESSIONS:
-            self._past.pop(next(iter(self._past)))
+    def _remember(self, s: _Session) -> _Past:
+        return _Past(s.usage, s.cli_cost, list(s.messages))
+
+    async def _shut_down(self, s: _Session, patient: bool) -> None:
         if s.proc.returncode is None:
-            if s.proc.stdin is not None and not s.proc.stdin.is_closing():
-                s.proc.stdin.close()
+            s.proc.close_stdin()
             # an idle CLI leaves at once when stdin closes; a busy one first ends its turn
             if patient or s.pending_turns == 0:
-                await _wait_gone(s, self.kill_grace)
+                await s.proc.wait_exit(self.kill_grace)
         s.killed = True
-        await self._kill_group(s)
+        await s.proc.kill()
         await self._wait_reader(s)
 
     # -- messages ------------------------------------------------------------------------------
-    async def send_message_async(self, session_id: str, text: str) -> None:
+    async def _send_turn(self, session_id: str, text: str) -> None:
         s = self._get(session_id)
         if s.state() == "exited":
             raise RuntimeError(f"claude session {session_id} has exited")
@@ -338,8 +312,8 @@ class ClaudeBackend(SessionBook):
         s.pending_turns += 1
         s.last_activity = time.monotonic()
         try:
-            await self._write(s, {"type": "user", "message": {"role": "user", "content": text},
-                                  "parent_tool_use_id": None})
+            await s.proc.write_json({"type": "user", "message": {"role": "user", "content": text},
+                                     "parent_tool_use_id": None})
         except (BrokenPipeError, ConnectionResetError) as e:
             s.pending_turns = max(0, s.pending_turns - 1)
             raise RuntimeError(f"claude session {session_id} has exited") from e
@@ -348,11 +322,8 @@ class ClaudeBackend(SessionBook):
     async def reply_permission(self, session_id: str, request_id: str, allow: bool,
                                message: str = "") -> None:
         s = self._sessions.get(session_id)
-        if s is None:
-            log.debug("claude backend: no session %s for permission %s", session_id, request_id)
-            return
-        request = s.permissions.pop(request_id, None)
-        if request is None:
+        request = s.permissions.pop(request_id, None) if s is not None else None
+        if s is None or request is None:
             log.debug("claude backend: no pending permission %s/%s", session_id, request_id)
             return
         if allow:
@@ -360,126 +331,48 @@ class ClaudeBackend(SessionBook):
         else:
             answer = {"behavior": "deny", "message": message or "denied by git-hive's permission policy"}
         try:
-            await self._write(s, {"type": "control_response", "response": {
+            await s.proc.write_json({"type": "control_response", "response": {
                 "subtype": "success", "request_id": request_id, "response": answer}})
         except (BrokenPipeError, ConnectionResetError):
             pass                                        # the CLI is gone; its turn ends anyway
 
     # -- internals -----------------------------------------------------------------------------
-    async def _write(self, s: _Session, obj: dict) -> None:
-        stdin = s.proc.stdin
-        if stdin is None or stdin.is_closing() or s.proc.returncode is not None:
-            raise BrokenPipeError("claude stdin is closed")
-        async with s.write_lock:
-            stdin.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
-            await stdin.drain()
-
     async def _control(self, s: _Session, request: dict[str, Any]) -> None:
         s.control_seq += 1
-        await self._write(s, {"type": "control_request", "request_id": f"hive-{s.control_seq}",
-                              "request": request})
-
-    async def _kill_group(self, s: _Session) -> None:
-        """SIGTERM the session's process group, SIGKILL after the grace; stragglers too."""
-        pgid = s.proc.pid                           # start_new_session: pid == pgid
-        if s.proc.returncode is None:
-            killpg(pgid, signal.SIGTERM)
-            killpg(pgid, signal.SIGCONT)           # a stopped process must run to see the TERM
-            if not await _wait_gone(s, self.kill_grace):
-                killpg(pgid, signal.SIGKILL)
-                await _wait_gone(s, self.kill_grace)
-        if killpg(pgid, signal.SIGTERM) and not await group_gone(pgid, self.kill_grace):
-            killpg(pgid, signal.SIGKILL)
-            await group_gone(pgid, self.kill_grace)
+        await s.proc.write_json({"type": "control_request", "request_id": f"hive-{s.control_seq}",
+                                 "request": request})
 
     async def _wait_reader(self, s: _Session) -> None:
-        current = asyncio.current_task()
-        for task in (s.reader, s.stderr_reader):
-            if task is None or task is current or task.done():
-                continue
-            try:
-                await asyncio.wait_for(asyncio.shield(task), self.kill_grace + 1)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                pass
-
-    async def _read_stderr(self, s: _Session) -> None:
-        stream = s.proc.stderr
-        assert stream is not None
-        while chunk := await stream.read(65536):
-            s.stderr_tail = (s.stderr_tail + chunk)[-STDERR_TAIL:]
+        task = s.reader
+        if task is None or task is asyncio.current_task() or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.kill_grace + 1)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
 
     async def _read_stdout(self, s: _Session) -> None:
-        try:
-            await self._read_lines(s)
-        except asyncio.CancelledError:
-            if not s.cut_off:
-                raise
-        await s.gone.wait()
+        await s.proc.read_json_lines(lambda msg: self._handle_message(s, msg),
+                                     lambda head: self._overlong(s, head))
+        await s.proc.exited.wait()
         code = s.proc.returncode
         s.exit_code, s.exited = code, True
         s.last_activity = time.monotonic()
         s.permissions.clear()
-        killpg(s.proc.pid, signal.SIGTERM)   # what the CLI left behind (delete/abort SIGKILL it)
+        s.proc.terminate_leftovers()     # what the CLI left behind (delete/abort SIGKILL it)
         if s.pending_turns > 0:
             s.pending_turns = 0
             if s.aborting or s.killed:
                 error = "aborted"
             else:
                 error = f"claude exited with code {code} mid-turn"
-                tail = s.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()
+                await s.proc.wait_stderr(1.0)
+                tail = s.proc.last_stderr_line()
                 if tail:
-                    error += f": {tail[-1][:300]}"
+                    error += f": {tail}"
             await self._emit(s, IDLE, TurnResult(ok=False, error=error))
         s.turn_ended.set()
         await self._emit(s, EXITED, {"exit_code": code})
-
-    async def _watch_exit(self, s: _Session) -> None:
-        """Notice the process's exit (`proc.wait()` also waits for its pipes to close); if
-        something it started in another session still holds its stdout, stop reading."""
-        await _process_exit(s.proc)
-        s.gone.set()
-        reader = s.reader
-        if reader is None:
-            return
-        for attempt in range(2):
-            try:
-                await asyncio.wait_for(asyncio.shield(reader), self.kill_grace)
-                return
-            except asyncio.TimeoutError:
-                if attempt == 0:
-                    killpg(s.proc.pid, signal.SIGKILL)
-        s.cut_off = True
-        reader.cancel()
-        if s.stderr_reader is not None:
-            s.stderr_reader.cancel()
-        transport = getattr(s.proc, "_transport", None)   # let go of our ends of its pipes
-        if transport is not None:
-            transport.close()
-
-    async def _read_lines(self, s: _Session) -> None:
-        stream = s.proc.stdout
-        assert stream is not None
-        head: bytes | None = None                 # the start of an overlong line being skipped
-        while True:
-            try:
-                line = await stream.readuntil(b"\n")
-            except asyncio.IncompleteReadError as e:      # EOF
-                if e.partial and head is None:
-                    await self._handle_line(s, e.partial)
-                return
-            except asyncio.LimitOverrunError as e:        # an overlong line: skip it
-                chunk = await stream.readexactly(e.consumed)
-                if head is None:
-                    head = chunk[:HEAD_KEPT]
-                    s.discarded_lines += 1
-                continue
-            except OSError:
-                return
-            if head is not None:                          # the tail of an overlong line
-                await self._overlong(s, head)
-                head = None
-                continue
-            await self._handle_line(s, line)
 
     async def _overlong(self, s: _Session, head: bytes) -> None:
         """A line too long to read: if it was a permission prompt, deny it so the CLI goes on."""
@@ -489,21 +382,14 @@ class ClaudeBackend(SessionBook):
             if match:
                 request_id = match.group(1).decode("utf-8", errors="replace")
                 try:
-                    await self._write(s, {"type": "control_response", "response": {
+                    await s.proc.write_json({"type": "control_response", "response": {
                         "subtype": "success", "request_id": request_id,
                         "response": {"behavior": "deny",
                                      "message": "the request is too large for git-hive to review"}}})
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-    async def _handle_line(self, s: _Session, raw: bytes) -> None:
-        try:
-            msg = json.loads(raw)
-        except ValueError:
-            msg = None
-        if not isinstance(msg, dict):
-            s.discarded_lines += 1
-            return
+    async def _handle_message(self, s: _Session, msg: dict[str, Any]) -> None:
         s.last_activity = time.monotonic()
         kind = msg.get("type")
         if kind == "system":
@@ -677,48 +563,3 @@ def _since_last_cost(model_usage: Any) -> float | None:
     if not isinstance(model_usage, dict):
         return None
     return sum(amount(m.get("costUSD")) for m in model_usage.values() if isinstance(m, dict))
-
-
-async def _process_exit(proc: asyncio.subprocess.Process) -> None:
-    """Return once the process has exited (and asyncio knows its return code).
-
-    Not `proc.wait()`: that also waits until every pipe is closed, which a grandchild in another
-    session can hold open. A pidfd (Linux) makes the exit an event; otherwise poll.
-    """
-    if proc.returncode is not None:
-        return
-    loop = asyncio.get_running_loop()
-    fd = -1
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        pass
-    if fd >= 0:
-        readable = loop.create_future()
-        try:
-            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
-            try:
-                await readable
-            finally:
-                loop.remove_reader(fd)
-        except (RuntimeError, OSError, ValueError):  # a loop that cannot watch fds: seen below
-            pass
-        finally:
-            os.close(fd)
-    while proc.returncode is None:            # the child watcher reaps it a moment later
-        await asyncio.sleep(0.01 if fd >= 0 else 0.1)
-
-
-async def _wait_gone(s: _Session, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for the session's process to exit; whether it did."""
-    if s.proc.returncode is not None:
-        return True
-    try:
-        await asyncio.wait_for(s.gone.wait(), timeout)
-        return True
-    except asyncio.TimeoutError:
-        return s.proc.returncode is not None
-
-
-
-

@@ -1,6 +1,7 @@
 """Agent processes: each runs in its own process group, which is ended whole.
 
-Shared by every backend that starts agent CLIs. An agent may leave children behind (a test run in
+Shared by every backend that starts agent CLIs (through `agent_process.AgentProcess`) and by the
+daemon's crash recovery. An agent may leave children behind (a test run in
 the background, a fork bomb); ending the group ends them all. Orphans are reparented to init,
 which may reap them late (in some containers never), so a group counts as gone when no *live*
 process is left in it — zombies do not count.
@@ -13,7 +14,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Iterator
 
 
 @contextmanager
@@ -77,19 +78,3 @@ async def group_gone(pgid: int, timeout: float) -> bool:
             return False
         await asyncio.sleep(0.02)    # nothing to await: other processes' deaths are not events
     return True
-
-
-def count(value: Any) -> int:
-    """A token count from an agent's report: a non-negative int, 0 when absent or garbage."""
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
-
-
-def amount(value: Any) -> float:
-    """A cost from an agent's report: a non-negative float, 0.0 when absent or garbage."""
-    try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
-        return 0.0

@@ -35,11 +35,8 @@ Semantics the orchestrator can rely on:
 from __future__ import annotations
 
 import asyncio
-import json
 import collections
-import logging
 import os
-import signal
 import sys
 import time
 import uuid
@@ -48,22 +45,20 @@ from pathlib import Path
 from typing import Any
 
 from hive.backends import scripted_agent
-from hive.backends.processes import amount, count, group_gone, killpg
-from hive.backends.sessions import SessionBook
+from hive.backends.agent_process import AgentProcess
 from hive.backends.base import (
-    BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Event, EventBus, Handler,
-    PermissionRequest, SessionSpec, TurnResult, Usage,
+    BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, PermissionRequest, SessionSpec,
+    TurnResult, Usage,
 )
+from hive.backends.reports import amount, count
+from hive.backends.sessions import SessionBackend
 from hive.errors import BadInput
-
-log = logging.getLogger(__name__)
 
 AGENT_PATH = str(Path(scripted_agent.__file__).resolve())
 LINE_LIMIT = 2 * 1024 * 1024      # longest stdout line kept; longer ones are discarded
 MAX_MESSAGES = 500                # message history kept per session
 MAX_MESSAGE_CHARS = 64 * 1024     # longest message text kept
 STDERR_TAIL = 4096
-MAX_PAST_SESSIONS = 1000          # deleted sessions whose usage is kept for a later resume
 MAX_ARG_CHARS = 32 * 1024         # a system prompt is passed on argv (Linux: 128 KiB per arg)
 
 
@@ -71,7 +66,7 @@ MAX_ARG_CHARS = 32 * 1024         # a system prompt is passed on argv (Linux: 12
 class _Session:
     id: str
     spec: SessionSpec
-    proc: asyncio.subprocess.Process
+    proc: AgentProcess
     usage: Usage = field(default_factory=Usage)
     messages: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_MESSAGES))
     permissions: dict[str, PermissionRequest] = field(default_factory=dict)
@@ -82,11 +77,13 @@ class _Session:
     aborted: bool = False
     deleted: bool = False
     script: str = ""                 # the script entry the agent chose (from its init line)
-    discarded_lines: int = 0         # overlong or non-JSON stdout lines
-    stderr_tail: bytes = b""
+    unknown_lines: int = 0           # JSON lines of no known type
     reader: asyncio.Task | None = None
-    stderr_reader: asyncio.Task | None = None
-    write_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def discarded_lines(self) -> int:
+        """Overlong, non-JSON or unknown stdout lines."""
+        return self.proc.discarded_lines + self.unknown_lines
 
     def state(self) -> str:
         if self.exited or self.proc.returncode is not None:
@@ -94,7 +91,7 @@ class _Session:
         return "busy" if self.pending_turns > 0 else "idle"
 
 
-class ScriptedBackend(SessionBook):
+class ScriptedBackend(SessionBackend):
     """Runs `scripted_agent` processes; see the module docstring."""
 
     name = "scripted"
@@ -102,6 +99,7 @@ class ScriptedBackend(SessionBook):
 
     def __init__(self, script_path: str | None = None, hive_dir: str | None = None,
                  python: str = sys.executable):
+        super().__init__()
         self.script_path = str(Path(script_path).resolve()) if script_path else None
         if self.script_path:
             try:
@@ -110,32 +108,19 @@ class ScriptedBackend(SessionBook):
                 raise BadInput(str(e), where=script_path) from None
         self.hive_dir = str(Path(hive_dir).resolve()) if hive_dir else None
         self.python = python
-        self._bus = EventBus()
-        self._sessions: dict[str, _Session] = {}
-        self._past_usage: dict[str, Usage] = {}     # usage of deleted sessions, for resume
 
-    # -- events --------------------------------------------------------------------------------
-    def on(self, event_type: str, handler: Handler) -> None:
-        self._bus.on(event_type, handler)
-
-    async def _emit(self, s: _Session, type_: str, data: Any = None) -> None:
-        if s.deleted:
-            return
-        try:
-            await self._bus.emit(Event(type_, s.id, data))
-        except Exception:                               # a bad handler must not kill the reader
-            log.exception("scripted backend: %s handler failed for session %s", type_, s.id)
+    @classmethod
+    def from_settings(cls, config: Any, *, hive_dir: str, repo_root: str) -> ScriptedBackend:
+        script = config.scripted_script
+        if script and not os.path.isabs(script):
+            script = os.path.join(repo_root, script)
+        return cls(script_path=script or None, hive_dir=hive_dir)
 
     async def connect_with_reconnect(self) -> None:
         return None
 
     async def health_check(self) -> bool:
         return True
-
-    async def stop(self) -> None:
-        """End every session at once: busy agents are killed, idle ones leave cleanly."""
-        await asyncio.gather(*(self._end(sid, patient=False) for sid in list(self._sessions)),
-                             return_exceptions=True)
 
     # -- sessions ------------------------------------------------------------------------------
     async def create_session(self, spec: SessionSpec) -> str:
@@ -146,7 +131,25 @@ class ScriptedBackend(SessionBook):
         if old is not None:
             # the agent is gone, what it started may not be (a child ignoring SIGTERM survives the
             # group's TERM at exit): end its process group before the session forgets it
-            await self._kill_group(old)
+            await old.proc.kill()
+        try:
+            proc = await AgentProcess.start(self._argv(sid, spec), cwd=spec.cwd, env={**os.environ, **spec.env},
+                                            line_limit=LINE_LIMIT, kill_grace=self.kill_grace,
+                                            stderr_limit=STDERR_TAIL)
+        except OSError as e:
+            raise RuntimeError(f"cannot start the scripted agent: {e}") from None
+        s = _Session(sid, replace(spec, resume=sid), proc)
+        past = self._past.pop(sid, None)
+        if old is not None:
+            s.usage = replace(old.usage)
+            s.messages.extend(old.messages)
+        elif past is not None:
+            s.usage = past
+        self._sessions[sid] = s
+        s.reader = asyncio.create_task(self._read_stdout(s), name=f"scripted-{sid[:8]}-stdout")
+        return sid
+
+    def _argv(self, sid: str, spec: SessionSpec) -> list[str]:
         # `--opt=value` throughout: a label or prompt starting with "-" stays a value
         argv = [self.python, "-I", "-S", AGENT_PATH, f"--session-id={sid}",
                 f"--role={spec.role or 'worker'}"]
@@ -161,56 +164,27 @@ class ScriptedBackend(SessionBook):
             argv.append(f"--model={spec.model}")
         if spec.system_prompt:
             argv.append(f"--system-prompt={spec.system_prompt[:MAX_ARG_CHARS]}")
-        env = {**os.environ, **spec.env}
-        proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=spec.cwd, env=env, start_new_session=True, limit=LINE_LIMIT,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
-        s = _Session(sid, replace(spec, resume=sid), proc)
-        if old is not None:
-            s.usage = replace(old.usage)
-            s.messages.extend(old.messages)
-        elif sid in self._past_usage:
-            s.usage = self._past_usage.pop(sid)
-        self._sessions[sid] = s
-        s.reader = asyncio.create_task(self._read_stdout(s), name=f"scripted-{sid[:8]}-stdout")
-        s.stderr_reader = asyncio.create_task(self._read_stderr(s), name=f"scripted-{sid[:8]}-stderr")
-        return sid
+        return argv
 
     async def abort_session(self, session_id: str) -> None:
         s = self._sessions.get(session_id)
         if s is None or s.exited:
             return
         s.aborted = True
-        await self._kill_group(s)
+        await s.proc.kill()
         await self._wait_reader(s)
 
-    async def delete_session(self, session_id: str) -> None:
-        await self._end(session_id, patient=True)
-
-    async def _end(self, session_id: str, patient: bool) -> None:
-        """Forget a session: close stdin, let the agent finish (when patient) or kill it."""
-        s = self._sessions.pop(session_id, None)
-        if s is None:
-            return
-        s.deleted = True
-        self._past_usage[s.id] = s.usage
-        while len(self._past_usage) > MAX_PAST_SESSIONS:
-            self._past_usage.pop(next(iter(self._past_usage)))
+    async def _shut_down(self, s: _Session, patient: bool) -> None:
         if s.proc.returncode is None:
-            if s.proc.stdin is not None and not s.proc.stdin.is_closing():
-                s.proc.stdin.close()
+            s.proc.close_stdin()
             # an idle agent leaves at once when stdin closes; a busy one first ends its turn
             if patient or s.pending_turns == 0:
-                try:
-                    await asyncio.wait_for(s.proc.wait(), self.kill_grace)
-                except asyncio.TimeoutError:
-                    pass
-        await self._kill_group(s)
+                await s.proc.wait_exit(self.kill_grace)
+        await s.proc.kill()
         await self._wait_reader(s)
 
     # -- messages ------------------------------------------------------------------------------
-    async def send_message_async(self, session_id: str, text: str) -> None:
+    async def _send_turn(self, session_id: str, text: str) -> None:
         s = self._get(session_id)
         if s.state() == "exited":
             raise RuntimeError(f"scripted session {session_id} has exited")
@@ -218,7 +192,7 @@ class ScriptedBackend(SessionBook):
         s.pending_turns += 1
         s.last_activity = time.monotonic()
         try:
-            await self._write(s, {"type": "user", "text": text})
+            await s.proc.write_json({"type": "user", "text": text})
         except (BrokenPipeError, ConnectionResetError) as e:
             s.pending_turns -= 1
             raise RuntimeError(f"scripted session {session_id} has exited") from e
@@ -228,102 +202,45 @@ class ScriptedBackend(SessionBook):
                                message: str = "") -> None:
         s = self._sessions.get(session_id)
         if s is None or s.permissions.pop(request_id, None) is None:
-            log.debug("scripted backend: no pending permission %s/%s", session_id, request_id)
             return
         try:
-            await self._write(s, {"type": "permission_response", "request_id": request_id,
-                                  "allow": bool(allow), "message": message})
+            await s.proc.write_json({"type": "permission_response", "request_id": request_id,
+                                     "allow": bool(allow), "message": message})
         except (BrokenPipeError, ConnectionResetError):
             pass                                        # the agent is gone; its turn ends anyway
 
     # -- internals -----------------------------------------------------------------------------
-    async def _write(self, s: _Session, obj: dict) -> None:
-
-        stdin = s.proc.stdin
-        if stdin is None or stdin.is_closing():
-            raise BrokenPipeError("agent stdin is closed")
-        async with s.write_lock:
-            stdin.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
-            await stdin.drain()
-
-    async def _kill_group(self, s: _Session) -> None:
-        """SIGTERM the session's process group, SIGKILL after the grace; stragglers too."""
-        pgid = s.proc.pid                           # start_new_session: pid == pgid
-        if s.proc.returncode is None:
-            killpg(pgid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(s.proc.wait(), self.kill_grace)
-            except asyncio.TimeoutError:
-                killpg(pgid, signal.SIGKILL)
-                await s.proc.wait()
-        # children left in the group (they may ignore SIGTERM, or the leader exited by itself)
-        if killpg(pgid, signal.SIGTERM) and not await group_gone(pgid, self.kill_grace):
-            killpg(pgid, signal.SIGKILL)
-            await group_gone(pgid, self.kill_grace)
-
     async def _wait_reader(self, s: _Session) -> None:
-        current = asyncio.current_task()
-        for task in (s.reader, s.stderr_reader):
-            if task is None or task is current or task.done():
-                continue
-            try:
-                await asyncio.wait_for(asyncio.shield(task), self.kill_grace + 1)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                pass
-
-    async def _read_stderr(self, s: _Session) -> None:
-        stream = s.proc.stderr
-        assert stream is not None
-        while chunk := await stream.read(65536):
-            s.stderr_tail = (s.stderr_tail + chunk)[-STDERR_TAIL:]
+        task = s.reader
+        if task is None or task is asyncio.current_task() or task.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.kill_grace + 1)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
 
     async def _read_stdout(self, s: _Session) -> None:
-        stream = s.proc.stdout
-        assert stream is not None
-        discarding = False
-        while True:
-            try:
-                line = await stream.readuntil(b"\n")
-            except asyncio.IncompleteReadError as e:      # EOF
-                if e.partial and not discarding:
-                    await self._handle_line(s, e.partial)
-                break
-            except asyncio.LimitOverrunError as e:        # an overlong line: drop what is buffered
-                if not discarding:
-                    s.discarded_lines += 1
-                discarding = True
-                await stream.readexactly(e.consumed)
-                continue
-            if discarding:                                # the tail of an overlong line
-                discarding = False
-                continue
-            await self._handle_line(s, line)
-        code = await s.proc.wait()
+        await s.proc.read_json_lines(lambda msg: self._handle_message(s, msg))
+        await s.proc.exited.wait()
+        code = s.proc.returncode
         s.exit_code, s.exited = code, True
         s.last_activity = time.monotonic()
         s.permissions.clear()
-        killpg(s.proc.pid, signal.SIGTERM)   # what the agent left behind (delete/abort SIGKILL it)
+        s.proc.terminate_leftovers()     # what the agent left behind (delete/abort SIGKILL it)
         if s.pending_turns > 0:
             s.pending_turns = 0
             if s.aborted:
                 error = "aborted"
             else:
                 error = f"agent exited with code {code} mid-turn"
-                tail = s.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()
+                await s.proc.wait_stderr(1.0)
+                tail = s.proc.last_stderr_line()
                 if tail:
-                    error += f": {tail[-1][:300]}"
+                    error += f": {tail}"
             await self._emit(s, IDLE, TurnResult(ok=False, error=error))
         await self._emit(s, EXITED, {"exit_code": code})
 
-    async def _handle_line(self, s: _Session, raw: bytes) -> None:
-
-        try:
-            msg = json.loads(raw)
-        except ValueError:
-            msg = None
-        if not isinstance(msg, dict):
-            s.discarded_lines += 1
-            return
+    async def _handle_message(self, s: _Session, msg: dict[str, Any]) -> None:
         s.last_activity = time.monotonic()
         kind = msg.get("type")
         if kind == "init":
@@ -340,14 +257,7 @@ class ScriptedBackend(SessionBook):
             s.usage.cost_usd += amount(msg.get("cost_usd"))
             await self._emit(s, USAGE, replace(s.usage))
         elif kind == "permission":
-            paths = msg.get("paths") or []
-            req = PermissionRequest(
-                request_id=str(msg.get("request_id", "")), tool=str(msg.get("tool", "")),
-                input=msg.get("input") if isinstance(msg.get("input"), dict) else {},
-                paths=[str(p) for p in paths] if isinstance(paths, list) else [],
-                command=str(msg.get("command", "")))
-            s.permissions[req.request_id] = req
-            await self._emit(s, PERMISSION, req)
+            await self._permission(s, msg)
         elif kind == "provider_error":
             await self._emit(s, PROVIDER_ERROR, {"status": msg.get("status"),
                                                  "message": str(msg.get("message", ""))})
@@ -359,8 +269,14 @@ class ScriptedBackend(SessionBook):
                 provider_error=bool(msg.get("provider_error")),
                 text=str(msg.get("text", ""))[:MAX_MESSAGE_CHARS]))
         else:
-            s.discarded_lines += 1
+            s.unknown_lines += 1
 
-
-
-
+    async def _permission(self, s: _Session, msg: dict[str, Any]) -> None:
+        paths = msg.get("paths") or []
+        req = PermissionRequest(
+            request_id=str(msg.get("request_id", "")), tool=str(msg.get("tool", "")),
+            input=msg.get("input") if isinstance(msg.get("input"), dict) else {},
+            paths=[str(p) for p in paths] if isinstance(paths, list) else [],
+            command=str(msg.get("command", "")))
+        s.permissions[req.request_id] = req
+        await self._emit(s, PERMISSION, req)

@@ -1,24 +1,161 @@
-"""The read side of a backend's sessions, the same for every backend.
+"""The session half every backend shares: the event bus, the session table, turns, the end.
 
 A backend keeps its sessions in `self._sessions` (id → its own session record). Each record has
-`id`, `state()`, `usage`, `proc` (with a `pid`, or None), `last_activity`, `messages` (the
-transcript) and `permissions` (requests waiting for an answer). `SessionBook` answers the
-protocol's status, listing, transcript and pending-permission calls from them; the backends
-differ only in how they drive their CLI.
+`id`, `state()`, `usage`, `proc` (an `AgentProcess`, or None), `last_activity`, `messages` (the
+transcript), `permissions` (requests waiting for an answer) and `deleted`. `SessionBackend`
+answers from them the protocol's status call and the introspection calls tests and debugging use
+(`list_sessions`, `get_messages`, `get_pending_permissions`: not part of the protocol), and holds
+the plumbing that does not depend on the CLI:
+
+* `on` and `_emit` (no event of a deleted session; a failing handler is logged, not raised);
+* `send_message_async` / `run_turn` around the backend's `_send_turn`: each turn sent gets exactly
+  one `idle`, turns end in the order they were sent, so `run_turn` returns its own turn's result
+  (the one `idle` that ends it, or a failure when the process exits or the session is deleted);
+* `delete_session`, `stop` and the record of deleted sessions kept for a later resume.
+
+A backend implements `_send_turn`, `_shut_down` (end the process of a forgotten session) and
+`_remember` (what a later resume of a deleted session carries on), and drives its CLI.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+import collections
+import logging
+from dataclasses import dataclass, replace
 from typing import Any
 
-from hive.backends.base import PermissionRequest, SessionStatus
+from hive.backends.base import (
+    EVENT_TYPES, EXITED, IDLE, Event, Handler, PermissionRequest, SessionStatus, TurnResult,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_PAST_SESSIONS = 1000          # deleted sessions remembered for a later resume
 
 
-class SessionBook:
+class EventBus:
+    """The `on()`/emit half of the protocol."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, list[Handler]] = {}
+
+    def on(self, event_type: str, handler: Handler) -> None:
+        if event_type not in EVENT_TYPES and event_type != "*":
+            raise ValueError(f"unknown event type {event_type!r}")
+        self._handlers.setdefault(event_type, []).append(handler)
+
+    async def emit(self, event: Event) -> None:
+        for handler in (*self._handlers.get(event.type, ()), *self._handlers.get("*", ())):
+            outcome = handler(event)
+            if outcome is not None:
+                await outcome
+
+
+@dataclass(eq=False)
+class _Turn:
+    """A turn sent and not ended yet; `waiter` is run_turn's (None for send_message_async)."""
+
+    waiter: asyncio.Future[TurnResult] | None
+
+    def resolve(self, result: TurnResult) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(result)
+
+
+class SessionBackend:
+    """The shared base of the backends; see the module docstring."""
+
     name: str
-    _sessions: dict[str, Any]
 
+    def __init__(self) -> None:
+        self._bus = EventBus()
+        self._sessions: dict[str, Any] = {}
+        self._past: dict[str, Any] = {}       # deleted sessions (id → `_remember`'s record)
+        self._turns: dict[str, collections.deque[_Turn]] = {}   # per session: turns sent, not ended
+
+    # -- to implement ------------------------------------------------------------------------------
+    async def _send_turn(self, session_id: str, text: str) -> None:
+        raise NotImplementedError
+
+    async def _shut_down(self, s: Any, patient: bool) -> None:
+        """End the process of a session that is forgotten already (see `_end`)."""
+        raise NotImplementedError
+
+    def _remember(self, s: Any) -> Any:
+        """The record of a deleted session that a later resume carries on."""
+        return replace(s.usage)
+
+    # -- events ------------------------------------------------------------------------------------
+    def on(self, event_type: str, handler: Handler) -> None:
+        self._bus.on(event_type, handler)
+
+    async def _emit(self, s: Any, type_: str, data: Any = None) -> None:
+        if s.deleted or not s.id:
+            return
+        try:
+            await self._bus.emit(Event(type_, s.id, data))
+        except Exception:                               # a bad handler must not kill the reader
+            log.exception("%s backend: %s handler failed for session %s", self.name, type_, s.id)
+        if type_ == IDLE:
+            self._turn_ended(s.id, data)
+        elif type_ == EXITED:
+            self._end_turns(s.id, TurnResult(ok=False, error=f"{self.name} process exited"))
+
+    def _turn_ended(self, session_id: str, result: TurnResult) -> None:
+        turns = self._turns.get(session_id)
+        if not turns:
+            return
+        turns.popleft().resolve(result)
+
+    def _end_turns(self, session_id: str, result: TurnResult) -> None:
+        for turn in self._turns.pop(session_id, ()):
+            turn.resolve(result)
+
+    # -- turns -------------------------------------------------------------------------------------
+    async def send_message_async(self, session_id: str, text: str) -> None:
+        await self._send(session_id, text, None)
+
+    async def run_turn(self, session_id: str, text: str) -> TurnResult:
+        waiter: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+        await self._send(session_id, text, waiter)
+        return await waiter
+
+    async def _send(self, session_id: str, text: str, waiter: asyncio.Future[TurnResult] | None) -> None:
+        self._get(session_id)                           # KeyError before anything is queued
+        turns = self._turns.setdefault(session_id, collections.deque())
+        turn = _Turn(waiter)
+        turns.append(turn)
+        try:
+            await self._send_turn(session_id, text)
+        except BaseException:
+            # a send that failed gets no idle, so it takes no place among the turns
+            if turn in turns:
+                turns.remove(turn)
+            raise
+
+    # -- the end -----------------------------------------------------------------------------------
+    async def delete_session(self, session_id: str) -> None:
+        await self._end(session_id, patient=True)
+
+    async def stop(self) -> None:
+        """End every session at once: busy processes are killed, idle ones leave cleanly."""
+        await asyncio.gather(*(self._end(sid, patient=False) for sid in list(self._sessions)),
+                             return_exceptions=True)
+
+    async def _end(self, session_id: str, patient: bool) -> None:
+        """Forget a session: no more events; let its process finish (when patient) or kill it."""
+        s = self._sessions.pop(session_id, None)
+        if s is None:
+            return
+        s.deleted = True
+        self._past[s.id] = self._remember(s)
+        while len(self._past) > MAX_PAST_SESSIONS:
+            self._past.pop(next(iter(self._past)))
+        self._end_turns(s.id, TurnResult(ok=False, error="session deleted"))
+        await self._shut_down(s, patient)
+
+    # -- status and introspection ------------------------------------------------------------------
     def _get(self, session_id: str) -> Any:
         try:
             return self._sessions[session_id]

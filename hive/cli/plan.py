@@ -16,7 +16,7 @@ from hive.errors import BadInput, HiveError
 def _queen_backend(project, backend: str | None):
     import dataclasses
 
-    from hive.backends.base import backend_for_role
+    from hive.backends.registry import backend_for_role
 
     config = project.config
     if backend:

@@ -52,7 +52,7 @@ MAX_YIELD_TO_AGENTS = 0.5   # seconds a merge waits for agents being started, at
 
 def attach(daemon: "Daemon") -> "MergeProcessor | None":
     """Give the daemon its merge pipeline (auto mode) — manual mode leaves done issues to people."""
-    from hive.backends.base import backend_for_role
+    from hive.backends.registry import backend_for_role
 
     if daemon.config.merge_mode != "auto":
         return None

@@ -8,13 +8,12 @@ overflows. A session that crashes is replaced.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hive import git
-from hive.backends.base import IDLE, USAGE, Backend, Event, SessionSpec, TurnResult
+from hive.backends.base import USAGE, Backend, Event, SessionSpec
 from hive.orchestrator import protocol
 from hive.prompts import load, render
 from hive.state.issue_file import Issue
@@ -44,18 +43,15 @@ class Refinery:
         self.tokens = 0
         self.renewals = 0
         self.root = ""                       # the worktree of the task in progress
-        self._turn: asyncio.Future[TurnResult] | None = None
 
     def owns(self, session_id: str) -> bool:
         return bool(session_id) and session_id == self.session_id
 
     def on_event(self, event: Event) -> None:
-        """IDLE and USAGE events of the refinery's session (routed here by the pipeline)."""
+        """USAGE events of the refinery's session (routed here by the pipeline; its turns end in run_turn)."""
         if not self.owns(event.session_id):
             return
-        if event.type == IDLE and self._turn is not None and not self._turn.done():
-            self._turn.set_result(event.data)
-        elif event.type == USAGE:
+        if event.type == USAGE:
             self.tokens = event.data.total_tokens
             self.daemon.runtime.put("refinery_tokens", str(self.tokens))
 
@@ -90,14 +86,11 @@ class Refinery:
         except Exception as exc:  # noqa: BLE001 - a refinery that cannot start counts as a crash
             return Verdict("crashed", f"could not start a refinery session: {exc}")
         self.root = str(worktree)
-        self._turn = asyncio.get_running_loop().create_future()
         self.messages += 1
         self.daemon.runtime.put("refinery_messages", str(self.messages))
-        await self.backend.send_message_async(session, task_prompt(issue, worktree, target, problem))
         try:
-            turn = await self._turn
+            turn = await self.backend.run_turn(session, task_prompt(issue, worktree, target, problem))
         finally:
-            self._turn = None
             self.root = ""
         if not turn.ok:
             await self.close()
@@ -113,8 +106,6 @@ class Refinery:
                 await self.backend.abort_session(self.session_id)
             except (KeyError, RuntimeError):
                 pass
-        if self._turn is not None and not self._turn.done():
-            self._turn.set_result(TurnResult(False, "aborted"))
 
     async def _record_agent(self) -> None:
         """List the session's process among the daemon's agents, so that a daemon started after

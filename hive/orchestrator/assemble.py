@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from hive.backends.base import backend_for_role
+from hive.backends.registry import backend_for_role
 from hive.merge.pipeline import attach
 from hive.orchestrator.daemon import Daemon
 from hive.project import Project

@@ -1,0 +1,217 @@
+"""One agent CLI process speaking JSON lines on stdio, in its own process group.
+
+What every backend needs of the processes it starts, written once: start in a new session (the
+CLI may be a launcher with children; ending the group ends them all), write JSON lines, read
+JSON-object lines (skipping over-long ones), keep the tail of stderr, notice the exit without
+waiting for the pipes, and kill the group with a grace period.
+
+The exit is noticed by a pidfd (not `proc.wait()`, which also waits until every pipe is closed,
+and a grandchild in another session can hold stdout open). If stdout is still open `kill_grace`
+seconds after the exit, the group is killed; if it is open even then, hive lets go of its ends of
+the pipes, so reading ends as at end of file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from typing import Any, Awaitable, Callable
+
+from hive.backends.processes import group_gone, killpg
+
+OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
+OnOverlong = Callable[[bytes], Awaitable[None]]
+
+READ_CHUNK = 65536
+HEAD_KEPT = 64 * 1024            # of a skipped over-long line, this much is handed to `on_overlong`
+
+
+class AgentProcess:
+    """A started agent process; see the module docstring."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, *, kill_grace: float, stderr_limit: int):
+        self.proc = proc
+        self.kill_grace = kill_grace
+        self.stderr_limit = stderr_limit
+        self.stderr_tail = b""
+        self.discarded_lines = 0              # over-long, non-JSON or non-object stdout lines
+        self.exited = asyncio.Event()         # set once the process has exited
+        self.stdout_done = asyncio.Event()    # set once reading stdout ended
+        self._write_lock = asyncio.Lock()
+        self._stderr_reader = asyncio.create_task(self._read_stderr(), name=f"agent-{proc.pid}-stderr")
+        self._exit_watcher = asyncio.create_task(self._watch_exit(), name=f"agent-{proc.pid}-exit")
+
+    @classmethod
+    async def start(cls, argv: list[str], *, cwd: str, env: dict[str, str], line_limit: int,
+                    kill_grace: float, stderr_limit: int) -> AgentProcess:
+        """Start `argv` in a new process group with piped stdio; OSError when it cannot start."""
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, env=env, start_new_session=True, limit=line_limit,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        return cls(proc, kill_grace=kill_grace, stderr_limit=stderr_limit)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid                  # start_new_session: also the process group id
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None and not self.stdout_done.is_set()
+
+    # -- stdin -------------------------------------------------------------------------------------
+    async def write_json(self, obj: dict[str, Any]) -> None:
+        """One JSON line on stdin; BrokenPipeError (or ConnectionResetError) once it is closed."""
+        stdin = self.proc.stdin
+        if stdin is None or stdin.is_closing() or self.proc.returncode is not None:
+            raise BrokenPipeError("the agent's stdin is closed")
+        async with self._write_lock:
+            stdin.write(json.dumps(obj, ensure_ascii=False).encode() + b"\n")
+            await stdin.drain()
+
+    def close_stdin(self) -> None:
+        stdin = self.proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+
+    # -- stdout / stderr ---------------------------------------------------------------------------
+    async def read_json_lines(self, on_message: OnMessage, on_overlong: OnOverlong | None = None) -> None:
+        """Hand every JSON-object line of stdout to `on_message`, in order, until stdout ends.
+
+        A line longer than the start limit is skipped; `on_overlong` gets its first `HEAD_KEPT`
+        bytes once it has been skipped whole (e.g. to answer a request it carried)."""
+        stream = self.proc.stdout
+        assert stream is not None
+        head: bytes | None = None             # the start of an over-long line being skipped
+        try:
+            while True:
+                try:
+                    line = await stream.readuntil(b"\n")
+                except asyncio.IncompleteReadError as e:      # end of file
+                    if e.partial and head is None:
+                        await self._hand_over(e.partial, on_message)
+                    return
+                except asyncio.LimitOverrunError as e:
+                    chunk = await stream.readexactly(e.consumed)
+                    if head is None:
+                        head = chunk[:HEAD_KEPT]
+                        self.discarded_lines += 1
+                    continue
+                except OSError:
+                    return
+                if head is not None:                          # the tail of an over-long line
+                    if on_overlong is not None:
+                        await on_overlong(head)
+                    head = None
+                    continue
+                await self._hand_over(line, on_message)
+        finally:
+            self.stdout_done.set()
+
+    async def _hand_over(self, raw: bytes, on_message: OnMessage) -> None:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            self.discarded_lines += 1
+            return
+        await on_message(message)
+
+    async def _read_stderr(self) -> None:
+        stream = self.proc.stderr
+        assert stream is not None
+        try:
+            while chunk := await stream.read(READ_CHUNK):
+                self.stderr_tail = (self.stderr_tail + chunk)[-self.stderr_limit:]
+        except OSError:
+            pass
+
+    async def wait_stderr(self, timeout: float) -> None:
+        """Let the stderr reader catch up (the last words of a crash come just before the exit)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._stderr_reader), timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+
+    def last_stderr_line(self, limit: int = 300) -> str:
+        lines = [ln.strip() for ln in self.stderr_tail.decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[-1][:limit] if lines else ""
+
+    # -- the end -----------------------------------------------------------------------------------
+    async def wait_exit(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the process to exit; whether it did."""
+        if self.proc.returncode is not None:
+            return True
+        try:
+            await asyncio.wait_for(self.exited.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return self.proc.returncode is not None
+
+    async def kill(self) -> None:
+        """SIGTERM the process group, SIGKILL after the grace; then what is left in the group."""
+        pgid = self.pid
+        if self.proc.returncode is None:
+            killpg(pgid, signal.SIGTERM)
+            killpg(pgid, signal.SIGCONT)      # a stopped process must run to see the TERM
+            if not await self.wait_exit(self.kill_grace):
+                killpg(pgid, signal.SIGKILL)
+                await self.wait_exit(self.kill_grace)
+        # children left in the group (they may ignore SIGTERM, or the leader exited by itself)
+        if killpg(pgid, signal.SIGTERM) and not await group_gone(pgid, self.kill_grace):
+            killpg(pgid, signal.SIGKILL)
+            await group_gone(pgid, self.kill_grace)
+
+    def terminate_leftovers(self) -> None:
+        """SIGTERM what the agent left running in its group (it exited by itself)."""
+        killpg(self.pid, signal.SIGTERM)
+
+    async def _watch_exit(self) -> None:
+        await process_exit(self.proc)
+        self.exited.set()
+        for attempt in range(2):
+            try:
+                await asyncio.wait_for(asyncio.shield(self.stdout_done.wait()), self.kill_grace)
+                return
+            except asyncio.TimeoutError:
+                if attempt == 0:
+                    killpg(self.pid, signal.SIGKILL)
+        # something outside the group still holds stdout: let go of our ends of the pipes
+        transport = getattr(self.proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+
+async def process_exit(proc: asyncio.subprocess.Process) -> None:
+    """Return once the process has exited (and asyncio knows its return code).
+
+    A pidfd (Linux) makes the exit an event; otherwise poll.
+    """
+    if proc.returncode is not None:
+        return
+    loop = asyncio.get_running_loop()
+    fd = -1
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pass
+    if fd >= 0:
+        readable = loop.create_future()
+        try:
+            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+            try:
+                await readable
+            finally:
+                loop.remove_reader(fd)
+        except (RuntimeError, OSError, ValueError):  # a loop that cannot watch fds: seen below
+            pass
+        finally:
+            os.close(fd)
+    while proc.returncode is None:            # the child watcher reaps it a moment later
+        await asyncio.sleep(0.01 if fd >= 0 else 0.1)
