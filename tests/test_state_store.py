@@ -15,8 +15,9 @@ import textwrap
 import pytest
 
 from hive import git as hgit
+from hive import issues
 from hive.errors import HiveError
-from hive.state import issues, layout
+from hive.state import layout
 from hive.state.store import Change, Refused, cas_update
 
 
@@ -88,7 +89,7 @@ def test_concurrent_writers_in_separate_processes_lose_nothing(repo, git, state_
     script = textwrap.dedent("""
         import sys
         from hive.project import Project
-        from hive.state import issues
+        from hive import issues
         project = Project.open(sys.argv[1])
         for n in range(8):
             issues.create(project, f"{sys.argv[2]} {n}", agent=sys.argv[2])
@@ -246,7 +247,7 @@ def test_a_save_in_the_same_clock_tick_as_hives_write_is_not_missed(repo, projec
     os.utime(path, ns=(hive_wrote.st_atime_ns, hive_wrote.st_mtime_ns))
     assert (os.stat(path).st_mtime_ns, os.stat(path).st_size) == (hive_wrote.st_mtime_ns, hive_wrote.st_size)
 
-    assert project.checkout.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
+    assert project.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
     assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
 
 
@@ -274,7 +275,7 @@ def test_a_save_between_hives_write_and_its_index_update_is_not_taken_for_staged
     monkeypatch.undo()
     staged = git("ls-files", "-s", f"issues/{issue}.md", cwd=repo / ".hive").stdout.split()[1]
     assert staged == git("rev-parse", f"hive/state:issues/{issue}.md", cwd=repo).stdout.strip()
-    assert project.checkout.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
+    assert project.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
     on_tip = on_branch(git, repo, f"issues/{issue}.md")
     assert 'title = "their title"' in on_tip and "priority = 1" in on_tip
 

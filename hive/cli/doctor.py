@@ -113,7 +113,7 @@ def reindex() -> None:
     from hive.project import Project
 
     project = Project.open()
-    unsaved = project.checkout.absorb(full=True).problems  # invalid edits in .hive/: not indexed
+    unsaved = project.absorb(full=True).problems  # invalid edits in .hive/: not indexed
     project.checkout.refresh()
     started = time.perf_counter()
     problems = project.index.rebuild()

@@ -25,7 +25,7 @@ from hive.merge import mechanical
 from hive.merge.refinery import Refinery
 from hive.orchestrator import escalation, worktrees
 from hive.runtime.merge_queue import Entry
-from hive.state import issues
+from hive import issues
 from hive.state.issue_file import Issue
 from hive.state.store import Refused
 
