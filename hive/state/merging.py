@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import pygit2
 
 from hive.state import layout
-from hive.state.trees import walk_changes
+from hive.state.issue_file import is_valid_id, parse, update_text
 from hive.state.merge_driver import merge_file, merge_issue
+from hive.state.trees import walk_changes, write_tree
 
 
 @dataclass
@@ -48,9 +49,6 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
     With `prefer_theirs_claims` (syncing with a remote), an issue that both sides claimed for
     different agents keeps theirs' claim: theirs was pushed first, so theirs is the valid one.
     """
-    from hive.state.issue_file import is_valid_id, parse
-    from hive.state.trees import write_tree
-
     ours_commit = repo[ours].peel(pygit2.Commit)
     theirs_commit = repo[theirs].peel(pygit2.Commit)
     base_id = repo.merge_base(ours_commit.id, theirs_commit.id)
@@ -143,8 +141,6 @@ CLAIM_FIELDS = ("status", "assignee", "lease_expires")
 
 
 def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str) -> bytes:
-    from hive.state.issue_file import parse, update_text
-
     try:
         mine = parse(ours[1], issue_id, ours[0])
         other = parse(theirs[1], issue_id, theirs[0])
