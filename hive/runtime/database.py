@@ -11,7 +11,7 @@ import sqlite3
 from typing import Any
 
 from hive import git
-from hive.runtime import schema
+from hive.runtime.schema import migrate
 from hive.runtime.agents import Agents
 from hive.runtime.budgets import Budget, Budgets
 from hive.runtime.kv import KeyValues
@@ -29,7 +29,7 @@ class Runtime:
     def db(self) -> sqlite3.Connection:
         if self._db is None:
             db = connect(self.path)
-            schema.migrate(db)
+            migrate(db)
             self._db = db
         return self._db
 
