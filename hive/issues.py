@@ -70,7 +70,8 @@ def create(project: Project, title: str, *, description: str = "", priority: int
             if issue_id is not None:
                 raise Refused(f"issue {issue.id} already exists")
             issue.id = issue_file.new_id(prefix)  # a random id collided: draw again
-        edits.check_graph(project.store, project.index, issue.id, issue.depends_on, issue.parent, snap)
+        project.update_index()
+        edits.check_graph(project.index, issue.id, issue.depends_on, issue.parent, snap)
         return Change({layout.live_path(issue.id): issue_file.render(issue).encode()},
                       summary=f"create {issue.id}: {issue.title}", event="created",
                       issue=issue.id, agent=agent)
@@ -107,8 +108,9 @@ def update(project: Project, issue_id: str,
             fields["assignee"] = ""
         fields["updated"] = issue_file.format_time(issue_file.now())
         if "depends_on" in fields or "parent" in fields:
-            edits.check_graph(project.store, project.index, issue_id,
-                              fields.get("depends_on", current.depends_on), fields.get("parent", current.parent), snap)
+            project.update_index()
+            edits.check_graph(project.index, issue_id, fields.get("depends_on", current.depends_on),
+                              fields.get("parent", current.parent), snap)
         text = issue_file.update_text(data.decode("utf-8"), fields, path, body=body)
         new_path = layout.path_for(issue_id, status) if path in layout.candidate_paths(issue_id) else path
         new = issue_file.parse(text, issue_id, new_path)

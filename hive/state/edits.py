@@ -17,12 +17,13 @@ from hive.state.merge_driver import merge_issue, merge_jsonl
 from hive.state.store import Change, Refused, Snapshot, StateStore
 
 
-def check_graph(store: StateStore, index: Index, issue_id: str, depends_on: Iterable[str], parent: str,
-                snap: Snapshot, where: str | None = None) -> None:
-    """Refuse (BadInput) references to unknown issues and a new dependency cycle."""
-    # The cycle check walks the index: bring it up to the branch first (it lags when the ref
-    # moved without hive, or while another process's write is being indexed).
-    index.ensure_current(store.changes_between)
+def check_graph(index: Index, issue_id: str, depends_on: Iterable[str], parent: str, snap: Snapshot,
+                where: str | None = None) -> None:
+    """Refuse (BadInput) references to unknown issues and a new dependency cycle.
+
+    The cycle check walks the index: the caller brings it up to the branch first (it lags when
+    the ref moved without hive, or while another process's write is being indexed).
+    """
 
     def exists(other: str) -> bool:
         return index.exists(other) or snap.issue_path(other) is not None
@@ -105,7 +106,8 @@ def _check(store: StateStore, index: Index, path: str, data: bytes, snap: Snapsh
         other = snap.issue_path(issue_id)
         if other is not None and other != path:
             raise BadInput(f"issue {issue_id} also exists at {other}", f"{where}:1")
-        check_graph(store, index, issue_id, issue.depends_on, issue.parent, snap, f"{where}:1")
+        index.ensure_current(store.changes_between)
+        check_graph(index, issue_id, issue.depends_on, issue.parent, snap, f"{where}:1")
     elif path.endswith(".jsonl"):
         _, problems = parse_notes(data, where)
         if problems:

@@ -22,7 +22,6 @@ from hive.errors import BadInput
 from hive.sqlite import connect
 from hive.state import issue_file, layout
 from hive.state.issue_file import Issue
-from hive.state.validate import find_cycle
 
 if TYPE_CHECKING:
     import pygit2
@@ -362,6 +361,8 @@ class Index:
 
     def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None) -> list[Problem]:
         """Unknown blockers and cycles reachable from the changed issues (kept, but reported)."""
+        from hive.state.validate import find_cycle   # only when catching up: `list` never needs it
+
         if not changed_ids:
             return []
         problems = []
