@@ -137,9 +137,6 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
     return result
 
 
-CLAIM_FIELDS = ("status", "assignee", "lease_expires")
-
-
 def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str) -> bytes:
     try:
         mine = parse(ours[1], issue_id, ours[0])
