@@ -71,7 +71,7 @@ def new_repo(ctx: Context, name: str, *, test_command: str = TRIVIAL_TEST) -> Pa
 def create_chains(root: Path, chains: int, length: int) -> list[list[str]]:
     """`chains` chains of `length` issues, each depending on the previous one of its chain."""
     from hive.project import Project
-    from hive.state import issues
+    from hive import issues
 
     project = Project.open(root)
     try:
@@ -159,7 +159,7 @@ def _child(argv: list[str]) -> int:
     import importlib
 
     for module in ("hive.initialize", "hive.state.watch", "watchfiles", "hive.orchestrator.escalation",
-                   "hive.orchestrator.prompts", "hive.state.history", "hive.state.issues", "hive.queue",
+                   "hive.orchestrator.prompts", "hive.state.history", "hive.issues", "hive.queue",
                    "tomlkit", "hive.runtime", "anyio._backends._asyncio"):
         importlib.import_module(module)
 
@@ -832,7 +832,7 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
 - **Projects**: a fresh repository per run (`main` checked out in the main worktree, as in a person's
   clone; ten small source files; `.hive.toml` with `test_command = "true"` — the trivial test —
   except for the merge figures, which run none), `git-hive init`, then the issues created with
-  `hive.state.issues.create`: chains (each issue depends on the previous one of its chain) or
+  `hive.issues.create`: chains (each issue depends on the previous one of its chain) or
   independent issues.
 - **Daemon runs** (`unblock`, `pipeline`): a child process `python -m bench.pipeline daemon REPO`
   builds the daemon exactly as `git hive run --backend scripted --until-idle --max-agents 8` does

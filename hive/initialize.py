@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pygit2
 
-from hive import git
+from hive import config, git
 from hive.errors import HiveError
 from hive.project import Project
 from hive.state import layout
-from hive.state.store import cas_update, signature_for
-from hive.state.trees import write_tree
+from hive.state.store import Change, StateStore
 
 CHECKOUT_WORKTREE_NAME = "hive-state"
 HOOK_MARKER = "git-hive hook"
@@ -56,7 +55,7 @@ def initialize(where: Path | str | None = None) -> list[str]:
     paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
     _add_fetch_refspecs(paths, done)
     _fetch_shared_state(repo, paths)
-    _create_state_branch(repo, paths, done)
+    _create_state_branch(StateStore(paths, repo=repo), done)
     _register_merge_driver(paths, done)
     _add_excludes(paths, done)
     _install_hooks(paths, done)
@@ -68,34 +67,29 @@ def initialize(where: Path | str | None = None) -> list[str]:
 def record_target_branch(paths: git.RepoPaths, target: str | None = None) -> None:
     """Tell the guard hook which branch workers may not move (`hive.targetBranch`)."""
     if target is None:
-        from hive import config
-
         target = config.load(paths).target_branch
     if git.config_get(paths.common_dir, "hive.targetBranch") != target:
         git.run(["config", "--file", str(paths.common_dir / "config"), "hive.targetBranch", target],
                 paths.worktree)
 
 
-def _create_state_branch(repo: pygit2.Repository, paths: git.RepoPaths, done: list[str]) -> None:
-    if repo.references.get(git.STATE_REF) is not None:
+def _create_state_branch(store: StateStore, done: list[str]) -> None:
+    repo = store.repo
+    if store.tip() is not None:
         return
     for remote in repo.remotes:
         shared = repo.references.get(f"refs/remotes/{remote.name}/{git.STATE_BRANCH}")
         if shared is not None:
-            if cas_update(repo, git.STATE_REF, None, str(shared.target), f"hive: from {remote.name}"):
+            if store.adopt(str(shared.target), f"hive: from {remote.name}"):
                 done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
             return
-    files = {
+    files: dict[str, bytes | None] = {
         layout.ATTRIBUTES_FILE: layout.ATTRIBUTES.encode(),
         layout.CONTEXT_FILE: layout.CONTEXT_TEMPLATE.encode(),
         f"{layout.ISSUES_DIR}/.gitkeep": b"",
         f"{layout.NOTES_DIR}/.gitkeep": b"",
     }
-    tree = write_tree(repo, None, files)
-    signature = signature_for(repo)
-    commit = repo.create_commit(None, signature, signature,
-                                "hive: start the state branch\n\nHive-Event: initialized\n", tree, [])
-    if cas_update(repo, git.STATE_REF, None, str(commit), "hive: init"):
+    if store.start(Change(files, summary="hive: start the state branch", event="initialized")):
         done.append(f"created branch {git.STATE_BRANCH}")
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Collection
 
 from hive import git
 from hive.errors import HiveError
-from hive.state.checkout import Checkout
+from hive.state.checkout import Absorbed, Checkout, Edit
 from hive.state.index import Index, Problem
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class Project:
     def __init__(self, paths: git.RepoPaths):
         self.paths = paths
         self.index = Index(paths)
-        self.checkout = Checkout(self)
+        self.checkout = Checkout(paths, lambda: self.store)
         # Who brings `.hive/` up to date after this process's writes: None, each write itself; a
         # daemon sets a function that schedules its own refresh, batched (see after_write).
         self.defer_checkout: Callable[[], None] | None = None
@@ -39,13 +39,13 @@ class Project:
 
     @cached_property
     def store(self) -> "StateStore":
-        from hive.state.store import StateStore
+        from hive.state.store import StateStore   # the pygit2 boundary: read-only commands skip it
 
         return StateStore(self.paths)
 
     @cached_property
     def config(self) -> "Config":
-        from hive import config
+        from hive import config   # ~30 ms (tomllib, the defaults): `list` never needs it
 
         return config.load(self.paths)
 
@@ -60,7 +60,7 @@ class Project:
         `refresh=False` leaves the checkout's files behind the branch for now (a daemon batches).
         Returns the problems (invalid files) found; they are also printed as warnings.
         """
-        edit_problems = self.checkout.absorb(full=full, only=only).problems
+        edit_problems = self.absorb(full=full, only=only).problems
         if refresh:
             self.checkout.refresh()
         problems = self.update_index()
@@ -74,6 +74,20 @@ class Project:
             for problem in problems:
                 print(f"warning: {problem}", file=sys.stderr)
         return problems
+
+    def absorb(self, *, full: bool = False, only: "Collection[str] | None" = None) -> Absorbed:
+        """Commit a person's valid saved edits in `.hive/` (among `only` when given); the others
+        are reported, left as written."""
+        return self.checkout.absorb(self._commit_edit, full=full, only=only)
+
+    def _commit_edit(self, edit: Edit) -> bytes | None:
+        # imported only when there is an edit: it loads pygit2 (~130 ms), which a read-only
+        # command with nothing to absorb never needs
+        from hive.state.edits import commit_edit
+
+        committed = commit_edit(self.store, self.index, edit)
+        self.update_index()
+        return committed
 
     def after_write(self) -> list[Problem]:
         """Make a write visible everywhere: the `.hive/` checkout and the index; the problems of

@@ -27,8 +27,8 @@ from hive.project import Project
 from hive.prompts import load, render
 from hive.state import issue_file, layout, validate
 from hive.state.issue_file import Issue
-from hive.state.store import Change, cas_update, signature_for
-from hive.state.trees import write_tree
+from hive.state.store import Change, Refused, Snapshot
+from hive.state.trees import walk_changes
 
 PLAN_FILE = "PLAN.md"
 MAX_ROUNDS = 3
@@ -68,13 +68,12 @@ def worktree_name(slug: str) -> str:
 # -- the plan branch ---------------------------------------------------------------------------
 
 def create_plan_branch(project: Project, slug: str) -> Path:
-    repo = project.store.repo
     tip = project.store.tip()
     if tip is None:
         raise HiveError("no hive/state yet: run `git hive init`")
-    ref = plan_ref(slug)
-    if repo.references.get(ref) is None:
-        repo.references.create(ref, tip)
+    plan = project.store.on_ref(plan_ref(slug))
+    if plan.tip() is None:
+        plan.adopt(tip, f"hive: plan {slug}")
     return ensure_plan_worktree(project, slug)
 
 
@@ -223,7 +222,6 @@ def ascii_tree(issues: list[Issue]) -> str:
 def commit_plan(project: Project, slug: str, directory: Path, spec: str, issues: list[Issue],
                 message: str) -> str:
     """Commit the plan directory's files (and a fresh PLAN.md) on the plan branch."""
-    repo = project.store.repo
     ref = plan_ref(slug)
     stamp = issue_file.format_time(issue_file.now())
     for issue in issues:
@@ -234,31 +232,40 @@ def commit_plan(project: Project, slug: str, directory: Path, spec: str, issues:
                             encoding="utf-8")
             issue.created = issue.updated = stamp
     (directory / PLAN_FILE).write_text(render_plan(spec, issues), encoding="utf-8")
-    tip = repo.references[ref].peel(pygit2.Commit)
-    files: dict[str, bytes | None] = {}
+    plan = project.store.on_ref(ref)
+    tip = plan.tip()
     wanted = {PLAN_FILE, layout.CONTEXT_FILE}
     for file in sorted((directory / layout.ISSUES_DIR).glob("*.md")):
         wanted.add(f"{layout.ISSUES_DIR}/{file.name}")
+
+    def build(snap: Snapshot) -> Change | None:
+        if snap.oid != tip:
+            raise Refused(f"{ref} moved")
+        files = _changed_files(directory, wanted, snap)
+        if not files:
+            return None
+        return Change(files, summary=message, event="planned",
+                      trailers={"Hive-Plan": slug, "Hive-Plan-Issues": str(len(issues))})
+
+    try:
+        new = plan.commit(build)
+    except Refused:
+        raise HiveError(f"{ref} moved while the plan was being committed; run the command again") from None
+    if new is None:
+        return str(tip)
+    pygit2.Repository(str(directory)).reset(pygit2.Oid(hex=new), pygit2.GIT_RESET_HARD)
+    return new
+
+
+def _changed_files(directory: Path, wanted: set[str], snap: Snapshot) -> dict[str, bytes | None]:
+    """The files of `wanted` whose bytes in `directory` differ from the snapshot's."""
+    files: dict[str, bytes | None] = {}
     for rel in wanted:
         path = directory / rel
         data = path.read_bytes() if path.exists() else None
-        try:
-            current = repo[tip.tree[rel].id].data
-        except KeyError:
-            current = None
-        if data != current:
+        if data != snap.read(rel):
             files[rel] = data
-    if not files:
-        return str(tip.id)
-    tree = write_tree(repo, tip.tree, files)
-    signature = signature_for(repo)
-    change = Change({}, summary=message, event="planned", trailers={"Hive-Plan": slug,
-                                                                   "Hive-Plan-Issues": str(len(issues))})
-    new = repo.create_commit(None, signature, signature, change.message(), tree, [tip.id])
-    if not cas_update(repo, ref, str(tip.id), str(new), message):
-        raise HiveError(f"{ref} moved while the plan was being committed; run the command again")
-    pygit2.Repository(str(directory)).reset(new, pygit2.GIT_RESET_HARD)
-    return str(new)
+    return files
 
 
 def approve(project: Project, slug: str) -> tuple[str | None, list[str]]:
@@ -285,8 +292,6 @@ def approve(project: Project, slug: str) -> tuple[str | None, list[str]]:
 
 
 def _plan_issue_paths(repo: pygit2.Repository, plan_tip: str, state_tip: str | None) -> list[str]:
-    from hive.state.trees import walk_changes
-
     base = repo.merge_base(plan_tip, state_tip) if state_tip else None
     base_tree = repo[base].peel(pygit2.Commit).tree if base else None
     return [p for p, _, new in walk_changes(repo, base_tree, repo[plan_tip].peel(pygit2.Commit).tree)

@@ -8,7 +8,8 @@ that re-checks status, assignee and every blocker against the tip it builds on, 
 from __future__ import annotations
 
 from hive.project import Project
-from hive.state import issue_file, issues
+from hive import issues
+from hive.state import issue_file
 from hive.state.issue_file import Issue
 from hive.state.store import Refused, Snapshot
 

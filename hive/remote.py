@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from hive import git
 from hive.errors import HiveError
 from hive.project import Project
+from hive.state import layout
 from hive.state.store import Change
 
 MAX_PUSH_ROUNDS = 8
@@ -168,11 +169,5 @@ def _count(project: Project, exclude: str | None, include: str) -> int:
 
 
 def _issues_between(project: Project, old: str, new: str) -> set[str]:
-    import pygit2
-
-    from hive.state import layout
-    from hive.state.trees import walk_changes
-
-    repo = project.store.repo
-    changed = walk_changes(repo, repo[old].peel(pygit2.Commit).tree, repo[new].peel(pygit2.Commit).tree)
+    changed = project.store.changes(old, new)
     return {layout.issue_id_of(p) for p, _, _ in changed if layout.issue_id_of(p)}

@@ -205,11 +205,11 @@ def project(repo: Path) -> Iterator[Any]:
 def new_issue(project: Any) -> Callable[..., str]:
     """`new_issue(title, status=None, **fields)`: create an issue in `repo` in-process; its id.
 
-    Fields are those of `hive.state.issues.create` (priority, type, parent, depends_on, labels,
+    Fields are those of `hive.issues.create` (priority, type, parent, depends_on, labels,
     description). With `status`, a second commit moves it there. Use the CLI (`hive("create",
     ...)`) where the create command itself is under test.
     """
-    from hive.state import issues
+    from hive import issues
 
     def create(title: str, status: str | None = None, **fields: Any) -> str:
         project.sync(warn=False)

@@ -14,9 +14,9 @@ from collections import Counter
 
 import pytest
 
-from hive import queue
+from hive import issues, queue
 from hive.errors import HiveError
-from hive.state import issue_file, issues, layout
+from hive.state import issue_file, layout
 from hive.state.issue_file import Issue
 from hive.state.store import Change
 

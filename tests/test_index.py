@@ -6,7 +6,8 @@ import json
 import sqlite3
 
 from hive.state import index as index_module
-from hive.state import issues, trees
+from hive import issues
+from hive.state import trees
 
 
 def listing(hive) -> list[dict]:

@@ -235,7 +235,7 @@ def hived_upstream(make_repo, title: str) -> tuple[Path, str]:
     """A repository set up for hive, with one issue (in-process: only the clone is under test)."""
     from hive.initialize import initialize
     from hive.project import Project
-    from hive.state import issues
+    from hive import issues
 
     upstream = make_repo("upstream")
     initialize(upstream)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from hive.state import issues
+from hive import issues
 from hive.state.issue_file import ID_RE
 
 

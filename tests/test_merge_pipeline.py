@@ -722,33 +722,3 @@ def test_ten_independent_issues_merge_without_fixed_sleeps(repo, paths, new_issu
     # ~6.5 s of fixed sleeps per merge in the original would be 65 s; the work itself is ~2-3 s
     # on an idle 2-core machine (the bound leaves room for a loaded one)
     assert took < 30, f"10 trivial issues took {took:.1f}s\n{proc.stdout}"
-
-
-def test_a_runtime_database_from_before_the_newer_columns_is_migrated(paths):
-    """A daemon opening an older `runtime.db` (merge_queue without test_command/merged_commit) adds
-    the columns; a current one is opened without sqlite-utils (no import: it pulls in numpy)."""
-    import sqlite3
-    from types import SimpleNamespace
-
-    from hive.merge.pipeline import MergeProcessor
-    from hive.runtime import SCHEMA, Runtime
-
-    paths.hive_dir.mkdir(parents=True, exist_ok=True)
-    old = sqlite3.connect(paths.hive_dir / "runtime.db")
-    old.execute("CREATE TABLE merge_queue (seq INTEGER PRIMARY KEY, issue_id TEXT, branch TEXT, base_commit TEXT, "
-                "state TEXT, queued_at FLOAT, detail TEXT, refinery_attempts INTEGER)")
-    old.close()
-    runtime = Runtime(paths)
-    tables = {r[0] for r in runtime.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert set(SCHEMA) <= tables
-    MergeProcessor._ensure_columns(SimpleNamespace(runtime=runtime))
-    columns = {r[1] for r in runtime.db.execute("PRAGMA table_info(merge_queue)")}
-    assert {"test_command", "merged_commit", "refinery_attempts"} <= columns
-    runtime.close()
-
-    probe = subprocess.run([sys.executable, "-c", "import sys\nfrom hive import git\nfrom hive.runtime import Runtime\n"
-                            f"r = Runtime(git.discover({str(paths.worktree)!r}))\nr.get('x')\n"
-                            "from hive.merge.pipeline import MergeProcessor\nfrom types import SimpleNamespace\n"
-                            "MergeProcessor._ensure_columns(SimpleNamespace(runtime=r))\n"
-                            "print('sqlite_utils' in sys.modules)"], capture_output=True, text=True, check=True)
-    assert probe.stdout.strip() == "False"

@@ -609,7 +609,7 @@ def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_pat
                                                              state_log, monkeypatch):
     """The cancel lands while the agent session is being created: no prompt is ever sent."""
     from hive.orchestrator.assemble import build_daemon
-    from hive.state import issues
+    from hive import issues
 
     issue_id = new_issue("set up slowly")
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"default": work_steps()})))

@@ -91,7 +91,7 @@ def create_issues(clone: Path, plan: list[tuple[str, dict[str, Any]]]) -> list[s
     """Create issues in `clone`, in this process (fast): `(title, fields)` where the fields are
     those of `issues.create`, with `depends_on` given as indexes into the plan."""
     from hive.project import Project
-    from hive.state import issues
+    from hive import issues
 
     project = Project.open(clone)
     ids: list[str] = []

@@ -15,8 +15,9 @@ import textwrap
 import pytest
 
 from hive import git as hgit
+from hive import issues
 from hive.errors import HiveError
-from hive.state import issues, layout
+from hive.state import layout
 from hive.state.store import Change, Refused, cas_update
 
 
@@ -88,7 +89,7 @@ def test_concurrent_writers_in_separate_processes_lose_nothing(repo, git, state_
     script = textwrap.dedent("""
         import sys
         from hive.project import Project
-        from hive.state import issues
+        from hive import issues
         project = Project.open(sys.argv[1])
         for n in range(8):
             issues.create(project, f"{sys.argv[2]} {n}", agent=sys.argv[2])
@@ -246,7 +247,7 @@ def test_a_save_in_the_same_clock_tick_as_hives_write_is_not_missed(repo, projec
     os.utime(path, ns=(hive_wrote.st_atime_ns, hive_wrote.st_mtime_ns))
     assert (os.stat(path).st_mtime_ns, os.stat(path).st_size) == (hive_wrote.st_mtime_ns, hive_wrote.st_size)
 
-    assert project.checkout.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
+    assert project.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
     assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
 
 
@@ -274,7 +275,7 @@ def test_a_save_between_hives_write_and_its_index_update_is_not_taken_for_staged
     monkeypatch.undo()
     staged = git("ls-files", "-s", f"issues/{issue}.md", cwd=repo / ".hive").stdout.split()[1]
     assert staged == git("rev-parse", f"hive/state:issues/{issue}.md", cwd=repo).stdout.strip()
-    assert project.checkout.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
+    assert project.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
     on_tip = on_branch(git, repo, f"issues/{issue}.md")
     assert 'title = "their title"' in on_tip and "priority = 1" in on_tip
 
@@ -551,3 +552,45 @@ def test_a_stores_own_commits_give_what_changed_across_several_of_them(project, 
     issues.set_status(project, keep, "done")
     assert store.changes_between(start, store.tip()) is None             # not all of them ours
     assert sorted(store.changes_between(str(other), store.tip())) == walked(str(other), store.tip())
+
+
+# -- other branches of state files, and the first commit -------------------------------------------
+
+def test_a_store_on_another_ref_commits_there_and_leaves_hive_state_alone(repo, project, git):
+    state_tip = project.store.tip()
+    plan = project.store.on_ref("refs/heads/hive/plan/demo")
+    assert plan.tip() is None
+    assert plan.adopt(state_tip, "hive: plan demo")
+    assert not plan.adopt(state_tip, "hive: plan demo")   # exists: nothing done
+    new = plan.commit(lambda snap: Change({"PLAN.md": b"# plan\n"}, summary="plan it", event="planned"))
+    assert git("rev-parse", "hive/plan/demo", cwd=repo).stdout.strip() == new
+    assert git("show", "hive/plan/demo:PLAN.md", cwd=repo).stdout == "# plan\n"
+    assert project.store.tip() == state_tip
+    assert git("rev-parse", f"{new}^", cwd=repo).stdout.strip() == state_tip
+
+
+def test_start_makes_a_root_commit_once(repo, project, git):
+    other = project.store.on_ref("refs/heads/hive/other")
+    first = other.start(Change({"a.txt": b"a\n"}, summary="start it", event="initialized"))
+    assert first is not None
+    assert git("rev-list", "--parents", "-n1", first, cwd=repo).stdout.split() == [first]
+    assert git("log", "-1", "--format=%B", first, cwd=repo).stdout.strip() == "start it\n\nHive-Event: initialized"
+    assert other.start(Change({"b.txt": b"b\n"}, summary="again", event="initialized")) is None
+    assert other.tip() == first
+
+
+def test_the_checkout_commits_nothing_itself(repo, project, git, new_issue):
+    """`Checkout.absorb` finds and records edits; what commits them is handed in by the layer above."""
+    issue = new_issue("Edited")
+    path = project.paths.state_checkout / "issues" / f"{issue}.md"
+    path.write_text(path.read_text().replace("Edited", "Edited by hand"))
+    before = tip(git, repo)
+    seen = []
+
+    def commit_edit(edit):
+        seen.append(edit.path)
+        return edit.data
+
+    assert project.checkout.absorb(commit_edit).committed == [f"issues/{issue}.md"]
+    assert seen == [f"issues/{issue}.md"] and tip(git, repo) == before
+    assert project.absorb().committed == []   # recorded as committed: no edit any more

@@ -203,7 +203,7 @@ def commit_by_hand(git, repo, issue_id: str, old: str, new: str) -> None:
 
 def test_a_cycle_is_refused_even_when_the_index_lags_the_branch(repo, project, git, new_issue):
     from hive.errors import BadInput
-    from hive.state import issues
+    from hive import issues
 
     a, b = new_issue("a"), new_issue("b")
     commit_by_hand(git, repo, b, "depends_on = []", f'depends_on = ["{a}"]')  # b -> a
@@ -213,7 +213,7 @@ def test_a_cycle_is_refused_even_when_the_index_lags_the_branch(repo, project, g
 
 
 def test_dep_add_and_rm_never_drop_a_dependency_added_meanwhile(repo, project, git, new_issue):
-    from hive.state import issues
+    from hive import issues
 
     a, b, c, d = new_issue("a"), new_issue("b"), new_issue("c"), new_issue("d")
     commit_by_hand(git, repo, a, "depends_on = []", f'depends_on = ["{c}"]')

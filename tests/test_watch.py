@@ -143,16 +143,16 @@ def test_absorb_looks_only_at_the_paths_a_watcher_reported(repo, project, git, n
     (checkout / "issues" / f"{gone}.md").unlink()
     (checkout / "stray.txt").write_text("not an issue\n")
 
-    result = project.checkout.absorb(only={f"issues/{first}.md", "stray.txt", "issues/nothing.md"})
+    result = project.absorb(only={f"issues/{first}.md", "stray.txt", "issues/nothing.md"})
     assert result.committed == [f"issues/{first}.md"] and result.problems == []
     assert "first, edited" in on_branch(git, repo, f"issues/{first}.md")
     assert "second, edited" not in on_branch(git, repo, f"issues/{second}.md")
     assert on_branch(git, repo, f"issues/{gone}.md") is not None
 
-    result = project.checkout.absorb(only={f"issues/{gone}.md"})   # a deletion it was told about
+    result = project.absorb(only={f"issues/{gone}.md"})   # a deletion it was told about
     assert result.problems == [] and on_branch(git, repo, f"issues/{gone}.md") is None
-    assert project.checkout.absorb(only=set()).committed == []
-    assert project.checkout.absorb().committed == [f"issues/{second}.md"]   # the whole live folder
+    assert project.absorb(only=set()).committed == []
+    assert project.absorb().committed == [f"issues/{second}.md"]   # the whole live folder
 
 
 def test_ref_events_are_news_unless_this_process_wrote_them(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -72,16 +74,12 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
 
 
 def _check_cli(role: str, backend: str, command: str, codex_home: str = "") -> tuple[bool, str]:
-    import shlex
-
     argv = shlex.split(command)
     if not argv or not shutil.which(argv[0]):
         return False, f"{role} backend {backend}: `{command}` not found (set {backend}_command)"
     try:
         env = None
         if backend == "codex" and codex_home:  # else codex writes into ~/.codex
-            import os
-
             env = {**os.environ, "CODEX_HOME": codex_home}
         proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -113,7 +111,7 @@ def reindex() -> None:
     from hive.project import Project
 
     project = Project.open()
-    unsaved = project.checkout.absorb(full=True).problems  # invalid edits in .hive/: not indexed
+    unsaved = project.absorb(full=True).problems  # invalid edits in .hive/: not indexed
     project.checkout.refresh()
     started = time.perf_counter()
     problems = project.index.rebuild()

@@ -24,7 +24,7 @@ def open_project() -> Project:
 
 
 def resolve(project: Project, given: str) -> str:
-    from hive.state.issues import resolve_id
+    from hive.issues import resolve_id
 
     return resolve_id(project, given)
 
@@ -42,7 +42,7 @@ def resolve(project: Project, given: str) -> str:
 def create(title: str, description: str, priority: int, kind: str, parent: str,
            depends_on: tuple[str, ...], labels: tuple[str, ...], as_json: bool) -> None:
     """Create an issue and print its id."""
-    from hive.state import issues
+    from hive import issues
 
     project = open_project()
     blockers = [resolve(project, d) for d in depends_on]
@@ -136,7 +136,7 @@ def edit(issue_id: str) -> None:
     while True:
         if subprocess.call([*_split(editor), str(path)]) != 0:
             raise HiveError(f"{editor} exited with an error; {path} is left as it is")
-        problems = project.checkout.absorb().problems
+        problems = project.absorb().problems
         mine = [p for p in problems if (p.where or "").startswith(f".hive/{path.relative_to(project.paths.state_checkout)}")]
         if not mine:
             project.checkout.refresh()
@@ -169,7 +169,7 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
            description: str | None, parent: str | None, assignee: str | None,
            add_labels: tuple[str, ...], remove_labels: tuple[str, ...], as_json: bool) -> None:
     """Change fields of an issue (one commit)."""
-    from hive.state import issues
+    from hive import issues
 
     project = open_project()
     issue_id = resolve(project, issue_id)
@@ -213,7 +213,7 @@ def dep() -> None:
 @click.argument("issue_id")
 @click.argument("blocker")
 def dep_add(issue_id: str, blocker: str) -> None:
-    from hive.state import issues
+    from hive import issues
 
     project = open_project()
     issue_id, blocker = resolve(project, issue_id), resolve(project, blocker)
@@ -225,7 +225,7 @@ def dep_add(issue_id: str, blocker: str) -> None:
 @click.argument("issue_id")
 @click.argument("blocker")
 def dep_rm(issue_id: str, blocker: str) -> None:
-    from hive.state import issues
+    from hive import issues
 
     project = open_project()
     issue_id, blocker = resolve(project, issue_id), resolve(project, blocker)
@@ -234,7 +234,7 @@ def dep_rm(issue_id: str, blocker: str) -> None:
 
 
 def _set_status(issue_id: str, status: str, allowed_from: tuple[str, ...] | None, verb: str) -> None:
-    from hive.state import issues
+    from hive import issues
     from hive.state.store import Refused
 
     project = open_project()

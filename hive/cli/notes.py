@@ -16,7 +16,7 @@ CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")
 @click.option("--issue", "issue_id", default="", help="Attach the note to this issue (default: the project).")
 def note(text: str, category: str, issue_id: str) -> None:
     """Add a note that later agents get in their prompts."""
-    from hive.state import issues
+    from hive import issues
 
     project = open_project()
     issue_id = resolve(project, issue_id) if issue_id else ""

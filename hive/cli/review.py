@@ -66,7 +66,7 @@ def finalize(issue_id: str) -> None:
     from hive.merge import mechanical
     from hive.merge.pipeline import finalize_epics
     from hive.orchestrator import worktrees
-    from hive.state import issues
+    from hive import issues
     from hive.state.store import Refused
 
     project = open_project()

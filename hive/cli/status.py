@@ -26,8 +26,8 @@ def collect(project: Project) -> dict:
     agents = [{"issue": a["issue_id"], "agent": a["id"], "role": a["role"], "state": a["state"],
                "age_seconds": round(now - (a["started_at"] or now)), "tokens": a["tokens"] or 0}
               for a in runtime.agents()] if daemon_pid else []
-    queue = [{"issue": row["issue_id"], "state": row["state"], "detail": row["detail"] or ""}
-             for row in runtime.db.execute("SELECT * FROM merge_queue ORDER BY seq")]
+    queue = [{"issue": entry.issue_id, "state": entry.state, "detail": entry.detail}
+             for entry in runtime.merge_queue.entries()]
     for entry in queue:
         if entry["state"] == "waiting":
             attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"]})

@@ -26,7 +26,7 @@ def watch() -> None:
         # comes once the watcher is live, and then sweeps up what was saved while it started.
         async for wake in wakeups(project, timeout_ms=SAFETY_TICK_MS):
             if wake.checkout_paths or first:
-                result = project.checkout.absorb(full=first, only=None if first else wake.checkout_paths)
+                result = project.absorb(full=first, only=None if first else wake.checkout_paths)
                 first = False
                 for path in result.committed:
                     click.echo(f"committed .hive/{path}")

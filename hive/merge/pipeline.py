@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pygit2
@@ -25,25 +24,13 @@ from hive.backends.base import IDLE, PERMISSION, USAGE, Event
 from hive.merge import mechanical
 from hive.merge.refinery import Refinery
 from hive.orchestrator import escalation, worktrees
-from hive.state import issues
+from hive.runtime.merge_queue import Entry
+from hive import issues
 from hive.state.issue_file import Issue
 from hive.state.store import Refused
 
 if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
-
-@dataclass
-class Entry:
-    seq: int
-    issue_id: str
-    branch: str
-    base_commit: str
-    state: str              # queued | merging | waiting
-    detail: str
-    refinery_attempts: int
-    test_command: str
-    merged_commit: str
-
 
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
 REFINERY_IN_FLIGHT = ("refinery: conflict", "refinery: tests")
@@ -81,43 +68,25 @@ class MergeProcessor:
         self._task: asyncio.Task[None] | None = None
         self._busy = False
         self.merged = 0
-        self._ensure_columns()
-
-    def _ensure_columns(self) -> None:
-        """Columns added after the first release (runtime databases made before them)."""
-        present = {row[1] for row in self.runtime.db.execute("PRAGMA table_info(merge_queue)")}
-        for column, kind in (("test_command", str), ("merged_commit", str)):
-            if column not in present:
-                import sqlite_utils   # only to migrate: see Runtime._open
-
-                sqlite_utils.Database(self.runtime.db)["merge_queue"].add_column(column, kind)
 
     # -- the queue ------------------------------------------------------------------------------
 
     def enqueue(self, issue_id: str, base_commit: str, test_command: str = "") -> None:
-        if self._entry_of(issue_id) is None:
-            self.runtime.db.execute(
-                "INSERT INTO merge_queue (issue_id, branch, base_commit, state, queued_at, detail, "
-                "refinery_attempts, test_command, merged_commit) VALUES (?, ?, ?, 'queued', ?, '', 0, ?, '')",
-                (issue_id, worktrees.branch_name(issue_id), base_commit, time.time(), test_command))
+        if self.runtime.merge_queue.add(issue_id, worktrees.branch_name(issue_id), base_commit, test_command):
             self.daemon.log(f"{issue_id} queued for merge")
         self._wake.set()
 
     def _entry_of(self, issue_id: str) -> Entry | None:
-        row = self.runtime.db.execute("SELECT * FROM merge_queue WHERE issue_id = ?", (issue_id,)).fetchone()
-        return _entry(row) if row else None
+        return self.runtime.merge_queue.get(issue_id)
 
     def entries(self) -> list[Entry]:
-        return [_entry(r) for r in self.runtime.db.execute("SELECT * FROM merge_queue ORDER BY seq")]
+        return self.runtime.merge_queue.entries()
 
     def _update(self, entry: Entry, **fields: Any) -> None:
-        for key, value in fields.items():
-            setattr(entry, key, value)
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        self.runtime.db.execute(f"UPDATE merge_queue SET {sets} WHERE seq = ?", (*fields.values(), entry.seq))
+        self.runtime.merge_queue.update(entry, **fields)
 
     def _drop(self, entry: Entry) -> None:
-        self.runtime.db.execute("DELETE FROM merge_queue WHERE seq = ?", (entry.seq,))
+        self.runtime.merge_queue.remove(entry)
 
     def idle(self) -> bool:
         """Nothing to merge right now (entries waiting on a person do not count)."""
@@ -430,9 +399,4 @@ def _still(status: str):
             raise Refused(f"{current.id} is {current.status}, not {status}")
     return check
 
-
-def _entry(row: Any) -> Entry:
-    return Entry(seq=row["seq"], issue_id=row["issue_id"], branch=row["branch"], base_commit=row["base_commit"] or "",
-                 state=row["state"], detail=row["detail"] or "", refinery_attempts=row["refinery_attempts"] or 0,
-                 test_command=row["test_command"] or "", merged_commit=row["merged_commit"] or "")
 

@@ -26,7 +26,7 @@ from hive.orchestrator.worker import Outcome, Worker, is_agent_id, new_agent_id
 from hive.project import Project
 from hive.queue import claim
 from hive.runtime import DaemonLock, Runtime, is_alive
-from hive.state import issues
+from hive import issues
 from hive.state.store import Refused
 
 SAFETY_TICK_SECONDS = 2.0

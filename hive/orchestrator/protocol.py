@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from hive.runtime import iter_lines
+from hive.lines import iter_lines
 
 RESULT_FILE = ".hive-result.jsonl"
 NOTES_FILE = ".hive-notes.jsonl"

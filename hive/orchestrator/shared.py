@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from hive import git
+from hive import git, issues
 from hive.merge.mechanical import FastForward, fast_forward
 from hive.project import Project
 from hive.queue import claim, lease_until
 from hive.remote import Remote
-from hive.state import issue_file, issues
+from hive.state import issue_file
 from hive.state.store import Refused, StateStore, cas_update, notify
 from hive.state.trees import write_tree
 

@@ -1,7 +1,7 @@
 """One issue's worker: claim → worktree → session → prompt → result → done, or the escalation chain.
 
 A `Worker` lives as one asyncio task in the daemon. It talks to the agent only through the
-backend protocol, and to the state only through `hive.state.issues` (CAS commits with trailers):
+backend protocol, and to the state only through `hive.issues` (CAS commits with trailers):
 every transition it makes — claimed, retry, switched, done, escalated, released — is a commit.
 """
 
@@ -14,11 +14,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hive import git
+from hive import git, issues
 from hive.backends.base import TurnResult
 from hive.orchestrator import escalation, protocol, worktrees
 from hive.orchestrator.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
-from hive.state import issues
 from hive.state.issue_file import ID_ALPHABET, Issue
 from hive.state.store import Refused
 

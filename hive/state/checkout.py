@@ -10,9 +10,12 @@ Two directions, both careful with a person's work:
   has not touched are rewritten to the tip and the checkout's git index follows; a file with an
   unsaved-to-branch edit is never overwritten.
 
-What each file was last known as (blob id and stat) lives in `<git-common-dir>/hive/runtime.db`,
+What each file was last known as (blob id and stat) lives in `<git-common-dir>/hive/checkout.db`,
 not in the index database, so that deleting the index never makes a stale file look like an edit.
 A lock file serialises absorb/refresh between processes.
+
+The checkout finds and records edits; committing one is the layer above's (`Project.absorb`
+hands `absorb` a function that commits an edit: see state/edits.py).
 """
 
 from __future__ import annotations
@@ -28,17 +31,18 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection, Iterator
+from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from hive import git
 from hive.errors import BadInput
+from hive.sqlite import connect, transaction
 from hive.state import layout
+from hive.state.issue_file import MAX_ISSUE_BYTES
 
 if TYPE_CHECKING:
     import pygit2
 
-    from hive.project import Project
-    from hive.state.store import Snapshot
+    from hive.state.store import Snapshot, StateStore
 
 
 def blob_id(data: bytes) -> str:
@@ -71,10 +75,17 @@ class Edit:
     stat: os.stat_result | None = None   # the file's stat taken before `data` was read
 
 
+# Commits one edit (merged with the branch if need be); returns the bytes committed (None: the
+# file is deleted), raises BadInput for an invalid edit.
+CommitEdit = Callable[[Edit], "bytes | None"]
+
+
 class Checkout:
-    def __init__(self, project: "Project"):
-        self.project = project
-        self.root = project.paths.state_checkout
+    def __init__(self, paths: git.RepoPaths, store: Callable[[], "StateStore"]):
+        """`store`: the state store, opened only when needed (it loads pygit2)."""
+        self.paths = paths
+        self._store = store
+        self.root = paths.state_checkout
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
         self._git_index = None   # the checkout's git index, read at most once per scan
@@ -88,13 +99,9 @@ class Checkout:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            self.project.paths.hive_dir.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.project.paths.hive_dir / "checkout.db", timeout=60,
-                                 isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            # no fsync per refresh: after a power loss a lost record only makes the next scan
-            # compare that file's content with the branch again
-            db.execute("PRAGMA synchronous=NORMAL")
+            # after a power loss a lost record only makes the next scan compare that file's
+            # content with the branch again
+            db = connect(self.paths.hive_dir / "checkout.db", named_rows=False)
             db.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, blob TEXT, "
                        "mtime_ns INTEGER, size INTEGER)")
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -142,8 +149,8 @@ class Checkout:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        self.project.paths.hive_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.project.paths.hive_dir / "checkout.lock", "w") as lock:
+        self.paths.hive_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.paths.hive_dir / "checkout.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -229,7 +236,7 @@ class Checkout:
             if record and record.mtime_ns == st.st_mtime_ns and record.size == st.st_size:
                 continue
             if tip is None:
-                tip = self.project.store.snapshot()
+                tip = self._store().snapshot()
             tip_oid = tip.blob_id(path)
             try:
                 oid, data = _read_bounded(self.root, path, st.st_size, tip, tip_oid, record)
@@ -291,20 +298,17 @@ class Checkout:
         except (KeyError, pygit2.GitError):
             return None
 
-    def absorb(self, full: bool = False, only: Collection[str] | None = None) -> "Absorbed":
-        """Commit every valid saved edit in the checkout (among `only` when given); report the
-        others' problems."""
+    def absorb(self, commit_edit: CommitEdit, full: bool = False,
+               only: Collection[str] | None = None) -> Absorbed:
+        """Have `commit_edit` commit every saved edit in the checkout (among `only` when given),
+        and record what it committed; report the invalid edits' problems."""
         result = Absorbed([], [])
         if not self.exists or (only is not None and not only):
             return result
         with self.locked():
             for edit in self.find_edits(full, only):
-                # Imported only when there is an edit: it loads pygit2 (~130 ms), which a
-                # read-only command with nothing to absorb never needs.
-                from hive.state import issues
-
                 try:
-                    merged = issues.commit_checkout_edit(self.project, edit)
+                    merged = commit_edit(edit)
                 except BadInput as exc:
                     result.problems.append(exc)
                     continue
@@ -314,7 +318,7 @@ class Checkout:
                     # they saved again since, then that save is an edit of the bytes they had
                     st = _replace_if_unchanged(self.root / edit.path, merged, blob_id(edit.data))
                     if st is None:
-                        blob, st = str(self.project.store.repo.create_blob(edit.data)), edit.stat
+                        blob, st = str(self._store().repo.create_blob(edit.data)), edit.stat
                 self._record(edit.path, blob, st)
                 result.committed.append(edit.path)
         return result
@@ -325,7 +329,7 @@ class Checkout:
         """Bring untouched files of the checkout to the tip of `hive/state`."""
         if not self.exists:
             return
-        tip = self.project.store_tip()
+        tip = git.read_ref(self.paths.common_dir, git.STATE_REF)
         if not tip or tip == self.commit:
             return
         with self.locked():
@@ -334,26 +338,16 @@ class Checkout:
     def _refresh_locked(self) -> None:
         import pygit2
 
-        from hive.state.trees import walk_changes
-
-        store = self.project.store
+        store = self._store()
         tip = store.snapshot()
         if tip.oid == self.commit:
             return
         repo = store.repo
-        changes = store.changes_between(self.commit, tip.oid)   # this process's own commits
-        if changes is None:
-            old_tree = None
-            if self.commit:
-                try:
-                    old_tree = repo[self.commit].peel(pygit2.Commit).tree
-                except (KeyError, ValueError):
-                    old_tree = None
-            changes = list(walk_changes(repo, old_tree, tip.tree))
+        changes = store.changes(self.commit, tip.oid)
         git_index = self._checkout_index()
         # One transaction for the bookkeeping (each autocommit is an fsync), and the records of
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
-        with self._transaction():
+        with transaction(self.db):
             for path, old_oid, new_oid in changes:
                 target = self.root / path
                 if _through_symlink(self.root, path):
@@ -408,16 +402,6 @@ class Checkout:
         row = self.db.execute("SELECT blob FROM files WHERE path = ?", (path,)).fetchone()
         return row[0] if row else None
 
-    @contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
-
     def reset_records(self) -> None:
         """Forget what the checkout held (used after init and by `doctor --fix`)."""
         self.db.execute("DELETE FROM files")
@@ -425,7 +409,7 @@ class Checkout:
 
     def record_all(self, commit: str) -> None:
         """Record every file of a checkout that was just made from `commit`."""
-        with self._transaction():  # one transaction: 100k autocommits (fsyncs) took 25 s
+        with transaction(self.db):  # one transaction: 100k autocommits (fsyncs) took 25 s
             for path in _all_files(self.root):
                 if not (self.root / path).is_symlink():   # never read through one (/dev/zero...)
                     self._record(path, blob_id((self.root / path).read_bytes()))
@@ -470,8 +454,6 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
     knows of the same size — a huge blob committed on the branch; otherwise it is a sentinel
     that equals no blob: the file is an edit, and an invalid one.
     """
-    from hive.state.issue_file import MAX_ISSUE_BYTES
-
     if size <= MAX_ISSUE_BYTES or layout.issue_id_of(path) is None:
         data = (root / path).read_bytes()
         return blob_id(data), data

@@ -13,13 +13,13 @@ from __future__ import annotations
 import fcntl
 import json
 import sqlite3
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from hive import git
 from hive.errors import BadInput
+from hive.sqlite import connect
 from hive.state import issue_file, layout
 from hive.state.issue_file import Issue
 
@@ -155,26 +155,14 @@ class Index:
             if db is not None:
                 return db
             self._discard()
-            db = self._connect()
+            db = connect(self.path)
             self._create_schema(db)
             return db
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
-        db.row_factory = sqlite3.Row
-        try:
-            db.execute("PRAGMA busy_timeout=60000")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-        except BaseException:
-            db.close()
-            raise
-        return db
 
     def _usable(self) -> sqlite3.Connection | None:
         """A connection to the index file if it holds this repository's index in this schema."""
         try:
-            db = self._connect()
+            db = connect(self.path)
         except sqlite3.DatabaseError as exc:
             _raise_if_busy(exc)
             return None
@@ -224,8 +212,6 @@ class Index:
                              "content": str, "agent": str, "at": str},
                             pk=("file", "line"), if_not_exists=True)
         sdb["problems"].create({"path": str, "location": str, "message": str}, pk="path",
-                               if_not_exists=True)
-        sdb["checkout"].create({"path": str, "blob": str, "mtime_ns": int, "size": int}, pk="path",
                                if_not_exists=True)
         sdb["deps"].create_index(["blocker_id"], if_not_exists=True)
         sdb["issues"].create_index(["status"], if_not_exists=True)
@@ -375,7 +361,7 @@ class Index:
 
     def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None) -> list[Problem]:
         """Unknown blockers and cycles reachable from the changed issues (kept, but reported)."""
-        from hive.state.validate import find_cycle
+        from hive.state.validate import find_cycle   # only when catching up: `list` never needs it
 
         if not changed_ids:
             return []
@@ -477,9 +463,4 @@ def _raise_if_busy(exc: sqlite3.DatabaseError) -> None:
     """A locked or busy database is in use, not broken: never discard it for that."""
     if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
         raise exc
-
-
-def warn_problems(problems: Iterable[Problem]) -> None:
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
 

@@ -91,12 +91,6 @@ def is_valid_id(value: str) -> bool:
     return bool(ID_RE.match(value))
 
 
-def check_id(value: str, where: str | None = None) -> str:
-    if not isinstance(value, str) or not ID_RE.match(value):
-        raise BadInput(f"not a valid issue id: {value!r} (expected like hv-1a2b3c)", where)
-    return value
-
-
 def split(text: str, where: str) -> tuple[str, str, int]:
     """Split a file into (front matter, body, line number where the front matter starts)."""
     if text.startswith("\ufeff"):

@@ -4,7 +4,8 @@ Live issues are at `issues/<id>.md`, one flat folder that people browse. Termina
 (finalized, canceled) move to `issues/archive/<xx>/<id>.md`, where `xx` is the first two characters
 of the id's random part: a commit rewrites only the trees on the changed path, so keeping the flat
 folder small keeps every state write cheap however long the project's history of done work gets
-(one flat folder of 100k entries costs ~150 ms per commit; 256-way shards cost ~5 ms).
+(one flat folder of 100k entries costs ~150 ms per commit; 1,024-way shards — two characters of
+the base-32 alphabet — cost ~5 ms).
 Any valid issue file anywhere under `issues/` is read, whatever its status.
 """
 

@@ -170,9 +170,6 @@ def _issue_path(merged: bytes, issue_id: str, ours_path: str) -> str:
     return target_path
 
 
-CLAIM_FIELDS = ("status", "assignee", "lease_expires")
-
-
 def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str) -> bytes:
     try:
         mine = parse(ours[1], issue_id, ours[0])

@@ -1,5 +1,8 @@
 """Reading and writing `hive/state`: commits built from objects, moved by compare-and-swap.
 
+Every commit hive makes of state files goes through `StateStore`: on `hive/state`, and on a plan
+branch (`hive/plan/<slug>`, through `on_ref`) that holds the same files.
+
 Every state change is one commit on `refs/heads/hive/state`, made with pygit2's object plumbing
 (no checkout involved) and published with a CAS ref update: the commit is built on the tip that
 was read, and the ref moves only if it still points there. Otherwise the change is rebuilt on the
@@ -21,7 +24,8 @@ import pygit2
 from hive import git
 from hive.errors import HiveError
 from hive.state import layout
-from hive.state.trees import Changes, Entry, FolderCache, write_tree
+from hive.state.merging import merge_states
+from hive.state.trees import Changes, Entry, FolderCache, walk_changes, write_tree
 
 MAX_ATTEMPTS = 200
 WRITTEN_KEPT = 64   # own commits remembered: enough for the writes between two `.hive/` refreshes
@@ -129,13 +133,20 @@ def signature_for(repo: pygit2.Repository, name: str | None = None, email: str |
 
 
 class StateStore:
-    """The `hive/state` branch of one repository."""
+    """The `hive/state` branch of one repository (or another branch of state files: `ref`)."""
 
-    def __init__(self, paths: git.RepoPaths):
+    def __init__(self, paths: git.RepoPaths, ref: str = git.STATE_REF, *,
+                 repo: pygit2.Repository | None = None):
         self.paths = paths
-        self.repo = pygit2.Repository(str(paths.common_dir))
+        self.ref = ref
+        self.repo = repo if repo is not None else pygit2.Repository(str(paths.common_dir))
         self.folders = FolderCache()
         self.written: deque[Written] = deque(maxlen=WRITTEN_KEPT)   # this process's last commits
+
+    def on_ref(self, ref: str) -> "StateStore":
+        """The store of another branch of state files in this repository (a plan branch), sharing
+        this one's repository handle."""
+        return StateStore(self.paths, ref, repo=self.repo)
 
     def changes_between(self, old: str | None, new: str | None) -> Changes | None:
         """What changed from commit `old` to commit `new` when this process's own commits are all
@@ -157,8 +168,23 @@ class StateStore:
                 first_and_last[path] = (first_and_last.get(path, (before, None))[0], after)
         return [(path, before, after) for path, (before, after) in first_and_last.items() if before != after]
 
+    def changes(self, old: str | None, new: str | None) -> Changes:
+        """What changed from commit `old` (None or unknown: from nothing) to commit `new`: from
+        this process's own commits when they are all that happened, by comparing trees otherwise."""
+        own = self.changes_between(old, new)
+        if own is not None:
+            return own
+        old_tree = None
+        if old:
+            try:
+                old_tree = self.repo[old].peel(pygit2.Commit).tree
+            except (KeyError, ValueError):
+                old_tree = None
+        new_tree = self.repo[new].peel(pygit2.Commit).tree if new else None
+        return list(walk_changes(self.repo, old_tree, new_tree))
+
     def tip(self) -> str | None:
-        ref = self.repo.references.get(git.STATE_REF)
+        ref = self.repo.references.get(self.ref)
         return str(ref.target) if ref is not None else None
 
     def snapshot(self, oid: str | None = None) -> Snapshot:
@@ -184,13 +210,25 @@ class StateStore:
                 return None
             parents = [snap.commit.id] if snap.commit is not None else []
             new = self.repo.create_commit(None, signature, signature, change.message(), tree_id, parents)
-            if cas_update(self.repo, git.STATE_REF, snap.oid, str(new), change.summary):
+            if cas_update(self.repo, self.ref, snap.oid, str(new), change.summary):
                 self.written.append(Written(snap.oid, str(new), changed))
                 notify(self.paths)
                 return str(new)
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
-        raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
+        raise HiveError(f"could not update {self.ref}: it kept moving ({MAX_ATTEMPTS} attempts)")
 
+    def start(self, change: Change) -> str | None:
+        """Create the branch with a first commit (no parent) of `change.files`; None, and nothing
+        done, when the branch exists already."""
+        return self.commit(lambda snap: change if snap.commit is None else None)
+
+    def adopt(self, commit: str, message: str) -> bool:
+        """Create the branch at an existing commit (a remote's state; the state a plan starts
+        from); False, and nothing done, when the branch exists already."""
+        if not cas_update(self.repo, self.ref, None, commit, message):
+            return False
+        notify(self.paths)
+        return True
 
     def merge(self, theirs: str, change: Change, *, drop: tuple[str, ...] = (),
               prefer_theirs_claims: bool = False) -> tuple[str | None, list[str]]:
@@ -199,26 +237,24 @@ class StateStore:
         Returns (the new tip or None when `theirs` is already contained, merge warnings).
         A fast-forward is used when possible and nothing has to be dropped.
         """
-        from hive.state.merging import merge_states
-
         signature = signature_for(self.repo)
         for attempt in range(MAX_ATTEMPTS):
             tip = self.tip()
             if tip is not None and (tip == theirs or self.repo.descendant_of(tip, theirs)):
                 return None, []
             if tip is None or (not drop and self.repo.descendant_of(theirs, tip)):
-                if cas_update(self.repo, git.STATE_REF, tip, theirs, change.summary):
+                if cas_update(self.repo, self.ref, tip, theirs, change.summary):
                     notify(self.paths)
                     return theirs, []
                 continue
             merged = merge_states(self.repo, tip, theirs, drop=drop, prefer_theirs_claims=prefer_theirs_claims)
             new = self.repo.create_commit(None, signature, signature, change.message(), merged.tree,
                                           [pygit2.Oid(hex=tip), pygit2.Oid(hex=theirs)])
-            if cas_update(self.repo, git.STATE_REF, tip, str(new), change.summary):
+            if cas_update(self.repo, self.ref, tip, str(new), change.summary):
                 notify(self.paths)
                 return str(new), merged.warnings
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
-        raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
+        raise HiveError(f"could not update {self.ref}: it kept moving ({MAX_ATTEMPTS} attempts)")
 
 
 def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, message: str) -> bool:
@@ -245,8 +281,3 @@ def notify(paths: git.RepoPaths) -> None:
             out.write(f"{time.time():.3f} {os.getpid()}\n")
     except FileNotFoundError:
         pass
-
-
-def ensure_runtime_dir(paths: git.RepoPaths) -> Path:
-    paths.hive_dir.mkdir(parents=True, exist_ok=True)
-    return paths.hive_dir

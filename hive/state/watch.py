@@ -13,11 +13,17 @@ import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Protocol
 
-from hive.project import Project
+from hive import git
 
 EDITOR_NOISE = (".swp", ".swx", ".swo", "~", ".tmp", ".hive-tmp")
+
+
+class HasPaths(Protocol):
+    """What watching needs of a project: where its files are (`hive.project.Project` has it)."""
+
+    paths: git.RepoPaths
 
 
 @dataclass
@@ -31,7 +37,7 @@ def _is_noise(name: str) -> bool:
     return name.startswith(".") or name.endswith(EDITOR_NOISE) or name.isdigit()
 
 
-def watched_paths(project: Project, extra: list[Path] | None = None) -> list[Path]:
+def watched_paths(project: HasPaths, extra: list[Path] | None = None) -> list[Path]:
     """The `.hive/` checkout (recursively) and the `ref-events` file.
 
     Not the rest of `<git-common-dir>/hive/`: the worker worktrees live there, and every file an
@@ -74,7 +80,7 @@ class RefEvents:
         return any(len(line.split()) != 2 or not line.endswith(self.own) for line in lines if line)
 
 
-async def wakeups(project: Project, extra: list[Path] | None = None,
+async def wakeups(project: HasPaths, extra: list[Path] | None = None,
                   stop: asyncio.Event | None = None, timeout_ms: int | None = None) -> AsyncIterator[Wakeup]:
     """Yield a Wakeup for every batch of relevant file changes (debounced ~50 ms)."""
     from watchfiles import awatch

@@ -124,7 +124,7 @@ def editor(args: dict) -> dict:
 def remote(args: dict) -> dict:
     from hive.project import Project
     from hive.remote import Remote
-    from hive.state import issues
+    from hive import issues
 
     rng = random.Random(args["name"])
     project = Project.open(args["clone"])

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from hive.errors import BadInput, HiveError
 from hive.project import Project
-from hive.state import issue_file, layout, validate
+from hive.state import edits, issue_file, layout
 from hive.state.issue_file import Issue
 from hive.state.store import Change, Refused, Snapshot
 
@@ -42,38 +42,9 @@ def read_at(snap: Snapshot, issue_id: str) -> tuple[str, bytes, Issue]:
     return path, data, issue_file.parse(data, issue_id, path)
 
 
-def _status_of(snap: Snapshot, issue_id: str) -> str | None:
-    found = snap.read_issue(issue_id)
-    if found is None:
-        return None
+def _commit(project: Project, build: Callable[[Snapshot], Change | None]) -> str | None:
     try:
-        return issue_file.parse(found[1], issue_id, found[0]).status
-    except BadInput:
-        return None
-
-
-def _check_graph(project: Project, issue_id: str, depends_on: Iterable[str], parent: str,
-                 snap: Snapshot, where: str | None = None) -> None:
-    # The cycle check walks the index: bring it up to the branch first (it lags when the ref
-    # moved without hive, or while another process's write is being indexed).
-    project.update_index()
-
-    def exists(other: str) -> bool:
-        return project.index.exists(other) or snap.issue_path(other) is not None
-
-    depends_on = list(depends_on)
-    validate.check_references(issue_id, depends_on, parent, exists, where)
-    # A new cycle needs a new edge out of this issue and an edge into it. The walk visits every
-    # transitive blocker (most of a big queue: ~0.6 s at 100k issues), so skip it when either is
-    # missing — e.g. for every edit in `.hive/` that leaves `depends_on` alone.
-    added = set(depends_on) - set(project.index.blockers_of(issue_id))
-    if added and project.index.dependents_of(issue_id):
-        validate.check_acyclic(issue_id, depends_on, project.index.blockers_of, where)
-
-
-def _commit(project: Project, build: Callable[[Snapshot], Change | None], *, author: Any = None) -> str | None:
-    try:
-        oid = project.store.commit(build, author=author)
+        oid = project.store.commit(build)
     except Refused as exc:
         raise HiveError(str(exc)) from None
     if oid is not None:
@@ -99,7 +70,8 @@ def create(project: Project, title: str, *, description: str = "", priority: int
             if issue_id is not None:
                 raise Refused(f"issue {issue.id} already exists")
             issue.id = issue_file.new_id(prefix)  # a random id collided: draw again
-        _check_graph(project, issue.id, issue.depends_on, issue.parent, snap)
+        project.update_index()
+        edits.check_graph(project.index, issue.id, issue.depends_on, issue.parent, snap)
         return Change({layout.live_path(issue.id): issue_file.render(issue).encode()},
                       summary=f"create {issue.id}: {issue.title}", event="created",
                       issue=issue.id, agent=agent)
@@ -113,8 +85,7 @@ def update(project: Project, issue_id: str,
            agent: str = "", summary: str = "", body: str | None = None,
            check: Callable[[Issue], None] | None = None,
            check_snapshot: Callable[[Snapshot, Issue], None] | None = None,
-           trailers: dict[str, str] | None = None,
-           extra_files: Callable[[Snapshot, Issue], dict[str, bytes | None]] | None = None) -> Issue | None:
+           trailers: dict[str, str] | None = None) -> Issue | None:
     """Change fields of one issue. `check(current)` raises Refused to give up (e.g. a lost claim).
 
     `changes` may be a function of the issue as it is on the tip the commit is built on, for
@@ -137,16 +108,15 @@ def update(project: Project, issue_id: str,
             fields["assignee"] = ""
         fields["updated"] = issue_file.format_time(issue_file.now())
         if "depends_on" in fields or "parent" in fields:
-            _check_graph(project, issue_id, fields.get("depends_on", current.depends_on),
-                         fields.get("parent", current.parent), snap)
+            project.update_index()
+            edits.check_graph(project.index, issue_id, fields.get("depends_on", current.depends_on),
+                              fields.get("parent", current.parent), snap)
         text = issue_file.update_text(data.decode("utf-8"), fields, path, body=body)
         new_path = layout.path_for(issue_id, status) if path in layout.candidate_paths(issue_id) else path
         new = issue_file.parse(text, issue_id, new_path)
         files: dict[str, bytes | None] = {new_path: text.encode()}
         if new_path != path:
             files[path] = None
-        if extra_files is not None:
-            files.update(extra_files(snap, new))
         result[:] = [new]
         return Change(files, summary=summary or f"{event} {issue_id}", event=event, issue=issue_id,
                       agent=agent, trailers=trailers or {}, audit=bool(trailers))
@@ -218,66 +188,3 @@ def _canonical(line: bytes) -> str:
     except ValueError:
         return line.decode("utf-8", "replace")
 
-
-def commit_checkout_edit(project: Project, edit: Any) -> bytes | None:
-    """Commit one saved edit from `.hive/` (see checkout.py); returns the bytes committed.
-
-    Raises BadInput (file:line) when the edit is invalid; nothing is committed then.
-    """
-    from hive.state.merge_driver import merge_issue, merge_jsonl
-
-    path, where = edit.path, f".hive/{edit.path}"
-    issue_id = layout.issue_id_of(path)
-    committed: list[bytes | None] = []
-
-    def build(snap: Snapshot) -> Change | None:
-        tip_data = snap.read(path)
-        base_data = project.store.repo[edit.base].data if edit.base else None
-        if edit.data is None:
-            if issue_id is not None:
-                dependents = [d for d in project.index.dependents_of(issue_id)]
-                if dependents:
-                    raise BadInput(f"{issue_id} was deleted but {', '.join(sorted(dependents))} "
-                                   f"depend(s) on it; restore the file or remove the dependency", where)
-            committed[:] = [None]
-            if tip_data is None:
-                return None
-            return Change({path: None}, summary=f"delete {path}", event="deleted", issue=issue_id or "")
-        data = edit.data
-        if tip_data is not None and base_data is not None and tip_data != base_data and tip_data != data:
-            if issue_id is not None:
-                data, clean = merge_issue(base_data, tip_data, data, path)
-                if not clean:
-                    raise BadInput("your edit conflicts with a change made meanwhile on hive/state; "
-                                   "the file is left as you wrote it", where)
-            elif path.endswith(".jsonl"):
-                data = merge_jsonl(base_data, tip_data, data)
-            else:
-                raise BadInput("changed on hive/state since you opened it; merge by hand "
-                               "(your version is left untouched)", where)
-        if issue_id is not None:
-            if not issue_file.is_valid_id(issue_id):
-                raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",
-                               f"{where}:1")
-            issue = issue_file.parse(data, issue_id, where)
-            other = snap.issue_path(issue_id)
-            if other is not None and other != path:
-                raise BadInput(f"issue {issue_id} also exists at {other}", f"{where}:1")
-            _check_graph(project, issue_id, issue.depends_on, issue.parent, snap, f"{where}:1")
-        elif path.endswith(".jsonl"):
-            from hive.state.index import parse_notes
-
-            _, problems = parse_notes(data, where)
-            if problems:
-                raise BadInput(problems[0].message, problems[0].location)
-        committed[:] = [data]
-        if data == tip_data:
-            return None
-        return Change({path: data}, summary=f"edit {path}", event="edited", issue=issue_id or "")
-
-    try:
-        project.store.commit(build)
-    except Refused as exc:
-        raise BadInput(str(exc), where) from None
-    project.update_index()
-    return committed[0] if committed else None

@@ -1,0 +1,35 @@
+"""The `agents` table: the agent processes a daemon runs (workers, the refinery), with their pids,
+so that a restarted daemon can find those it left behind."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any
+
+
+class Agents:
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def add(self, **row: Any) -> None:
+        now = time.time()
+        row.setdefault("started_at", now)
+        row.setdefault("last_activity", now)
+        row.setdefault("state", "starting")
+        row.setdefault("tokens", 0)
+        columns = ", ".join(row)
+        self.db.execute(f"INSERT OR REPLACE INTO agents ({columns}) VALUES ({', '.join('?' * len(row))})",
+                        tuple(row.values()))
+
+    def update(self, agent_id: str, **fields: Any) -> None:
+        if fields:
+            sets = ", ".join(f"{k} = ?" for k in fields)
+            self.db.execute(f"UPDATE agents SET {sets} WHERE id = ?", (*fields.values(), agent_id))
+
+    def remove(self, agent_id: str) -> None:
+        self.db.execute("DELETE FROM agents WHERE id = ?", (agent_id,))
+
+    def all(self, role: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM agents" + (" WHERE role = ?" if role else "") + " ORDER BY started_at"
+        return [dict(r) for r in self.db.execute(sql, (role,) if role else ())]

@@ -1,0 +1,114 @@
+"""Committing what a person saved in `.hive/`, and the graph check every issue change passes.
+
+`Checkout.absorb` finds a saved edit and hands it to the layer above (`Project`), which commits
+it here: merged with what changed on the branch meanwhile (hive merge rules), validated like any
+file, published as one CAS commit.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from hive.errors import BadInput
+from hive.state import issue_file, layout, validate
+from hive.state.checkout import Edit
+from hive.state.index import Index, parse_notes
+from hive.state.merge_driver import merge_issue, merge_jsonl
+from hive.state.store import Change, Refused, Snapshot, StateStore
+
+
+def check_graph(index: Index, issue_id: str, depends_on: Iterable[str], parent: str, snap: Snapshot,
+                where: str | None = None) -> None:
+    """Refuse (BadInput) references to unknown issues and a new dependency cycle.
+
+    The cycle check walks the index: the caller brings it up to the branch first (it lags when
+    the ref moved without hive, or while another process's write is being indexed).
+    """
+
+    def exists(other: str) -> bool:
+        return index.exists(other) or snap.issue_path(other) is not None
+
+    depends_on = list(depends_on)
+    validate.check_references(issue_id, depends_on, parent, exists, where)
+    # A new cycle needs a new edge out of this issue and an edge into it. The walk visits every
+    # transitive blocker (most of a big queue: ~0.6 s at 100k issues), so skip it when either is
+    # missing — e.g. for every edit in `.hive/` that leaves `depends_on` alone.
+    added = set(depends_on) - set(index.blockers_of(issue_id))
+    if added and index.dependents_of(issue_id):
+        validate.check_acyclic(issue_id, depends_on, index.blockers_of, where)
+
+
+def commit_edit(store: StateStore, index: Index, edit: Edit) -> bytes | None:
+    """Commit one saved edit from `.hive/` (see checkout.py); returns the bytes committed.
+
+    Raises BadInput (file:line) when the edit is invalid; nothing is committed then.
+    """
+    where = f".hive/{edit.path}"
+    committed: list[bytes | None] = []
+
+    def build(snap: Snapshot) -> Change | None:
+        tip_data = snap.read(edit.path)
+        if edit.data is None:
+            committed[:] = [None]
+            return _deletion(index, edit, tip_data, where)
+        data = _merged(store, edit, edit.data, tip_data, where)
+        _check(store, index, edit.path, data, snap, where)
+        committed[:] = [data]
+        if data == tip_data:
+            return None
+        return Change({edit.path: data}, summary=f"edit {edit.path}", event="edited",
+                      issue=layout.issue_id_of(edit.path) or "")
+
+    try:
+        store.commit(build)
+    except Refused as exc:
+        raise BadInput(str(exc), where) from None
+    return committed[0] if committed else None
+
+
+def _deletion(index: Index, edit: Edit, tip_data: bytes | None, where: str) -> Change | None:
+    issue_id = layout.issue_id_of(edit.path)
+    if issue_id is not None:
+        dependents = index.dependents_of(issue_id)
+        if dependents:
+            raise BadInput(f"{issue_id} was deleted but {', '.join(sorted(dependents))} "
+                           f"depend(s) on it; restore the file or remove the dependency", where)
+    if tip_data is None:
+        return None
+    return Change({edit.path: None}, summary=f"delete {edit.path}", event="deleted", issue=issue_id or "")
+
+
+def _merged(store: StateStore, edit: Edit, data: bytes, tip_data: bytes | None, where: str) -> bytes:
+    """The person's bytes, merged with the branch's when it changed since their copy was written."""
+    base_data = store.repo[edit.base].data if edit.base else None
+    if tip_data is None or base_data is None or tip_data == base_data or tip_data == data:
+        return data
+    if layout.issue_id_of(edit.path) is not None:
+        merged, clean = merge_issue(base_data, tip_data, data, edit.path)
+        if not clean:
+            raise BadInput("your edit conflicts with a change made meanwhile on hive/state; "
+                           "the file is left as you wrote it", where)
+        return merged
+    if edit.path.endswith(".jsonl"):
+        return merge_jsonl(base_data, tip_data, data)
+    raise BadInput("changed on hive/state since you opened it; merge by hand "
+                   "(your version is left untouched)", where)
+
+
+def _check(store: StateStore, index: Index, path: str, data: bytes, snap: Snapshot, where: str) -> None:
+    """The checks any file of its kind passes (issue files also against the graph)."""
+    issue_id = layout.issue_id_of(path)
+    if issue_id is not None:
+        if not issue_file.is_valid_id(issue_id):
+            raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",
+                           f"{where}:1")
+        issue = issue_file.parse(data, issue_id, where)
+        other = snap.issue_path(issue_id)
+        if other is not None and other != path:
+            raise BadInput(f"issue {issue_id} also exists at {other}", f"{where}:1")
+        index.ensure_current(store.changes_between)
+        check_graph(index, issue_id, issue.depends_on, issue.parent, snap, f"{where}:1")
+    elif path.endswith(".jsonl"):
+        _, problems = parse_notes(data, where)
+        if problems:
+            raise BadInput(problems[0].message, problems[0].location)
