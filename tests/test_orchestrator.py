@@ -585,7 +585,8 @@ def test_a_canceled_issue_is_never_claimed(repo: Path, tmp_path: Path, new_issue
 
 
 def test_claim_rechecks_status_at_commit_time(repo: Path, project, new_issue, hive, state_log):
-    from hive.queue import claim, ready
+    from hive.lifecycle import claim
+    from hive.queue import ready
 
     issue_id = new_issue("raced")
     assert issue_id in [i.id for i in ready(project)]      # the daemon saw it ready...

@@ -17,17 +17,17 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pygit2
 
 from hive.backends.base import IDLE, PERMISSION, USAGE, Event
 from hive.merge import mechanical
 from hive.merge.refinery import Refinery
-from hive.orchestrator import escalation, worktrees
-from hive.state import issues
+from hive import lifecycle
+from hive.lifecycle import TransitionRefused
+from hive.orchestrator import worktrees
 from hive.state.issue_file import Issue
-from hive.state.store import Refused
 
 if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
@@ -128,7 +128,7 @@ class MergeProcessor:
         queued = {e.issue_id for e in self.entries()}
         for issue in self.project.index.list(["done"]):
             if issue.id not in queued and worktrees.head_of(self.project.paths, issue.id) is not None:
-                self.enqueue(issue.id, _done_base(self.project, issue.id))
+                self.enqueue(issue.id, done_base(self.project, issue.id))
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -295,13 +295,25 @@ class MergeProcessor:
 
     # -- endings --------------------------------------------------------------------------------
 
+    def _moved(self, entry: Entry, transition: Callable[..., Any], *args: Any) -> bool:
+        """Make an ending's transition and leave the queue; False when it was refused (the
+        issue is no longer done: a person moved it meanwhile)."""
+        try:
+            transition(*args)
+        except TransitionRefused as exc:
+            self._left(entry, exc)
+            return False
+        self._drop(entry)
+        return True
+
+    def _left(self, entry: Entry, refusal: TransitionRefused) -> None:
+        self._drop(entry)
+        self.daemon.log(f"{entry.issue_id} left the merge queue: {refusal}")
+
     async def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
         target = self.config.target_branch
-        issues.update(self.project, issue.id, {"status": "finalized"}, event="finalized",
-                      summary=f"finalize {issue.id}: merged into {target} at {merged[:10]}",
-                      check=_still("done"), trailers={"Hive-Merged": merged, "Hive-Target": target})
-        self._drop(entry)
-        self.runtime.reset_budget(issue.id)
+        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target):
+            return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
         await asyncio.to_thread(worktrees.remove, self.project.paths, issue.id)
@@ -309,55 +321,27 @@ class MergeProcessor:
             self.daemon.shared.push_needed.set()
         self.merged += 1
         self.daemon.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
-        finalize_epics(self.project, issue.parent)
 
     def _reject(self, issue: Issue, entry: Entry, reason: str) -> None:
-        budget = self.runtime.budget(issue.id)
-        escalation.record_failure(budget, f"rejected by the refinery: {reason}", time.time())
-        decision = escalation.decide(budget, self.config, time.time())
-        if decision.action == escalation.RETRY:
-            budget.retries += 1
-        elif decision.action == escalation.SWITCH:
-            budget.retries, budget.switches = 0, budget.switches + 1
-        self.runtime.save_budget(budget)
-        note = issues.note_line(f"The refinery rejected the previous attempt: {reason}", "gotcha",
-                                issue=issue.id, agent="refinery")
-        issues.add_notes(self.project, [note], file_id=issue.id, agent="refinery")
-        status = "escalated" if decision.action == escalation.ESCALATE else "open"
-        issues.update(self.project, issue.id, {"status": status}, event="rejected",
-                      summary=f"reject {issue.id}: {reason[:100]}", check=_still("done"),
-                      trailers={"Hive-Reason": " ".join(reason.split())[:400]})
+        try:
+            decision = lifecycle.reject(self.project, self.runtime, self.config, issue.id, reason)
+        except TransitionRefused as exc:
+            self._left(entry, exc)
+            return
         self._drop(entry)
         worktrees.remove(self.project.paths, issue.id)
-        self.daemon.log(f"{issue.id} rejected → {status} ({decision.reason})")
+        self.daemon.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason})")
 
     def _escalate(self, issue: Issue, entry: Entry, reason: str) -> None:
-        issues.update(self.project, issue.id, {"status": "escalated"}, event="escalated",
-                      summary=f"escalate {issue.id}: {reason[:100]}", check=_still("done"),
-                      trailers={"Hive-Reason": " ".join(reason.split())[:400]})
-        self._drop(entry)  # the worktree stays for the person
+        if not self._moved(entry, lifecycle.escalate_merge, self.project, issue.id, reason):
+            return
+        # the worktree stays for the person
         self.daemon.log(f"{issue.id} escalated: {reason[:120]}")
 
     def _fail(self, issue: Issue, entry: Entry, reason: str) -> None:
-        issues.update(self.project, issue.id, {"status": "failed"}, event="failed",
-                      summary=f"merge of {issue.id} failed: {reason}", check=_still("done"),
-                      trailers={"Hive-Reason": reason})
-        self._drop(entry)
+        if not self._moved(entry, lifecycle.fail_merge, self.project, issue.id, reason):
+            return
         self.daemon.log(f"{issue.id} failed: {reason}")
-
-
-def finalize_epics(project: Any, parent: str) -> None:
-    """An epic whose children are all finalized or canceled is finalized (walking up)."""
-    while parent:
-        epic = project.index.get(parent)
-        if epic is None or epic.type != "epic" or epic.status in ("finalized", "canceled"):
-            return
-        children = project.index.list(parent=parent)
-        if not children or any(c.status not in ("finalized", "canceled") for c in children):
-            return
-        issues.update(project, parent, {"status": "finalized"}, event="finalized",
-                      summary=f"finalize epic {parent}: all its issues are finished")
-        parent = epic.parent
 
 
 def _recreate_worktree(paths: Any, issue_id: str) -> None:
@@ -409,7 +393,7 @@ def _work_head(paths: Any, issue_id: str) -> str | None:
     return worktrees.head_of(paths, issue_id)
 
 
-def _done_base(project: Any, issue_id: str) -> str:
+def done_base(project: Any, issue_id: str) -> str:
     """The base commit a worker recorded in its `done` commit (Hive-Base trailer), if any."""
     from hive.state import history
 
@@ -422,13 +406,6 @@ def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
         return tip == commit or repo.descendant_of(tip, commit)
     except (pygit2.GitError, ValueError, KeyError):
         return False
-
-
-def _still(status: str):
-    def check(current: Issue) -> None:
-        if current.status != status:
-            raise Refused(f"{current.id} is {current.status}, not {status}")
-    return check
 
 
 def _entry(row: Any) -> Entry:

@@ -20,14 +20,13 @@ from hive.backends.base import (EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERRO
                                 Event)
 from hive.backends.processes import reaped_by_pidfds
 from hive.config import Config
+from hive import lifecycle
 from hive.errors import HiveError
+from hive.lifecycle import TransitionRefused
 from hive.orchestrator import permissions, protocol, worktrees
 from hive.orchestrator.worker import Outcome, Worker, is_agent_id, new_agent_id
 from hive.project import Project
-from hive.queue import claim
 from hive.runtime import DaemonLock, Runtime, is_alive
-from hive.state import issues
-from hive.state.store import Refused
 
 SAFETY_TICK_SECONDS = 2.0
 FULL_SWEEP_SECONDS = 30.0
@@ -220,7 +219,7 @@ class Daemon:
                     self.log(f"{issue.id} lost to another machine's claim")
                     continue
                 self.project.update_index()
-            elif not claim(self.project, issue.id, agent_id, lease_seconds=lease):
+            elif not lifecycle.claim(self.project, issue.id, agent_id, lease_seconds=lease):
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
             self.start_worker(issue.id, agent_id)
@@ -336,9 +335,7 @@ class Daemon:
 
     def _extend_leases(self) -> None:
         """Renew the leases of issues whose agents are still working (shared mode)."""
-        from hive.queue import lease_until
-
-        horizon = lease_until(self.config.lease_seconds // 2)
+        horizon = lifecycle.lease_until(self.config.lease_seconds // 2)
         for worker in list(self.running.values()):
             issue = self.project.index.get(worker.issue_id)
             if issue is None or issue.assignee != worker.agent_id:
@@ -485,8 +482,6 @@ class Daemon:
 
     async def recover(self) -> None:
         """Make the state consistent after any kind of previous ending, SIGKILL included."""
-        from hive.orchestrator import escalation
-
         previous_agents = {agent["id"] for agent in self.runtime.agents()}
         for agent in self.runtime.agents():
             pid = agent.get("pid") or 0
@@ -502,25 +497,13 @@ class Daemon:
                 continue  # another machine's claim: its lease says when it may be taken over
             if issue.assignee not in previous_agents and not is_agent_id(issue.assignee):
                 continue  # a person took it (`update --status in_progress --assignee me`)
-            budget = self.runtime.budget(issue.id)
             error = f"agent {issue.assignee or '?'} was lost when the daemon stopped"
-            escalation.record_failure(budget, error, time.time())
-            decision = escalation.decide(budget, self.config, time.time())
-            if decision.action == escalation.RETRY:
-                budget.retries += 1
-            elif decision.action == escalation.SWITCH:
-                budget.retries, budget.switches = 0, budget.switches + 1
-            self.runtime.save_budget(budget)
-            status = "escalated" if decision.action == escalation.ESCALATE else "open"
-            expected = issue.assignee
-
-            def held(current: Any, expected: str = expected) -> None:
-                if current.status != "in_progress" or current.assignee != expected:
-                    raise Refused("changed meanwhile")
-
-            issues.update(self.project, issue.id, {"status": status}, event="recovered",
-                          summary=f"recover {issue.id}: {error} → {decision.reason}", check=held,
-                          trailers={"Hive-Reason": error})
+            decision = lifecycle.count_failure(self.runtime, self.config, issue.id, error)
+            try:
+                lifecycle.recover(self.project, issue.id, issue.assignee, error, decision)
+            except TransitionRefused:
+                pass   # changed meanwhile
+            status = lifecycle.status_after(decision)
             self.log(f"{issue.id} recovered → {status} ({decision.reason})")
         await asyncio.to_thread(self._clean_leftovers)
 
@@ -547,10 +530,8 @@ class Daemon:
             if worker.task is not None:
                 await asyncio.gather(worker.task, return_exceptions=True)
             try:
-                released = issues.update(self.project, worker.issue_id, {"status": "open"}, event="released",
-                                         agent=worker.agent_id, check=_held(worker.agent_id),
-                                         summary=f"release {worker.issue_id}: the daemon stopped")
-            except HiveError:
+                released = lifecycle.release(self.project, worker.issue_id, worker.agent_id, "the daemon stopped")
+            except HiveError:   # TransitionRefused included: it finished, or changed hands
                 released = None
             if released is not None:  # a worker that already finished keeps its branch
                 await asyncio.to_thread(worktrees.remove, self.project.paths, worker.issue_id)
@@ -564,11 +545,4 @@ class Daemon:
             await self.backend.stop()
         except Exception:  # noqa: BLE001
             pass
-
-
-def _held(agent_id: str):
-    def check(current: Any) -> None:
-        if current.status != "in_progress" or current.assignee != agent_id:
-            raise Refused("no longer ours")
-    return check
 

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from hive import git
+from hive import git, lifecycle
+from hive.lifecycle import TransitionRefused
 from hive.merge.mechanical import FastForward, fast_forward
 from hive.project import Project
-from hive.queue import claim, lease_until
 from hive.remote import Remote
-from hive.state import issue_file, issues
-from hive.state.store import Refused, StateStore, cas_update, notify
+from hive.state import issue_file
+from hive.state.store import StateStore, cas_update, notify
 from hive.state.trees import write_tree
 
 if TYPE_CHECKING:
@@ -167,18 +167,11 @@ class SharedQueue:
             lease = str(issue.extra.get("lease_expires", ""))
             if not lease or lease >= now or issue.assignee in ours:
                 continue
-            holder = issue.assignee
-
-            def expired(current: issue_file.Issue, holder: str = holder) -> None:
-                if current.status != "in_progress" or current.assignee != holder or \
-                        str(current.extra.get("lease_expires", "")) >= now:
-                    raise Refused("the lease was renewed")
-
-            issues.update(self.project, issue.id, {"status": "open", "lease_expires": None},
-                          event="lease-expired", check=expired,
-                          summary=f"reopen {issue.id}: the lease of {holder} expired at {lease}",
-                          trailers={"Hive-Previous-Agent": holder, "Hive-Reason": f"lease expired {lease}"})
-            self.daemon.log(f"{issue.id} reopened: the lease of {holder} expired")
+            try:
+                lifecycle.expire_lease(self.project, issue.id, issue.assignee, lease)
+            except TransitionRefused:
+                continue   # the lease was renewed meanwhile
+            self.daemon.log(f"{issue.id} reopened: the lease of {issue.assignee} expired")
 
     # -- claims -----------------------------------------------------------------------------
 
@@ -203,7 +196,7 @@ class SharedQueue:
                     self.remote.merge_remote_state()   # build on what the remote has
                     continue
                 draft = _DraftStore(store, base)
-                if not claim(_DraftProject(self.project, draft), issue_id, agent_id, lease_seconds=lease_seconds):
+                if not lifecycle.claim(_DraftProject(self.project, draft), issue_id, agent_id, lease_seconds=lease_seconds):
                     return False   # not claimable (any more) on what this machine knows
                 result = self.remote.push(draft.made, git.STATE_BRANCH, remote_tip)
                 if result.ok:
@@ -227,13 +220,10 @@ class SharedQueue:
             self.remote.merge_remote_state()
 
     def extend_lease(self, issue_id: str, agent_id: str, seconds: int) -> None:
-        def mine(current: issue_file.Issue) -> None:
-            if current.status != "in_progress" or current.assignee != agent_id:
-                raise Refused("not ours")
-
-        issues.update(self.daemon.project, issue_id, {"lease_expires": lease_until(seconds)},
-                      event="lease-extended", agent=agent_id, check=mine,
-                      summary=f"extend the lease of {agent_id} on {issue_id}")
+        try:
+            lifecycle.extend_lease(self.daemon.project, issue_id, agent_id, seconds)
+        except TransitionRefused:
+            pass   # not ours any more
         self.push_needed.set()
 
     # -- branches ---------------------------------------------------------------------------

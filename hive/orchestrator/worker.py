@@ -1,8 +1,8 @@
 """One issue's worker: claim → worktree → session → prompt → result → done, or the escalation chain.
 
 A `Worker` lives as one asyncio task in the daemon. It talks to the agent only through the
-backend protocol, and to the state only through `hive.state.issues` (CAS commits with trailers):
-every transition it makes — claimed, retry, switched, done, escalated, released — is a commit.
+backend protocol, and moves its issue only through `hive.lifecycle` (CAS commits with trailers):
+every transition it makes — retry, switched, done, escalated — is a commit.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hive import git
+from hive import git, lifecycle
 from hive.backends.base import TurnResult
-from hive.orchestrator import escalation, protocol, worktrees
+from hive.lifecycle import TransitionRefused
+from hive.orchestrator import protocol, worktrees
 from hive.orchestrator.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
 from hive.state import issues
 from hive.state.issue_file import ID_ALPHABET, Issue
-from hive.state.store import Refused
 
 if TYPE_CHECKING:
     from hive.orchestrator.daemon import Daemon
@@ -91,17 +91,6 @@ class Worker:
     def _log(self, message: str) -> None:
         self.daemon.log(f"{self.issue_id} {message}")
 
-    def _transition(self, changes: dict[str, Any], event: str, summary: str,
-                    trailers: dict[str, str] | None = None) -> Issue | None:
-        """A state commit, made only while this agent still holds the issue."""
-
-        def still_mine(current: Issue) -> None:
-            if current.status != "in_progress" or current.assignee != self.agent_id:
-                raise Refused(f"{self.issue_id} is {current.status} ({current.assignee or 'unassigned'})")
-
-        return issues.update(self.project, self.issue_id, changes, event=event, agent=self.agent_id,
-                             summary=summary, check=still_mine, trailers=trailers)
-
     # -- the lifecycle ----------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -113,7 +102,7 @@ class Worker:
                 self._check_stop()
                 try:
                     outcome = await self._attempt(previous_failure, resume)
-                except (Canceled, Refused):
+                except (Canceled, TransitionRefused):
                     raise
                 except Exception as exc:  # noqa: BLE001 - a surprise is a failed attempt, not a stuck issue
                     self._log(f"attempt error: {exc!r}")
@@ -121,42 +110,41 @@ class Worker:
                 if outcome.ok:
                     self._finish_done(outcome)
                     return
-                budget = self.daemon.runtime.budget(self.issue_id)
-                if outcome.provider:
-                    self.daemon.enter_degraded(outcome.error[:200])
-                    decision = escalation.Decision(escalation.RETRY, "provider failure (not counted)")
-                else:
-                    escalation.record_failure(budget, outcome.error, time.time())
-                    decision = escalation.decide(budget, self.config, time.time(), hopeless=outcome.hopeless)
+                decision = self._count_failure(outcome)
                 self._log(f"failed: {outcome.error} → {decision.reason}")
                 previous_failure = outcome.error
-                if decision.action == escalation.ESCALATE:
-                    self.daemon.runtime.save_budget(budget)
+                if decision.action == lifecycle.ESCALATE:
                     self._escalate(decision.reason, outcome.error)
                     return
-                if decision.action == escalation.RETRY:
-                    if not outcome.provider:
-                        budget.retries += 1
-                    self.daemon.runtime.save_budget(budget)
-                    self._transition({}, "retry", f"retry {self.issue_id}: {outcome.error[:120]}",
-                                     {"Hive-Reason": _one_line(outcome.error),
-                                      "Hive-Attempt": str(budget.retries + 1)})
+                if decision.action == lifecycle.RETRY:
+                    self._record_retry(outcome.error)
                     resume = True
                     if outcome.provider:
                         await self.daemon.wait_provider_healthy()
                     continue
-                budget.retries = 0
-                budget.switches += 1
-                self.daemon.runtime.save_budget(budget)
                 await self._switch_agent(outcome.error)
                 resume = False
         except Canceled:
             return
-        except Refused as exc:
+        except TransitionRefused as exc:
             self._log(f"stopped: {exc}")
         finally:
             await self._close_session()
             self.daemon.worker_finished(self)
+
+    def _count_failure(self, outcome: Outcome) -> lifecycle.Decision:
+        if outcome.provider:   # the provider failed, not the work: no budget is spent
+            self.daemon.enter_degraded(outcome.error[:200])
+            return lifecycle.Decision(lifecycle.RETRY, "provider failure (not counted)")
+        return lifecycle.count_failure(self.daemon.runtime, self.config, self.issue_id, outcome.error,
+                                       hopeless=outcome.hopeless)
+
+    def _record_retry(self, error: str) -> None:
+        attempt = self.daemon.runtime.budget(self.issue_id).retries + 1
+        try:
+            lifecycle.record_retry(self.project, self.issue_id, self.agent_id, error, attempt)
+        except TransitionRefused:
+            pass   # no longer ours: the next attempt sees it and stops
 
     def _check_stop(self) -> None:
         if self.stop_reason:
@@ -242,7 +230,7 @@ class Worker:
     async def _setup_failed(self, error: str) -> Outcome:
         """A failure before the agent started: back off (no hot loop), count it, go on."""
         budget = self.daemon.runtime.budget(self.issue_id)
-        delay = escalation.backoff_seconds(len(budget.failures or []) + 1)
+        delay = lifecycle.backoff_seconds(len(budget.failures or []) + 1)
         self._log(f"{error}; backing off {delay:.1f}s")
         await self.daemon.sleep_unless_stopped(delay, self)
         self.worktree = None
@@ -341,10 +329,9 @@ class Worker:
         trailers["Hive-Tokens"] = str(budget.tokens)   # the record outlives the runtime budget
         if budget.cost_usd:
             trailers["Hive-Cost-USD"] = f"{budget.cost_usd:.4f}"
-        done = self._transition({"status": "done"}, "done",
-                                f"done {self.issue_id}: {_one_line(outcome.summary)[:100] or 'work committed'}",
-                                trailers)
-        if done is None:
+        try:
+            lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
+        except TransitionRefused:
             return
         # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
         # and counts against the same budget, so an issue rejected again and again escalates.
@@ -352,8 +339,10 @@ class Worker:
         self.daemon.handoff_done(self, outcome)
 
     def _escalate(self, reason: str, error: str) -> None:
-        self._transition({"status": "escalated"}, "escalated", f"escalate {self.issue_id}: {reason}",
-                         {"Hive-Reason": _one_line(f"{reason}; last error: {error}")})
+        try:
+            lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error)
+        except TransitionRefused:
+            pass
         self._log(f"escalated: {reason}")
 
     async def _switch_agent(self, error: str) -> None:
@@ -367,10 +356,10 @@ class Worker:
         self.daemon.runtime.add_agent(id=self.agent_id, issue_id=self.issue_id, role="worker",
                                       backend=self.backend.name)
         self.daemon.agents_changed()
-        issues.update(self.project, self.issue_id, {"assignee": self.agent_id}, event="switched",
-                      agent=self.agent_id, summary=f"switch {self.issue_id} from {old} to {self.agent_id}",
-                      check=_held_by(self.issue_id, old), trailers={"Hive-Reason": _one_line(error),
-                                                                    "Hive-Previous-Agent": old})
+        try:
+            lifecycle.switch_agent(self.project, self.issue_id, old, self.agent_id, error)
+        except TransitionRefused:
+            pass   # no longer ours: the next attempt sees it and stops
         self._log(f"switched to a fresh agent {self.agent_id}")
 
     async def _close_session(self) -> None:
@@ -465,13 +454,6 @@ class Worker:
     def notes_changed(self) -> None:
         self.on_activity()
         self._harvest_notes()
-
-
-def _held_by(issue_id: str, agent_id: str):
-    def check(current: Issue) -> None:
-        if current.status != "in_progress" or current.assignee != agent_id:
-            raise Refused(f"{issue_id} is no longer held by {agent_id}")
-    return check
 
 
 def _one_line(text: str) -> str:
