@@ -158,8 +158,8 @@ def _child(argv: list[str]) -> int:
     # what the daemon imports lazily, imported now: import time is not the orchestrator's work
     import importlib
 
-    for module in ("hive.initialize", "hive.state.watch", "watchfiles", "hive.orchestrator.escalation",
-                   "hive.orchestrator.prompts", "hive.state.history", "hive.state.issues", "hive.queue",
+    for module in ("hive.initialize", "hive.state.watch", "watchfiles", "hive.lifecycle",
+                   "hive.agents.prompts", "hive.state.history", "hive.state.issues", "hive.queue",
                    "tomlkit", "hive.runtime", "anyio._backends._asyncio"):
         importlib.import_module(module)
 
@@ -263,7 +263,7 @@ def _child(argv: list[str]) -> int:
 
     # CPU of the work the daemon hands to threads (asyncio.to_thread), by function
     from hive.merge import pipeline as merge_pipeline
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
 
     thread_times: dict[str, list[float]] = {}
     for module, name in ((worktrees, "create"), (worktrees, "remove"), (mechanical, "land"),
@@ -645,7 +645,7 @@ def throughput(ctx: Context) -> list[Result]:
 
 def _work_branches(paths: Any, raw: RawGit, base: pygit2.Commit, n: int, tag: str) -> list[tuple[str, str]]:
     """N issues' work as workers leave it: a worktree on hive/work/<id> with one commit of its own."""
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
     from hive.state.issue_file import new_id
 
     branches = []
@@ -666,7 +666,7 @@ def _work_branches(paths: Any, raw: RawGit, base: pygit2.Commit, n: int, tag: st
 def _land_all(ctx: Context, paths: Any, raw: RawGit, tag: str, checked_out: bool) -> Result:
     from bench import cpu_now
     from hive.merge import mechanical
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
 
     n = 10 if ctx.quick else 40
     base = raw.repo.references["refs/heads/main"].peel(pygit2.Commit)

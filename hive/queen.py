@@ -393,7 +393,7 @@ class Queen:
             self._turn.set_result(event.data)
 
     async def _on_permission(self, event: Event) -> None:
-        from hive.orchestrator.permissions import decide
+        from hive.agents.permissions import decide
 
         if event.session_id != self.session_id:
             return

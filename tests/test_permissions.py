@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hive.backends.base import PermissionRequest
-from hive.orchestrator.permissions import decide
+from hive.agents.permissions import decide
 
 ROOT = "/repo/.git/hive/worktrees/hv-abc123"
 

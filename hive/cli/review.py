@@ -12,7 +12,7 @@ from hive.errors import HiveError
 def _diffstat(project, issue_id: str) -> dict:
     import pygit2
 
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
 
     repo = worktrees.open_repo(project.paths)
     head = worktrees.head_of(project.paths, issue_id)
@@ -65,8 +65,8 @@ def finalize(issue_id: str) -> None:
     """Merge a done issue's branch into the target (replay, tests, fast-forward) and finalize it."""
     from hive import lifecycle
     from hive.merge import mechanical
-    from hive.merge.pipeline import _recreate_worktree, done_base
-    from hive.orchestrator import worktrees
+    from hive.merge.pipeline import done_base
+    from hive.workspace import worktrees
     from hive.runtime import Runtime
 
     project = open_project()
@@ -79,7 +79,7 @@ def finalize(issue_id: str) -> None:
     if head is None:
         raise HiveError(f"{issue_id} has no branch {worktrees.branch_name(issue_id)} to merge")
     if not worktrees.worktree_path(project.paths, issue_id).exists():
-        _recreate_worktree(project.paths, issue_id)
+        worktrees.recreate(project.paths, issue_id)
     # replayed from the base the worker started from, as the merge pipeline does
     landing = mechanical.land(project.paths, config.target_branch, issue_id, head, done_base(project, issue_id),
                               [c for c in (config.test_command,) if c], config.test_timeout_seconds)

@@ -34,7 +34,7 @@ def build_daemon(project, *, backend: str | None, max_agents: int | None, until_
         from hive.merge.pipeline import attach
     except ImportError:
         return daemon
-    attach(daemon)
+    daemon.use_merge(attach(daemon))
     return daemon
 
 

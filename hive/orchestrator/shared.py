@@ -19,33 +19,49 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pygit2
 
 from hive import git, lifecycle
 from hive.lifecycle import TransitionRefused
-from hive.merge.mechanical import FastForward, fast_forward
 from hive.project import Project
 from hive.remote import Remote
+from hive.runtime import Runtime
 from hive.state import issue_file
 from hive.state.store import StateStore, cas_update, notify
 from hive.state.trees import write_tree
-
-if TYPE_CHECKING:
-    from hive.orchestrator.daemon import Daemon
+from hive.workspace.fastforward import FastForward, fast_forward
+from hive.workspace.worktrees import branch_name
 
 SYNC_SECONDS = 2.0
 MAX_BACKOFF = 60.0
 CLAIM_ROUNDS = 6
 
 
+class SharedHost(Protocol):
+    """What the shared queue needs from the daemon it runs in."""
+
+    @property
+    def project(self) -> Project: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    def log(self, message: str) -> None: ...
+
+    def wake_up(self) -> None: ...
+
+    def running_agents(self) -> frozenset[str]:
+        """The agents this machine runs now (their leases are renewed, never reclaimed)."""
+
+
 class SharedQueue:
-    def __init__(self, daemon: "Daemon", remote_name: str):
-        self.daemon = daemon
-        self.project = Project(daemon.project.paths)   # handles for the network thread only
+    def __init__(self, host: SharedHost, remote_name: str, target_branch: str):
+        self.host = host
+        self.project = Project(host.project.paths)   # handles for the network thread only
         self.remote = Remote(self.project, remote_name)
-        self.target = daemon.config.target_branch
+        self.target = target_branch
         self.online = True
         self._announced = True
         self._stopped = False
@@ -86,8 +102,8 @@ class SharedQueue:
             # a full round — fetch, merge, reclaim, push — runs at least every SYNC_SECONDS
             pull = not self.push_needed.is_set() or loop.time() - pulled >= SYNC_SECONDS
             self.push_needed.clear()
-            ours = frozenset(w.agent_id for w in self.daemon.running.values())
-            before = self.daemon.project.store.tip()
+            ours = self.host.running_agents()
+            before = self.host.project.store.tip()
             try:
                 if pull:
                     pulled = loop.time()
@@ -97,19 +113,19 @@ class SharedQueue:
             except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad round
                 # An uncaught error would end this task silently: no more pulls or pushes, and
                 # `--until-idle` would wait forever for the other machines' state.
-                self.daemon.log(f"warning: sync with {self.name} failed: {type(exc).__name__}: {exc}")
+                self.host.log(f"warning: sync with {self.name} failed: {type(exc).__name__}: {exc}")
                 online = self.online
             if online != self._announced:   # (a failed claim push may have set self.online)
-                self.daemon.log(f"remote {self.name} " + ("reachable again: catching up" if online else
+                self.host.log(f"remote {self.name} " + ("reachable again: catching up" if online else
                                                           "unreachable: working locally, no new claims"))
-                self.daemon.runtime.put("remote_state", "online" if online else "offline")
+                self.host.runtime.put("remote_state", "online" if online else "offline")
                 self._announced = online
-            changed = online != self.online or self.daemon.project.store.tip() != before
+            changed = online != self.online or self.host.project.store.tip() != before
             self.online = online
             if changed:
                 # only on news: the daemon's loop asks for a push on every wake, so waking it
                 # after every round would make fetch → wake → push request → fetch a hot loop
-                self.daemon.wake.set()
+                self.host.wake_up()
             if not online:
                 delay = min(MAX_BACKOFF, delay * 2)
                 await asyncio.sleep(delay)   # back off: local changes wait for the remote
@@ -124,7 +140,7 @@ class SharedQueue:
 
     def local_changed(self) -> None:
         """Ask for a push if `hive/state` has commits that the remote has not seen yet."""
-        if self.daemon.project.store.tip() != self.remote.remote_tip():
+        if self.host.project.store.tip() != self.remote.remote_tip():
             self.push_needed.set()
 
     def _exchange(self, ours: frozenset[str], pull: bool = True) -> bool:
@@ -171,7 +187,7 @@ class SharedQueue:
                 lifecycle.expire_lease(self.project, issue.id, issue.assignee, lease)
             except TransitionRefused:
                 continue   # the lease was renewed meanwhile
-            self.daemon.log(f"{issue.id} reopened: the lease of {issue.assignee} expired")
+            self.host.log(f"{issue.id} reopened: the lease of {issue.assignee} expired")
 
     # -- claims -----------------------------------------------------------------------------
 
@@ -219,9 +235,12 @@ class SharedQueue:
         else:
             self.remote.merge_remote_state()
 
+    def request_push(self) -> None:
+        self.push_needed.set()
+
     def extend_lease(self, issue_id: str, agent_id: str, seconds: int) -> None:
         try:
-            lifecycle.extend_lease(self.daemon.project, issue_id, agent_id, seconds)
+            lifecycle.extend_lease(self.host.project, issue_id, agent_id, seconds)
         except TransitionRefused:
             pass   # not ours any more
         self.push_needed.set()
@@ -229,8 +248,6 @@ class SharedQueue:
     # -- branches ---------------------------------------------------------------------------
 
     async def push_work_branch(self, issue_id: str) -> None:
-        from hive.orchestrator.worktrees import branch_name
-
         branch = branch_name(issue_id)
 
         def push() -> None:
@@ -269,7 +286,7 @@ class SharedQueue:
         local_tip = str(local_ref.target)
         if local_tip == remote_tip or not repo.descendant_of(remote_tip, local_tip):
             return ""
-        return fast_forward(self.daemon.project.paths, repo, self.target, local_tip, remote_tip).waiting
+        return fast_forward(self.host.project.paths, repo, self.target, local_tip, remote_tip).waiting
 
 
 class _DraftStore(StateStore):

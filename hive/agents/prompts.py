@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from hive.orchestrator.protocol import NOTES_FILE, RESULT_FILE
+from hive.agents.protocol import NOTES_FILE, RESULT_FILE
 from hive.state.issue_file import Issue
 
 WORKER_SYSTEM_PROMPT = f"""You are a worker agent of git-hive. You work on exactly one issue, in the
