@@ -29,8 +29,7 @@ from hive.project import Project
 from hive.remote import Remote
 from hive.runtime import Runtime
 from hive.state import issue_file
-from hive.state.store import StateStore, cas_update, notify
-from hive.state.trees import write_tree
+from hive.state.store import Draft
 from hive.workspace.fastforward import FastForward, fast_forward
 from hive.workspace.worktrees import branch_name
 
@@ -211,14 +210,15 @@ class SharedQueue:
                 if not self.remote.contains(base, remote_tip):
                     self.remote.merge_remote_state()   # build on what the remote has
                     continue
-                draft = _DraftStore(store, base)
-                if not lifecycle.claim(_DraftProject(self.project, draft), issue_id, agent_id, lease_seconds=lease_seconds):
+                with store.draft(base) as draft:
+                    claimed = lifecycle.claim(self.project, issue_id, agent_id, lease_seconds=lease_seconds)
+                if not claimed:
                     return False   # not claimable (any more) on what this machine knows
                 result = self.remote.push(draft.made, git.STATE_BRANCH, remote_tip)
                 if result.ok:
                     git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), draft.made],
                             self.project.paths.worktree, check=False)
-                    self._adopt(base, draft.made, f"claim {issue_id} for {agent_id}")
+                    self._adopt(draft, f"claim {issue_id} for {agent_id}")
                     return True
                 if result.offline or not self.remote.fetch(git.STATE_BRANCH):
                     self.online = False
@@ -226,11 +226,9 @@ class SharedQueue:
                 self.remote.merge_remote_state()
             return False
 
-    def _adopt(self, base: str, pushed: str, summary: str) -> None:
+    def _adopt(self, draft: Draft, summary: str) -> None:
         """Bring a commit already pushed onto the local `hive/state` (moved meanwhile: merged)."""
-        store = self.project.store
-        if cas_update(store.repo, git.STATE_REF, base, pushed, summary):
-            notify(self.project.paths)
+        if self.project.store.publish(draft, summary):
             self.project.after_write()
         else:
             self.remote.merge_remote_state()
@@ -287,41 +285,3 @@ class SharedQueue:
         if local_tip == remote_tip or not repo.descendant_of(remote_tip, local_tip):
             return ""
         return fast_forward(self.host.project.paths, repo, self.target, local_tip, remote_tip).waiting
-
-
-class _DraftStore(StateStore):
-    """A store whose `commit` builds one commit on a fixed base and moves no ref (`made`)."""
-
-    def __init__(self, store: StateStore, base: str):
-        self.paths, self.repo, self.base = store.paths, store.repo, base
-        self.folders = None   # the store's builders belong to the daemon's thread
-        self.made = ""
-
-    def tip(self) -> str | None:
-        return self.base
-
-    def commit(self, build, *, author: pygit2.Signature | None = None) -> str | None:
-        from hive.state.store import signature_for
-
-        snap = self.snapshot(self.base)
-        change = build(snap)
-        if change is None:
-            return None
-        tree_id = write_tree(self.repo, snap.tree, change.files)
-        signature = author or signature_for(self.repo)
-        self.made = str(self.repo.create_commit(None, signature, signature, change.message(), tree_id,
-                                                [snap.commit.id]))
-        return self.made
-
-
-class _DraftProject:
-    """`project` as seen by a change that must not be published yet (see `_DraftStore`)."""
-
-    def __init__(self, project: Project, store: _DraftStore):
-        self._project, self.store = project, store
-
-    def __getattr__(self, name: str):
-        return getattr(self._project, name)
-
-    def after_write(self) -> None:
-        pass

@@ -12,9 +12,10 @@ import os
 import random
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pygit2
 
@@ -172,6 +173,8 @@ class StateStore:
         `build` returns the Change to make, None when there is nothing to do, or raises Refused
         when the change no longer applies. Returns the new commit id (None if nothing was done).
         """
+        if self._draft is not None:
+            return self._commit_draft(self._draft, build, author)
         signature = author or signature_for(self.repo)
         for attempt in range(MAX_ATTEMPTS):
             snap = self.snapshot()
@@ -219,6 +222,50 @@ class StateStore:
                 return str(new), merged.warnings
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
         raise HiveError(f"could not update {git.STATE_REF}: it kept moving ({MAX_ATTEMPTS} attempts)")
+
+    # -- drafts: a commit built now, published later (shared mode pushes a claim first) ------
+
+    _draft: "Draft | None" = None
+
+    @contextmanager
+    def draft(self, base: str) -> Iterator["Draft"]:
+        """While open, `commit` builds one commit on `base` and moves no ref: `draft.made`, to
+        `publish` once it is safe to (shared mode: once the remote took it)."""
+        if self._draft is not None:
+            raise RuntimeError("a draft is already open on this store")
+        self._draft = Draft(base)
+        try:
+            yield self._draft
+        finally:
+            self._draft = None
+
+    def publish(self, draft: "Draft", summary: str) -> bool:
+        """Move `hive/state` from the draft's base to the commit it made; False if it moved meanwhile."""
+        if not draft.made or not cas_update(self.repo, git.STATE_REF, draft.base, draft.made, summary):
+            return False
+        notify(self.paths)
+        return True
+
+    def _commit_draft(self, draft: "Draft", build: Callable[[Snapshot], Change | None],
+                      author: pygit2.Signature | None) -> str | None:
+        # no folder cache: it follows the branch, which a draft leaves where it is
+        snap = Snapshot(self.repo, self.repo[draft.base].peel(pygit2.Commit))
+        change = build(snap)
+        if change is None:
+            return None
+        tree_id = write_tree(self.repo, snap.tree, change.files)
+        signature = author or signature_for(self.repo)
+        parents = [snap.commit.id] if snap.commit is not None else []
+        draft.made = str(self.repo.create_commit(None, signature, signature, change.message(), tree_id, parents))
+        return draft.made
+
+
+@dataclass
+class Draft:
+    """A commit built on `base` and not yet on any branch (see `StateStore.draft`)."""
+
+    base: str
+    made: str = ""
 
 
 def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, message: str) -> bool:
