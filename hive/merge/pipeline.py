@@ -21,14 +21,17 @@ from typing import Any, Callable
 
 import pygit2
 
+from hive import lifecycle
 from hive.backends.base import IDLE, PERMISSION, USAGE, Event
+from hive.lifecycle import TransitionRefused
 from hive.merge import mechanical
 from hive.merge.host import MergeHost
 from hive.merge.refinery import Refinery
-from hive import lifecycle
-from hive.lifecycle import TransitionRefused
-from hive.workspace import worktrees
+from hive.project import Project
+from hive.state import history
 from hive.state.issue_file import Issue
+from hive.workspace import worktrees
+
 
 @dataclass
 class Entry:
@@ -341,10 +344,8 @@ class MergeProcessor:
         self.host.log(f"{issue.id} failed: {reason}")
 
 
-def done_base(project: Any, issue_id: str) -> str:
+def done_base(project: Project, issue_id: str) -> str:
     """The base commit a worker recorded in its `done` commit (Hive-Base trailer), if any."""
-    from hive.state import history
-
     done = history.last_event(project.paths, issue_id, "done")
     return done.trailers.get("Hive-Base", "") if done else ""
 

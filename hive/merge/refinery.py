@@ -16,6 +16,7 @@ from hive import git
 from hive.agents import protocol
 from hive.backends.base import IDLE, USAGE, Backend, Event, SessionSpec, TurnResult
 from hive.merge.host import RefineryHost
+from hive.runtime import process_start_time
 from hive.state.issue_file import Issue
 
 RENEW_TOKENS = 100_000
@@ -123,8 +124,6 @@ class Refinery:
     async def _record_agent(self) -> None:
         """List the session's process among the daemon's agents, so that a daemon started after
         this one was killed ends it (as it does workers) before anything touches its worktree."""
-        from hive.runtime import process_start_time
-
         try:
             status = await self.backend.get_session_status(self.session_id)
         except (KeyError, RuntimeError):
