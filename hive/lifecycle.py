@@ -85,11 +85,11 @@ def lease_until(seconds: int) -> str:
     return issue_file.format_time(issue_file.now() + timedelta(seconds=seconds))
 
 
-def claim(project: Any, issue_id: str, agent_id: str, lease_seconds: int = 0) -> bool:
+def claim(project: Project, issue_id: str, agent_id: str, lease_seconds: int = 0) -> bool:
     """open → in_progress for `agent_id`; False when the issue is not claimable on the tip
     (taken, blocked, an epic, canceled...).
 
-    `project` may be a draft (`Project.draft`): shared mode builds the claim before pushing it.
+    Shared mode claims inside `StateStore.draft`: the claim commit is pushed before it is published.
     With `lease_seconds` (a queue shared between machines) the claim carries `lease_expires`, so
     that another machine can reclaim the issue if this one dies.
     """
