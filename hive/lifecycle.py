@@ -300,9 +300,15 @@ def status_after(decision: Decision) -> str:
     return "escalated" if decision.action == ESCALATE else "open"
 
 
-def count_failure(runtime: Runtime, config: Config, issue_id: str, error: str, *, hopeless: str = "") -> Decision:
+def count_failure(runtime: Runtime, config: Config, issue_id: str, error: str, *, hopeless: str = "",
+                  provider: bool = False) -> Decision:
     """Count a failed attempt against the issue's budget, decide what follows and spend the
-    budget that decision takes (a retry, or an agent switch) — the one place this is done."""
+    budget that decision takes (a retry, or an agent switch) — the one place this is done.
+
+    A `provider` failure (the provider failed, not the work) is retried and costs nothing.
+    """
+    if provider:
+        return Decision(RETRY, "provider failure (not counted)")
     now = time.time()
     budget = runtime.budget(issue_id)
     record_failure(budget, error, now)

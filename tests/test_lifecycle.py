@@ -61,6 +61,9 @@ def test_the_escalation_chain_is_spent_by_count_failure(project, new_issue, runt
     budget = runtime.budget(issue)
     assert (budget.retries, budget.switches, len(budget.failures), budget.last_error) == (1, 1, 4, "boom 3")
     assert lifecycle.count_failure(runtime, config, issue, "x", hopeless="tokens").action == lifecycle.ESCALATE
+    spent = runtime.budget(issue)
+    assert lifecycle.count_failure(runtime, config, issue, "529", provider=True).action == lifecycle.RETRY
+    assert runtime.budget(issue) == spent    # the provider's failure costs the issue nothing
 
 
 def test_retry_reopens_with_a_fresh_budget(project, new_issue, runtime):

@@ -165,11 +165,10 @@ class Worker:
             self.host.worker_finished(self)
 
     def _count_failure(self, outcome: Outcome) -> lifecycle.Decision:
-        if outcome.provider:   # the provider failed, not the work: no budget is spent
+        if outcome.provider:
             self.host.enter_degraded(outcome.error[:200])
-            return lifecycle.Decision(lifecycle.RETRY, "provider failure (not counted)")
         return lifecycle.count_failure(self.host.runtime, self.config, self.issue_id, outcome.error,
-                                       hopeless=outcome.hopeless)
+                                       hopeless=outcome.hopeless, provider=outcome.provider)
 
     def _record_retry(self, error: str) -> None:
         attempt = self.host.runtime.budget(self.issue_id).retries + 1
