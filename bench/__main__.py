@@ -164,7 +164,7 @@ METHOD = """## How it is measured
   one kind of change that walks the graph for cycles).
 - **Ready query**: `Index.ready(limit=50)` and `Index.ready()` on the large repository's index.
 - **Writes**: the raw `StateStore.commit` (one issue's front matter rewritten with tomlkit, CAS
-  ref update) and the full `hive.queue.claim` (CAS commit that re-reads the issue and its
+  ref update) and the full `hive.lifecycle.claim` (CAS commit that re-reads the issue and its
   blockers at the tip, then the `.hive/` checkout refresh and the index catch-up a CLI write
   does), and the claim as the daemon makes it (`Project.defer_checkout`: the checkout is
   refreshed once per wake-up, outside the claim); the claims' median splits into those parts

@@ -158,8 +158,8 @@ def _child(argv: list[str]) -> int:
     # what the daemon imports lazily, imported now: import time is not the orchestrator's work
     import importlib
 
-    for module in ("hive.initialize", "hive.state.watch", "watchfiles", "hive.orchestrator.escalation",
-                   "hive.orchestrator.prompts", "hive.state.history", "hive.issues", "hive.queue",
+    for module in ("hive.initialize", "hive.state.watch", "watchfiles", "hive.lifecycle",
+                   "hive.agents.prompts", "hive.state.history", "hive.issues", "hive.queue",
                    "tomlkit", "hive.runtime", "anyio._backends._asyncio"):
         importlib.import_module(module)
 
@@ -262,13 +262,12 @@ def _child(argv: list[str]) -> int:
     mechanical.run_test = run_test  # type: ignore[assignment]
 
     # CPU of the work the daemon hands to threads (asyncio.to_thread), by function
-    from hive.merge import pipeline as merge_pipeline
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
 
     thread_times: dict[str, list[float]] = {}
     for module, name in ((worktrees, "create"), (worktrees, "remove"), (mechanical, "land"),
-                         (mechanical, "replay"), (mechanical, "sync_worktree"), (mechanical, "fast_forward"),
-                         (mechanical, "checkout_waiting"), (merge_pipeline, "_prepare_worktree")):
+                         (mechanical, "replay"), (worktrees, "sync_worktree"), (mechanical, "fast_forward"),
+                         (mechanical, "checkout_waiting"), (worktrees, "prepare_for_merge")):
         timed(module, name, thread_times, key=f"{module.__name__.rsplit('.', 1)[-1]}.{name}",
               clock=time.thread_time)
 
@@ -613,7 +612,7 @@ def throughput(ctx: Context) -> list[Result]:
                 f"(event loop thread {fmt(run.cpu_main / n)}; in threads: worktree create "
                 f"{fmt(run.thread_cpu.get('worktrees.create', 0) / n)}, `land()` "
                 f"{fmt(run.thread_cpu.get('mechanical.land', 0) / n)} of which the test checkout "
-                f"{fmt(run.thread_cpu.get('mechanical.sync_worktree', 0) / n)}) + git subprocesses CPU "
+                f"{fmt(run.thread_cpu.get('worktrees.sync_worktree', 0) / n)}) + git subprocesses CPU "
                 f"{fmt(git_cpu / n)} (wall {fmt(git_wall / n)}; "
                 f"{', '.join(f'{len(c)} `git {k}` ({fmt(_median_ms(c))} CPU each)' for k, c in sorted(calls.items()))})"
                 f"; raw {fmt(raw)} = " + ", ".join(f"{k} {fmt(v.cpu)}" for k, v in costs.items()))
@@ -645,7 +644,7 @@ def throughput(ctx: Context) -> list[Result]:
 
 def _work_branches(paths: Any, raw: RawGit, base: pygit2.Commit, n: int, tag: str) -> list[tuple[str, str]]:
     """N issues' work as workers leave it: a worktree on hive/work/<id> with one commit of its own."""
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
     from hive.state.issue_file import new_id
 
     branches = []
@@ -666,13 +665,13 @@ def _work_branches(paths: Any, raw: RawGit, base: pygit2.Commit, n: int, tag: st
 def _land_all(ctx: Context, paths: Any, raw: RawGit, tag: str, checked_out: bool) -> Result:
     from bench import cpu_now
     from hive.merge import mechanical
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
 
     n = 10 if ctx.quick else 40
     base = raw.repo.references["refs/heads/main"].peel(pygit2.Commit)
     branches = _work_branches(paths, raw, base, n, tag)
     parts: dict[str, list[float]] = {}
-    originals = {name: timed(mechanical, name, parts)
+    originals = {name: timed(worktrees if name == "sync_worktree" else mechanical, name, parts)
                  for name in ("replay", "sync_worktree", "checkout_waiting", "fast_forward")}
     # the same work done raw, interleaved with the real thing (the machine's load hits both alike):
     # one commit replayed onto main, main moved by CAS (and its checkout updated)
@@ -699,7 +698,7 @@ def _land_all(ctx: Context, paths: Any, raw: RawGit, tag: str, checked_out: bool
             raw_cpu.append(cpu_now() - cpu_start)
     finally:
         for name, original in originals.items():
-            setattr(mechanical, name, original)
+            setattr(worktrees if name == "sync_worktree" else mechanical, name, original)
     tree = raw.repo.references["refs/heads/main"].peel(pygit2.Commit).tree
     landed = sum(1 for k in range(n) if f"src/{tag}_{k}.py" in tree)
     if landed != n:

@@ -157,10 +157,10 @@ def ready(ctx: Context) -> list[Result]:
 # -- writes -----------------------------------------------------------------------------------
 
 def _claims(ctx: Context, repo: BuiltRepo, *, deferred: bool) -> Result:
-    """`hive.queue.claim` on ready issues: CAS commit re-checking the issue and its blockers at the
+    """`hive.lifecycle.claim` on ready issues: CAS commit re-checking the issue and its blockers at the
     tip, then the `.hive/` refresh (unless `deferred`: the daemon refreshes once per wake-up) and
     the index catch-up."""
-    from hive import queue
+    from hive import lifecycle
     from hive.project import Project
 
     reps = ctx.sizes.reps
@@ -178,7 +178,7 @@ def _claims(ctx: Context, repo: BuiltRepo, *, deferred: bool) -> Result:
 
     def claim() -> None:
         issue_id = next(claim_ids)
-        if not queue.claim(project, issue_id, "w-bench"):
+        if not lifecycle.claim(project, issue_id, "w-bench"):
             failures.append(issue_id)
 
     cpu: list[float] = []
@@ -196,7 +196,7 @@ def _claims(ctx: Context, repo: BuiltRepo, *, deferred: bool) -> Result:
     # The CLI's claim also brings the `.hive/` checkout's git index up to date: libgit2 reads and
     # writes that whole file, one entry per checked-out file (103k at the large size, the archive
     # included). That is the checkout's upkeep, not the state write: for information.
-    return Result(f"one claim, `hive.queue.claim` as the CLI makes it (commit + .hive/ refresh + index), "
+    return Result(f"one claim, `hive.lifecycle.claim` as the CLI makes it (commit + .hive/ refresh + index), "
                   f"{_label(repo)}", samples, None, cpu=cpu, error=f"claims refused: {failures}" if failures else "",
                   note=f"median split (wall): {split}; the `.hive/` refresh rewrites the checkout's git index "
                        f"(one entry per checked-out file, the archive included)")

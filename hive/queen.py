@@ -371,7 +371,7 @@ class Queen:
         backend.on(PERMISSION, self._on_permission)
 
     async def _on_permission(self, event: Event) -> None:
-        from hive.orchestrator.permissions import decide
+        from hive.agents.permissions import decide
 
         if event.session_id != self.session_id:
             return

@@ -39,7 +39,7 @@ from hive.backends.base import (
 from hive.backends.registry import load_backend
 from hive.backends.claude import ClaudeBackend
 from hive.backends.processes import group_alive
-from hive.orchestrator import permissions
+from hive.agents import permissions
 from tests.fakes.anthropic_server import (
     FakeAnthropic, Reply, Request, bash, error, result_text, stall, text, tool, write,
 )

@@ -9,7 +9,7 @@ no retries) and runs with a private CODEX_HOME under the repository's hive dir: 
 any address but 127.0.0.1.
 
 Backend-level tests drive `CodexBackend` the way the daemon does (permissions answered by
-hive.orchestrator.permissions); the last tests run a real `git hive run --backend codex`.
+hive.agents.permissions); the last tests run a real `git hive run --backend codex`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from hive.backends.codex.backend import _unwrap_shell
 from hive.backends.codex.errors import classify_error
 from hive.backends.codex.sandbox import git_writable_roots
 from hive.backends.processes import group_alive
-from hive.orchestrator import permissions
+from hive.agents import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -1,4 +1,4 @@
-"""`hive.queue.claim`: a compare-and-swap on `hive/state`, so each issue is claimed exactly once.
+"""`hive.lifecycle.claim`: a compare-and-swap on `hive/state`, so each issue is claimed exactly once.
 
 The race runs 8 real processes against the same 50 issues at once; the claim re-checks status,
 assignee and blockers against the tip it builds on, never against a possibly stale index.
@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from hive import issues, queue
+from hive import issues, lifecycle, queue
 from hive.errors import HiveError
 from hive.state import issue_file, layout
 from hive.state.issue_file import Issue
@@ -26,7 +26,7 @@ ISSUES = 50
 CLAIMER = textwrap.dedent("""
     import json, os, random, sys, time
     from hive.project import Project
-    from hive.queue import claim
+    from hive.lifecycle import claim
 
     repo, agent, go, ids = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
     project = Project.open(repo)
@@ -102,14 +102,14 @@ def test_claim_refuses_what_is_not_claimable(repo, project, new_issue):
     blocked = new_issue("blocked", depends_on=[blocker])
     epic = new_issue("epic", type="epic")
     done = new_issue("done already", status="done")
-    assert not queue.claim(project, blocked, "w-1")
-    assert not queue.claim(project, epic, "w-1")
-    assert not queue.claim(project, done, "w-1")
-    assert queue.claim(project, blocker, "w-1")
-    assert not queue.claim(project, blocker, "w-2")  # already taken
+    assert not lifecycle.claim(project, blocked, "w-1")
+    assert not lifecycle.claim(project, epic, "w-1")
+    assert not lifecycle.claim(project, done, "w-1")
+    assert lifecycle.claim(project, blocker, "w-1")
+    assert not lifecycle.claim(project, blocker, "w-2")  # already taken
     assert project.index.get(blocker).assignee == "w-1"
     with pytest.raises(HiveError, match="unknown issue"):
-        queue.claim(project, "hv-zzzzzz", "w-1")
+        lifecycle.claim(project, "hv-zzzzzz", "w-1")
 
 
 def test_claim_checks_the_branch_not_a_stale_index(repo, project, git, new_issue):
@@ -126,6 +126,6 @@ def test_claim_checks_the_branch_not_a_stale_index(repo, project, git, new_issue
         path.write_text(path.read_text().replace(old, new))
     git("commit", "-q", "-am", "by hand", cwd=checkout)
     assert project.index.get(blocker).status == "done"  # stale, on purpose
-    assert not queue.claim(project, waiting, "w-1")
-    assert not queue.claim(project, other, "w-1")
+    assert not lifecycle.claim(project, waiting, "w-1")
+    assert not lifecycle.claim(project, other, "w-1")
     assert issues.read_at(project.store.snapshot(), other)[2].assignee == "w-9"

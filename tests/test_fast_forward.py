@@ -1,4 +1,4 @@
-"""The fast-forward of a checked-out target branch (hive.merge.mechanical.fast_forward).
+"""The fast-forward of a checked-out target branch (hive.workspace.fastforward.fast_forward).
 
 The target is moved with libgit2: the touched paths are checked clean in the person's checkout,
 written there (files and index), and only then does the ref move. These tests hold it to what
@@ -15,7 +15,7 @@ import pygit2
 import pytest
 
 from hive import git as hive_git
-from hive.merge import mechanical
+from hive.workspace import fastforward
 
 
 def commit_on(repo: pygit2.Repository, parent: str, changes: dict[str, bytes | None]) -> str:
@@ -45,11 +45,11 @@ def checkout(make_repo: Callable[..., Path], git: Callable[..., Any]) -> Path:
     return path
 
 
-def move(path: Path, changes: dict[str, bytes | None]) -> tuple[pygit2.Repository, str, str, mechanical.FastForward]:
+def move(path: Path, changes: dict[str, bytes | None]) -> tuple[pygit2.Repository, str, str, fastforward.FastForward]:
     repo = pygit2.Repository(str(path))
     old = str(repo.head.target)
     new = commit_on(repo, old, changes)
-    return repo, old, new, mechanical.fast_forward(hive_git.discover(path), repo, "main", old, new)
+    return repo, old, new, fastforward.fast_forward(hive_git.discover(path), repo, "main", old, new)
 
 
 def porcelain(git: Callable[..., Any], path: Path) -> str:
@@ -109,7 +109,7 @@ def test_a_touched_path_the_person_changed_makes_it_wait(checkout: Path, git: Ca
 
 def test_a_target_moved_meanwhile_leaves_the_checkout_as_its_head(checkout: Path, git: Callable[..., Any],
                                                                    monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(mechanical, "cas_update", lambda *args: False)
+    monkeypatch.setattr(fastforward, "cas_update", lambda *args: False)
     repo, old, new, moved = move(checkout, {"a.txt": b"changed\n", "b.txt": None, "added.txt": b"new\n"})
     assert not moved.ok and not moved.waiting        # the caller replays onto the new target
     assert git("rev-parse", "main", cwd=checkout).stdout.strip() == old
@@ -123,13 +123,13 @@ def test_a_fast_forward_killed_after_writing_the_files_finishes_on_the_next_atte
     repo = pygit2.Repository(str(checkout))
     old = str(repo.head.target)
     new = commit_on(repo, old, {"a.txt": b"changed\n", "b.txt": None, "added.txt": b"new\n"})
-    touched = mechanical.touched_paths(repo, old, new)
+    touched = fastforward.touched_paths(repo, old, new)
     repo.checkout_tree(repo[new].peel(pygit2.Tree), paths=touched,   # what fast_forward writes first
                        strategy=pygit2.enums.CheckoutStrategy.SAFE)
     assert porcelain(git, checkout) != ""                              # then the daemon was killed
     (checkout / "keep.txt").write_text("my edit\n", encoding="utf-8")
 
-    moved = mechanical.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
+    moved = fastforward.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
     assert moved.ok, moved.waiting
     assert git("rev-parse", "main", cwd=checkout).stdout.strip() == new
     assert porcelain(git, checkout) == " M keep.txt\n"

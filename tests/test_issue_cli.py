@@ -208,6 +208,35 @@ def test_retry_refuses_an_open_issue_and_reopens_stuck_ones(repo, hive, new_issu
         assert (data["status"], data["assignee"]) == ("open", ""), status
 
 
+def test_retry_gives_a_fresh_budget(repo, project, hive, new_issue):
+    """`retry` promises a fresh budget: retries, switches and the anomaly window start again."""
+    import time
+
+    from hive.runtime import Budget, Runtime
+
+    stuck = new_issue("spent its budget", status="escalated")
+    runtime = Runtime(project.paths)
+    try:
+        runtime.save_budget(Budget(stuck, retries=2, switches=2, failures=[time.time()] * 3,
+                                   last_error="boom", tokens=999))
+        hive("retry", stuck)
+        assert runtime.budget(stuck) == Budget(stuck)
+    finally:
+        runtime.close()
+
+
+def test_update_refuses_a_status_no_daemon_moves_on_from_unless_forced(repo, hive, new_issue, state_log):
+    issue = new_issue("no limbo")
+    before = len(state_log())
+    for args in (("--status", "in_progress"), ("--assignee", "w-7"), ("--status", "escalated", "--assignee", "me")):
+        proc = hive("update", issue, *args, check=False)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and issue in proc.stderr
+    assert len(state_log()) == before
+    hive("update", issue, "--status", "in_progress", "--force")
+    assert (show(hive, issue)["status"], show(hive, issue)["assignee"]) == ("in_progress", "")
+
+
 def test_finalize_refuses_what_it_cannot_merge(repo, hive, new_issue, state_log):
     not_done = new_issue("not done yet")
     no_branch = new_issue("done, but no work branch", status="done")

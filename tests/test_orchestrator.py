@@ -269,6 +269,22 @@ def test_dependent_starts_from_unmerged_blocker_work(repo: Path, tmp_path: Path,
 
 # -- 2. escalation paths --------------------------------------------------------------------------
 
+def test_a_provider_failure_costs_no_budget(repo: Path, tmp_path: Path, new_issue, state_log, list_json):
+    """No retries, no switches: a 529 still does not escalate — degraded mode, probe, same agent."""
+    script = {"issues": {}}
+    issue = new_issue("the provider is overloaded once")
+    script["issues"][issue] = work_steps([{"provider_error": 529, "message": "Overloaded", "on_attempts": [1]}])
+    env = daemon_env(write_script(tmp_path, script), max_retries=0, max_agent_switches=0)
+
+    run_until_idle(repo, env, max_agents=1)
+
+    assert statuses(list_json, repo)[issue] == "finalized"
+    log = state_log(repo)
+    assert events_of(log, issue) == ["claimed", "retry", "done", "finalized"]
+    [retry] = [c for c in log if c.issue == issue and c.event == "retry"]
+    assert retry.trailers["Hive-Attempt"] == "1"
+
+
 def test_retry_exhaustion_budget_and_failure_kinds(repo: Path, tmp_path: Path, new_issue, git, state_log,
                                                    list_json):
     """max_retries 1, max_agent_switches 1: each kind of failure is retried; budgets escalate."""
@@ -585,7 +601,8 @@ def test_a_canceled_issue_is_never_claimed(repo: Path, tmp_path: Path, new_issue
 
 
 def test_claim_rechecks_status_at_commit_time(repo: Path, project, new_issue, hive, state_log):
-    from hive.queue import claim, ready
+    from hive.lifecycle import claim
+    from hive.queue import ready
 
     issue_id = new_issue("raced")
     assert issue_id in [i.id for i in ready(project)]      # the daemon saw it ready...

@@ -1,11 +1,11 @@
-"""The permission policy every backend's agents are held to (hive/orchestrator/permissions.py)."""
+"""The permission policy every backend's agents are held to (hive/agents/permissions.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from hive.backends.base import PermissionRequest
-from hive.orchestrator.permissions import decide
+from hive.agents.permissions import decide
 
 ROOT = "/repo/.git/hive/worktrees/hv-abc123"
 

@@ -354,3 +354,21 @@ def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(clones, cli, g
     assert holds_twice(log) == []
     assert work_commits(git, remote) == Counter({i: 1 for i in ids})
     assert "A's work" not in git("log", "-p", "main", cwd=remote).stdout
+
+
+def test_a_draft_claim_moves_no_ref_until_it_is_published(project, new_issue):
+    """Shared mode builds its claim as a draft, pushes it, and only then publishes it locally."""
+    from hive import lifecycle
+
+    issue = new_issue("claimed through a remote")
+    store = project.store
+    base = store.tip()
+    assert base is not None
+    with store.draft(base) as draft:
+        assert lifecycle.claim(project, issue, "w-aaaaaa")
+    assert draft.made and store.tip() == base                      # built, not on the branch
+    assert store.repo[draft.made].parents[0].id == pygit2.Oid(hex=base)
+    assert store.publish(draft, "claim") and store.tip() == draft.made
+    assert not store.publish(draft, "claim again")                   # the base is not the tip any more
+    project.update_index()
+    assert (project.index.get(issue).status, project.index.get(issue).assignee) == ("in_progress", "w-aaaaaa")

@@ -114,12 +114,12 @@ def test_concurrent_writers_in_separate_processes_lose_nothing(repo, git, state_
 # -- one commit per change, with trailers ---------------------------------------------------------
 
 def test_every_change_is_one_commit_with_trailers(repo, project, hive, git, state_log):
-    from hive import queue
+    from hive import lifecycle
 
     start = len(state_log())
     issue = hive("create", "traced").stdout.strip()
     hive("update", issue, "-p", "0")
-    assert queue.claim(project, issue, "w-42")
+    assert lifecycle.claim(project, issue, "w-42")
     hive("note", "found it", "--issue", issue)
     issues.set_status(project, issue, "done", agent="w-42")
     commits = state_log()[start:]

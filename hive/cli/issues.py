@@ -164,12 +164,14 @@ def _split(command: str) -> list[str]:
 @click.option("--assignee", default=None)
 @click.option("-l", "--add-label", "add_labels", multiple=True)
 @click.option("--remove-label", "remove_labels", multiple=True)
+@click.option("--force", is_flag=True,
+              help="Allow a status/assignee no daemon would ever move on from (in_progress with no assignee...).")
 @click.option("--json", "as_json", is_flag=True)
 def update(issue_id: str, status: str | None, priority: int | None, title: str | None, kind: str | None,
            description: str | None, parent: str | None, assignee: str | None,
-           add_labels: tuple[str, ...], remove_labels: tuple[str, ...], as_json: bool) -> None:
+           add_labels: tuple[str, ...], remove_labels: tuple[str, ...], force: bool, as_json: bool) -> None:
     """Change fields of an issue (one commit)."""
-    from hive import issues
+    from hive import lifecycle
 
     project = open_project()
     issue_id = resolve(project, issue_id)
@@ -195,12 +197,13 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
         return {**changes, "labels": labels}
 
     event = status if status else "updated"
-    updated = issues.update(project, issue_id, on_tip, event=event, body=description,
-                            summary=f"update {issue_id}: " + ", ".join(
-                                f"{k}={v}" for k, v in changes.items()) if changes else f"describe {issue_id}")
-    if as_json and updated is not None:
+    summary = (f"update {issue_id}: " + ", ".join(f"{k}={v}" for k, v in changes.items()) if changes
+               else f"describe {issue_id}")
+    updated = lifecycle.edit(project, issue_id, on_tip, force=force, event=event, body=description,
+                             summary=summary)
+    if as_json:
         print_json(updated.to_json(with_body=True))
-    elif updated is not None:
+    else:
         click.echo(f"{issue_id}: {updated.status}")
 
 
@@ -233,35 +236,30 @@ def dep_rm(issue_id: str, blocker: str) -> None:
     click.echo(f"{issue_id} no longer depends on {blocker}")
 
 
-def _set_status(issue_id: str, status: str, allowed_from: tuple[str, ...] | None, verb: str) -> None:
-    from hive import issues
-    from hive.state.store import Refused
-
-    project = open_project()
-    issue_id = resolve(project, issue_id)
-
-    def check(current: issue_file.Issue) -> None:
-        if allowed_from is not None and current.status not in allowed_from:
-            raise Refused(f"{issue_id} is {current.status}: only {' or '.join(allowed_from)} issues can be {verb}")
-
-    result = issues.update(project, issue_id, {"status": status}, event=status, check=check,
-                           summary=f"{status} {issue_id}")
-    if result is None:
-        current = project.index.get(issue_id)
-        raise HiveError(f"{issue_id} is {current.status if current else 'gone'}: "
-                        f"only {' or '.join(allowed_from or ())} issues can be {verb}")
-    click.echo(f"{issue_id}: {status}")
-
-
 @click.command()
 @click.argument("issue_id")
 def cancel(issue_id: str) -> None:
     """Cancel an issue; a running agent on it is stopped by the daemon."""
-    _set_status(issue_id, "canceled", None, "canceled")
+    from hive import lifecycle
+
+    project = open_project()
+    issue_id = resolve(project, issue_id)
+    lifecycle.cancel(project, issue_id)
+    click.echo(f"{issue_id}: canceled")
 
 
 @click.command()
 @click.argument("issue_id")
 def retry(issue_id: str) -> None:
     """Put an escalated, failed or canceled issue back in the queue with a fresh retry budget."""
-    _set_status(issue_id, "open", ("escalated", "failed", "canceled"), "retried")
+    from hive import lifecycle
+    from hive.runtime import Runtime
+
+    project = open_project()
+    issue_id = resolve(project, issue_id)
+    runtime = Runtime(project.paths)
+    try:
+        lifecycle.retry(project, runtime, issue_id)
+    finally:
+        runtime.close()
+    click.echo(f"{issue_id}: open")

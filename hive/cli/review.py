@@ -12,7 +12,7 @@ from hive.errors import HiveError
 def _diffstat(project, issue_id: str) -> dict:
     import pygit2
 
-    from hive.orchestrator import worktrees
+    from hive.workspace import worktrees
 
     repo = worktrees.open_repo(project.paths)
     head = worktrees.head_of(project.paths, issue_id)
@@ -63,11 +63,11 @@ def review(as_json: bool) -> None:
 @click.argument("issue_id")
 def finalize(issue_id: str) -> None:
     """Merge a done issue's branch into the target (replay, tests, fast-forward) and finalize it."""
+    from hive import lifecycle
     from hive.merge import mechanical
-    from hive.merge.pipeline import finalize_epics
-    from hive.orchestrator import worktrees
-    from hive import issues
-    from hive.state.store import Refused
+    from hive.merge.pipeline import done_base
+    from hive.workspace import worktrees
+    from hive.runtime import Runtime
 
     project = open_project()
     issue_id = resolve(project, issue_id)
@@ -79,26 +79,16 @@ def finalize(issue_id: str) -> None:
     if head is None:
         raise HiveError(f"{issue_id} has no branch {worktrees.branch_name(issue_id)} to merge")
     if not worktrees.worktree_path(project.paths, issue_id).exists():
-        from hive.merge.pipeline import _recreate_worktree
-
-        _recreate_worktree(project.paths, issue_id)
-    landing = mechanical.land(project.paths, config.target_branch, issue_id, head, "",
+        worktrees.recreate(project.paths, issue_id)
+    # replayed from the base the worker started from, as the merge pipeline does
+    landing = mechanical.land(project.paths, config.target_branch, issue_id, head, done_base(project, issue_id),
                               [c for c in (config.test_command,) if c], config.test_timeout_seconds)
     if landing.status != "merged":
         raise HiveError(f"{issue_id} not merged ({landing.status}): {landing.detail.splitlines()[0] if landing.detail else ''}")
-
-    def still_done(current) -> None:
-        if current.status != "done":
-            raise Refused(f"{issue_id} is {current.status}")
-
-    issues.update(project, issue_id, {"status": "finalized"}, event="finalized", check=still_done,
-                  summary=f"finalize {issue_id}: merged into {config.target_branch} at {landing.commit[:10]}",
-                  trailers={"Hive-Merged": landing.commit, "Hive-Target": config.target_branch})
-    worktrees.remove(project.paths, issue_id)
-    from hive.runtime import Runtime
-
     runtime = Runtime(project.paths)
-    runtime.reset_budget(issue_id)   # kept from `done` until now (rejections count against it)
-    runtime.close()
-    finalize_epics(project, issue.parent)
+    try:
+        lifecycle.finalize(project, runtime, issue_id, landing.commit, config.target_branch)
+    finally:
+        runtime.close()
+    worktrees.remove(project.paths, issue_id)
     click.echo(f"{issue_id}: merged into {config.target_branch} ({landing.commit[:10]}) and finalized")

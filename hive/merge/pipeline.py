@@ -15,55 +15,55 @@ checkout of the target) is retried when anything wakes the daemon.
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import pygit2
 
+from hive import lifecycle
 from hive.backends.base import IDLE, PERMISSION, USAGE, Event
+from hive.lifecycle import TransitionRefused
 from hive.merge import mechanical
+from hive.merge.host import MergeHost
 from hive.merge.refinery import Refinery
-from hive.orchestrator import escalation, worktrees
+from hive.project import Project
 from hive.runtime.merge_queue import Entry
-from hive import issues
+from hive.state import history
 from hive.state.issue_file import Issue
-from hive.state.store import Refused
+from hive.workspace import worktrees
 
-if TYPE_CHECKING:
-    from hive.orchestrator.daemon import Daemon
 
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
 REFINERY_IN_FLIGHT = ("refinery: conflict", "refinery: tests")
 MAX_YIELD_TO_AGENTS = 0.5   # seconds a merge waits for agents being started, at most
 
 
-def attach(daemon: "Daemon") -> "MergeProcessor | None":
-    """Give the daemon its merge pipeline (auto mode) — manual mode leaves done issues to people."""
+def attach(host: MergeHost) -> "MergeProcessor | None":
+    """The merge pipeline for `host` (auto mode) — manual mode leaves done issues to people."""
     from hive.backends.registry import backend_for_role
 
-    if daemon.config.merge_mode != "auto":
+    config = host.config
+    if config.merge_mode != "auto":
         return None
-    paths = daemon.project.paths
-    if daemon.config.backend_for("refinery") == daemon.config.backend_for("worker"):
-        backend = daemon.backend
+    paths = host.project.paths
+    if config.backend_for("refinery") == config.backend_for("worker"):
+        backend = host.backend
     else:
-        backend = backend_for_role(daemon.config, "refinery", str(paths.hive_dir), str(paths.main_worktree))
-    processor = MergeProcessor(daemon, Refinery(daemon, backend))
-    if backend is not daemon.backend:
+        backend = backend_for_role(config, "refinery", str(paths.hive_dir), str(paths.main_worktree))
+    processor = MergeProcessor(host, Refinery(host, backend))
+    if backend is not host.backend:
         backend.on(IDLE, processor.on_event)
         backend.on(USAGE, processor.on_event)
-        backend.on(PERMISSION, daemon.answer_permission)
-    daemon.merge = processor
+        backend.on(PERMISSION, host.answer_permission)
     return processor
 
 
 class MergeProcessor:
-    def __init__(self, daemon: "Daemon", refinery: Refinery):
-        self.daemon = daemon
+    def __init__(self, host: MergeHost, refinery: Refinery):
+        self.host = host
         self.refinery = refinery
-        self.project = daemon.project
-        self.config = daemon.config
-        self.runtime = daemon.runtime
+        self.project = host.project
+        self.config = host.config
+        self.runtime = host.runtime
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
@@ -73,7 +73,7 @@ class MergeProcessor:
 
     def enqueue(self, issue_id: str, base_commit: str, test_command: str = "") -> None:
         if self.runtime.merge_queue.add(issue_id, worktrees.branch_name(issue_id), base_commit, test_command):
-            self.daemon.log(f"{issue_id} queued for merge")
+            self.host.log(f"{issue_id} queued for merge")
         self._wake.set()
 
     def _entry_of(self, issue_id: str) -> Entry | None:
@@ -97,7 +97,7 @@ class MergeProcessor:
         queued = {e.issue_id for e in self.entries()}
         for issue in self.project.index.list(["done"]):
             if issue.id not in queued and worktrees.head_of(self.project.paths, issue.id) is not None:
-                self.enqueue(issue.id, _done_base(self.project, issue.id))
+                self.enqueue(issue.id, done_base(self.project, issue.id))
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -137,7 +137,7 @@ class MergeProcessor:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            if self.daemon.shared is not None:
+            if self.host.shared_target is not None:
                 await asyncio.to_thread(self._catch_up_target)
             self.scan()
             progressed = False
@@ -151,7 +151,7 @@ class MergeProcessor:
                     raise
                 except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the pipeline
                     if entry.detail != f"error: {exc}":
-                        self.daemon.log(f"{entry.issue_id} merge error: {exc}")
+                        self.host.log(f"{entry.issue_id} merge error: {exc}")
                     self._update(entry, state="waiting", detail=f"error: {exc}")
                 finally:
                     self._busy = False
@@ -161,14 +161,16 @@ class MergeProcessor:
                 # must not wake it, or daemon → poke → retry → wake becomes a hot loop (and
                 # `--until-idle` never sees the pipeline idle).
                 if moved or after is None or (after.state, after.detail) != before:
-                    self.daemon.wake.set()
+                    self.host.wake_up()
             if not progressed:
                 await self._wake.wait()
 
     def _catch_up_target(self) -> None:
-        waiting = self.daemon.shared.catch_up_local_target(worktrees.open_repo(self.project.paths))
+        shared = self.host.shared_target
+        assert shared is not None
+        waiting = shared.catch_up_local_target(worktrees.open_repo(self.project.paths))
         if waiting and self.runtime.get("target_waiting") != waiting:
-            self.daemon.log(waiting)
+            self.host.log(waiting)
         self.runtime.put("target_waiting", waiting)
 
     # -- one entry ------------------------------------------------------------------------------
@@ -181,7 +183,7 @@ class MergeProcessor:
             self._drop(entry)
             return True
         paths, target = self.project.paths, self.config.target_branch
-        shared = self.daemon.shared
+        shared = self.host.shared_target
         if shared is not None and not await asyncio.to_thread(shared.fetch_target):
             self._update(entry, state="waiting", detail=f"remote {shared.name} unreachable: the merge waits")
             return False
@@ -197,19 +199,16 @@ class MergeProcessor:
         if head is None:
             self._fail(issue, entry, f"branch {entry.branch} is gone")
             return True
-        try:  # agents being started go first (Daemon.agent_starting), for a bounded time
-            await asyncio.wait_for(self.daemon.no_agent_starting.wait(), MAX_YIELD_TO_AGENTS)
-        except asyncio.TimeoutError:
-            pass
+        await self.host.agents_started(MAX_YIELD_TO_AGENTS)   # agents being started go first
         self._update(entry, state="merging", detail="")
         return await self._merge(issue, entry, repo, head)
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
                      from_refinery: bool = False) -> bool:
         paths = self.project.paths
-        await asyncio.to_thread(_prepare_worktree, paths, issue.id, head)
+        await asyncio.to_thread(worktrees.prepare_for_merge, paths, issue.id, head)
         commands = [c for c in (entry.test_command, self.config.test_command) if c]
-        shared = self.daemon.shared
+        shared = self.host.shared_target
         landing = await asyncio.to_thread(
             mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
             self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
@@ -220,7 +219,7 @@ class MergeProcessor:
             return True
         if landing.status == "waiting":
             if entry.detail != landing.detail:
-                self.daemon.log(f"{issue.id} {landing.detail}")
+                self.host.log(f"{issue.id} {landing.detail}")
             self._update(entry, state="waiting", detail=landing.detail, merged_commit="")
             return False
         self._update(entry, merged_commit="")
@@ -237,13 +236,13 @@ class MergeProcessor:
         if attempts > 2:
             self._escalate(issue, entry, f"the refinery could not land it: {detail[:300]}")
             return True
-        self.daemon.log(f"{issue.id} {kind} → refinery")
+        self.host.log(f"{issue.id} {kind} → refinery")
         worktree = worktrees.worktree_path(paths, issue.id)
         if not worktree.exists():
-            await asyncio.to_thread(_recreate_worktree, paths, issue.id)
+            await asyncio.to_thread(worktrees.recreate, paths, issue.id)
         verdict = await self.refinery.resolve(issue, worktree, target, detail)
         self._update(entry, detail=f"refinery answered: {verdict.status}")
-        self.daemon.log(f"{issue.id} refinery: {verdict.status} {verdict.summary[:80]}")
+        self.host.log(f"{issue.id} refinery: {verdict.status} {verdict.summary[:80]}")
         if verdict.status == "crashed":
             if attempts >= 2:
                 self._escalate(issue, entry, f"the refinery crashed twice: {verdict.summary}")
@@ -256,7 +255,7 @@ class MergeProcessor:
             self._reject(issue, entry, verdict.summary)
             return True
         repo = worktrees.open_repo(paths)
-        head = _work_head(paths, issue.id)
+        head = worktrees.work_head(paths, issue.id)
         if head is None:
             self._fail(issue, entry, "the refinery deleted the branch")
             return True
@@ -264,124 +263,57 @@ class MergeProcessor:
 
     # -- endings --------------------------------------------------------------------------------
 
+    def _moved(self, entry: Entry, transition: Callable[..., Any], *args: Any) -> bool:
+        """Make an ending's transition and leave the queue; False when it was refused (the
+        issue is no longer done: a person moved it meanwhile)."""
+        try:
+            transition(*args)
+        except TransitionRefused as exc:
+            self._left(entry, exc)
+            return False
+        self._drop(entry)
+        return True
+
+    def _left(self, entry: Entry, refusal: TransitionRefused) -> None:
+        self._drop(entry)
+        self.host.log(f"{entry.issue_id} left the merge queue: {refusal}")
+
     async def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
         target = self.config.target_branch
-        issues.update(self.project, issue.id, {"status": "finalized"}, event="finalized",
-                      summary=f"finalize {issue.id}: merged into {target} at {merged[:10]}",
-                      check=_still("done"), trailers={"Hive-Merged": merged, "Hive-Target": target})
-        self._drop(entry)
-        self.runtime.reset_budget(issue.id)
+        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target):
+            return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
         await asyncio.to_thread(worktrees.remove, self.project.paths, issue.id)
-        if self.daemon.shared is not None:
-            self.daemon.shared.push_needed.set()
+        if self.host.shared_target is not None:
+            self.host.shared_target.request_push()
         self.merged += 1
-        self.daemon.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
-        finalize_epics(self.project, issue.parent)
+        self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 
     def _reject(self, issue: Issue, entry: Entry, reason: str) -> None:
-        budget = self.runtime.budget(issue.id)
-        escalation.record_failure(budget, f"rejected by the refinery: {reason}", time.time())
-        decision = escalation.decide(budget, self.config, time.time())
-        if decision.action == escalation.RETRY:
-            budget.retries += 1
-        elif decision.action == escalation.SWITCH:
-            budget.retries, budget.switches = 0, budget.switches + 1
-        self.runtime.save_budget(budget)
-        note = issues.note_line(f"The refinery rejected the previous attempt: {reason}", "gotcha",
-                                issue=issue.id, agent="refinery")
-        issues.add_notes(self.project, [note], file_id=issue.id, agent="refinery")
-        status = "escalated" if decision.action == escalation.ESCALATE else "open"
-        issues.update(self.project, issue.id, {"status": status}, event="rejected",
-                      summary=f"reject {issue.id}: {reason[:100]}", check=_still("done"),
-                      trailers={"Hive-Reason": " ".join(reason.split())[:400]})
+        try:
+            decision = lifecycle.reject(self.project, self.runtime, self.config, issue.id, reason)
+        except TransitionRefused as exc:
+            self._left(entry, exc)
+            return
         self._drop(entry)
         worktrees.remove(self.project.paths, issue.id)
-        self.daemon.log(f"{issue.id} rejected → {status} ({decision.reason})")
+        self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason})")
 
     def _escalate(self, issue: Issue, entry: Entry, reason: str) -> None:
-        issues.update(self.project, issue.id, {"status": "escalated"}, event="escalated",
-                      summary=f"escalate {issue.id}: {reason[:100]}", check=_still("done"),
-                      trailers={"Hive-Reason": " ".join(reason.split())[:400]})
-        self._drop(entry)  # the worktree stays for the person
-        self.daemon.log(f"{issue.id} escalated: {reason[:120]}")
+        if not self._moved(entry, lifecycle.escalate_merge, self.project, issue.id, reason):
+            return
+        # the worktree stays for the person
+        self.host.log(f"{issue.id} escalated: {reason[:120]}")
 
     def _fail(self, issue: Issue, entry: Entry, reason: str) -> None:
-        issues.update(self.project, issue.id, {"status": "failed"}, event="failed",
-                      summary=f"merge of {issue.id} failed: {reason}", check=_still("done"),
-                      trailers={"Hive-Reason": reason})
-        self._drop(entry)
-        self.daemon.log(f"{issue.id} failed: {reason}")
-
-
-def finalize_epics(project: Any, parent: str) -> None:
-    """An epic whose children are all finalized or canceled is finalized (walking up)."""
-    while parent:
-        epic = project.index.get(parent)
-        if epic is None or epic.type != "epic" or epic.status in ("finalized", "canceled"):
+        if not self._moved(entry, lifecycle.fail_merge, self.project, issue.id, reason):
             return
-        children = project.index.list(parent=parent)
-        if not children or any(c.status not in ("finalized", "canceled") for c in children):
-            return
-        issues.update(project, parent, {"status": "finalized"}, event="finalized",
-                      summary=f"finalize epic {parent}: all its issues are finished")
-        parent = epic.parent
+        self.host.log(f"{issue.id} failed: {reason}")
 
 
-def _recreate_worktree(paths: Any, issue_id: str) -> None:
-    head = worktrees.head_of(paths, issue_id)
-    repo = worktrees.open_repo(paths)
-    path = worktrees.worktree_path(paths, issue_id)
-    if issue_id in repo.list_worktrees():
-        repo.lookup_worktree(issue_id).prune(True)
-    worktrees.clear_broken_admin(paths, issue_id, repo)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    assert head is not None
-    if mechanical.checkout_of(paths, worktrees.branch_name(issue_id)) is not None:
-        # A person has the branch checked out in a worktree of their own (they finished the issue
-        # by hand): leave that checkout theirs; hive works on a detached HEAD at the same commit.
-        from hive import git
-
-        git.run(["worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
-        return
-    repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{worktrees.branch_name(issue_id)}"])
-
-
-def _prepare_worktree(paths: Any, issue_id: str, head: str) -> None:
-    """Hive's worktree for the merge, at `head` (recreated if it is gone)."""
-    path = worktrees.worktree_path(paths, issue_id)
-    if not path.exists():
-        _recreate_worktree(paths, issue_id)
-        return
-    work = pygit2.Repository(str(path))
-    if work.state() != pygit2.enums.RepositoryState.NONE:
-        # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
-        # hive's own worktree, so start again from the work (the branch, or `head`)
-        work.state_cleanup()
-        branch = f"refs/heads/{worktrees.branch_name(issue_id)}"
-        if mechanical.checkout_of(paths, worktrees.branch_name(issue_id)) is None:
-            work.set_head(branch)
-        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
-        return
-    if work.head_is_detached and str(work.head.target) != head:
-        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)   # the person committed more
-
-
-def _work_head(paths: Any, issue_id: str) -> str | None:
-    """The work to merge: the branch, or hive's detached worktree's HEAD (see _recreate_worktree)."""
-    path = worktrees.worktree_path(paths, issue_id)
-    if path.exists():
-        work = pygit2.Repository(str(path))
-        if work.head_is_detached:
-            return str(work.head.target)
-    return worktrees.head_of(paths, issue_id)
-
-
-def _done_base(project: Any, issue_id: str) -> str:
+def done_base(project: Project, issue_id: str) -> str:
     """The base commit a worker recorded in its `done` commit (Hive-Base trailer), if any."""
-    from hive.state import history
-
     done = history.last_event(project.paths, issue_id, "done")
     return done.trailers.get("Hive-Base", "") if done else ""
 
@@ -392,11 +324,5 @@ def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
     except (pygit2.GitError, ValueError, KeyError):
         return False
 
-
-def _still(status: str):
-    def check(current: Issue) -> None:
-        if current.status != status:
-            raise Refused(f"{current.id} is {current.status}, not {status}")
-    return check
 
 

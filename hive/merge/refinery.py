@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hive import git
+from hive.agents import protocol
 from hive.backends.base import USAGE, Backend, Event, SessionSpec
-from hive.orchestrator import protocol
+from hive.merge.host import RefineryHost
 from hive.prompts import load, render
+from hive.runtime import process_start_time
 from hive.state.issue_file import Issue
-
-if TYPE_CHECKING:
-    from hive.orchestrator.daemon import Daemon
 
 RENEW_TOKENS = 100_000
 RENEW_MESSAGES = 20
@@ -35,8 +33,8 @@ class Verdict:
 
 
 class Refinery:
-    def __init__(self, daemon: "Daemon", backend: Backend):
-        self.daemon = daemon
+    def __init__(self, host: RefineryHost, backend: Backend):
+        self.host = host
         self.backend = backend
         self.session_id = ""
         self.messages = 0
@@ -53,28 +51,28 @@ class Refinery:
             return
         if event.type == USAGE:
             self.tokens = event.data.total_tokens
-            self.daemon.runtime.put("refinery_tokens", str(self.tokens))
+            self.host.runtime.put("refinery_tokens", str(self.tokens))
 
     async def _session(self) -> str:
         if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
-            self.daemon.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
+            self.host.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
             await self.close()
             self.renewals += 1
-            self.daemon.runtime.put("refinery_renewals", str(self.renewals))
+            self.host.runtime.put("refinery_renewals", str(self.renewals))
         if self.session_id:
             status = await self.backend.get_session_status(self.session_id)
             if status.state == "exited":
                 await self.close()
         if not self.session_id:
-            paths = self.daemon.project.paths
+            paths = self.host.project.paths
             paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
             spec = SessionSpec(role="refinery", cwd=str(paths.worktrees_dir),
-                               model=self.daemon.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
+                               model=self.host.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
                                env=git.agent_git_env())
             self.session_id = await self.backend.create_session(spec)
             self.messages = 0
             self.tokens = 0
-            self.daemon.runtime.put("refinery_session", self.session_id)
+            self.host.runtime.put("refinery_session", self.session_id)
             await self._record_agent()
         return self.session_id
 
@@ -87,7 +85,7 @@ class Refinery:
             return Verdict("crashed", f"could not start a refinery session: {exc}")
         self.root = str(worktree)
         self.messages += 1
-        self.daemon.runtime.put("refinery_messages", str(self.messages))
+        self.host.runtime.put("refinery_messages", str(self.messages))
         try:
             turn = await self.backend.run_turn(session, task_prompt(issue, worktree, target, problem))
         finally:
@@ -110,14 +108,12 @@ class Refinery:
     async def _record_agent(self) -> None:
         """List the session's process among the daemon's agents, so that a daemon started after
         this one was killed ends it (as it does workers) before anything touches its worktree."""
-        from hive.runtime import process_start_time
-
         try:
             status = await self.backend.get_session_status(self.session_id)
         except (KeyError, RuntimeError):
             return
         pid = status.pid or 0
-        self.daemon.runtime.add_agent(id=_agent_id(self.session_id), issue_id="", role="refinery",
+        self.host.runtime.add_agent(id=_agent_id(self.session_id), issue_id="", role="refinery",
                                       session_id=self.session_id, backend=self.backend.name, pid=pid,
                                       pid_start=process_start_time(pid) if pid else "")
 
@@ -127,7 +123,7 @@ class Refinery:
                 await self.backend.delete_session(self.session_id)
             except (KeyError, RuntimeError):
                 pass
-            self.daemon.runtime.remove_agent(_agent_id(self.session_id))
+            self.host.runtime.remove_agent(_agent_id(self.session_id))
             self.session_id = ""
 
 

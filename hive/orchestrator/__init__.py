@@ -1,1 +1,1 @@
-"""The daemon: watcher-driven loop, worker lifecycle, escalation, notes."""
+"""The daemon and what runs inside it: workers, shared mode, recovery, degraded mode, watchers."""

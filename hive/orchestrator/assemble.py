@@ -28,5 +28,5 @@ def build_daemon(project: Project, *, backend: str | None, max_agents: int | Non
     worker_backend = backend_for_role(config, "worker", str(paths.hive_dir), str(paths.main_worktree))
     daemon = Daemon(project, worker_backend, config, until_idle=until_idle, log=log,
                     remote=remote or config.sync_remote or None)
-    attach(daemon)
+    daemon.use_merge(attach(daemon))
     return daemon

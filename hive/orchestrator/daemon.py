@@ -16,18 +16,26 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from hive.backends.base import (EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, BUSY, Backend,
+from hive import lifecycle
+from hive.agents import permissions
+from hive.agents.ids import new_agent_id
+from hive.agents.prompts import fyi_message
+from hive.backends.base import (BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend,
                                 Event)
 from hive.backends.processes import reaped_by_pidfds
 from hive.config import Config
 from hive.errors import HiveError
-from hive.orchestrator import permissions, protocol, worktrees
-from hive.orchestrator.worker import Outcome, Worker, is_agent_id, new_agent_id
+from hive.initialize import record_target_branch
+from hive.merge.host import SharedTarget
+from hive.merge.pipeline import MergeProcessor
+from hive.orchestrator import recovery
+from hive.orchestrator.degraded import ProviderHealth
+from hive.orchestrator.shared import SharedQueue
+from hive.orchestrator.watchers import watch_state, watch_worker_files
+from hive.orchestrator.worker import Outcome, Worker
 from hive.project import Project
-from hive.queue import claim
-from hive.runtime import DaemonLock, Runtime, is_alive
-from hive import issues
-from hive.state.store import Refused
+from hive.runtime import DaemonLock, Runtime
+from hive.workspace import worktrees
 
 SAFETY_TICK_SECONDS = 2.0
 FULL_SWEEP_SECONDS = 30.0
@@ -63,19 +71,42 @@ class Daemon:
         self._watch_stop = asyncio.Event()   # awatch sets its stop event itself when it ends
         self.run_tokens = 0
         self.token_cap_reached = False
-        self.provider_healthy = asyncio.Event()
-        self.provider_healthy.set()
-        self._probe_task: asyncio.Task[None] | None = None
-        self.merge = None           # set by attach_merge_pipeline()
         self._log = log or (lambda line: print(line, flush=True))
+        self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
+        self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
         self._watch_tasks: dict[str, asyncio.Task[None]] = {}
         self._problems_seen: set[str] = set()
         self.finished = 0
-        self.shared = None          # a SharedQueue when the queue is shared through a remote
-        if remote:
-            from hive.orchestrator.shared import SharedQueue
+        # a SharedQueue when the queue is shared through a remote
+        self.shared = SharedQueue(self, remote, config.target_branch) if remote else None
 
-            self.shared = SharedQueue(self, remote)
+    def use_merge(self, processor: MergeProcessor | None) -> None:
+        """The merge pipeline that takes this daemon's done issues (None: a person merges)."""
+        self.merge = processor
+
+    # -- what the worker, the shared queue and the merge pipeline ask of the daemon -------------
+
+    @property
+    def shared_target(self) -> SharedTarget | None:
+        return self.shared
+
+    def wake_up(self) -> None:
+        self.wake.set()
+
+    def running_agents(self) -> frozenset[str]:
+        return frozenset(worker.agent_id for worker in self.running.values())
+
+    def register_session(self, session_id: str, worker: Worker) -> None:
+        self.sessions[session_id] = worker
+
+    def forget_session(self, session_id: str) -> None:
+        self.sessions.pop(session_id, None)
+
+    async def agents_started(self, at_most: float) -> None:
+        try:
+            await asyncio.wait_for(self.no_agent_starting.wait(), at_most)
+        except asyncio.TimeoutError:
+            pass
 
     # -- logging --------------------------------------------------------------------------------
 
@@ -99,8 +130,6 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
-        from hive.initialize import record_target_branch
-
         record_target_branch(self.project.paths, self.config.target_branch)
         self.runtime.put("daemon_pid", str(os.getpid()))
         self.runtime.put("daemon_started", str(time.time()))
@@ -129,9 +158,7 @@ class Daemon:
             for task in self._watch_tasks.values():
                 task.cancel()
             self.runtime.delete("daemon_pid")
-            self.runtime.delete("degraded")
-            if self._probe_task is not None:
-                self._probe_task.cancel()
+            self.health.stop()
             self.lock.release()
         return 0
 
@@ -197,7 +224,7 @@ class Daemon:
         return self.token_cap_reached or not self.project.index.ready(limit=1)
 
     async def _spawn(self) -> None:
-        if self.stopping.is_set() or self.token_cap_reached or not self.provider_healthy.is_set():
+        if self.stopping.is_set() or self.token_cap_reached or not self.health.healthy.is_set():
             return
         if self.shared is not None and not self.shared.online:
             return  # a claim is valid only once pushed: none while the remote is unreachable
@@ -220,7 +247,7 @@ class Daemon:
                     self.log(f"{issue.id} lost to another machine's claim")
                     continue
                 self.project.update_index()
-            elif not claim(self.project, issue.id, agent_id, lease_seconds=lease):
+            elif not lifecycle.claim(self.project, issue.id, agent_id, lease_seconds=lease):
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
             self.start_worker(issue.id, agent_id)
@@ -279,45 +306,20 @@ class Daemon:
     # -- wake sources ---------------------------------------------------------------------------
 
     async def _watch_state(self) -> None:
-        from hive.state.watch import wakeups
+        await watch_state(self.project, self._watch_stop, self._state_changed, self.log)
 
-        try:
-            async for wake in wakeups(self.project, stop=self._watch_stop):
-                if self._checkout_changes is not None:
-                    self._checkout_changes |= wake.checkout_paths
-                self.wake.set()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the tick still keeps us going
-            self.log(f"warning: state watcher stopped: {exc}")
+    def _state_changed(self, checkout_paths: set[str]) -> None:
+        if self._checkout_changes is not None:
+            self._checkout_changes |= checkout_paths
+        self.wake.set()
 
     def watch_worktree(self, worker: Worker) -> None:
         old = self._watch_tasks.pop(worker.issue_id, None)
         if old is not None:
             old.cancel()
-        self._watch_tasks[worker.issue_id] = asyncio.create_task(self._watch_worker_files(worker))
-
-    async def _watch_worker_files(self, worker: Worker) -> None:
-        from watchfiles import awatch
-
         assert worker.worktree is not None
-        names = (protocol.NOTES_FILE, protocol.RESULT_FILE)
-        try:
-            # awatch sets its stop event when it ends: give it one of its own. Its thread takes
-            # the GIL every `step` ms to look at that event: with eight agents, a 5 ms step cost
-            # ~2 ms CPU per issue. Nothing here is latency-critical (completion comes from the
-            # backend): a 50 ms step is plenty.
-            async for changes in awatch(worker.worktree.path, recursive=False, debounce=100, step=50,
-                                        watch_filter=lambda _, path: path.endswith(names),
-                                        stop_event=asyncio.Event()):
-                if any(path.endswith(protocol.NOTES_FILE) for _, path in changes):
-                    worker.notes_changed()
-                else:
-                    worker.on_activity()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - the worktree went away
-            return
+        self._watch_tasks[worker.issue_id] = asyncio.create_task(
+            watch_worker_files(worker.worktree.path, worker.notes_changed, worker.on_activity))
 
     async def _tick(self) -> None:
         last_sweep = time.monotonic()
@@ -329,16 +331,14 @@ class Daemon:
             for worker in list(self.running.values()):
                 if worker.turn is not None and now - worker.last_activity > self.config.stall_seconds:
                     self.log(f"{worker.issue_id} stalled: no activity for {self.config.stall_seconds}s")
-                    await worker._abort_turn(f"stalled: no agent activity for {self.config.stall_seconds}s")
+                    await worker.abort_turn(f"stalled: no agent activity for {self.config.stall_seconds}s")
             if self.shared is not None:
                 self._extend_leases()
             self.wake.set()
 
     def _extend_leases(self) -> None:
         """Renew the leases of issues whose agents are still working (shared mode)."""
-        from hive.queue import lease_until
-
-        horizon = lease_until(self.config.lease_seconds // 2)
+        horizon = lifecycle.lease_until(self.config.lease_seconds // 2)
         for worker in list(self.running.values()):
             issue = self.project.index.get(worker.issue_id)
             if issue is None or issue.assignee != worker.agent_id:
@@ -409,44 +409,13 @@ class Daemon:
         status = data.get("status")
         self.enter_degraded(f"provider error{f' {status}' if status else ''}: {data.get('message', '')}"[:200])
 
-    # -- degraded mode: the provider keeps failing ------------------------------------------------
+    # -- degraded mode: the provider keeps failing (see degraded.py) ---------------------------
 
     def enter_degraded(self, reason: str) -> None:
-        """Pause spawning; probe the provider with exponential back-off until it answers again.
-
-        Provider failures do not burn issues' retry budgets nor feed the anomaly detector.
-        """
-        if not self.provider_healthy.is_set():
-            return
-        self.provider_healthy.clear()
-        self.runtime.put("degraded", reason)
-        self.log(f"degraded: {reason}; pausing new agents until the provider answers")
-        self._probe_task = asyncio.create_task(self._probe_provider())
-
-    async def _probe_provider(self) -> None:
-        delay = 1.0
-        while not self.stopping.is_set():
-            self.runtime.put("degraded_retry_in", f"{delay:.0f}")
-            try:
-                await asyncio.wait_for(self.stopping.wait(), timeout=delay)
-                return
-            except asyncio.TimeoutError:
-                pass
-            try:
-                healthy = await self.backend.health_check()
-            except Exception:  # noqa: BLE001 - a probe that fails is an unhealthy provider
-                healthy = False
-            if healthy:
-                self.runtime.delete("degraded")
-                self.runtime.delete("degraded_retry_in")
-                self.provider_healthy.set()
-                self.log("provider healthy again: resuming")
-                self.wake.set()
-                return
-            delay = min(60.0, delay * 2)
+        self.health.enter(reason)
 
     async def wait_provider_healthy(self) -> None:
-        await self.provider_healthy.wait()
+        await self.health.wait_healthy()
 
     def tokens_spent(self, delta: int) -> None:
         self.run_tokens += delta
@@ -459,8 +428,6 @@ class Daemon:
 
     def relay_notes(self, source: Worker, notes: list[dict[str, Any]]) -> None:
         """FYI to running siblings: same epic; gotchas go to everyone."""
-        from hive.orchestrator.prompts import fyi_message
-
         for worker in list(self.running.values()):
             if worker is source or not worker.session_id or worker.turn is None:
                 continue
@@ -475,7 +442,7 @@ class Daemon:
         """The work is done: hand the branch to the merge pipeline, or leave it for a person."""
         if self.shared is not None:
             asyncio.ensure_future(self.shared.push_work_branch(worker.issue_id))
-            self.shared.push_needed.set()
+            self.shared.request_push()
         if self.merge is not None:
             self.merge.enqueue(worker.issue_id, worker.worktree.base_commit if worker.worktree else "",
                                outcome.test_command)
@@ -485,58 +452,10 @@ class Daemon:
 
     async def recover(self) -> None:
         """Make the state consistent after any kind of previous ending, SIGKILL included."""
-        from hive.orchestrator import escalation
-
-        previous_agents = {agent["id"] for agent in self.runtime.agents()}
-        for agent in self.runtime.agents():
-            pid = agent.get("pid") or 0
-            if pid and is_alive(pid, agent.get("pid_start") or ""):
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            self.runtime.remove_agent(agent["id"])
-        self.project.update_index()
-        for issue in self.project.index.list(["in_progress"]):
-            if self.shared is not None and issue.assignee not in previous_agents:
-                continue  # another machine's claim: its lease says when it may be taken over
-            if issue.assignee not in previous_agents and not is_agent_id(issue.assignee):
-                continue  # a person took it (`update --status in_progress --assignee me`)
-            budget = self.runtime.budget(issue.id)
-            error = f"agent {issue.assignee or '?'} was lost when the daemon stopped"
-            escalation.record_failure(budget, error, time.time())
-            decision = escalation.decide(budget, self.config, time.time())
-            if decision.action == escalation.RETRY:
-                budget.retries += 1
-            elif decision.action == escalation.SWITCH:
-                budget.retries, budget.switches = 0, budget.switches + 1
-            self.runtime.save_budget(budget)
-            status = "escalated" if decision.action == escalation.ESCALATE else "open"
-            expected = issue.assignee
-
-            def held(current: Any, expected: str = expected) -> None:
-                if current.status != "in_progress" or current.assignee != expected:
-                    raise Refused("changed meanwhile")
-
-            issues.update(self.project, issue.id, {"status": status}, event="recovered",
-                          summary=f"recover {issue.id}: {error} → {decision.reason}", check=held,
-                          trailers={"Hive-Reason": error})
-            self.log(f"{issue.id} recovered → {status} ({decision.reason})")
-        await asyncio.to_thread(self._clean_leftovers)
-
-    def _clean_leftovers(self) -> None:
-        keep = set()
-        for issue in self.project.index.list(["done", "escalated", "failed"]):
-            keep.add(issue.id)
-        for issue_id in worktrees.leftover_worktrees(self.project.paths):
-            if issue_id in self.running:
-                continue
-            issue = self.project.index.get(issue_id)
-            if issue_id in keep:
-                if issue is not None and issue.status == "done":
-                    worktrees.remove(self.project.paths, issue_id, delete_branch=False)
-                continue
-            worktrees.remove(self.project.paths, issue_id)
+        previous_agents = recovery.kill_lost_agents(self.runtime)
+        recovery.requeue_lost_issues(self.project, self.runtime, self.config, previous_agents,
+                                     shared=self.shared is not None, log=self.log)
+        await asyncio.to_thread(recovery.clean_leftovers, self.project, set(self.running))
 
     async def shutdown(self) -> None:
         """End every agent; leave each issue where the next `run` continues from."""
@@ -547,10 +466,8 @@ class Daemon:
             if worker.task is not None:
                 await asyncio.gather(worker.task, return_exceptions=True)
             try:
-                released = issues.update(self.project, worker.issue_id, {"status": "open"}, event="released",
-                                         agent=worker.agent_id, check=_held(worker.agent_id),
-                                         summary=f"release {worker.issue_id}: the daemon stopped")
-            except HiveError:
+                released = lifecycle.release(self.project, worker.issue_id, worker.agent_id, "the daemon stopped")
+            except HiveError:   # TransitionRefused included: it finished, or changed hands
                 released = None
             if released is not None:  # a worker that already finished keeps its branch
                 await asyncio.to_thread(worktrees.remove, self.project.paths, worker.issue_id)
@@ -564,11 +481,4 @@ class Daemon:
             await self.backend.stop()
         except Exception:  # noqa: BLE001
             pass
-
-
-def _held(agent_id: str):
-    def check(current: Any) -> None:
-        if current.status != "in_progress" or current.assignee != agent_id:
-            raise Refused("no longer ours")
-    return check
 

@@ -19,33 +19,48 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pygit2
 
-from hive import git, issues
-from hive.merge.mechanical import FastForward, fast_forward
+from hive import git, lifecycle
+from hive.lifecycle import TransitionRefused
 from hive.project import Project
-from hive.queue import claim, lease_until
 from hive.remote import Remote
+from hive.runtime import Runtime
 from hive.state import issue_file
-from hive.state.store import Refused, StateStore, cas_update, notify
-from hive.state.trees import write_tree
-
-if TYPE_CHECKING:
-    from hive.orchestrator.daemon import Daemon
+from hive.state.store import Draft
+from hive.workspace.fastforward import FastForward, fast_forward
+from hive.workspace.worktrees import branch_name
 
 SYNC_SECONDS = 2.0
 MAX_BACKOFF = 60.0
 CLAIM_ROUNDS = 6
 
 
+class SharedHost(Protocol):
+    """What the shared queue needs from the daemon it runs in."""
+
+    @property
+    def project(self) -> Project: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    def log(self, message: str) -> None: ...
+
+    def wake_up(self) -> None: ...
+
+    def running_agents(self) -> frozenset[str]:
+        """The agents this machine runs now (their leases are renewed, never reclaimed)."""
+
+
 class SharedQueue:
-    def __init__(self, daemon: "Daemon", remote_name: str):
-        self.daemon = daemon
-        self.project = Project(daemon.project.paths)   # handles for the network thread only
+    def __init__(self, host: SharedHost, remote_name: str, target_branch: str):
+        self.host = host
+        self.project = Project(host.project.paths)   # handles for the network thread only
         self.remote = Remote(self.project, remote_name)
-        self.target = daemon.config.target_branch
+        self.target = target_branch
         self.online = True
         self._announced = True
         self._stopped = False
@@ -86,8 +101,8 @@ class SharedQueue:
             # a full round — fetch, merge, reclaim, push — runs at least every SYNC_SECONDS
             pull = not self.push_needed.is_set() or loop.time() - pulled >= SYNC_SECONDS
             self.push_needed.clear()
-            ours = frozenset(w.agent_id for w in self.daemon.running.values())
-            before = self.daemon.project.store.tip()
+            ours = self.host.running_agents()
+            before = self.host.project.store.tip()
             try:
                 if pull:
                     pulled = loop.time()
@@ -97,19 +112,19 @@ class SharedQueue:
             except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad round
                 # An uncaught error would end this task silently: no more pulls or pushes, and
                 # `--until-idle` would wait forever for the other machines' state.
-                self.daemon.log(f"warning: sync with {self.name} failed: {type(exc).__name__}: {exc}")
+                self.host.log(f"warning: sync with {self.name} failed: {type(exc).__name__}: {exc}")
                 online = self.online
             if online != self._announced:   # (a failed claim push may have set self.online)
-                self.daemon.log(f"remote {self.name} " + ("reachable again: catching up" if online else
+                self.host.log(f"remote {self.name} " + ("reachable again: catching up" if online else
                                                           "unreachable: working locally, no new claims"))
-                self.daemon.runtime.put("remote_state", "online" if online else "offline")
+                self.host.runtime.put("remote_state", "online" if online else "offline")
                 self._announced = online
-            changed = online != self.online or self.daemon.project.store.tip() != before
+            changed = online != self.online or self.host.project.store.tip() != before
             self.online = online
             if changed:
                 # only on news: the daemon's loop asks for a push on every wake, so waking it
                 # after every round would make fetch → wake → push request → fetch a hot loop
-                self.daemon.wake.set()
+                self.host.wake_up()
             if not online:
                 delay = min(MAX_BACKOFF, delay * 2)
                 await asyncio.sleep(delay)   # back off: local changes wait for the remote
@@ -124,7 +139,7 @@ class SharedQueue:
 
     def local_changed(self) -> None:
         """Ask for a push if `hive/state` has commits that the remote has not seen yet."""
-        if self.daemon.project.store.tip() != self.remote.remote_tip():
+        if self.host.project.store.tip() != self.remote.remote_tip():
             self.push_needed.set()
 
     def _exchange(self, ours: frozenset[str], pull: bool = True) -> bool:
@@ -167,18 +182,11 @@ class SharedQueue:
             lease = str(issue.extra.get("lease_expires", ""))
             if not lease or lease >= now or issue.assignee in ours:
                 continue
-            holder = issue.assignee
-
-            def expired(current: issue_file.Issue, holder: str = holder) -> None:
-                if current.status != "in_progress" or current.assignee != holder or \
-                        str(current.extra.get("lease_expires", "")) >= now:
-                    raise Refused("the lease was renewed")
-
-            issues.update(self.project, issue.id, {"status": "open", "lease_expires": None},
-                          event="lease-expired", check=expired,
-                          summary=f"reopen {issue.id}: the lease of {holder} expired at {lease}",
-                          trailers={"Hive-Previous-Agent": holder, "Hive-Reason": f"lease expired {lease}"})
-            self.daemon.log(f"{issue.id} reopened: the lease of {holder} expired")
+            try:
+                lifecycle.expire_lease(self.project, issue.id, issue.assignee, lease)
+            except TransitionRefused:
+                continue   # the lease was renewed meanwhile
+            self.host.log(f"{issue.id} reopened: the lease of {issue.assignee} expired")
 
     # -- claims -----------------------------------------------------------------------------
 
@@ -202,14 +210,15 @@ class SharedQueue:
                 if not self.remote.contains(base, remote_tip):
                     self.remote.merge_remote_state()   # build on what the remote has
                     continue
-                draft = _DraftStore(store, base)
-                if not claim(_DraftProject(self.project, draft), issue_id, agent_id, lease_seconds=lease_seconds):
+                with store.draft(base) as draft:
+                    claimed = lifecycle.claim(self.project, issue_id, agent_id, lease_seconds=lease_seconds)
+                if not claimed:
                     return False   # not claimable (any more) on what this machine knows
                 result = self.remote.push(draft.made, git.STATE_BRANCH, remote_tip)
                 if result.ok:
                     git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), draft.made],
                             self.project.paths.worktree, check=False)
-                    self._adopt(base, draft.made, f"claim {issue_id} for {agent_id}")
+                    self._adopt(draft, f"claim {issue_id} for {agent_id}")
                     return True
                 if result.offline or not self.remote.fetch(git.STATE_BRANCH):
                     self.online = False
@@ -217,30 +226,26 @@ class SharedQueue:
                 self.remote.merge_remote_state()
             return False
 
-    def _adopt(self, base: str, pushed: str, summary: str) -> None:
+    def _adopt(self, draft: Draft, summary: str) -> None:
         """Bring a commit already pushed onto the local `hive/state` (moved meanwhile: merged)."""
-        store = self.project.store
-        if cas_update(store.repo, git.STATE_REF, base, pushed, summary):
-            notify(self.project.paths)
+        if self.project.store.publish(draft, summary):
             self.project.after_write()
         else:
             self.remote.merge_remote_state()
 
-    def extend_lease(self, issue_id: str, agent_id: str, seconds: int) -> None:
-        def mine(current: issue_file.Issue) -> None:
-            if current.status != "in_progress" or current.assignee != agent_id:
-                raise Refused("not ours")
+    def request_push(self) -> None:
+        self.push_needed.set()
 
-        issues.update(self.daemon.project, issue_id, {"lease_expires": lease_until(seconds)},
-                      event="lease-extended", agent=agent_id, check=mine,
-                      summary=f"extend the lease of {agent_id} on {issue_id}")
+    def extend_lease(self, issue_id: str, agent_id: str, seconds: int) -> None:
+        try:
+            lifecycle.extend_lease(self.host.project, issue_id, agent_id, seconds)
+        except TransitionRefused:
+            pass   # not ours any more
         self.push_needed.set()
 
     # -- branches ---------------------------------------------------------------------------
 
     async def push_work_branch(self, issue_id: str) -> None:
-        from hive.orchestrator.worktrees import branch_name
-
         branch = branch_name(issue_id)
 
         def push() -> None:
@@ -279,42 +284,4 @@ class SharedQueue:
         local_tip = str(local_ref.target)
         if local_tip == remote_tip or not repo.descendant_of(remote_tip, local_tip):
             return ""
-        return fast_forward(self.daemon.project.paths, repo, self.target, local_tip, remote_tip).waiting
-
-
-class _DraftStore(StateStore):
-    """A store whose `commit` builds one commit on a fixed base and moves no ref (`made`)."""
-
-    def __init__(self, store: StateStore, base: str):
-        self.paths, self.repo, self.base = store.paths, store.repo, base
-        self.folders = None   # the store's builders belong to the daemon's thread
-        self.made = ""
-
-    def tip(self) -> str | None:
-        return self.base
-
-    def commit(self, build, *, author: pygit2.Signature | None = None) -> str | None:
-        from hive.state.store import signature_for
-
-        snap = self.snapshot(self.base)
-        change = build(snap)
-        if change is None:
-            return None
-        tree_id = write_tree(self.repo, snap.tree, change.files)
-        signature = author or signature_for(self.repo)
-        self.made = str(self.repo.create_commit(None, signature, signature, change.message(), tree_id,
-                                                [snap.commit.id]))
-        return self.made
-
-
-class _DraftProject:
-    """`project` as seen by a change that must not be published yet (see `_DraftStore`)."""
-
-    def __init__(self, project: Project, store: _DraftStore):
-        self._project, self.store = project, store
-
-    def __getattr__(self, name: str):
-        return getattr(self._project, name)
-
-    def after_write(self) -> None:
-        pass
+        return fast_forward(self.host.project.paths, repo, self.target, local_tip, remote_tip).waiting

@@ -1,40 +1,29 @@
 """One issue's worker: claim → worktree → session → prompt → result → done, or the escalation chain.
 
 A `Worker` lives as one asyncio task in the daemon. It talks to the agent only through the
-backend protocol, and to the state only through `hive.issues` (CAS commits with trailers):
-every transition it makes — claimed, retry, switched, done, escalated, released — is a commit.
+backend protocol, and moves its issue only through `hive.lifecycle` (CAS commits with trailers):
+every transition it makes — retry, switched, done, escalated — is a commit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
-import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, ContextManager, Protocol
 
-from hive import git, issues
-from hive.backends.base import TurnResult
-from hive.orchestrator import escalation, protocol, worktrees
-from hive.orchestrator.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
-from hive.state.issue_file import ID_ALPHABET, Issue
-from hive.state.store import Refused
-
-if TYPE_CHECKING:
-    from hive.orchestrator.daemon import Daemon
-
-
-AGENT_ID_RE = re.compile(r"^[a-z]-[0-9a-z]{6}\Z")   # \Z: `$` would accept a trailing newline
-
-
-def new_agent_id(prefix: str = "w") -> str:
-    return f"{prefix}-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
-
-
-def is_agent_id(value: str) -> bool:
-    """Whether an assignee is one of hive's agents (not a person's name)."""
-    return bool(AGENT_ID_RE.match(value or ""))
+from hive import git, lifecycle
+from hive.agents import protocol
+from hive.agents.ids import new_agent_id
+from hive.agents.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
+from hive.backends.base import Backend, SessionSpec, TurnResult
+from hive.config import Config
+from hive.lifecycle import TransitionRefused
+from hive.project import Project
+from hive.runtime import Runtime, process_start_time
+from hive import issues
+from hive.state.issue_file import Issue
+from hive.workspace import worktrees
 
 
 @dataclass
@@ -51,9 +40,53 @@ class Canceled(Exception):
     """The issue was canceled (or the daemon is stopping) while its worker ran."""
 
 
+class WorkerHost(Protocol):
+    """What a worker needs from the daemon it runs in."""
+
+    @property
+    def project(self) -> Project: ...
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    def log(self, message: str) -> None: ...
+
+    def agent_starting(self) -> ContextManager[None]:
+        """Held while the agent is being started (merges wait meanwhile)."""
+
+    def register_session(self, session_id: str, worker: "Worker") -> None:
+        """Route the backend events of `session_id` to `worker` (until `forget_session`)."""
+
+    def forget_session(self, session_id: str) -> None: ...
+
+    def watch_worktree(self, worker: "Worker") -> None: ...
+
+    async def sleep_unless_stopped(self, seconds: float, worker: "Worker") -> None: ...
+
+    def enter_degraded(self, reason: str) -> None: ...
+
+    async def wait_provider_healthy(self) -> None: ...
+
+    def tokens_spent(self, delta: int) -> None: ...
+
+    def agents_changed(self) -> None: ...
+
+    def relay_notes(self, source: "Worker", notes: list[dict[str, Any]]) -> None: ...
+
+    def handoff_done(self, worker: "Worker", outcome: Outcome) -> None: ...
+
+    def worker_finished(self, worker: "Worker") -> None: ...
+
+
 class Worker:
-    def __init__(self, daemon: "Daemon", issue_id: str, agent_id: str):
-        self.daemon = daemon
+    def __init__(self, host: WorkerHost, issue_id: str, agent_id: str):
+        self.host = host
         self.issue_id = issue_id
         self.agent_id = agent_id
         self.session_id = ""
@@ -76,35 +109,24 @@ class Worker:
     # -- helpers ----------------------------------------------------------------------------
 
     @property
-    def project(self):
-        return self.daemon.project
+    def project(self) -> Project:
+        return self.host.project
 
     @property
-    def config(self):
-        return self.daemon.config
+    def config(self) -> Config:
+        return self.host.config
 
     @property
-    def backend(self):
-        return self.daemon.backend
+    def backend(self) -> Backend:
+        return self.host.backend
 
     def _log(self, message: str) -> None:
-        self.daemon.log(f"{self.issue_id} {message}")
-
-    def _transition(self, changes: dict[str, Any], event: str, summary: str,
-                    trailers: dict[str, str] | None = None) -> Issue | None:
-        """A state commit, made only while this agent still holds the issue."""
-
-        def still_mine(current: Issue) -> None:
-            if current.status != "in_progress" or current.assignee != self.agent_id:
-                raise Refused(f"{self.issue_id} is {current.status} ({current.assignee or 'unassigned'})")
-
-        return issues.update(self.project, self.issue_id, changes, event=event, agent=self.agent_id,
-                             summary=summary, check=still_mine, trailers=trailers)
+        self.host.log(f"{self.issue_id} {message}")
 
     # -- the lifecycle ----------------------------------------------------------------------
 
     async def run(self) -> None:
-        budget = self.daemon.runtime.budget(self.issue_id)
+        budget = self.host.runtime.budget(self.issue_id)
         previous_failure = budget.last_error if budget.failures else ""
         resume = False
         try:
@@ -112,7 +134,7 @@ class Worker:
                 self._check_stop()
                 try:
                     outcome = await self._attempt(previous_failure, resume)
-                except (Canceled, Refused):
+                except (Canceled, TransitionRefused):
                     raise
                 except Exception as exc:  # noqa: BLE001 - a surprise is a failed attempt, not a stuck issue
                     self._log(f"attempt error: {exc!r}")
@@ -120,42 +142,40 @@ class Worker:
                 if outcome.ok:
                     self._finish_done(outcome)
                     return
-                budget = self.daemon.runtime.budget(self.issue_id)
-                if outcome.provider:
-                    self.daemon.enter_degraded(outcome.error[:200])
-                    decision = escalation.Decision(escalation.RETRY, "provider failure (not counted)")
-                else:
-                    escalation.record_failure(budget, outcome.error, time.time())
-                    decision = escalation.decide(budget, self.config, time.time(), hopeless=outcome.hopeless)
+                decision = self._count_failure(outcome)
                 self._log(f"failed: {outcome.error} → {decision.reason}")
                 previous_failure = outcome.error
-                if decision.action == escalation.ESCALATE:
-                    self.daemon.runtime.save_budget(budget)
+                if decision.action == lifecycle.ESCALATE:
                     self._escalate(decision.reason, outcome.error)
                     return
-                if decision.action == escalation.RETRY:
-                    if not outcome.provider:
-                        budget.retries += 1
-                    self.daemon.runtime.save_budget(budget)
-                    self._transition({}, "retry", f"retry {self.issue_id}: {outcome.error[:120]}",
-                                     {"Hive-Reason": _one_line(outcome.error),
-                                      "Hive-Attempt": str(budget.retries + 1)})
+                if decision.action == lifecycle.RETRY:
+                    self._record_retry(outcome.error)
                     resume = True
                     if outcome.provider:
-                        await self.daemon.wait_provider_healthy()
+                        await self.host.wait_provider_healthy()
                     continue
-                budget.retries = 0
-                budget.switches += 1
-                self.daemon.runtime.save_budget(budget)
                 await self._switch_agent(outcome.error)
                 resume = False
         except Canceled:
             return
-        except Refused as exc:
+        except TransitionRefused as exc:
             self._log(f"stopped: {exc}")
         finally:
             await self._close_session()
-            self.daemon.worker_finished(self)
+            self.host.worker_finished(self)
+
+    def _count_failure(self, outcome: Outcome) -> lifecycle.Decision:
+        if outcome.provider:
+            self.host.enter_degraded(outcome.error[:200])
+        return lifecycle.count_failure(self.host.runtime, self.config, self.issue_id, outcome.error,
+                                       hopeless=outcome.hopeless, provider=outcome.provider)
+
+    def _record_retry(self, error: str) -> None:
+        attempt = self.host.runtime.budget(self.issue_id).retries + 1
+        try:
+            lifecycle.record_retry(self.project, self.issue_id, self.agent_id, error, attempt)
+        except TransitionRefused:
+            pass   # no longer ours: the next attempt sees it and stops
 
     def _check_stop(self) -> None:
         if self.stop_reason:
@@ -180,12 +200,12 @@ class Worker:
 
         self.worktree = await asyncio.to_thread(build)
         self.notes_offset = 0
-        self.daemon.runtime.update_agent(self.agent_id, worktree=str(self.worktree.path),
+        self.host.runtime.update_agent(self.agent_id, worktree=str(self.worktree.path),
                                          branch=self.worktree.branch, base_commit=self.worktree.base_commit)
-        self.daemon.watch_worktree(self)
+        self.host.watch_worktree(self)
 
     async def _attempt(self, previous_failure: str, resume: bool) -> Outcome:
-        with self.daemon.agent_starting():
+        with self.host.agent_starting():
             setup_error, outcome = await self._start_turn(previous_failure, resume)
         if setup_error:
             return await self._setup_failed(setup_error)
@@ -223,7 +243,7 @@ class Worker:
         self._check_stop()  # canceled while the session was being set up: never send the work
         self.turn = asyncio.get_running_loop().create_future()
         self.turn_abort_reason = ""
-        self.daemon.runtime.update_agent(self.agent_id, state="busy")
+        self.host.runtime.update_agent(self.agent_id, state="busy")
         try:
             await self.backend.send_message_async(self.session_id, prompt)
         except (KeyError, RuntimeError):
@@ -240,10 +260,10 @@ class Worker:
 
     async def _setup_failed(self, error: str) -> Outcome:
         """A failure before the agent started: back off (no hot loop), count it, go on."""
-        budget = self.daemon.runtime.budget(self.issue_id)
-        delay = escalation.backoff_seconds(len(budget.failures or []) + 1)
+        budget = self.host.runtime.budget(self.issue_id)
+        delay = lifecycle.backoff_seconds(len(budget.failures or []) + 1)
         self._log(f"{error}; backing off {delay:.1f}s")
-        await self.daemon.sleep_unless_stopped(delay, self)
+        await self.host.sleep_unless_stopped(delay, self)
         self.worktree = None
         return Outcome(False, error)
 
@@ -253,9 +273,7 @@ class Worker:
             if status.state != "exited":
                 return
             resume = True
-        from hive.backends.base import SessionSpec
-
-        budget = self.daemon.runtime.budget(self.issue_id)
+        budget = self.host.runtime.budget(self.issue_id)
         previous = self.session_id or (budget.last_session if resume else "")
         spec = SessionSpec(role="worker", cwd=str(self.worktree.path), model=self.config.model_for("worker"),
                            system_prompt=WORKER_SYSTEM_PROMPT, resume=previous if resume else "",
@@ -267,17 +285,15 @@ class Worker:
             self.session_tokens = 0  # a fresh session counts its usage from zero
         elif not self.session_tokens:
             # resuming a session of an earlier worker (a daemon restart): its totals carry on
-            self.session_tokens = int(self.daemon.runtime.get(f"session_tokens:{new_id}", "0") or 0)
+            self.session_tokens = int(self.host.runtime.get(f"session_tokens:{new_id}", "0") or 0)
         self.session_id = new_id
         self.fyi_outstanding = 0
         self.fyi_drained.set()
-        self.daemon.sessions[self.session_id] = self
+        self.host.register_session(self.session_id, self)
         budget.last_session = self.session_id
-        self.daemon.runtime.save_budget(budget)
+        self.host.runtime.save_budget(budget)
         status = await self.backend.get_session_status(self.session_id)
-        from hive.runtime import process_start_time
-
-        self.daemon.runtime.update_agent(self.agent_id, session_id=self.session_id, pid=status.pid or 0,
+        self.host.runtime.update_agent(self.agent_id, session_id=self.session_id, pid=status.pid or 0,
                                          pid_start=process_start_time(status.pid) if status.pid else "")
 
     def _prompt(self, issue: Issue, previous_failure: str) -> str:
@@ -322,7 +338,7 @@ class Worker:
         return Outcome(True, summary=result.summary, test_command=result.test_command)
 
     def _over_budget(self) -> str:
-        budget = self.daemon.runtime.budget(self.issue_id)
+        budget = self.host.runtime.budget(self.issue_id)
         limit = self.config.max_tokens_per_issue
         if limit and budget.tokens > limit:
             return f"token budget exceeded: {budget.tokens} > {limit} tokens"
@@ -336,23 +352,24 @@ class Worker:
                     "Hive-Head": worktrees.head_of(self.project.paths, self.issue_id) or ""}
         if outcome.test_command:
             trailers["Hive-Test-Command"] = _one_line(outcome.test_command)
-        budget = self.daemon.runtime.budget(self.issue_id)
+        budget = self.host.runtime.budget(self.issue_id)
         trailers["Hive-Tokens"] = str(budget.tokens)   # the record outlives the runtime budget
         if budget.cost_usd:
             trailers["Hive-Cost-USD"] = f"{budget.cost_usd:.4f}"
-        done = self._transition({"status": "done"}, "done",
-                                f"done {self.issue_id}: {_one_line(outcome.summary)[:100] or 'work committed'}",
-                                trailers)
-        if done is None:
+        try:
+            lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
+        except TransitionRefused:
             return
         # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
         # and counts against the same budget, so an issue rejected again and again escalates.
         self._log(f"done ({outcome.summary[:80] or 'no summary'})")
-        self.daemon.handoff_done(self, outcome)
+        self.host.handoff_done(self, outcome)
 
     def _escalate(self, reason: str, error: str) -> None:
-        self._transition({"status": "escalated"}, "escalated", f"escalate {self.issue_id}: {reason}",
-                         {"Hive-Reason": _one_line(f"{reason}; last error: {error}")})
+        try:
+            lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error)
+        except TransitionRefused:
+            pass
         self._log(f"escalated: {reason}")
 
     async def _switch_agent(self, error: str) -> None:
@@ -362,19 +379,19 @@ class Worker:
         await asyncio.to_thread(worktrees.remove, self.project.paths, self.issue_id)
         self.worktree = None
         self.agent_id = new_agent_id()
-        self.daemon.runtime.remove_agent(old)
-        self.daemon.runtime.add_agent(id=self.agent_id, issue_id=self.issue_id, role="worker",
+        self.host.runtime.remove_agent(old)
+        self.host.runtime.add_agent(id=self.agent_id, issue_id=self.issue_id, role="worker",
                                       backend=self.backend.name)
-        self.daemon.agents_changed()
-        issues.update(self.project, self.issue_id, {"assignee": self.agent_id}, event="switched",
-                      agent=self.agent_id, summary=f"switch {self.issue_id} from {old} to {self.agent_id}",
-                      check=_held_by(self.issue_id, old), trailers={"Hive-Reason": _one_line(error),
-                                                                    "Hive-Previous-Agent": old})
+        self.host.agents_changed()
+        try:
+            lifecycle.switch_agent(self.project, self.issue_id, old, self.agent_id, error)
+        except TransitionRefused:
+            pass   # no longer ours: the next attempt sees it and stops
         self._log(f"switched to a fresh agent {self.agent_id}")
 
     async def _close_session(self) -> None:
         if self.session_id:
-            self.daemon.sessions.pop(self.session_id, None)
+            self.host.forget_session(self.session_id)
             try:
                 await self.backend.delete_session(self.session_id)
             except (KeyError, RuntimeError):
@@ -424,18 +441,18 @@ class Worker:
         delta = max(0, total_tokens - self.session_tokens)
         self.session_tokens = total_tokens
         if self.session_id:
-            self.daemon.runtime.put(f"session_tokens:{self.session_id}", str(total_tokens))
-        budget = self.daemon.runtime.budget(self.issue_id)
+            self.host.runtime.put(f"session_tokens:{self.session_id}", str(total_tokens))
+        budget = self.host.runtime.budget(self.issue_id)
         budget.tokens += delta
         budget.cost_usd = max(budget.cost_usd, cost)
-        self.daemon.runtime.save_budget(budget)
-        self.daemon.runtime.update_agent(self.agent_id, tokens=budget.tokens)
-        self.daemon.tokens_spent(delta)
+        self.host.runtime.save_budget(budget)
+        self.host.runtime.update_agent(self.agent_id, tokens=budget.tokens)
+        self.host.tokens_spent(delta)
         limit = self.config.max_tokens_per_issue
         if limit and budget.tokens > limit and self.turn is not None and not self.turn.done():
-            asyncio.ensure_future(self._abort_turn(f"token budget exceeded: {budget.tokens} > {limit} tokens"))
+            asyncio.ensure_future(self.abort_turn(f"token budget exceeded: {budget.tokens} > {limit} tokens"))
 
-    async def _abort_turn(self, reason: str) -> None:
+    async def abort_turn(self, reason: str) -> None:
         if self.turn is not None and not self.turn.done():
             self.turn_abort_reason = reason  # the session's own "aborted" idle must not hide it
         if self.session_id:
@@ -459,18 +476,11 @@ class Worker:
                    for n in batch.notes]
         issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
         self._log(f"{len(stamped)} note(s) harvested")
-        self.daemon.relay_notes(self, stamped)
+        self.host.relay_notes(self, stamped)
 
     def notes_changed(self) -> None:
         self.on_activity()
         self._harvest_notes()
-
-
-def _held_by(issue_id: str, agent_id: str):
-    def check(current: Issue) -> None:
-        if current.status != "in_progress" or current.assignee != agent_id:
-            raise Refused(f"{issue_id} is no longer held by {agent_id}")
-    return check
 
 
 def _one_line(text: str) -> str:

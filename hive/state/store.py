@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pygit2
 
@@ -142,6 +144,7 @@ class StateStore:
         self.repo = repo if repo is not None else pygit2.Repository(str(paths.common_dir))
         self.folders = FolderCache()
         self.written: deque[Written] = deque(maxlen=WRITTEN_KEPT)   # this process's last commits
+        self._drafts = threading.local()   # .open: the Draft this thread's commits go to
 
     def on_ref(self, ref: str) -> "StateStore":
         """The store of another branch of state files in this repository (a plan branch), sharing
@@ -198,6 +201,9 @@ class StateStore:
         `build` returns the Change to make, None when there is nothing to do, or raises Refused
         when the change no longer applies. Returns the new commit id (None if nothing was done).
         """
+        draft = getattr(self._drafts, "open", None)
+        if draft is not None:
+            return self._commit_draft(draft, build, author)
         signature = author or signature_for(self.repo)
         for attempt in range(MAX_ATTEMPTS):
             snap = self.snapshot()
@@ -255,6 +261,49 @@ class StateStore:
                 return str(new), merged.warnings
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
         raise HiveError(f"could not update {self.ref}: it kept moving ({MAX_ATTEMPTS} attempts)")
+
+    # -- drafts: a commit built now, published later (shared mode pushes a claim first) ------
+
+    @contextmanager
+    def draft(self, base: str) -> Iterator["Draft"]:
+        """While open, this thread's `commit`s build one commit on `base` and move no ref:
+        `draft.made`, to `publish` once it is safe to (shared mode: once the remote took it).
+        Per thread, so the event loop's own commits meanwhile publish as usual."""
+        if getattr(self._drafts, "open", None) is not None:
+            raise RuntimeError("a draft is already open on this store in this thread")
+        self._drafts.open = Draft(base)
+        try:
+            yield self._drafts.open
+        finally:
+            self._drafts.open = None
+
+    def publish(self, draft: "Draft", summary: str) -> bool:
+        """Move the branch from the draft's base to the commit it made; False if it moved meanwhile."""
+        if not draft.made or not cas_update(self.repo, self.ref, draft.base, draft.made, summary):
+            return False
+        notify(self.paths)
+        return True
+
+    def _commit_draft(self, draft: "Draft", build: Callable[[Snapshot], Change | None],
+                      author: pygit2.Signature | None) -> str | None:
+        # no folder cache: it follows the branch, which a draft leaves where it is
+        snap = Snapshot(self.repo, self.repo[draft.base].peel(pygit2.Commit))
+        change = build(snap)
+        if change is None:
+            return None
+        tree_id = write_tree(self.repo, snap.tree, change.files)
+        signature = author or signature_for(self.repo)
+        parents = [snap.commit.id] if snap.commit is not None else []
+        draft.made = str(self.repo.create_commit(None, signature, signature, change.message(), tree_id, parents))
+        return draft.made
+
+
+@dataclass
+class Draft:
+    """A commit built on `base` and not yet on any branch (see `StateStore.draft`)."""
+
+    base: str
+    made: str = ""
 
 
 def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, message: str) -> bool:

@@ -329,7 +329,7 @@ RESULT_CASES = [  # (name, content or writer, expected start of the problem)
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name,content,problem", RESULT_CASES, ids=[c[0] for c in RESULT_CASES])
 def test_bad_result_file(name, content, problem, tmp_path: Path):
-    from hive.orchestrator import protocol
+    from hive.agents import protocol
 
     path = tmp_path / protocol.RESULT_FILE
     if callable(content):
@@ -354,7 +354,7 @@ NOTES_CASES = [  # (name, bad content before a good note, expected problem)
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("name,bad,problem", NOTES_CASES, ids=[c[0] for c in NOTES_CASES])
 def test_bad_notes_lines_are_skipped_and_the_good_ones_kept(name, bad, problem, tmp_path: Path):
-    from hive.orchestrator import protocol
+    from hive.agents import protocol
 
     path = tmp_path / protocol.NOTES_FILE
     good = b'{"category": "gotcha", "content": "the good note"}\n'

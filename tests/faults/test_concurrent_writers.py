@@ -1,6 +1,6 @@
 """Concurrent writers: 16 processes change `hive/state` at once, for a bounded time.
 
-    4 claimers   `hive.queue.claim` in-process, all on the same ticks, for the head of the ready
+    4 claimers   `hive.lifecycle.claim` in-process, all on the same ticks, for the head of the ready
                  queue — so they really race for the same issue
     4 CLI        `git hive update --add-label` on any issue, `--priority` on issues of their own
     4 editors    save `.hive/issues/<id>.md` with a new title like an editor does (temp file,

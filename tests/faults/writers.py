@@ -7,7 +7,7 @@ to the `out` file as JSON — only what succeeded, so that the test can check ea
 there at the end. Roles:
 
     claimer   on shared ticks, all claimers claim the head of the ready queue at the same instant
-              (`hive.queue.claim`, in-process): {"won": [[issue, agent], ...], "lost": N}
+              (`hive.lifecycle.claim`, in-process): {"won": [[issue, agent], ...], "lost": N}
     cli       `git hive update ID --add-label L` on any issue, `--priority P` on its own issues
               (subprocesses): {"labels": [[issue, label]], "priorities": [[issue, p]], "failures": []}
     editor    saves `.hive/issues/<own issue>.md` with a new title the way an editor does (read,
@@ -40,7 +40,8 @@ def wait_go(args: dict) -> None:
 
 def claimer(args: dict) -> dict:
     from hive.project import Project
-    from hive.queue import claim, ready
+    from hive.lifecycle import claim
+    from hive.queue import ready
 
     project = Project.open(args["repo"])
     won, lost, n = [], 0, 0

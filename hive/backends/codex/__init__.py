@@ -56,7 +56,7 @@ the app-server and `thread/resume` the thread (history from `$CODEX_HOME/session
 context carry on. If the thread cannot be resumed, a new thread starts and its new id is returned.
 
 Sandbox and approvals: `approvalPolicy` "untrusted" — Codex asks before every command that is not
-known to be read-only and before every patch, so hive's policy (hive/orchestrator/permissions.py)
+known to be read-only and before every patch, so hive's policy (hive/agents/permissions.py)
 decides — and `sandbox` "workspace-write" with the git directories a commit in a linked worktree
 needs made writable (the worktree's admin dir `<common>/worktrees/<name>` and the common dir
 `<common>`, found from the cwd's `.git` file; for a cwd that is not a worktree, such as the

@@ -19,6 +19,7 @@ from hive import git
 from hive.errors import HiveError
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
+from hive.workspace.fastforward import checkout_of
 
 
 @dataclass
@@ -191,3 +192,67 @@ def leftover_worktrees(paths: git.RepoPaths) -> list[str]:
         if name.startswith("hive/work/") and is_valid_id(name.removeprefix("hive/work/")):
             ids.add(name.removeprefix("hive/work/"))
     return sorted(ids)
+
+
+def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
+    """Point the work branch at `head` and make its worktree match (a hard reset of hive's own tree)."""
+    worktree = worktree_path(paths, issue_id)
+    repo = open_repo(paths)
+    branch = branch_name(issue_id)
+    elsewhere = checkout_of(paths, branch)
+    if elsewhere is None or elsewhere.resolve() == worktree.resolve():
+        unlock_branch(paths, issue_id)
+        repo.references.create(f"refs/heads/{branch}", head, force=True)
+    # else: a person's own checkout of the branch: never move it under them (hive's worktree is
+    # detached then, see `recreate`)
+    if worktree.exists():
+        work = pygit2.Repository(str(worktree))
+        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
+
+
+def recreate(paths: git.RepoPaths, issue_id: str) -> None:
+    """Hive's worktree of a work branch back at its place (after it was removed or broken)."""
+    head = head_of(paths, issue_id)
+    repo = open_repo(paths)
+    path = worktree_path(paths, issue_id)
+    if issue_id in repo.list_worktrees():
+        repo.lookup_worktree(issue_id).prune(True)
+    clear_broken_admin(paths, issue_id, repo)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert head is not None
+    if checkout_of(paths, branch_name(issue_id)) is not None:
+        # A person has the branch checked out in a worktree of their own (they finished the issue
+        # by hand): leave that checkout theirs; hive works on a detached HEAD at the same commit.
+        git.run(["worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
+        return
+    repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{branch_name(issue_id)}"])
+
+
+def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
+    """Hive's worktree for the merge, at `head` (recreated if it is gone)."""
+    path = worktree_path(paths, issue_id)
+    if not path.exists():
+        recreate(paths, issue_id)
+        return
+    work = pygit2.Repository(str(path))
+    if work.state() != pygit2.enums.RepositoryState.NONE:
+        # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
+        # hive's own worktree, so start again from the work (the branch, or `head`)
+        work.state_cleanup()
+        branch = f"refs/heads/{branch_name(issue_id)}"
+        if checkout_of(paths, branch_name(issue_id)) is None:
+            work.set_head(branch)
+        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
+        return
+    if work.head_is_detached and str(work.head.target) != head:
+        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)   # the person committed more
+
+
+def work_head(paths: git.RepoPaths, issue_id: str) -> str | None:
+    """The work to merge: the branch, or hive's detached worktree's HEAD (see recreate)."""
+    path = worktree_path(paths, issue_id)
+    if path.exists():
+        work = pygit2.Repository(str(path))
+        if work.head_is_detached:
+            return str(work.head.target)
+    return head_of(paths, issue_id)

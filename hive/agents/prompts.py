@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from hive.orchestrator.protocol import NOTES_FILE, RESULT_FILE
+from hive.agents.protocol import NOTES_FILE, RESULT_FILE
 from hive.prompts import render
 from hive.state.issue_file import Issue
 

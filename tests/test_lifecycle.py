@@ -1,0 +1,91 @@
+"""`hive.lifecycle`: each transition refuses, typed, when its precondition does not hold, and the
+escalation policy spends the budget in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hive import lifecycle
+from hive.lifecycle import TransitionRefused
+from hive.runtime import Budget, Runtime
+
+
+@pytest.fixture
+def runtime(project):
+    opened = Runtime(project.paths)
+    yield opened
+    opened.close()
+
+
+def status(project, issue_id: str) -> tuple[str, str]:
+    project.update_index()
+    issue = project.index.get(issue_id)
+    return issue.status, issue.assignee
+
+
+def test_a_refused_transition_is_typed_and_commits_nothing(project, new_issue, runtime, state_log, repo):
+    issue = new_issue("open, nobody's")
+    before = len(state_log(repo))
+    with pytest.raises(TransitionRefused) as refused:
+        lifecycle.finish(project, issue, "w-aaaaaa", "did it", {})
+    assert (refused.value.issue_id, refused.value.transition, refused.value.status) == (issue, "done", "open")
+    with pytest.raises(TransitionRefused):
+        lifecycle.retry(project, runtime, issue)
+    with pytest.raises(TransitionRefused):
+        lifecycle.finalize(project, runtime, issue, "0" * 40, "main")
+    assert len(state_log(repo)) == before
+
+
+def test_a_worker_holds_its_issue_from_claim_to_done(project, new_issue, runtime):
+    issue = new_issue("the work")
+    assert lifecycle.claim(project, issue, "w-aaaaaa")
+    assert not lifecycle.claim(project, issue, "w-bbbbbb")
+    with pytest.raises(TransitionRefused):
+        lifecycle.switch_agent(project, issue, "w-bbbbbb", "w-cccccc", "not mine to switch")
+    lifecycle.switch_agent(project, issue, "w-aaaaaa", "w-cccccc", "a fresh agent")
+    assert status(project, issue) == ("in_progress", "w-cccccc")
+    lifecycle.finish(project, issue, "w-cccccc", "did it", {"Hive-Base": ""})
+    assert status(project, issue)[0] == "done"
+    lifecycle.finalize(project, runtime, issue, "0" * 40, "main")
+    assert status(project, issue) == ("finalized", "")
+
+
+def test_the_escalation_chain_is_spent_by_count_failure(project, new_issue, runtime):
+    issue = new_issue("fails every time")
+    config = dataclasses.replace(project.config, max_retries=1, max_agent_switches=1, anomaly_failure_threshold=99)
+    actions = [lifecycle.count_failure(runtime, config, issue, f"boom {n}").action for n in range(4)]
+    # a fresh agent gets its own retries
+    assert actions == [lifecycle.RETRY, lifecycle.SWITCH, lifecycle.RETRY, lifecycle.ESCALATE]
+    budget = runtime.budget(issue)
+    assert (budget.retries, budget.switches, len(budget.failures), budget.last_error) == (1, 1, 4, "boom 3")
+    assert lifecycle.count_failure(runtime, config, issue, "x", hopeless="tokens").action == lifecycle.ESCALATE
+    spent = runtime.budget(issue)
+    assert lifecycle.count_failure(runtime, config, issue, "529", provider=True).action == lifecycle.RETRY
+    assert runtime.budget(issue) == spent    # the provider's failure costs the issue nothing
+
+
+def test_retry_reopens_with_a_fresh_budget(project, new_issue, runtime):
+    issue = new_issue("stuck", status="failed")
+    runtime.save_budget(Budget(issue, retries=2, switches=2, failures=[1.0, 2.0], tokens=10))
+    lifecycle.retry(project, runtime, issue)
+    assert status(project, issue) == ("open", "")
+    assert runtime.budget(issue) == Budget(issue)
+
+
+@pytest.mark.parametrize("fields", [{"status": "in_progress"}, {"assignee": "bob"},
+                                    {"status": "open", "assignee": "bob"}])
+def test_a_persons_edit_that_would_leave_limbo_is_refused_unless_forced(project, new_issue, fields):
+    issue = new_issue("no limbo")
+    with pytest.raises(TransitionRefused):
+        lifecycle.edit(project, issue, lambda current: fields, event="updated", summary="limbo")
+    lifecycle.edit(project, issue, lambda current: fields, force=True, event="updated", summary="limbo")
+
+
+def test_a_persons_usual_moves_are_allowed(project, new_issue):
+    issue = new_issue("by hand")
+    for fields in ({"status": "in_progress", "assignee": "me"}, {"status": "open"}, {"status": "escalated"},
+                   {"status": "done"}, {"priority": 0}):
+        lifecycle.edit(project, issue, lambda current, fields=fields: fields, event="updated", summary="by hand")
+    assert status(project, issue) == ("done", "")
