@@ -85,14 +85,15 @@ def update(project: Project, issue_id: str,
            agent: str = "", summary: str = "", body: str | None = None,
            check: Callable[[Issue], None] | None = None,
            check_snapshot: Callable[[Snapshot, Issue], None] | None = None,
-           trailers: dict[str, str] | None = None) -> Issue | None:
-    """Change fields of one issue. `check(current)` raises Refused to give up (e.g. a lost claim).
+           trailers: dict[str, str] | None = None) -> Issue:
+    """Change fields of one issue. `check(current)` (and `check_snapshot(snap, current)`) raise
+    to give up, on the tip the commit is built on: `hive.lifecycle` raises TransitionRefused.
 
     `changes` may be a function of the issue as it is on the tip the commit is built on, for
     changes that depend on the current value (adding to a list): a retry then keeps what another
     writer did meanwhile.
 
-    Returns the issue as committed, or None when `check` refused.
+    Returns the issue as committed. An unknown id is a HiveError.
     """
     result: list[Issue] = []
 
@@ -123,27 +124,25 @@ def update(project: Project, issue_id: str,
 
     try:
         project.store.commit(build)
-    except Refused as exc:
-        if (check or check_snapshot) is not None and not str(exc).startswith("unknown issue"):
-            return None
+    except Refused as exc:   # read_at: no such issue on the tip
         raise HiveError(str(exc)) from None
     project.after_write()
-    return result[0] if result else None
+    return result[0]
 
 
-def set_status(project: Project, issue_id: str, status: str, **kwargs: Any) -> Issue | None:
+def set_status(project: Project, issue_id: str, status: str, **kwargs: Any) -> Issue:
     if status not in issue_file.STATUSES:
         raise BadInput(f"bad status {status!r} (one of: {', '.join(issue_file.STATUSES)})")
     return update(project, issue_id, {"status": status}, event=kwargs.pop("event", status), **kwargs)
 
 
-def add_dependency(project: Project, issue_id: str, blocker: str) -> Issue | None:
+def add_dependency(project: Project, issue_id: str, blocker: str) -> Issue:
     return update(project, issue_id, lambda current: {"depends_on": [*current.depends_on, blocker]}
                   if blocker not in current.depends_on else {"depends_on": current.depends_on},
                   event="dep-added", summary=f"{issue_id} depends on {blocker}")
 
 
-def remove_dependency(project: Project, issue_id: str, blocker: str) -> Issue | None:
+def remove_dependency(project: Project, issue_id: str, blocker: str) -> Issue:
     def without(current: Issue) -> dict[str, Any]:
         if blocker not in current.depends_on:
             raise BadInput(f"{issue_id} does not depend on {blocker}")

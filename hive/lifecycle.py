@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
+from hive import issues
 from hive.config import Config
 from hive.errors import HiveError
 from hive.project import Project
 from hive.runtime import Budget, Runtime
-from hive import issues
 from hive.state import issue_file
 from hive.state.issue_file import Issue
 from hive.state.store import Snapshot
@@ -70,10 +70,8 @@ def _anything(current: Issue) -> None:
 
 def _move(project: Project, issue_id: str, check: Check, changes: dict[str, Any], *, event: str,
           summary: str, agent: str = "", trailers: dict[str, str] | None = None) -> Issue:
-    updated = issues.update(project, issue_id, changes, event=event, agent=agent, summary=summary,
-                            check=check, trailers=trailers)
-    assert updated is not None   # a refusal raised TransitionRefused out of `check`
-    return updated
+    return issues.update(project, issue_id, changes, event=event, agent=agent, summary=summary,
+                         check=check, trailers=trailers)
 
 
 def _one_line(text: str, limit: int = 500) -> str:
@@ -262,9 +260,7 @@ def edit(project: Project, issue_id: str, changes: Callable[[Issue], dict[str, A
             check_by_hand(current, fields)
         return fields
 
-    updated = issues.update(project, issue_id, checked, event=event, summary=summary, body=body)
-    assert updated is not None
-    return updated
+    return issues.update(project, issue_id, checked, event=event, summary=summary, body=body)
 
 
 def check_by_hand(current: Issue, fields: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ pyproject.toml, run by `.ci/run` as `lint-imports`.
 from __future__ import annotations
 
 import ast
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -195,3 +196,26 @@ def test_the_checks_see_what_they_check() -> None:
     assert _targets(ast.parse("from . import layout").body[0], "hive.state.store") == ["hive.state.layout"]
     assert _targets(ast.parse("import hive.git as g").body[0], "hive.demo") == ["hive.git"]
     assert _cycles({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == [["a", "b"]]
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((HIVE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_every_package_ships_in_a_wheel() -> None:
+    """A package missing from `[tool.setuptools] packages` works in an editable install and is
+    absent from a wheel."""
+    listed = set(_pyproject()["tool"]["setuptools"]["packages"])
+    packages = {_module_name(path.parent / "__init__.py") for path in HIVE.rglob("__init__.py")}
+    assert packages <= listed, f"not in pyproject's packages: {sorted(packages - listed)}"
+
+
+def test_the_layers_contract_names_every_top_level_module() -> None:
+    """import-linter checks only the layers it is told of: a new top-level module or package
+    must be given its layer."""
+    contract = _pyproject()["tool"]["importlinter"]["contracts"][0]
+    named = {name.strip() for layer in contract["layers"] for name in layer.replace(":", "|").split("|")}
+    top_level = {path.stem if path.is_file() else path.name
+                 for path in HIVE.iterdir()
+                 if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()}
+    assert top_level <= named, f"no layer in pyproject's import-linter contract: {sorted(top_level - named)}"

@@ -13,7 +13,7 @@ import pytest
 
 from hive import prompts
 from hive.merge import refinery
-from hive.orchestrator import prompts as worker_prompts
+from hive.agents import prompts as worker_prompts
 from hive.queen import QUEEN_SYSTEM_PROMPT, Queen
 from hive.state.issue_file import Issue
 
