@@ -98,6 +98,20 @@ def test_each_run_turn_gets_its_own_turns_result(case: AgentCase) -> None:
     drive(case, scenario)
 
 
+def test_a_turn_sent_during_another_runs_after_it_with_its_own_result(case: AgentCase) -> None:
+    case.slow_then_quick("turn one", "turn two")
+
+    async def scenario(backend: Backend, events: list[Event]) -> None:
+        sid = await backend.create_session(case.spec())
+        first = asyncio.create_task(backend.run_turn(sid, "turn one"))
+        await until(lambda: of(events, BUSY, sid), "the turn to start")
+        second = asyncio.create_task(backend.run_turn(sid, "turn two"))   # queued behind it
+        results = await asyncio.gather(first, second)
+        assert [(r.ok, r.text) for r in results] == [(True, "turn one"), (True, "turn two")], results
+        assert len(of(events, IDLE, sid)) == 2
+    drive(case, scenario)
+
+
 def test_abort_and_delete_are_idempotent_and_unknown_sessions_raise_key_error(case: AgentCase) -> None:
     async def scenario(backend: Backend, events: list[Event]) -> None:
         await backend.abort_session("no-such-session")
