@@ -256,7 +256,10 @@ class CodexBackend(SessionBackend):
         dropped = len(s.queue)
         s.queue.clear()
         proc = s.proc
-        if s.turn_active and proc is not None and proc.alive():
+        if s.turn_active and not s.turn_id and (proc is None or not proc.alive()):
+            # sent while the app-server (re)starts: it ends here, and is never started
+            await self._finish_turn(s, TurnResult(ok=False, error="aborted"))
+        elif s.turn_active and proc is not None and proc.alive():
             s.aborting = True
             try:
                 if not s.turn_id:
@@ -299,14 +302,19 @@ class CodexBackend(SessionBackend):
             s.queue.append(text)
             return
         s.turn_active = True                      # busy at once: no race with get_session_status
+        seq = s.turn_seq
         try:
             if not s.alive():
                 async with s.lock:
                     if not s.alive():
                         await self._restart(s)
         except Exception as e:
+            if s.turn_seq != seq:
+                return                            # aborted during the restart: ended already
             s.turn_active = False
             raise RuntimeError(f"codex session {session_id}: cannot restart the app-server: {e}") from e
+        if s.turn_seq != seq:
+            return                                # aborted during the restart: ended already
         await self._start_turn(s, text)
 
     async def _start_turn(self, s: _Session, text: str) -> None:
