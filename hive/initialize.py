@@ -18,7 +18,7 @@ import pygit2
 from hive import config, git
 from hive.errors import HiveError
 from hive.project import Project
-from hive.state import layout
+from hive.state import layout, trust
 from hive.state.store import Change, StateStore
 
 CHECKOUT_WORKTREE_NAME = "hive-state"
@@ -79,10 +79,16 @@ def _create_state_branch(store: StateStore, done: list[str]) -> None:
         return
     for remote in repo.remotes:
         shared = repo.references.get(f"refs/remotes/{remote.name}/{git.STATE_BRANCH}")
-        if shared is not None:
-            if store.adopt(str(shared.target), f"hive: from {remote.name}"):
-                done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
-            return
+        if shared is None:
+            continue
+        try:
+            trust.check_commit(repo, str(shared.target), None, source=f"{remote.name}/{git.STATE_BRANCH}")
+        except trust.Untrusted as exc:
+            print(f"warning: {exc}; started a new {git.STATE_BRANCH} instead", file=sys.stderr)
+            break
+        if store.adopt(str(shared.target), f"hive: from {remote.name}"):
+            done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
+        return
     files: dict[str, bytes | None] = {
         layout.ATTRIBUTES_FILE: layout.ATTRIBUTES.encode(),
         layout.CONTEXT_FILE: layout.CONTEXT_TEMPLATE.encode(),

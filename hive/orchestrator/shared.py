@@ -28,7 +28,7 @@ from hive.lifecycle import TransitionRefused
 from hive.project import Project
 from hive.remote import Remote
 from hive.runtime import Runtime
-from hive.state import issue_file
+from hive.state import issue_file, trust
 from hive.state.store import Draft
 from hive.workspace.fastforward import FastForward, fast_forward
 from hive.workspace.worktrees import branch_name
@@ -201,6 +201,13 @@ class SharedQueue:
         return await asyncio.to_thread(self._claim, issue_id, agent_id, lease_seconds)
 
     def _claim(self, issue_id: str, agent_id: str, lease_seconds: int) -> bool:
+        try:
+            return self._claim_locked(issue_id, agent_id, lease_seconds)
+        except trust.Untrusted as exc:   # the remote's state was refused: no claim through it
+            self.host.log(f"warning: {exc}")
+            return False
+
+    def _claim_locked(self, issue_id: str, agent_id: str, lease_seconds: int) -> bool:
         with self._lock:
             store = self.project.store
             for _ in range(CLAIM_ROUNDS):
