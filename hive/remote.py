@@ -148,6 +148,9 @@ class Remote:
                                source=f"{self.name}/{git.STATE_BRANCH}")
         except trust.Untrusted as exc:
             self.project.index.record_refusal(str(exc))
+            # nothing keeps the refused objects: not even the tracking ref (the next fetch brings
+            # the remote's tip back, and it is checked again)
+            _git(self.project, ["update-ref", "-d", self.tracking_ref(git.STATE_BRANCH), commit])
             raise
 
     def sync(self) -> SyncReport:
