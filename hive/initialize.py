@@ -51,7 +51,7 @@ def initialize(where: Path | str | None = None) -> list[str]:
     if repo.head_is_unborn:
         raise HiveError("this repository has no commit yet: make a first commit, then run `git hive init`")
     done: list[str] = []
-    paths.hive_dir.mkdir(parents=True, exist_ok=True)
+    paths.make_hive_dir().chmod(0o700)   # made by an older hive: private from now on
     paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
     _add_fetch_refspecs(paths, done)
     _fetch_shared_state(repo, paths)
@@ -157,6 +157,12 @@ def hooks_dir(paths: git.RepoPaths) -> Path:
 
 def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
     target_dir = hooks_dir(paths)
+    configured = git.config_get(paths.worktree, "core.hooksPath")
+    if configured and not Path(os.path.expanduser(configured)).is_absolute():
+        # git resolves it from each worktree's root: worker worktrees would have no guard hook
+        git.run(["config", "--file", str(paths.common_dir / "config"), "core.hooksPath", str(target_dir)],
+                paths.worktree)
+        done.append(f"core.hooksPath {configured!r} is relative: set to {target_dir} for every worktree")
     target_dir.mkdir(parents=True, exist_ok=True)
     for name, content in hook_sources().items():
         target = target_dir / name

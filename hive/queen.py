@@ -26,7 +26,7 @@ from hive import git
 from hive.backends.base import PERMISSION, Backend, Event, SessionSpec, TurnResult
 from hive.errors import BadInput, HiveError
 from hive.project import Project
-from hive.prompts import load, render
+from hive.prompts import load, material, render
 from hive.state import issue_file, layout, trust, validate
 from hive.state.issue_file import Issue
 from hive.state.store import Change, Refused, Snapshot
@@ -449,8 +449,9 @@ class Queen:
                             for i in open_issues) or "(none)"
         prefix = self.project.config.id_prefix
         return render("queen-plan", spec=self.spec.strip(), worktree=self.directory,
-                      repository=self.project.paths.main_worktree, prefix=prefix, context=context or "(empty)",
-                      listing=listing)
+                      repository=self.project.paths.main_worktree, prefix=prefix,
+                      context=material(context or "(empty)", "context.md on hive/state"),
+                      listing=material(listing, "the issues on hive/state"))
 
     def _followup(self, text: str) -> str:
         """A later turn (errors to fix, feedback): it names the plan directory on a line of its

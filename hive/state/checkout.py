@@ -153,7 +153,7 @@ class Checkout:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        self.paths.hive_dir.mkdir(parents=True, exist_ok=True)
+        self.paths.make_hive_dir()
         with open(self.paths.hive_dir / "checkout.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:

@@ -143,7 +143,7 @@ class Index:
         return self._db
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.paths.make_hive_dir()
         db = self._usable()
         if db is not None:
             return db

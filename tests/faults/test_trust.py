@@ -349,3 +349,30 @@ def test_after_every_case_plan_and_run_still_work_and_run_nothing(repo: Path, sh
     assert "claude" not in (tmp_path / "daemon.log").read_text()
     nothing_escaped(attack, tmp_path, outside_before)
     fsck_clean(git, repo)
+
+
+@pytest.mark.timeout(120)
+def test_a_fetched_work_branch_is_never_built_on_or_merged(repo: Path, shared: Shared, tmp_path: Path, git, cli,
+                                                           daemons, new_issue):
+    """A collaborator marks a blocker done and pushes `hive/work/<blocker>` with any code: the
+    dependent here waits for the blocker to be on the target, and nothing of that branch lands."""
+    blocker = new_issue("the blocker", status="done")   # as if done on another machine
+    dependent = new_issue("the dependent", depends_on=[blocker])
+    git("checkout", "-q", "-b", f"hive/work/{blocker}", "origin/main", cwd=shared.attacker)
+    (shared.attacker / "evil.txt").write_text("unreviewed code\n")
+    git("add", "evil.txt", cwd=shared.attacker)
+    git("commit", "-q", "-m", "unreviewed", cwd=shared.attacker)
+    git("push", "-q", "origin", f"hive/work/{blocker}", cwd=shared.attacker)
+    git("fetch", "-q", "origin", f"+refs/heads/hive/work/*:refs/remotes/origin/hive/work/*", cwd=repo)
+    assert git("rev-parse", f"refs/remotes/origin/hive/work/{blocker}", cwd=repo).returncode == 0
+
+    work = write_json(tmp_path / "agents.json", {"default": [
+        {"write": "hive-work/{issue}.txt", "content": "work of {issue}\n"},
+        {"commit": "{issue}: work"}, {"result": "success", "summary": "did the work"}]})
+    code = daemons.run_until_idle(repo, daemon_env(work), max_agents=2, timeout=90, log=tmp_path / "daemon.log")
+
+    assert code == 0, tail(tmp_path / "daemon.log")
+    statuses = {i["id"]: i["status"] for i in json.loads(cli("list", "--json", cwd=repo).stdout)}
+    assert statuses[dependent] == "open", statuses              # waits for the blocker on the target
+    assert "evil.txt" not in git("ls-tree", "-r", "--name-only", "main", cwd=repo).stdout
+    assert git("branch", "--list", f"hive/work/{dependent}", cwd=repo).stdout.strip() == ""
