@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from hive import lifecycle
+from hive import git, lifecycle
 from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
@@ -259,12 +259,14 @@ class Daemon:
             self.start_worker(issue.id, agent_id)
 
     def _waits_for_work_elsewhere(self, issue: Issue) -> bool:
-        """Whether a blocker is done but its work is neither on the target nor this machine's to
-        merge (done on another machine): code lands only from agents run here, so the dependent
-        starts once that blocker is finalized, from the target."""
+        """Whether a blocker is done but its work is neither on the target nor on a local work
+        branch, which only this machine's agents make (done on another machine; a fetched branch
+        is `refs/remotes/*`, never built on): code lands only from agents run here, so the
+        dependent starts once that blocker is finalized, from the target."""
         for blocker_id in issue.depends_on:
             blocker = self.project.index.get(blocker_id)
-            if blocker is not None and blocker.status == "done" and self.runtime.merge_queue.get(blocker_id) is None:
+            if blocker is not None and blocker.status == "done" and git.read_ref(
+                    self.project.paths.common_dir, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None:
                 return True
         return False
 

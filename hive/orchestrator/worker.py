@@ -187,8 +187,7 @@ class Worker:
         blockers = []
         for blocker_id in (issue.depends_on if issue else []):
             blocker = self.project.index.get(blocker_id)
-            # only work this machine's agents did and hive queued to merge: never a fetched branch
-            if blocker is not None and blocker.status == "done" and self.host.runtime.merge_queue.get(blocker_id):
+            if blocker is not None and blocker.status == "done":
                 blockers.append((blocker_id, worktrees.branch_name(blocker_id)))
         paths, target = self.project.paths, self.config.target_branch
 
