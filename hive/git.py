@@ -44,6 +44,12 @@ class RepoPaths:
         """Runtime files that are never shared: index, daemon lock, logs, worker worktrees."""
         return self.common_dir / "hive"
 
+    def make_hive_dir(self) -> Path:
+        """`hive_dir`, created readable by its owner only (prompts, transcripts, the runtime
+        database: nothing another user of the machine should read)."""
+        self.hive_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self.hive_dir
+
     @cached_property
     def state_checkout(self) -> Path:
         """`.hive/`: the editable linked worktree of `hive/state` at the root of the main worktree."""

@@ -18,7 +18,7 @@ import pygit2
 from hive import config, git
 from hive.errors import HiveError
 from hive.project import Project
-from hive.state import layout
+from hive.state import layout, trust
 from hive.state.store import Change, StateStore
 
 CHECKOUT_WORKTREE_NAME = "hive-state"
@@ -51,7 +51,7 @@ def initialize(where: Path | str | None = None) -> list[str]:
     if repo.head_is_unborn:
         raise HiveError("this repository has no commit yet: make a first commit, then run `git hive init`")
     done: list[str] = []
-    paths.hive_dir.mkdir(parents=True, exist_ok=True)
+    paths.make_hive_dir().chmod(0o700)   # made by an older hive: private from now on
     paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
     _add_fetch_refspecs(paths, done)
     _fetch_shared_state(repo, paths)
@@ -79,10 +79,16 @@ def _create_state_branch(store: StateStore, done: list[str]) -> None:
         return
     for remote in repo.remotes:
         shared = repo.references.get(f"refs/remotes/{remote.name}/{git.STATE_BRANCH}")
-        if shared is not None:
-            if store.adopt(str(shared.target), f"hive: from {remote.name}"):
-                done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
-            return
+        if shared is None:
+            continue
+        try:
+            trust.check_commit(repo, str(shared.target), None, source=f"{remote.name}/{git.STATE_BRANCH}")
+        except trust.Untrusted as exc:
+            print(f"warning: {exc}; started a new {git.STATE_BRANCH} instead", file=sys.stderr)
+            break
+        if store.adopt(str(shared.target), f"hive: from {remote.name}"):
+            done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
+        return
     files: dict[str, bytes | None] = {
         layout.ATTRIBUTES_FILE: layout.ATTRIBUTES.encode(),
         layout.CONTEXT_FILE: layout.CONTEXT_TEMPLATE.encode(),
@@ -151,6 +157,12 @@ def hooks_dir(paths: git.RepoPaths) -> Path:
 
 def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
     target_dir = hooks_dir(paths)
+    configured = git.config_get(paths.worktree, "core.hooksPath")
+    if configured and not Path(os.path.expanduser(configured)).is_absolute():
+        # git resolves it from each worktree's root: worker worktrees would have no guard hook
+        git.run(["config", "--file", str(paths.common_dir / "config"), "core.hooksPath", str(target_dir)],
+                paths.worktree)
+        done.append(f"core.hooksPath {configured!r} is relative: set to {target_dir} for every worktree")
     target_dir.mkdir(parents=True, exist_ok=True)
     for name, content in hook_sources().items():
         target = target_dir / name

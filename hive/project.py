@@ -25,7 +25,7 @@ class Project:
     def __init__(self, paths: git.RepoPaths):
         self.paths = paths
         self.index = Index(paths)
-        self.checkout = Checkout(paths, lambda: self.store)
+        self.checkout = Checkout(paths, lambda: self.store, self._adopted_tip)
         # Who brings `.hive/` up to date after this process's writes: None, each write itself; a
         # daemon sets a function that schedules its own refresh, batched (see after_write).
         self.defer_checkout: Callable[[], None] | None = None
@@ -60,10 +60,13 @@ class Project:
         `refresh=False` leaves the checkout's files behind the branch for now (a daemon batches).
         Returns the problems (invalid files) found; they are also printed as warnings.
         """
+        # first what moved the branch from outside: adopted, or refused and taken back, before
+        # an edit is committed on it or the checkout follows it
+        problems = self.update_index()
         edit_problems = self.absorb(full=full, only=only).problems
         if refresh:
             self.checkout.refresh()
-        problems = self.update_index()
+        problems += self.update_index()
         known = {p.location for p in problems}
         for exc in edit_problems:
             where = exc.where or ""
@@ -96,11 +99,17 @@ class Project:
         A daemon sets `defer_checkout` and refreshes the checkout from its loop instead, at most a
         few times a second, so a burst of state writes costs one refresh, not one each.
         """
+        problems = self.update_index()
         if self.defer_checkout is None:
             self.checkout.refresh()
         else:
             self.defer_checkout()
-        return self.update_index()
+        return problems
+
+    def _adopted_tip(self) -> str | None:
+        """The newest commit of `hive/state` that passed the trust check: what `.hive/` follows."""
+        self.update_index()
+        return self.index.indexed_commit or None
 
     def update_index(self) -> list[Problem]:
         """Catch the index up with `hive/state` (from this process's last write when that is all

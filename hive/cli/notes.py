@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hive.cli.issues import open_project, resolve
-from hive.cli.output import print_json
+from hive.cli.output import escaped, print_json
 
 CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")
 
@@ -39,4 +39,4 @@ def notes(issue_id: str, as_json: bool) -> None:
         click.echo("no notes")
     for n in found:
         where = n["issue"] or "project"
-        click.echo(f"{n['at']}  [{n['category']}] {where}: {n['content']}")
+        click.echo(escaped(f"{n['at']}  [{n['category']}] {where}: {n['content']}"))

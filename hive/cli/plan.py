@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from hive.cli.output import ISSUE_HEADERS, issue_rows, print_json, table
+from hive.cli.output import ISSUE_HEADERS, escaped, issue_rows, print_json, table
 from hive.errors import BadInput, HiveError
 
 
@@ -40,7 +40,7 @@ def _show(result, slug: str) -> None:
     from hive.queen import ascii_tree
 
     table(issue_rows(result.issues), ISSUE_HEADERS)
-    click.echo("\n" + ascii_tree(result.issues))
+    click.echo("\n" + escaped(ascii_tree(result.issues)))
     click.echo(f"\nplan branch: hive/plan/{slug}")
 
 

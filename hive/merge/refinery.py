@@ -15,7 +15,7 @@ from hive import git
 from hive.agents import protocol
 from hive.backends.base import USAGE, Backend, Event, SessionSpec
 from hive.merge.host import RefineryHost
-from hive.prompts import load, render
+from hive.prompts import load, material, render
 from hive.runtime import process_start_time
 from hive.state.issue_file import Issue
 
@@ -133,4 +133,5 @@ def _agent_id(session_id: str) -> str:
 
 def task_prompt(issue: Issue, worktree: Path, target: str, problem: str) -> str:
     return render("refinery-task", issue_id=issue.id, target=target, worktree=worktree, problem=problem.strip(),
-                  title=issue.title, body=issue.body.strip() or "(no description)")
+                  body=material(f"{issue.title}\n\n{issue.body.strip() or '(no description)'}",
+                                f"issue {issue.id}: its title and description on hive/state"))

@@ -17,7 +17,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from hive import lifecycle
+from hive import git, lifecycle
 from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
@@ -35,6 +35,7 @@ from hive.orchestrator.watchers import watch_state
 from hive.orchestrator.worker import Outcome, Worker
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
+from hive.state.issue_file import Issue
 from hive.workspace import worktrees
 
 SAFETY_TICK_SECONDS = 2.0
@@ -211,7 +212,12 @@ class Daemon:
             # other machines' work may still unblock ours: idle only when the whole queue is
             counts = self.project.index.counts()
             return not any(counts.get(s, 0) for s in ("open", "in_progress", "done"))
-        return self.token_cap_reached or not self.project.index.ready(limit=1)
+        if self.token_cap_reached:
+            return True
+        first = self.project.index.ready(limit=1)
+        if not first or not self._waits_for_work_elsewhere(first[0]):
+            return not first
+        return all(self._waits_for_work_elsewhere(issue) for issue in self.project.index.ready())
 
     async def _spawn(self) -> None:
         if self.stopping.is_set() or self.token_cap_reached or not self.health.healthy.is_set():
@@ -224,7 +230,7 @@ class Daemon:
         for issue in self.project.index.ready():
             if len(self.running) >= self.max_agents or self.stopping.is_set():
                 break
-            if issue.id in self.running:
+            if issue.id in self.running or self._waits_for_work_elsewhere(issue):
                 continue
             agent_id = new_agent_id()
             if self.shared is not None:
@@ -241,6 +247,18 @@ class Daemon:
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
             self.start_worker(issue.id, agent_id)
+
+    def _waits_for_work_elsewhere(self, issue: Issue) -> bool:
+        """Whether a blocker is done but its work is neither on the target nor on a local work
+        branch, which only this machine's agents make (done on another machine; a fetched branch
+        is `refs/remotes/*`, never built on): code lands only from agents run here, so the
+        dependent starts once that blocker is finalized, from the target."""
+        for blocker_id in issue.depends_on:
+            blocker = self.project.index.get(blocker_id)
+            if blocker is not None and blocker.status == "done" and git.read_ref(
+                    self.project.paths.common_dir, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None:
+                return True
+        return False
 
     def start_worker(self, issue_id: str, agent_id: str) -> Worker:
         worker = Worker(self, issue_id, agent_id)

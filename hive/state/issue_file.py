@@ -31,6 +31,7 @@ DELIMITER = "+++"
 # An issue is a page of text, not a data store; anything bigger is a mistake or an attack (it would
 # be parsed on every index catch-up, stored in the index and sent in an agent's prompt).
 MAX_ISSUE_BYTES = 1 << 20
+MAX_TOML_DEPTH = 16   # arrays and inline tables in a front matter: tomllib recurses on each
 
 # Front-matter keys hive knows, in the order a new file lists them.
 KNOWN_FIELDS = ("title", "status", "priority", "type", "parent", "depends_on", "labels",
@@ -122,6 +123,40 @@ def _load_front(front: str) -> dict[str, Any]:
     return tomllib.loads(front)
 
 
+def toml_depth(text: str) -> int:
+    """How deep arrays and inline tables nest in an issue file's front matter (up to its closing
+    `+++`); brackets in strings and comments are not counted (strings are followed well enough
+    for a limit far above what a person writes and far below what makes tomllib recurse out)."""
+    end = text.find("\n+++", 3)
+    text = text if end < 0 else text[:end]
+    if text.count("[") + text.count("{") <= MAX_TOML_DEPTH:
+        return 0   # cannot nest deeper than that: no need to scan
+    depth = deepest = 0
+    quote = ""
+    at, size = 0, len(text)
+    while at < size:
+        ch = text[at]
+        if quote:
+            if ch == "\\" and quote == '"':
+                at += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            newline = text.find("\n", at)
+            at = size if newline < 0 else newline
+            continue
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        at += 1
+    return deepest
+
+
 def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
     """Parse and validate one issue file. Raises BadInput naming `where:line` on any problem."""
     where = where or f"issues/{issue_id}.md"
@@ -140,6 +175,8 @@ def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
         raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",
                        f"{where}:1")
     front, body, first_line = split(data, where)
+    if toml_depth(front) > MAX_TOML_DEPTH:
+        raise BadInput(f"TOML nested deeper than {MAX_TOML_DEPTH}", f"{where}:{first_line}")
     try:
         meta = _load_front(front)
     except tomllib.TOMLDecodeError as exc:

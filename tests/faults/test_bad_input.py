@@ -197,7 +197,11 @@ def test_a_cycle_saved_in_the_checkout(repo: Path, two_good, capsys):
 
 BRANCH_CASES = [c for c in ISSUE_CASES if c.name in (
     "toml-unterminated-string", "no-front-matter", "status-unknown", "priority-string", "depends-on-dotdot",
-    "depends-on-unknown", "depends-on-itself", "binary", "invalid-utf8", "huge-20mb", "name-not-an-id")]
+    "depends-on-unknown", "depends-on-itself", "binary", "invalid-utf8")]
+# on the branch, these break a trust rule (docs/SECURITY.md): the commit is refused whole
+REFUSED_CASES = [(c, rule) for c in ISSUE_CASES for name, rule in (
+    ("huge-20mb", "over the limit of"), ("name-not-an-id", "a file the hive/state layout does not define"))
+    if c.name == name]
 
 
 @pytest.mark.timeout(60)
@@ -216,6 +220,28 @@ def test_bad_issue_file_committed_on_the_state_branch(case: IssueCase, repo: Pat
     assert err.startswith(f"warning: issues/{case.file}:{case.line}: ") and case.reason in err, err
     listed = {i["id"]: i for i in json.loads(out)}
     assert {i: listed.get(i) for i in two_good} == two_good       # the others intact
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case,rule", REFUSED_CASES, ids=[c.name for c, _ in REFUSED_CASES])
+def test_unsafe_issue_file_committed_on_the_state_branch_is_refused(case: IssueCase, rule: str, repo: Path,
+                                                                     two_good, git, capsys):
+    issue_id = case.file[:-3]
+    data = case.data(issue_id) if callable(case.data) else case.data
+    before = state_tip(repo)
+    (repo / ".hive" / "issues" / case.file).write_bytes(data)
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-q", "-m", "a bad file, committed by hand", cwd=repo / ".hive")
+    refused = state_tip(repo)
+
+    code, out, err = cli(capsys, "list", "--json")
+
+    assert code == 0, err
+    first = err.splitlines()[0]
+    assert first.startswith(f"warning: hive/state: refused hive/state at {refused[:12]}: issues/{case.file}: ")
+    assert rule in first, err
+    assert state_tip(repo) == before                               # taken back to the last adopted
+    assert {i["id"]: i for i in json.loads(out)} == two_good        # the others intact
 
 
 def test_bad_notes_line_committed_on_the_state_branch(repo: Path, two_good, git, capsys):
