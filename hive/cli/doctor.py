@@ -17,7 +17,8 @@ from hive.errors import BadInput, HiveError
 def checks(fix: bool) -> list[tuple[bool, str]]:
     """(ok, message) for every part of the setup."""
     from hive import git
-    from hive.initialize import CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize
+    from hive.initialize import (CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize,
+                                 missing_target_branch)
     from hive.project import Project
 
     paths = git.discover()
@@ -63,6 +64,8 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
         results.append((False, f"config: {exc}"))
         return results
     results.append((True, "config"))
+    missing = missing_target_branch(paths, config.target_branch)
+    results.append((missing is None, missing or f"target branch {config.target_branch}"))
     for role in ("worker", "refinery", "queen"):
         backend = config.backend_for(role)
         if backend in ("claude", "codex"):

@@ -27,8 +27,13 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     from hive.project import Project
     from hive.runtime import DaemonLock
 
+    from hive.initialize import missing_target_branch
+
     project = Project.open()
     project.sync()
+    missing = missing_target_branch(project.paths, project.config.target_branch)
+    if missing:
+        raise HiveError(missing)
     if detach:
         holder = DaemonLock(project.paths).holder()
         if holder:
