@@ -97,10 +97,21 @@ class Project:
         few times a second, so a burst of state writes costs one refresh, not one each.
         """
         if self.defer_checkout is None:
-            self.checkout.refresh()
+            self._refresh_after_write()
         else:
             self.defer_checkout()
         return self.update_index()
+
+    def _refresh_after_write(self) -> None:
+        """Bring `.hive/` up to date after a write that is already committed: failing here must
+        not fail the command (a retry would repeat the write), so it is a warning."""
+        import pygit2   # loaded already: the write went through the store
+
+        try:
+            self.checkout.refresh()
+        except (OSError, HiveError, pygit2.GitError) as exc:
+            print(f"warning: the change is committed on {git.STATE_BRANCH}, but .hive/ could not be "
+                  f"updated ({exc}); `git hive doctor --fix` repairs it", file=sys.stderr)
 
     def update_index(self) -> list[Problem]:
         """Catch the index up with `hive/state` (from this process's last write when that is all

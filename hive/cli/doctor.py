@@ -23,6 +23,8 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
 
     paths = git.discover()
     if fix:
+        for worktree in git.repair_worktree_links(paths, force=True):
+            click.echo(f"repaired the link of {worktree} (the repository folder moved)")
         initialize()
     results: list[tuple[bool, str]] = []
     tip = git.read_ref(paths.common_dir, git.STATE_REF)
