@@ -142,6 +142,27 @@ def repair_worktree_links(paths: RepoPaths, *, force: bool = False) -> list[Path
     return repaired
 
 
+def damaged_checkout_index(paths: RepoPaths) -> Path | None:
+    """The git index of `.hive/` if it is not an index at all (garbage, cut short at the
+    header): libgit2 then fails every read. None if it is fine or absent."""
+    try:
+        index = _admin_of(paths.state_checkout / ".git") / "index"
+        with open(index, "rb") as data:
+            header = data.read(12)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return paths.state_checkout
+    return None if header[:4] == b"DIRC" and len(header) == 12 else index
+
+
+def rebuild_checkout_index(paths: RepoPaths, index: Path) -> None:
+    """Replace a damaged `.hive/` index by the tree of `hive/state`. The files in `.hive/` are
+    left as they are (an edit stays an edit: hive's own records say what was written)."""
+    index.unlink(missing_ok=True)
+    run(["read-tree", "HEAD"], paths.state_checkout)
+
+
 def _admin_of(dot_git: Path) -> Path:
     text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
     admin = Path(text[len("gitdir:"):].strip())

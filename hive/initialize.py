@@ -18,7 +18,7 @@ import pygit2
 from hive import config, git
 from hive.errors import HiveError
 from hive.project import Project
-from hive.state import layout
+from hive.state import layout, lost
 from hive.state.store import Change, StateStore
 
 CHECKOUT_WORKTREE_NAME = "hive-state"
@@ -112,6 +112,10 @@ def missing_target_branch(paths: git.RepoPaths, target: str) -> str | None:
 def _create_state_branch(store: StateStore, done: list[str]) -> None:
     repo = store.repo
     if store.tip() is not None:
+        return
+    if lost.had_state(store.paths):   # never an empty state over the data of an earlier one
+        trace = Project(store.paths).recover_state()
+        done.append(f"recovered {git.STATE_BRANCH} from {trace.where}")
         return
     for remote in repo.remotes:
         shared = repo.references.get(f"refs/remotes/{remote.name}/{git.STATE_BRANCH}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Collection
 
 from hive import git
 from hive.errors import HiveError
+from hive.state import lost
 from hive.state.checkout import Absorbed, Checkout, Edit
 from hive.state.index import Index, Problem
 
@@ -34,8 +35,22 @@ class Project:
     def open(cls, where: Path | str | None = None, *, require_init: bool = True) -> "Project":
         project = cls(git.discover(where))
         if require_init and project.store_tip() is None:
-            raise HiveError("this repository has no hive yet: run `git hive init`")
+            if not lost.had_state(project.paths):
+                raise HiveError("this repository has no hive yet: run `git hive init`")
+            project.recover_state()
         return project
+
+    def recover_state(self) -> "lost.Trace":
+        """`hive/state` is missing where a hive was: put it back from where it was remembered,
+        or stop (HiveError) saying where the data may be."""
+        trace = lost.recover(self.store)
+        if trace is None:
+            if self.store_tip() is not None:
+                return lost.Trace("another process's recovery", self.store_tip() or "")
+            raise HiveError(lost.lost_message(self.paths))
+        print(f"warning: {git.STATE_BRANCH} was missing: recovered it at {trace.commit[:10]} "
+              f"from {trace.where}", file=sys.stderr)
+        return trace
 
     @cached_property
     def store(self) -> "StateStore":

@@ -134,7 +134,12 @@ def edit(issue_id: str) -> None:
     path = project.paths.state_checkout / project.index.path_of(issue_id)
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     while True:
-        if subprocess.call([*_split(editor), str(path)]) != 0:
+        try:
+            code = subprocess.call([*_split(editor), str(path)])
+        except OSError as exc:
+            raise HiveError(f"cannot start the editor {editor!r} (from $VISUAL/$EDITOR): "
+                            f"{exc.strerror or exc}; {path} is left as it is") from None
+        if code != 0:
             raise HiveError(f"{editor} exited with an error; {path} is left as it is")
         problems = project.absorb().problems
         mine = [p for p in problems if (p.where or "").startswith(f".hive/{path.relative_to(project.paths.state_checkout)}")]
@@ -150,7 +155,10 @@ def edit(issue_id: str) -> None:
 def _split(command: str) -> list[str]:
     import shlex
 
-    return shlex.split(command)
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise BadInput(f"$VISUAL/$EDITOR {command!r} cannot be read as a command: {exc}") from None
 
 
 @click.command()

@@ -34,6 +34,7 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     missing = missing_target_branch(project.paths, project.config.target_branch)
     if missing:
         raise HiveError(missing)
+    _require_agent_clis(project, backend)
     if detach:
         holder = DaemonLock(project.paths).holder()
         if holder:
@@ -62,6 +63,17 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
         raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
     daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote)
     asyncio.run(daemon.run())
+
+
+def _require_agent_clis(project, backend: str | None) -> None:
+    import dataclasses
+
+    from hive.cli.preflight import require_agent_clis
+
+    config = project.config
+    if backend:
+        config = dataclasses.replace(config, backend=backend, worker_backend="", refinery_backend="")
+    require_agent_clis(config, ("worker", "refinery"))
 
 
 @click.command()
