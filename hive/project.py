@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Collection
 
 from hive import git
 from hive.errors import HiveError
-from hive.state import lost
+from hive.state import issue_file, layout, lost
 from hive.state.checkout import Absorbed, Checkout, Edit
 from hive.state.index import Index, Problem
 
@@ -102,6 +102,10 @@ class Project:
 
         committed = commit_edit(self.store, self.index, edit)
         self.update_index()
+        issue_id = layout.issue_id_of(edit.path)
+        if committed is not None and issue_id is not None:
+            for hint in issue_file.key_hints(issue_file.parse(committed, issue_id, f".hive/{edit.path}")):
+                print(f"warning: .hive/{edit.path}: {hint}", file=sys.stderr)
         return committed
 
     def after_write(self) -> list[Problem]:

@@ -242,7 +242,9 @@ class MergeProcessor:
             await asyncio.to_thread(worktrees.recreate, paths, issue.id)
         verdict = await self.refinery.resolve(issue, worktree, target, detail)
         self._update(entry, detail=f"refinery answered: {verdict.status}")
-        self.host.log(f"{issue.id} refinery: {verdict.status} {verdict.summary[:80]}")
+        said = verdict.summary[:80]
+        self.host.log(f"{issue.id} refinery: " + (said if said.lower().startswith(verdict.status)
+                                                  else f"{verdict.status} {said}".rstrip()))
         if verdict.status == "crashed":
             if attempts >= 2:
                 self._escalate(issue, entry, f"the refinery crashed twice: {verdict.summary}")
