@@ -16,7 +16,8 @@ from hive.errors import HiveError
 @click.option("--max-agents", type=click.IntRange(min=1), default=None, help="Workers at once (config max_agents).")
 @click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
               help="Use this backend for every role.")
-@click.option("--until-idle", is_flag=True, help="Exit when nothing is ready, running or merging.")
+@click.option("--until-idle", is_flag=True,
+              help="Exit when nothing is ready, running or merging; exit 1 naming any merge that waits for you.")
 @click.option("--detach", is_flag=True, help="Run in the background; `git hive stop` ends it.")
 @click.option("--remote", default=None, help="Share the queue through this remote (config sync_remote).")
 def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool, remote: str | None) -> None:
@@ -63,6 +64,10 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
         raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
     daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote)
     asyncio.run(daemon.run())
+    if daemon.waiting_merges:
+        first = daemon.waiting_merges[0]
+        more = f" (and {len(daemon.waiting_merges) - 1} more: `git hive status`)" if len(daemon.waiting_merges) > 1 else ""
+        raise HiveError(f"idle, but the merge of {first.issue_id} waits: {first.detail}{more}")
 
 
 def _require_agent_clis(project, backend: str | None) -> None:

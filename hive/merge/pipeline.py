@@ -92,6 +92,10 @@ class MergeProcessor:
         """Nothing to merge right now (entries waiting on a person do not count)."""
         return not self._busy and all(e.state == "waiting" for e in self.entries())
 
+    def waiting(self) -> list[Entry]:
+        """The entries that wait for a person (a dirty checkout of the target, an unreachable remote)."""
+        return [e for e in self.entries() if e.state == "waiting"]
+
     def scan(self) -> None:
         """Queue every done issue whose branch exists but is not queued (a person's, or after a restart)."""
         queued = {e.issue_id for e in self.entries()}
