@@ -78,3 +78,15 @@ def test_a_missing_git_identity_is_warned_once(repo, git_env, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("warning: no git identity") == 1
+
+
+def test_an_escalated_issue_says_how_to_recover(repo, hive, git):
+    issue = hive("create", "stuck", cwd=repo).stdout.strip()
+    hive("update", issue, "--status", "escalated", "--force", cwd=repo)
+    worktree = repo / ".git" / "hive" / "worktrees" / issue
+    git("worktree", "add", "-q", "-b", f"hive/work/{issue}", str(worktree), cwd=repo)
+    shown = hive("show", issue, cwd=repo).stdout
+    assert "escalated: hive needs you" in shown
+    assert f"the work is in {worktree}" in shown and f"`git hive update {issue} --status done`" in shown
+    assert f"`git hive retry {issue}`" in shown and f"`git hive cancel {issue}`" in shown
+    assert "hive needs you" not in hive("show", hive("create", "fine", cwd=repo).stdout.strip(), cwd=repo).stdout

@@ -124,6 +124,26 @@ def show(issue_id: str, as_json: bool) -> None:
     dependents = project.index.dependents_of(issue.id)
     if dependents:
         click.echo(f"\nblocks: {', '.join(sorted(dependents))}")
+    for line in recovery_steps(project, issue):
+        click.echo(line)
+
+
+def recovery_steps(project: Project, issue: issue_file.Issue) -> list[str]:
+    """How a person takes an escalated or failed issue on from here (README: "When hive asks
+    for you")."""
+    if issue.status not in ("escalated", "failed"):
+        return []
+    from hive.workspace import worktrees
+
+    worktree = worktrees.worktree_path(project.paths, issue.id)
+    steps = [f"\n{issue.status}: hive needs you (`git hive log {issue.id}` says why). To recover:"]
+    if worktree.exists():
+        steps.append(f"  - fix it yourself: the work is in {worktree} (branch {worktrees.branch_name(issue.id)});"
+                     f" commit there, then `git hive update {issue.id} --status done` queues the merge")
+    more = "or " if len(steps) > 1 else ""
+    steps += [f"  - {more}give it back to the agents with a fresh budget: `git hive retry {issue.id}`",
+              f"  - or drop it: `git hive cancel {issue.id}`"]
+    return steps
 
 
 @click.command()
