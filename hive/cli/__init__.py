@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+ONE_REPOSITORY = ("a git hive process works on one repository; start one per repository "
+                  "(`git hive -C A run --detach` and `git hive -C B run --detach`)")
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -71,8 +75,7 @@ class LazyGroup(click.Group):
 def cli(ctx: click.Context, directories: tuple[str, ...]) -> None:
     """git hive: run many LLM coding agents on one codebase, with the queue stored in git."""
     if len(directories) > 1:
-        raise BadUsage("-C is given more than once: a command works on one repository "
-                       "(to serve several from one process: `git hive run -C A -C B`)")
+        raise BadUsage(f"-C is given more than once: {ONE_REPOSITORY}")
     if directories:
         try:
             os.chdir(directories[0])

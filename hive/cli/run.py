@@ -20,9 +20,22 @@ from hive.errors import HiveError
               help="Exit when nothing is ready, running or merging; exit 1 naming any merge that waits for you.")
 @click.option("--detach", is_flag=True, help="Run in the background; `git hive stop` ends it.")
 @click.option("--remote", default=None, help="Share the queue through this remote (config sync_remote).")
-def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool, remote: str | None) -> None:
+@click.option("-C", "directories", multiple=True, metavar="DIR", help="Run in this repository (once).")
+def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool, remote: str | None,
+        directories: tuple[str, ...]) -> None:
     """Run the agents: claim ready issues, work them in worktrees, merge the results."""
     import asyncio
+
+    from hive.cli import ONE_REPOSITORY
+    from hive.errors import BadInput
+
+    if len(directories) > 1:
+        raise BadInput(f"-C is given more than once: {ONE_REPOSITORY}")
+    if directories:
+        try:
+            os.chdir(directories[0])
+        except OSError as exc:
+            raise BadInput(f"-C {directories[0]}: {exc.strerror or exc}") from None
 
     from hive.orchestrator.assemble import build_daemon
     from hive.project import Project

@@ -55,6 +55,8 @@ CASES = [
          codes=(2,)),
     Case("missing-directory", ("-C", "/nonexistent/hive-test", "list"), "-C /nonexistent/hive-test", codes=(2,)),
     Case("two-directories", ("-C", "{repo}", "-C", "{repo}", "list"), "-C is given more than once", codes=(2,)),
+    Case("run-two-directories", ("run", "-C", "{repo}", "-C", "{repo}", "--backend", "scripted"),
+         "-C is given more than once", codes=(2,)),
     Case("demo-keep-existing", ("demo", "--keep", "{repo}"), "it exists and is not empty", codes=(2,)),
     Case("status-garbage-runtime", ("status",), "runtime.db is not a usable database", breaks=_runtime_garbage),
     Case("run-garbage-runtime", ("run", "--until-idle", "--backend", "scripted"), "runtime.db is not a usable database",
