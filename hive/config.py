@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hive.errors import BadInput
-from hive.git import read_ref
+from hive.git import read_ref, run
 
 if TYPE_CHECKING:
     from hive.git import RepoPaths
@@ -418,6 +418,38 @@ def _project_layer(repo: RepoPaths, base_target: str, base_source: str,
         target, target_source = named, f"project: {where}"
 
 
+RECORDED_KEY = "hive.targetBranch"
+RECORDED_SOURCE = f"recorded by init: {RECORDED_KEY} in .git/config"
+
+
+def recorded_target_branch(repo: RepoPaths) -> str | None:
+    """The target branch `git hive init` recorded for this repository (it replaces the built-in
+    default `main`; every other layer still wins over it). None if none was recorded."""
+    proc = run(["config", "--file", str(repo.common_dir / "config"), "--get", RECORDED_KEY],
+               repo.common_dir, check=False)
+    value = proc.stdout.strip() if proc.returncode == 0 else ""
+    if not value:
+        return None
+    problem = _problem("target_branch", value)
+    if problem:
+        raise BadInput(f"{problem} (fix it with `git config {RECORDED_KEY} BRANCH`)",
+                       str(repo.common_dir / "config"))
+    return value
+
+
+def pending(repo: RepoPaths) -> dict[str, Any]:
+    """Keys the main worktree's `.hive.toml` sets to a value that is not in effect (because the
+    file is not the one on the target branch, or a later layer wins): key -> the file's value."""
+    path = project_path(repo)
+    try:
+        text = _read_text(path, project=True)
+        data = {} if text is None else _parse_toml(text, str(path))
+    except BadInput:
+        return {}
+    effective = load(repo).as_dict()
+    return {k: v for k, v in data.items() if k in effective and effective[k] != v}
+
+
 def _env_layer() -> dict[str, Any]:
     values = {}
     for key in KEYS.values():
@@ -433,6 +465,10 @@ def _env_layer() -> dict[str, Any]:
 def _resolve(repo: RepoPaths | None) -> tuple[dict[str, Any], dict[str, str]]:
     values = {name: copy.deepcopy(key.default) for name, key in KEYS.items()}
     sources = dict.fromkeys(KEYS, "default")
+    if repo is not None:
+        recorded = recorded_target_branch(repo)
+        if recorded is not None:
+            values["target_branch"], sources["target_branch"] = recorded, RECORDED_SOURCE
 
     def apply(layer_values: dict[str, Any], label: str) -> None:
         for name, value in layer_values.items():

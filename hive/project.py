@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Collection
 
 from hive import git
 from hive.errors import HiveError
+from hive.state import issue_file, layout, lost
 from hive.state.checkout import Absorbed, Checkout, Edit
 from hive.state.index import Index, Problem
 
@@ -34,8 +35,22 @@ class Project:
     def open(cls, where: Path | str | None = None, *, require_init: bool = True) -> "Project":
         project = cls(git.discover(where))
         if require_init and project.store_tip() is None:
-            raise HiveError("this repository has no hive yet: run `git hive init`")
+            if not lost.had_state(project.paths):
+                raise HiveError("this repository has no hive yet: run `git hive init`")
+            project.recover_state()
         return project
+
+    def recover_state(self) -> "lost.Trace":
+        """`hive/state` is missing where a hive was: put it back from where it was remembered,
+        or stop (HiveError) saying where the data may be."""
+        trace = lost.recover(self.store)
+        if trace is None:
+            if self.store_tip() is not None:
+                return lost.Trace("another process's recovery", self.store_tip() or "")
+            raise HiveError(lost.lost_message(self.paths))
+        print(f"warning: {git.STATE_BRANCH} was missing: recovered it at {trace.commit[:10]} "
+              f"from {trace.where}", file=sys.stderr)
+        return trace
 
     @cached_property
     def store(self) -> "StateStore":
@@ -90,6 +105,10 @@ class Project:
 
         committed = commit_edit(self.store, self.index, edit)
         self.update_index()
+        issue_id = layout.issue_id_of(edit.path)
+        if committed is not None and issue_id is not None:
+            for hint in issue_file.key_hints(issue_file.parse(committed, issue_id, f".hive/{edit.path}")):
+                print(f"warning: .hive/{edit.path}: {hint}", file=sys.stderr)
         return committed
 
     def after_write(self) -> list[Problem]:
@@ -101,7 +120,7 @@ class Project:
         """
         problems = self.update_index()
         if self.defer_checkout is None:
-            self.checkout.refresh()
+            self._refresh_after_write()
         else:
             self.defer_checkout()
         return problems
@@ -110,6 +129,17 @@ class Project:
         """The newest commit of `hive/state` that passed the trust check: what `.hive/` follows."""
         self.update_index()
         return self.index.indexed_commit or None
+
+    def _refresh_after_write(self) -> None:
+        """Bring `.hive/` up to date after a write that is already committed: failing here must
+        not fail the command (a retry would repeat the write), so it is a warning."""
+        import pygit2   # loaded already: the write went through the store
+
+        try:
+            self.checkout.refresh()
+        except (OSError, HiveError, pygit2.GitError) as exc:
+            print(f"warning: the change is committed on {git.STATE_BRANCH}, but .hive/ could not be "
+                  f"updated ({exc}); `git hive doctor --fix` repairs it", file=sys.stderr)
 
     def update_index(self) -> list[Problem]:
         """Catch the index up with `hive/state` (from this process's last write when that is all

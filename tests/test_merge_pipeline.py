@@ -67,11 +67,11 @@ def script(tmp_path: Path) -> Callable[[dict], str]:
 def run_hive(git_env: Path) -> Callable[..., str]:
     """`run_hive(script_path, max_agents=2, **env)`: `git hive run --backend scripted --until-idle`.
 
-    Fails the test if the daemon does not exit 0 (a loop shows up as the RUN_TIMEOUT expiring).
-    Returns the daemon's log (stdout).
+    Fails the test if the daemon does not exit `expect` (0; a loop shows up as the RUN_TIMEOUT expiring).
+    Returns the daemon's log (stdout, then stderr).
     """
 
-    def run(script_path: str, max_agents: int = 2, **env: str) -> str:
+    def run(script_path: str, max_agents: int = 2, expect: int = 0, **env: str) -> str:
         environ = {"HIVE_SCRIPTED_SCRIPT": script_path, **env}
         try:
             proc = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "scripted", "--until-idle",
@@ -81,8 +81,8 @@ def run_hive(git_env: Path) -> Callable[..., str]:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             raise AssertionError(f"`git hive run --until-idle` still running after {RUN_TIMEOUT}s:\n"
                                  + "\n".join(out.splitlines()[-40:])) from None
-        assert proc.returncode == 0, f"run exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        return proc.stdout
+        assert proc.returncode == expect, f"run exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout + proc.stderr
 
     return run
 
@@ -584,8 +584,9 @@ def test_a_dirty_checkout_of_the_target_is_never_overwritten(repo, paths, new_is
     test_runs = tmp_path / "test-runs"
     tests = {"HIVE_TEST_COMMAND": f'echo run >> "{test_runs}"'}
 
-    log = run_hive(path, **tests)
+    log = run_hive(path, expect=1, **tests)   # --until-idle ends naming the merge that waits
 
+    assert f"git hive: idle, but the merge of {issue} waits: " in log and "README.md" in log
     assert (repo / "README.md").read_text() == mine          # nothing lost
     assert git("rev-parse", "main").stdout.strip() == main_before
     assert status_of(issue) == "done", log

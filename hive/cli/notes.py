@@ -18,6 +18,10 @@ def note(text: str, category: str, issue_id: str) -> None:
     """Add a note that later agents get in their prompts."""
     from hive import issues
 
+    if not text.strip():
+        from hive.errors import BadInput
+
+        raise BadInput("the note is empty")
     project = open_project()
     issue_id = resolve(project, issue_id) if issue_id else ""
     line = issues.note_line(text, category, issue=issue_id)

@@ -6,7 +6,7 @@ import json
 import re
 import shutil
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import click
 
@@ -59,9 +59,17 @@ def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
         click.echo(line(row))
 
 
-def issue_rows(issues: Iterable[Issue]) -> list[list[str]]:
-    return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-",
-             ",".join(i.depends_on) or "-", i.title] for i in issues]
+FINISHED_BLOCKER = ("done", "finalized", "canceled")   # a blocker in these blocks no more
+
+
+def issue_rows(issues: Iterable[Issue], status_of: Callable[[str], str | None] | None = None) -> list[list[str]]:
+    """Table rows; BLOCKED BY leaves out the blockers that `status_of` says are finished."""
+    def blocking(issue: Issue) -> str:
+        left = [b for b in issue.depends_on if status_of is None or status_of(b) not in FINISHED_BLOCKER]
+        return ",".join(left) or "-"
+
+    return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-", blocking(i), i.title]
+            for i in issues]
 
 
 ISSUE_HEADERS = ("ID", "STATUS", "PRI", "TYPE", "ASSIGNEE", "BLOCKED BY", "TITLE")

@@ -17,10 +17,12 @@ def _queen_backend(project, backend: str | None):
     import dataclasses
 
     from hive.backends.registry import backend_for_role
+    from hive.cli.preflight import require_agent_clis
 
     config = project.config
     if backend:
         config = dataclasses.replace(config, queen_backend=backend)
+    require_agent_clis(config, ("queen",))   # before a plan branch exists that would need removing
     paths = project.paths
     return backend_for_role(config, "queen", str(paths.hive_dir), str(paths.main_worktree))
 

@@ -92,6 +92,10 @@ class MergeProcessor:
         """Nothing to merge right now (entries waiting on a person do not count)."""
         return not self._busy and all(e.state == "waiting" for e in self.entries())
 
+    def waiting(self) -> list[Entry]:
+        """The entries that wait for a person (a dirty checkout of the target, an unreachable remote)."""
+        return [e for e in self.entries() if e.state == "waiting"]
+
     def scan(self) -> None:
         """Queue every done issue whose branch exists but is not queued (a person's, or after a restart)."""
         queued = {e.issue_id for e in self.entries()}
@@ -242,7 +246,9 @@ class MergeProcessor:
             await asyncio.to_thread(worktrees.recreate, paths, issue.id)
         verdict = await self.refinery.resolve(issue, worktree, target, detail)
         self._update(entry, detail=f"refinery answered: {verdict.status}")
-        self.host.log(f"{issue.id} refinery: {verdict.status} {verdict.summary[:80]}")
+        said = verdict.summary[:80]
+        self.host.log(f"{issue.id} refinery: " + (said if said.lower().startswith(verdict.status)
+                                                  else f"{verdict.status} {said}".rstrip()))
         if verdict.status == "crashed":
             if attempts >= 2:
                 self._escalate(issue, entry, f"the refinery crashed twice: {verdict.summary}")

@@ -56,6 +56,7 @@ class Daemon:
         self.config = config
         self.max_agents = max_agents or config.max_agents
         self.until_idle = until_idle
+        self.waiting_merges: list = []   # --until-idle: the merges still waiting when it ended
         self.runtime = Runtime(project.paths)
         self.lock = DaemonLock(project.paths)
         self.running: dict[str, Worker] = {}
@@ -170,7 +171,9 @@ class Daemon:
             if self.shared is not None:
                 self.shared.local_changed()
             if self.until_idle and self._idle():
-                self.log("idle: nothing ready, nothing running")
+                self.waiting_merges = self.merge.waiting() if self.merge is not None else []
+                self.log("idle: nothing ready, nothing running" + (
+                    f"; {len(self.waiting_merges)} merge(s) wait for you" if self.waiting_merges else ""))
                 return
             await self.wake.wait()
 

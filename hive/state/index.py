@@ -371,7 +371,7 @@ class Index:
                         "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
         if rows:
             self._store_rows(rows, deps, changed_ids)
-        problems.extend(self._graph_problems(changed_ids, walk_ids))
+        problems.extend(self._graph_problems(changed_ids, walk_ids, repo))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                        (problem.path, problem.location, problem.message))
@@ -388,7 +388,17 @@ class Index:
         db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({named})", rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
 
-    def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None) -> list[Problem]:
+    def _depends_on_at(self, repo: "pygit2.Repository | None", path: str) -> str:
+        """`path:line` of the `depends_on` line of the indexed version of an issue file."""
+        row = self.db.execute("SELECT blob FROM issues WHERE path = ?", (path,)).fetchone() if repo else None
+        try:
+            line = issue_file.line_of(repo[row[0]].data, "depends_on") if row and row[0] else 1
+        except (KeyError, ValueError):
+            line = 1
+        return f"{path}:{line}"
+
+    def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None,
+                        repo: "pygit2.Repository | None" = None) -> list[Problem]:
         """Unknown blockers and cycles reachable from the changed issues (kept, but reported)."""
         from hive.state.validate import find_cycle   # only when catching up: `list` never needs it
 
@@ -400,12 +410,12 @@ class Index:
             "LEFT JOIN issues b ON b.id = d.blocker_id WHERE b.id IS NULL AND d.issue_id IN "
             "(SELECT value FROM json_each(?))", (json.dumps(sorted(changed_ids)),)).fetchall()
         for row in unknown:
-            problems.append(Problem(row["path"], row["path"] + ":1",
+            problems.append(Problem(row["path"], self._depends_on_at(repo, row["path"]),
                                     f"{row['issue_id']} depends on unknown issue {row['blocker_id']}"))
         cycle = find_cycle(changed_ids if walk_ids is None else walk_ids, self.blockers_of)
         if cycle:
             path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
-            problems.append(Problem(path, path + ":1", "dependency cycle: " + " -> ".join(cycle)))
+            problems.append(Problem(path, self._depends_on_at(repo, path), "dependency cycle: " + " -> ".join(cycle)))
         return problems
 
     # -- queries ----------------------------------------------------------------------------

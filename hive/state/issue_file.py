@@ -107,6 +107,40 @@ def split(text: str, where: str) -> tuple[str, str, int]:
     raise BadInput("front matter is not closed: no second '+++' line", f"{where}:1")
 
 
+def human_size(size: int) -> str:
+    """`size` bytes as a person reads it: 512 bytes, 1.5 KiB, 1 MiB."""
+    if size < 1024:
+        return f"{size} bytes"
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            return f"{size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+def line_of(data: str | bytes, key: str) -> int:
+    """The line of a file where front-matter `key` is set (the front matter's first line if it
+    is not, or the file cannot be split)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    try:
+        front, _, first_line = split(text, "")
+    except BadInput:
+        return 1
+    return _line_of_key(front, key, first_line)
+
+
+def key_hints(issue: Issue) -> list[str]:
+    """A hint for each unknown front-matter key that looks like a misspelled known one."""
+    import difflib   # only when there are unknown keys
+
+    hints = []
+    for key in issue.extra:
+        near = difflib.get_close_matches(key, KNOWN_FIELDS, n=1, cutoff=0.75)
+        if near:
+            hints.append(f"unknown field {key!r} (did you mean {near[0]!r}?)")
+    return hints
+
+
 def _line_of_key(front: str, key: str, first_line: int) -> int:
     pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
     for offset, line in enumerate(front.split("\n")):
@@ -161,8 +195,8 @@ def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
     """Parse and validate one issue file. Raises BadInput naming `where:line` on any problem."""
     where = where or f"issues/{issue_id}.md"
     if len(data) > MAX_ISSUE_BYTES:
-        raise BadInput(f"{len(data)} bytes: an issue file may hold at most {MAX_ISSUE_BYTES} bytes",
-                       f"{where}:1")
+        raise BadInput(f"larger than {human_size(MAX_ISSUE_BYTES)}: an issue file may hold at most "
+                       f"{human_size(MAX_ISSUE_BYTES)}", f"{where}:1")
     if isinstance(data, bytes):
         if b"\0" in data:
             raise BadInput("binary content, not an issue file", f"{where}:1")
@@ -230,6 +264,8 @@ def from_meta(meta: dict[str, Any], body: str, issue_id: str, where: str,
     title = text_field("title").strip()
     if not title:
         raise fail("title", "field 'title' is empty")
+    if "\n" in title or "\r" in title:
+        raise fail("title", "field 'title' must be one line")
     status = text_field("status", "open")
     if status not in STATUSES:
         raise fail("status", f"bad status {status!r} (one of: {', '.join(STATUSES)})")
