@@ -387,7 +387,9 @@ def test_usage_and_cost_across_turns_and_resume(api: FakeAnthropic, claude_env: 
         await backend.send_message_async(sid, "second turn")
         assert (await rec.turn(sid, 2)).ok
         u2 = (await backend.get_session_status(sid)).usage
-        assert (u2.input_tokens, u2.output_tokens) == (3500, 150)
+        # uncached input, cache writes and cache reads kept apart, as Anthropic bills them
+        assert (u2.input_tokens, u2.cache_write_tokens, u2.cache_read_tokens, u2.output_tokens) == (3000, 100, 400, 150)
+        assert u2.counted_tokens == 3250 and u2.total_tokens == 3650
         turn1_cost, turn2_cost = u1.cost_usd, u2.cost_usd - u1.cost_usd
         assert turn1_cost > 0 and turn2_cost > 0
         # usage events carry the session totals
@@ -401,7 +403,7 @@ def test_usage_and_cost_across_turns_and_resume(api: FakeAnthropic, claude_env: 
         await backend.send_message_async(sid, "third turn")
         assert (await rec.turn(sid, 3)).ok
         u3 = (await backend.get_session_status(sid)).usage
-        assert (u3.input_tokens, u3.output_tokens) == (4500, 200)
+        assert (u3.input_tokens, u3.cache_write_tokens, u3.cache_read_tokens, u3.output_tokens) == (4000, 100, 400, 200)
         turn3_cost = u3.cost_usd - u2.cost_usd
         # one plain call (1000 in / 50 out) is half of turn 1's two calls: not the CLI's running
         # total, which after --resume includes everything before

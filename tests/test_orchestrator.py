@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -283,6 +284,39 @@ def test_a_provider_failure_costs_no_budget(repo: Path, tmp_path: Path, new_issu
     assert events_of(log, issue) == ["claimed", "retry", "done", "finalized"]
     [retry] = [c for c in log if c.issue == issue and c.event == "retry"]
     assert retry.trailers["Hive-Attempt"] == "1"
+
+
+def test_usage_is_recorded_as_billed_and_budgets_count_what_they_say(repo: Path, tmp_path: Path, new_issue,
+                                                                     state_log, list_json):
+    """A Claude-like worker of 40 calls rereads a 25k-token cached prefix on every call: 1M cache
+    reads, far over max_tokens_per_issue in all, yet it finishes (cache reads are not counted);
+    its done commit carries the split. A worker that loops is stopped by the cost cap, and the
+    escalation names the figures."""
+    call = {"tokens": {"input": 20, "cache_write": 600, "cache_read": 25_000, "output": 300, "cost_usd": 0.02}}
+    loop = {"tokens": {"input": 0, "cache_write": 0, "cache_read": 25_000, "output": 10, "cost_usd": 0.4}}
+    script = {"labels": {"long": work_steps([call] * 40), "loop": work_steps([loop] * 40)}}
+    ids = {label: new_issue(f"path {label}", labels=[label]) for label in script["labels"]}
+    env = daemon_env(write_script(tmp_path, script), max_cost_usd_per_issue=5)
+
+    run_until_idle(repo, env, max_agents=2)
+
+    final = statuses(list_json, repo)
+    log = state_log(repo)
+    assert final[ids["long"]] == "finalized"
+    [done] = [c for c in log if c.issue == ids["long"] and c.event == "done"]
+    # 40 calls + the closing `tokens` step of work_steps (100 uncached input, 10 output)
+    assert done.trailers["Hive-Input-Tokens"] == str(40 * 20 + 100)
+    assert done.trailers["Hive-Cache-Write-Tokens"] == str(40 * 600)
+    assert done.trailers["Hive-Cache-Read-Tokens"] == str(40 * 25_000)
+    assert done.trailers["Hive-Output-Tokens"] == str(40 * 300 + 10)
+    assert done.trailers["Hive-Tokens"] == str(40 * 920 + 110)
+    assert done.trailers["Hive-Cost-USD"] == "0.8000"
+    assert final[ids["loop"]] == "escalated"
+    [escalated] = [c for c in log if c.issue == ids["loop"] and c.event == "escalated"]
+    reason = escalated.trailers["Hive-Reason"]
+    assert "cost budget exceeded" in reason and "> max_cost_usd_per_issue $5.00" in reason
+    assert re.search(r"counted; cache reads [0-9,]+; \$[0-9.]+\)", reason)   # every figure shown
+    assert int(escalated.trailers["Hive-Cache-Read-Tokens"]) >= 13 * 25_000      # the spend that went over
 
 
 def test_retry_exhaustion_budget_and_failure_kinds(repo: Path, tmp_path: Path, new_issue, git, state_log,

@@ -21,7 +21,7 @@ from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
 from hive.backends.base import (BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend,
-                                Event)
+                                Event, Usage)
 from hive.backends.processes import reaped_by_pidfds
 from hive.config import Config
 from hive.errors import HiveError
@@ -70,6 +70,7 @@ class Daemon:
         self.stopping = asyncio.Event()
         self._watch_stop = asyncio.Event()   # awatch sets its stop event itself when it ends
         self.run_tokens = 0
+        self.run_usage = Usage()
         self.token_cap_reached = False
         self._log = log or (lambda line: print(line, flush=True))
         self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
@@ -385,7 +386,7 @@ class Daemon:
         worker = self._worker_of(event)
         usage = event.data
         if worker is not None:
-            worker.on_usage(usage.total_tokens, usage.cost_usd)
+            worker.on_usage(usage)
         elif self.merge is not None:
             self.merge.on_event(event)
 
@@ -417,12 +418,19 @@ class Daemon:
     async def wait_provider_healthy(self) -> None:
         await self.health.wait_healthy()
 
-    def tokens_spent(self, delta: int) -> None:
-        self.run_tokens += delta
-        cap = self.config.max_tokens_per_run
-        if cap and self.run_tokens > cap and not self.token_cap_reached:
+    def tokens_spent(self, delta: Usage) -> None:
+        """The run's caps (tokens counted as max_tokens_per_issue counts them; USD): once over
+        one, no new agent starts."""
+        self.run_usage = self.run_usage.plus(delta)
+        self.run_tokens = self.run_usage.counted_tokens
+        cap, cost_cap = self.config.max_tokens_per_run, self.config.max_cost_usd_per_run
+        over = ((cap and self.run_tokens > cap and f"{self.run_tokens:,} > max_tokens_per_run {cap:,}")
+                or (cost_cap and self.run_usage.cost_usd > cost_cap
+                    and f"${self.run_usage.cost_usd:.4f} > max_cost_usd_per_run ${cost_cap:.2f}"))
+        if over and not self.token_cap_reached:
             self.token_cap_reached = True
-            self.log(f"token cap for this run reached ({self.run_tokens} > {cap}): no new agents")
+            self.log(f"budget of this run reached ({over}; {lifecycle.usage_figures(self.run_usage)}): "
+                     "no new agents")
 
     # -- notes ----------------------------------------------------------------------------------
 
