@@ -375,6 +375,14 @@ def usage_figures(usage: Usage) -> str:
             f"{usage.cache_read_tokens:,}; ${usage.cost_usd:.4f}")
 
 
+def done_trailers(base: str, head: str, test_command: str, budget: Budget) -> dict[str, str]:
+    """What a done commit records: the work's base and head, its test command, its usage."""
+    trailers = {"Hive-Base": base, "Hive-Head": head}
+    if test_command:
+        trailers["Hive-Test-Command"] = _one_line(test_command)
+    return {**trailers, **usage_trailers(budget)}
+
+
 def usage_trailers(budget: Budget) -> dict[str, str]:
     """The issue's usage on its done or failed commit: any clone can add the records up."""
     usage = budget.usage

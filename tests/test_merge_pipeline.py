@@ -643,8 +643,9 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
     path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
                                         {"result": "success", "summary": "once"}]}})
     issue = new_issue("Exactly once")
-    marker = tmp_path / "tests-started"
-    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'touch "{marker}"; sleep 3'})
+    marker, pidfile = tmp_path / "tests-started", tmp_path / "test.pid"
+    # the killed daemon's test outlives it (its own process group) unless the next daemon ends it
+    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'echo $$ > "{pidfile}"; touch "{marker}"; exec sleep 120'})
     try:
         wait_for(marker.exists, "the merge's test command to start", timeout=30)
         daemon.send_signal(signal.SIGKILL)
@@ -655,8 +656,12 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
         daemon.communicate()
     assert status_of(issue) == "done"
     assert not git("ls-tree", "main", f"{issue}.txt").stdout
+    old_test = int(pidfile.read_text())
+    os.kill(old_test, 0)                        # still running after its daemon died
 
-    log = run_hive(path, HIVE_TEST_COMMAND="true")
+    # the new test fails if the old one still runs beside it (a zombie left to init does not run)
+    gone = f'test ! -e /proc/{old_test} || grep -q ") [ZX] " /proc/{old_test}/stat'
+    log = run_hive(path, HIVE_TEST_COMMAND=gone)
 
     assert status_of(issue) == "finalized", log
     assert_finalized_once(git, state_log, issue)

@@ -499,7 +499,9 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     # the first is quick; the others take 3 s on their first attempt (a re-run after the kill is quick)
     ids = [new_issue("quick")] + [new_issue(f"slow {i}", labels=["slow"]) for i in range(3)]
     script = {"labels": {"slow": work_steps([{"sleep": 3.0, "on_attempts": [1]}])}}
-    env = daemon_env(write_script(tmp_path, script), stall_seconds=60)
+    # no retry, no switch, the anomaly detector at its tightest: a crash charged to an issue escalates it
+    env = daemon_env(write_script(tmp_path, script), stall_seconds=60, max_retries=0, max_agent_switches=0,
+                     anomaly_failure_threshold=1)
     daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
 
     def mid_run() -> bool:
@@ -532,6 +534,33 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     assert work_branches(git, repo) == []
     worktrees = git("worktree", "list", "--porcelain", cwd=repo).stdout
     assert "hive/worktrees" not in worktrees
+
+
+def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: Path, tmp_path: Path, new_issue,
+                                                                          state_log, list_json, wait_for, procs):
+    """Killed after the agent committed and wrote its success result, before its turn ended: the
+    restart takes the work as done (no second attempt, no budget spent), and merges it."""
+    issue_id = new_issue("finishes, then the daemon dies")
+    script = {"labels": {}, "issues": {issue_id: [*work_steps(), {"sleep": 30, "on_attempts": [1]}]}}
+    env = daemon_env(write_script(tmp_path, script), max_retries=0, max_agent_switches=0)
+    daemon = procs.start(repo, env, "--until-idle", log=tmp_path / "daemon.log")
+    wait_for(lambda: (worktree_dir(repo, issue_id) / ".hive-result.jsonl").exists(), "the success result",
+             timeout=30)
+    pids = agent_pids(repo, issue_id)
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait(10)
+    procs.pids.update(pids)
+    assert statuses(list_json, repo)[issue_id] == "in_progress"
+
+    run_until_idle(repo, env)
+
+    assert statuses(list_json, repo)[issue_id] == "finalized"
+    log = state_log(repo)
+    assert events_of(log, issue_id) == ["claimed", "done", "finalized"]
+    [done] = [c for c in log if c.issue == issue_id and c.event == "done"]
+    assert done.trailers["Hive-Base"] and done.trailers["Hive-Head"]
+    assert len(prompts(repo, issue_id)) == 1                       # not redone
+    assert not [pid for pid in pids if alive(pid)]
 
 
 # -- 5. notes -------------------------------------------------------------------------------------

@@ -345,12 +345,10 @@ class Worker:
 
     def _finish_done(self, outcome: Outcome) -> None:
         assert self.worktree is not None
-        trailers = {"Hive-Base": self.worktree.base_commit,
-                    "Hive-Head": worktrees.head_of(self.project.paths, self.issue_id) or ""}
-        if outcome.test_command:
-            trailers["Hive-Test-Command"] = _one_line(outcome.test_command)
         # the record outlives the runtime budget
-        trailers.update(lifecycle.usage_trailers(self.host.runtime.budget(self.issue_id)))
+        trailers = lifecycle.done_trailers(self.worktree.base_commit,
+                                           worktrees.head_of(self.project.paths, self.issue_id) or "",
+                                           outcome.test_command, self.host.runtime.budget(self.issue_id))
         try:
             lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
         except TransitionRefused:
@@ -481,8 +479,4 @@ def _stored_usage(text: str) -> Usage:
         return Usage(**json.loads(text))
     except (ValueError, TypeError):
         return Usage()
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:500]
 
