@@ -41,7 +41,7 @@ from hive.backends.claude import ClaudeBackend
 from hive.backends.processes import group_alive
 from hive.agents import permissions
 from tests.fakes.anthropic_server import (
-    FakeAnthropic, Reply, Request, bash, error, result_text, stall, text, tool, write,
+    FakeAnthropic, Reply, Request, bash, billed_like_claude_code, error, result_text, stall, text, tool, write,
 )
 
 CLAUDE_VERSION = "2.1.332"
@@ -755,6 +755,52 @@ def test_run_works_an_issue_end_to_end(api: FakeAnthropic, repo: Path, hive: Cal
     worktree = Path(requests[0].cwd)
     assert worktree.name == issue_id and worktree.parent == repo / ".git" / "hive" / "worktrees"
     assert requests[0].body["model"] == "claude-sonnet-4-6"
+
+
+def budget_row(repo: Path, issue_id: str) -> dict[str, Any]:
+    db = sqlite3.connect(repo / ".git" / "hive" / "runtime.db")
+    db.row_factory = sqlite3.Row
+    try:
+        return dict(db.execute("SELECT * FROM budgets WHERE issue_id = ?", (issue_id,)).fetchone())
+    finally:
+        db.close()
+
+
+@needs_claude
+def test_a_worker_of_40_model_calls_billed_like_claude_code_finishes_within_the_default_budget(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, git: Callable[..., Any]) -> None:
+    """Each call rereads the ~25k-token prefix from the cache: over a million tokens in all, far
+    over max_tokens_per_issue had cache reads counted; the worker finishes, the reads recorded."""
+    issue_id = hive("create", "Long work", "-d", "Many small steps.").stdout.strip()
+    steps: list[Any] = [bash(f"echo step {n}", **billed_like_claude_code(n)) for n in range(40)]
+    steps += [write("hello.txt", "hello\n", **billed_like_claude_code(40)),
+              bash('git add hello.txt && git commit -q -m "Add hello.txt"', **billed_like_claude_code(41)),
+              write(".hive-result.jsonl", '{"status": "success", "summary": "done"}\n', **billed_like_claude_code(42)),
+              text("Done.", **billed_like_claude_code(43))]
+    api.script(*steps)
+    done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config"), timeout=300)
+    assert show(hive, issue_id)["status"] == "done", done.stdout
+    assert len(api.message_requests) == 44
+    budget = budget_row(repo, issue_id)
+    assert budget["cache_read_tokens"] > 1_000_000 > 200_000 > budget["tokens"]
+    assert budget["tokens"] == budget["input_tokens"] + budget["cache_write_tokens"] + budget["output_tokens"]
+    assert budget["cache_write_tokens"] == 25_000 + 43 * 400 and budget["output_tokens"] == 44 * 150
+    assert budget["cost_usd"] > 0   # the CLI's own total_cost_usd
+
+
+@needs_claude
+def test_a_looping_worker_is_stopped_by_the_budget_with_the_figures(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path) -> None:
+    issue_id = hive("create", "Loops", "-d", "Never ends.").stdout.strip()
+    api.script(*[bash("true", **billed_like_claude_code(n, growth=3000, output=1000)) for n in range(200)])
+    done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config"), timeout=300)
+    shown = show(hive, issue_id)
+    assert shown["status"] == "escalated", done.stdout
+    assert len(api.message_requests) < 200                      # stopped mid-loop, not at its end
+    reason = subprocess.run(["git", "log", "-1", "--format=%(trailers:key=Hive-Reason,valueonly)", "hive/state"],
+                            cwd=repo, capture_output=True, text=True).stdout
+    assert "token budget exceeded" in reason and "> max_tokens_per_issue 200,000" in reason, reason
+    assert "counted; cache reads" in reason
 
 
 @needs_claude
