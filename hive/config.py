@@ -57,8 +57,14 @@ class Config:
     worker_model: str = _key("claude-sonnet-4-6", "Model of the workers.", nonempty=True)
     refinery_model: str = _key("claude-opus-4-6", "Model of the refinery session.", nonempty=True)
     queen_model: str = _key("claude-opus-4-6", "Model of the queen (planning) session.", nonempty=True)
-    max_tokens_per_issue: int = _key(200_000, "Token budget of one issue; going over is a failure.")
-    max_tokens_per_run: int = _key(0, "Token budget of one `git hive run`; 0 = no cap.")
+    max_tokens_per_issue: int = _key(
+        200_000, "Token budget of one issue (uncached input + cache writes + output; cache reads are "
+                 "not counted here); going over is a failure.")
+    max_tokens_per_run: int = _key(0, "Token budget of one `git hive run`, counted the same way; 0 = no cap.")
+    max_cost_usd_per_issue: float = _key(
+        10.0, "USD budget of one issue, cache reads included; going over is a failure; 0 = no cap.")
+    max_cost_usd_per_run: float = _key(
+        100.0, "USD budget of one `git hive run`, cache reads included; then no new agents; 0 = no cap.")
     max_retries: int = _key(2, "Retries with the same agent before switching agents.")
     max_agent_switches: int = _key(2, "Fresh agents in a clean worktree before escalating.")
     anomaly_failure_threshold: int = _key(
@@ -164,6 +170,10 @@ def _problem(name: str, value: Any) -> str | None:
         if value < key.minimum:
             return f"{name} must be at least {key.minimum}, not {value}"
         return None
+    if expected is float:
+        if type(value) not in (int, float) or not 0 <= value < float("inf"):
+            return f"{name} must be a number of at least 0, not {_describe(value)}"
+        return None
     if expected is dict:
         return None if isinstance(value, dict) else f"{name} must be a table, not {_describe(value)}"
     if type(value) is not str:
@@ -210,6 +220,11 @@ def parse_value(key: str, text: str) -> Any:
             value: Any = int(text.strip(), 10)
         except ValueError:
             raise BadInput(f"{key} must be an integer, not {text!r}") from None
+    elif kind is float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise BadInput(f"{key} must be a number, not {text!r}") from None
     elif kind is dict:
         try:
             value = tomllib.loads("v = " + text)["v"]

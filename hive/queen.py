@@ -435,7 +435,7 @@ class Queen:
     async def _ask(self, text: str) -> TurnResult:
         if not self.session_id:
             config = self.project.config
-            spec = SessionSpec(role="queen", cwd=str(self.project.paths.main_worktree),
+            spec = SessionSpec(role="queen", cwd=str(self.directory),
                                model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT)
             self.session_id = await self.backend.create_session(spec)
         return await self.backend.run_turn(self.session_id, text)

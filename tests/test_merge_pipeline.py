@@ -382,16 +382,16 @@ def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, 
     assert any("renewing" in line for line in logs)
 
 
-def test_refinery_renewal_in_a_running_pipeline(repo, paths, new_issue, script, monkeypatch, status_of,
-                                                state_log):
-    """The daemon's own refinery, with the message threshold lowered: 3 tasks, threshold 2."""
+def test_refinery_sessions_start_in_the_worktree_of_their_task(repo, paths, new_issue, script, monkeypatch,
+                                                               status_of, tmp_path):
+    """The daemon's own refinery: each task's session is started in that task's worktree (so a CLI
+    reports it as the cwd), and a task in another worktree gets a session of its own."""
     from hive.orchestrator.assemble import build_daemon
-    from hive.merge import refinery as refinery_module
     from hive.project import Project
     from hive.runtime import Runtime
 
-    monkeypatch.setattr(refinery_module, "RENEW_MESSAGES", 2)
-    refinery = [{"cd": "{worktree}"}, {"result": {"status": "needs_human", "summary": "look at it"}}]
+    cwds = tmp_path / "cwds"
+    refinery = [{"run": f'pwd >> "{cwds}"'}, {"result": {"status": "needs_human", "summary": "look at it"}}]
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", script({"roles": {"refinery": refinery}}))
     monkeypatch.setenv("HIVE_TEST_COMMAND", "false")
     ids = [new_issue(f"Task {n}") for n in range(3)]
@@ -402,11 +402,11 @@ def test_refinery_renewal_in_a_running_pipeline(repo, paths, new_issue, script, 
     fresh.close()
 
     assert [status_of(i) for i in ids] == ["escalated"] * 3
-    started = refinery_sessions(paths)
-    assert len(started) == 2 and started[0] != started[1]
-    runtime = Runtime(paths)
-    assert runtime.get("refinery_renewals") == "1"
-    assert runtime.get("refinery_messages") == "1"
+    assert len(set(refinery_sessions(paths))) == 3
+    started_in = sorted(Path(line).name for line in cwds.read_text().split())
+    assert started_in == sorted(ids)
+    assert all(Path(line).parent == paths.worktrees_dir.resolve() for line in cwds.read_text().split())
+    assert not Runtime(paths).get("refinery_renewals")   # another worktree is no renewal
 
 
 # -- 5. a person's branch, routed to a running daemon -------------------------------------------------
@@ -644,8 +644,9 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
     path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
                                         {"result": "success", "summary": "once"}]}})
     issue = new_issue("Exactly once")
-    marker = tmp_path / "tests-started"
-    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'touch "{marker}"; sleep 3'})
+    marker, pidfile = tmp_path / "tests-started", tmp_path / "test.pid"
+    # the killed daemon's test outlives it (its own process group) unless the next daemon ends it
+    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'echo $$ > "{pidfile}"; touch "{marker}"; exec sleep 120'})
     try:
         wait_for(marker.exists, "the merge's test command to start", timeout=30)
         daemon.send_signal(signal.SIGKILL)
@@ -656,8 +657,12 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
         daemon.communicate()
     assert status_of(issue) == "done"
     assert not git("ls-tree", "main", f"{issue}.txt").stdout
+    old_test = int(pidfile.read_text())
+    os.kill(old_test, 0)                        # still running after its daemon died
 
-    log = run_hive(path, HIVE_TEST_COMMAND="true")
+    # the new test fails if the old one still runs beside it (a zombie left to init does not run)
+    gone = f'test ! -e /proc/{old_test} || grep -q ") [ZX] " /proc/{old_test}/stat'
+    log = run_hive(path, HIVE_TEST_COMMAND=gone)
 
     assert status_of(issue) == "finalized", log
     assert_finalized_once(git, state_log, issue)

@@ -32,10 +32,13 @@ class TestRun:
     timed_out: bool = False
 
 
-def run_test(command: str, cwd: Path, timeout: float) -> TestRun:
-    """Run a test command in a worktree, in its own process group, killed whole on timeout."""
+def run_test(command: str, cwd: Path, timeout: float, started: Callable[[int], None] = lambda _: None) -> TestRun:
+    """Run a test command in a worktree, in its own process group, killed whole on timeout.
+    `started(pid)` is told the group's leader at once (a daemon killed meanwhile leaves it
+    behind: the next one ends it before it touches the worktree)."""
     proc = subprocess.Popen(command, shell=True, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
+    started(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
         timed_out = False
@@ -72,7 +75,8 @@ Publish = Callable[[pygit2.Repository, str, str], FastForward]
 
 def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
-         trust_head: bool = False, target_ref: str = "", publish: Publish | None = None) -> Landing:
+         trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
+         test_started: Callable[[int], None] = lambda _: None) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
     `record(commit)` is called before the target moves, so that an interrupted merge can tell
@@ -113,7 +117,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             worktrees.sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)
         for command in test_commands:
-            result = run_test(command, worktree, timeout)
+            result = run_test(command, worktree, timeout, test_started)
             if not result.ok:
                 why = "timed out" if result.timed_out else "failed"
                 return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")

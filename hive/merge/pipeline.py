@@ -26,6 +26,7 @@ from hive.merge import mechanical
 from hive.merge.host import MergeHost
 from hive.merge.refinery import Refinery
 from hive.project import Project
+from hive.runtime import process_start_time
 from hive.runtime.merge_queue import Entry
 from hive.state import history
 from hive.state.issue_file import Issue
@@ -213,11 +214,22 @@ class MergeProcessor:
         await asyncio.to_thread(worktrees.prepare_for_merge, paths, issue.id, head)
         commands = [c for c in (entry.test_command, self.config.test_command) if c]
         shared = self.host.shared_target
-        landing = await asyncio.to_thread(
-            mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
-            self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
-            from_refinery, shared.target_ref if shared is not None else "",
-            shared.publish_target if shared is not None else None)
+        test_agent = f"test-{issue.id}"
+
+        def test_started(pid: int) -> None:   # listed like an agent: a later daemon ends it first
+            self.host.runtime.remove_agent(test_agent)
+            self.host.runtime.add_agent(id=test_agent, issue_id=issue.id, role="test", pid=pid,
+                                        pid_start=process_start_time(pid), worktree=str(worktrees.worktree_path(
+                                            paths, issue.id)))
+
+        try:
+            landing = await asyncio.to_thread(
+                mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
+                self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
+                from_refinery, shared.target_ref if shared is not None else "",
+                shared.publish_target if shared is not None else None, test_started)
+        finally:
+            self.host.runtime.remove_agent(test_agent)
         if landing.status == "merged":
             await self._finalize(issue, entry, landing.commit)
             return True

@@ -1,9 +1,11 @@
 """The refinery: one long-lived LLM session per project for the merges git cannot do alone.
 
 It gets a rebase conflict or failing test output plus the issue, works in the worker's worktree,
-and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session is
-reused across merges and renewed once it passes 100k tokens or 20 messages, so its context never
-overflows. A session that crashes is replaced.
+and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session starts
+in the worktree it works in (so the agent CLI reports that folder as its cwd, and `cd <worktree>
+&& git ...` is judged there); it is reused for the next task in the same worktree and renewed for
+another worktree, or once it passes 100k tokens or 20 messages, so its context never overflows. A
+session that crashes is replaced.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Refinery:
         self.tokens = 0
         self.renewals = 0
         self.root = ""                       # the worktree of the task in progress
+        self.cwd = ""                        # the worktree the session was started in
 
     def owns(self, session_id: str) -> bool:
         return bool(session_id) and session_id == self.session_id
@@ -52,8 +55,11 @@ class Refinery:
         if event.type == USAGE:
             self.tokens = event.data.total_tokens
             self.host.runtime.put("refinery_tokens", str(self.tokens))
+            self.host.runtime.update_agent(_agent_id(self.session_id), tokens=event.data.counted_tokens)
 
-    async def _session(self) -> str:
+    async def _session(self, worktree: Path) -> str:
+        if self.session_id and self.cwd != str(worktree):
+            await self.close()                 # a session starts in the worktree it works in
         if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
             self.host.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
             await self.close()
@@ -64,12 +70,11 @@ class Refinery:
             if status.state == "exited":
                 await self.close()
         if not self.session_id:
-            paths = self.host.project.paths
-            paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
-            spec = SessionSpec(role="refinery", cwd=str(paths.worktrees_dir),
+            spec = SessionSpec(role="refinery", cwd=str(worktree),
                                model=self.host.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
                                env=git.agent_git_env())
             self.session_id = await self.backend.create_session(spec)
+            self.cwd = str(worktree)
             self.messages = 0
             self.tokens = 0
             self.host.runtime.put("refinery_session", self.session_id)
@@ -80,7 +85,7 @@ class Refinery:
         """One refinery task; the verdict comes from the result file the session writes."""
         (worktree / protocol.RESULT_FILE).unlink(missing_ok=True)
         try:
-            session = await self._session()
+            session = await self._session(worktree)
         except Exception as exc:  # noqa: BLE001 - a refinery that cannot start counts as a crash
             return Verdict("crashed", f"could not start a refinery session: {exc}")
         self.root = str(worktree)

@@ -21,7 +21,7 @@ from hive import git, lifecycle
 from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
-from hive.backends.base import BUSY, EXITED, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend, Event
+from hive.backends.base import BUSY, EXITED, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend, Event, Usage
 from hive.backends.processes import reaped_by_pidfds
 from hive.config import Config
 from hive.errors import HiveError
@@ -71,6 +71,7 @@ class Daemon:
         self.stopping = asyncio.Event()
         self._watch_stop = asyncio.Event()   # awatch sets its stop event itself when it ends
         self.run_tokens = 0
+        self.run_usage = Usage()
         self.token_cap_reached = False
         self._log = log or (lambda line: print(line, flush=True))
         self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
@@ -373,7 +374,7 @@ class Daemon:
         worker = self._worker_of(event)
         usage = event.data
         if worker is not None:
-            self.tokens_spent(worker.on_usage(usage.total_tokens, usage.cost_usd))
+            self.tokens_spent(worker.on_usage(usage))
         elif self.merge is not None:
             self.merge.on_event(event)
 
@@ -399,12 +400,19 @@ class Daemon:
 
     # -- degraded mode: the provider keeps failing (see degraded.py) ---------------------------
 
-    def tokens_spent(self, delta: int) -> None:
-        self.run_tokens += delta
-        cap = self.config.max_tokens_per_run
-        if cap and self.run_tokens > cap and not self.token_cap_reached:
+    def tokens_spent(self, delta: Usage) -> None:
+        """The run's caps (tokens counted as max_tokens_per_issue counts them; USD): once over
+        one, no new agent starts."""
+        self.run_usage = self.run_usage.plus(delta)
+        self.run_tokens = self.run_usage.counted_tokens
+        cap, cost_cap = self.config.max_tokens_per_run, self.config.max_cost_usd_per_run
+        over = ((cap and self.run_tokens > cap and f"{self.run_tokens:,} > max_tokens_per_run {cap:,}")
+                or (cost_cap and self.run_usage.cost_usd > cost_cap
+                    and f"${self.run_usage.cost_usd:.4f} > max_cost_usd_per_run ${cost_cap:.2f}"))
+        if over and not self.token_cap_reached:
             self.token_cap_reached = True
-            self.log(f"token cap for this run reached ({self.run_tokens} > {cap}): no new agents")
+            self.log(f"budget of this run reached ({over}; {lifecycle.usage_figures(self.run_usage)}): "
+                     "no new agents")
 
     # -- notes ----------------------------------------------------------------------------------
 

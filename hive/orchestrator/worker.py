@@ -10,15 +10,16 @@ backend's usage, activity and permission events of the worker's session to it.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ContextManager, Protocol
 
 from hive import git, lifecycle
 from hive.agents import protocol
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
-from hive.backends.base import Backend, SessionSpec, TurnResult
+from hive.backends.base import Backend, SessionSpec, TurnResult, Usage
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.orchestrator.degraded import ProviderHealth
@@ -86,7 +87,7 @@ class Worker:
         self.turn_abort_reason = ""    # why hive aborted the turn in progress (stall, budget)
         self.watch: asyncio.Task[None] | None = None   # the worktree's notes and result files
         self.notes_offset = 0
-        self.session_tokens = 0
+        self.session_usage = Usage()
         self.last_activity = time.monotonic()
         self.started = time.time()
         self.stop_reason = ""          # set when the daemon cancels this worker
@@ -285,10 +286,10 @@ class Worker:
                                 **git.agent_git_env()})
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
-            self.session_tokens = 0  # a fresh session counts its usage from zero
-        elif not self.session_tokens:
+            self.session_usage = Usage()  # a fresh session counts its usage from zero
+        elif not self.session_usage.total_tokens:
             # resuming a session of an earlier worker (a daemon restart): its totals carry on
-            self.session_tokens = int(self.host.runtime.get(f"session_tokens:{new_id}", "0") or 0)
+            self.session_usage = _stored_usage(self.host.runtime.get(f"session_usage:{new_id}", ""))
         self.session_id = new_id
         budget.last_session = self.session_id
         self.host.runtime.save_budget(budget)
@@ -328,24 +329,16 @@ class Worker:
         return Outcome(True, summary=result.summary, test_command=result.test_command)
 
     def _over_budget(self) -> str:
-        budget = self.host.runtime.budget(self.issue_id)
-        limit = self.config.max_tokens_per_issue
-        if limit and budget.tokens > limit:
-            return f"token budget exceeded: {budget.tokens} > {limit} tokens"
-        return ""
+        return lifecycle.over_budget(self.host.runtime.budget(self.issue_id), self.config)
 
     # -- endings ----------------------------------------------------------------------------
 
     def _finish_done(self, outcome: Outcome) -> None:
         assert self.worktree is not None
-        trailers = {"Hive-Base": self.worktree.base_commit,
-                    "Hive-Head": worktrees.head_of(self.project.paths, self.issue_id) or ""}
-        if outcome.test_command:
-            trailers["Hive-Test-Command"] = _one_line(outcome.test_command)
-        budget = self.host.runtime.budget(self.issue_id)
-        trailers["Hive-Tokens"] = str(budget.tokens)   # the record outlives the runtime budget
-        if budget.cost_usd:
-            trailers["Hive-Cost-USD"] = f"{budget.cost_usd:.4f}"
+        # the record outlives the runtime budget
+        trailers = lifecycle.done_trailers(self.worktree.base_commit,
+                                           worktrees.head_of(self.project.paths, self.issue_id) or "",
+                                           outcome.test_command, self.host.runtime.budget(self.issue_id))
         try:
             lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
         except TransitionRefused:
@@ -357,7 +350,8 @@ class Worker:
 
     def _escalate(self, reason: str, error: str) -> None:
         try:
-            lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error)
+            lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error,
+                               lifecycle.usage_trailers(self.host.runtime.budget(self.issue_id)))
         except TransitionRefused:
             pass
         self._log(f"escalated: {reason}")
@@ -419,21 +413,17 @@ class Worker:
         except (KeyError, RuntimeError):
             pass
 
-    def on_usage(self, total_tokens: int, cost: float) -> int:
-        """The session's usage grew to these totals: the tokens newly spent."""
+    def on_usage(self, usage: Usage) -> Usage:
+        """The session's usage totals grew: spend the growth from the issue's budget; the growth."""
         self.on_activity()
-        delta = max(0, total_tokens - self.session_tokens)
-        self.session_tokens = total_tokens
+        delta = usage.growth_since(self.session_usage)
+        self.session_usage = usage
         if self.session_id:
-            self.host.runtime.put(f"session_tokens:{self.session_id}", str(total_tokens))
-        budget = self.host.runtime.budget(self.issue_id)
-        budget.tokens += delta
-        budget.cost_usd = max(budget.cost_usd, cost)
-        self.host.runtime.save_budget(budget)
-        self.host.runtime.update_agent(self.agent_id, tokens=budget.tokens)
-        limit = self.config.max_tokens_per_issue
-        if limit and budget.tokens > limit and self.in_turn:
-            asyncio.ensure_future(self.abort_turn(f"token budget exceeded: {budget.tokens} > {limit} tokens"))
+            self.host.runtime.put(f"session_usage:{self.session_id}", json.dumps(asdict(usage)))
+        over = lifecycle.spend(self.host.runtime, self.config, self.issue_id, delta)
+        self.host.runtime.update_agent(self.agent_id, tokens=self.host.runtime.budget(self.issue_id).tokens)
+        if over and self.in_turn:
+            asyncio.ensure_future(self.abort_turn(over))
         return delta
 
     def _harvest_notes(self, final: bool = False) -> None:
@@ -456,6 +446,9 @@ class Worker:
         self._harvest_notes()
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:500]
+def _stored_usage(text: str) -> Usage:
+    try:
+        return Usage(**json.loads(text))
+    except (ValueError, TypeError):
+        return Usage()
 

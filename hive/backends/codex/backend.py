@@ -458,8 +458,8 @@ class CodexBackend(SessionBackend):
             command = _unwrap_shell(params.get("command"), params.get("commandActions"))
             cwd = params.get("cwd")
             request = PermissionRequest(request_id=f"{proc.generation}-{rpc_id}", tool="commandExecution",
-                                        input=dict(params), paths=[str(cwd)] if cwd else [],
-                                        command=command)
+                                        input=dict(params), command=command,
+                                        cwd=str(cwd) if isinstance(cwd, str) else "")
         elif method == "item/fileChange/requestApproval":
             item_id = str(params.get("itemId", ""))
             changes = s.items.get(item_id) or []
@@ -586,10 +586,12 @@ class CodexBackend(SessionBackend):
                 s.usage_offset = replace(base)       # Codex restarted its count: add to ours
             else:
                 s.usage_offset = Usage()             # Codex carried the thread's totals over
+        # OpenAI's input_tokens include the cached ones (and any cache writes): uncached = the rest
+        cached = min(cached, reported_in)
+        written = min(count(total.get("cacheWriteInputTokens")), reported_in - cached)
         cost = self.estimate_cost(s.model, reported_in, cached, reported_out)
-        usage = Usage(input_tokens=s.usage_offset.input_tokens + reported_in,
-                      output_tokens=s.usage_offset.output_tokens + reported_out,
-                      cost_usd=s.usage_offset.cost_usd + cost)
+        usage = s.usage_offset.plus(Usage(input_tokens=reported_in - cached - written, output_tokens=reported_out,
+                                          cost_usd=cost, cache_write_tokens=written, cache_read_tokens=cached))
         if usage == s.usage:
             return
         s.usage = usage
