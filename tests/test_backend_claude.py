@@ -587,38 +587,32 @@ def test_resume_of_an_unknown_conversation_starts_afresh_under_that_id(api: Fake
 
 
 @needs_claude
-def test_the_refinery_works_in_a_worktree_below_its_cwd(api: FakeAnthropic, claude_env: dict[str, str],
-                                                       wrepo: Path) -> None:
+def test_the_refinery_starts_in_its_worktree_and_works_by_cd(api: FakeAnthropic, claude_env: dict[str, str],
+                                                            wrepo: Path) -> None:
     worktrees = wrepo / ".git" / "hive" / "worktrees"
     worktrees.mkdir(parents=True)
     tree = worktrees / "hv-abc123"
     git_out(wrepo, "worktree", "add", "-q", "-b", "hive/work/hv-abc123", str(tree))
 
-    def in_tree(request: Request) -> Reply:
-        return tool("Write", {"file_path": f"{request.cwd}/hv-abc123/resolved.txt", "content": "both sides\n"})
-
-    def commit(request: Request) -> Reply:
-        return bash(f"cd {request.cwd}/hv-abc123 && git add resolved.txt && git commit -q -m resolve")
-
-    def verdict(request: Request) -> Reply:
-        return tool("Write", {"file_path": f"{request.cwd}/hv-abc123/.hive-result.jsonl",
-                              "content": '{"status": "merged", "summary": "resolved"}\n'})
-
-    api.script(in_tree, commit, verdict, text("merged"))
+    api.script(write("resolved.txt", "both sides\n"),
+               bash(f"cd {tree} && git add resolved.txt && git commit -q -m resolve"),
+               bash(f"cd {worktrees} && git status"),                      # acts outside: denied
+               write(".hive-result.jsonl", '{"status": "merged", "summary": "resolved"}\n'),
+               text("merged"))
     backend = ClaudeBackend(command=CLAUDE, extra_env=claude_env)
     rec = Recorder(backend, root=str(tree), role="refinery")   # the daemon's root: the task's worktree
 
     async def main() -> None:
-        sid = await backend.create_session(SessionSpec(role="refinery", cwd=str(worktrees),
+        sid = await backend.create_session(SessionSpec(role="refinery", cwd=str(tree),
                                                        model="claude-opus-4-6", system_prompt="REFINERY"))
         await backend.send_message_async(sid, f"Refinery task\nworktree: {tree}\n")
         assert (await rec.turn(sid, 1)).ok
         await backend.delete_session(sid)
 
     run(main())
-    assert api.message_requests[0].cwd == str(worktrees)
+    assert api.message_requests[0].cwd == str(tree)           # the CLI reports the worktree as its cwd
     assert api.message_requests[0].body["model"] == "claude-opus-4-6"
-    assert all(v.allow for _, v in rec.verdicts) and len(rec.verdicts) == 3
+    assert [v.allow for _, v in rec.verdicts] == [True, True, False, True]
     assert git_out(tree, "log", "-1", "--format=%s").strip() == "resolve"
     assert json.loads((tree / ".hive-result.jsonl").read_text())["status"] == "merged"
 
