@@ -214,10 +214,12 @@ class MergeProcessor:
         await asyncio.to_thread(worktrees.prepare_for_merge, paths, issue.id, head)
         commands = [c for c in (entry.test_command, self.config.test_command) if c]
         shared = self.host.shared_target
-        test_agent = f"test-{issue.id}"
+        test_agent, tested = f"test-{issue.id}", []
 
         def test_started(pid: int) -> None:   # listed like an agent: a later daemon ends it first
-            self.host.runtime.remove_agent(test_agent)
+            if tested:
+                self.host.runtime.remove_agent(test_agent)
+            tested.append(pid)
             self.host.runtime.add_agent(id=test_agent, issue_id=issue.id, role="test", pid=pid,
                                         pid_start=process_start_time(pid), worktree=str(worktrees.worktree_path(
                                             paths, issue.id)))
@@ -229,7 +231,8 @@ class MergeProcessor:
                 from_refinery, shared.target_ref if shared is not None else "",
                 shared.publish_target if shared is not None else None, test_started)
         finally:
-            self.host.runtime.remove_agent(test_agent)
+            if tested:
+                self.host.runtime.remove_agent(test_agent)
         if landing.status == "merged":
             await self._finalize(issue, entry, landing.commit)
             return True
