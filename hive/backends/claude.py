@@ -232,7 +232,7 @@ class ClaudeBackend(SessionBackend):
         if old is not None:
             if old.state() != "exited":
                 return sid
-            await self._wait_reader(old)             # its last events come before the new ones
+            await self._reader_done(old.reader)      # its last events come before the new ones
             await old.proc.kill()                    # what the ended CLI left running in its group
             old.deleted = True
         env = {**self._env_base(), **spec.env}
@@ -269,7 +269,7 @@ class ClaudeBackend(SessionBackend):
             if s.pending_turns > 0 and not s.exited:
                 s.killed = True
                 await s.proc.kill()
-                await self._wait_reader(s)
+                await self._reader_done(s.reader)
         finally:
             s.aborting = False
 
@@ -301,7 +301,7 @@ class ClaudeBackend(SessionBackend):
                 await s.proc.wait_exit(self.kill_grace)
         s.killed = True
         await s.proc.kill()
-        await self._wait_reader(s)
+        await self._reader_done(s.reader)
 
     # -- messages ------------------------------------------------------------------------------
     async def _send_turn(self, session_id: str, text: str) -> None:
@@ -341,15 +341,6 @@ class ClaudeBackend(SessionBackend):
         s.control_seq += 1
         await s.proc.write_json({"type": "control_request", "request_id": f"hive-{s.control_seq}",
                                  "request": request})
-
-    async def _wait_reader(self, s: _Session) -> None:
-        task = s.reader
-        if task is None or task is asyncio.current_task() or task.done():
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), self.kill_grace + 1)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            pass
 
     async def _read_stdout(self, s: _Session) -> None:
         await s.proc.read_json_lines(lambda msg: self._handle_message(s, msg),

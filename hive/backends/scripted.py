@@ -172,7 +172,7 @@ class ScriptedBackend(SessionBackend):
             return
         s.aborted = True
         await s.proc.kill()
-        await self._wait_reader(s)
+        await self._reader_done(s.reader)
 
     async def _shut_down(self, s: _Session, patient: bool) -> None:
         if s.proc.returncode is None:
@@ -181,7 +181,7 @@ class ScriptedBackend(SessionBackend):
             if patient or s.pending_turns == 0:
                 await s.proc.wait_exit(self.kill_grace)
         await s.proc.kill()
-        await self._wait_reader(s)
+        await self._reader_done(s.reader)
 
     # -- messages ------------------------------------------------------------------------------
     async def _send_turn(self, session_id: str, text: str) -> None:
@@ -210,15 +210,6 @@ class ScriptedBackend(SessionBackend):
             pass                                        # the agent is gone; its turn ends anyway
 
     # -- internals -----------------------------------------------------------------------------
-    async def _wait_reader(self, s: _Session) -> None:
-        task = s.reader
-        if task is None or task is asyncio.current_task() or task.done():
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), self.kill_grace + 1)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
-            pass
-
     async def _read_stdout(self, s: _Session) -> None:
         await s.proc.read_json_lines(lambda msg: self._handle_message(s, msg))
         await s.proc.exited.wait()

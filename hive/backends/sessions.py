@@ -67,12 +67,22 @@ class SessionBackend:
     """The shared base of the backends; see the module docstring."""
 
     name: str
+    kill_grace = 2.0                 # seconds between SIGTERM and SIGKILL, and for a clean exit
 
     def __init__(self) -> None:
         self._bus = EventBus()
         self._sessions: dict[str, Any] = {}
         self._past: dict[str, Any] = {}       # deleted sessions (id → `_remember`'s record)
         self._turns: dict[str, collections.deque[_Turn]] = {}   # per session: turns sent, not ended
+
+    async def _reader_done(self, reader: "asyncio.Task[None] | None") -> None:
+        """Wait (a little) for a session's stdout reader to deliver its last events."""
+        if reader is None or reader is asyncio.current_task() or reader.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(reader), self.kill_grace + 1)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
 
     # -- to implement ------------------------------------------------------------------------------
     async def _send_turn(self, session_id: str, text: str) -> None:
