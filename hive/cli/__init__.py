@@ -74,6 +74,11 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, directories: tuple[str, ...]) -> None:
     """git hive: run many LLM coding agents on one codebase, with the queue stored in git."""
+    enter_directory(directories)
+
+
+def enter_directory(directories: tuple[str, ...]) -> None:
+    """`-C DIR` (of `git hive` or of `git hive run`): one repository per command."""
     if len(directories) > 1:
         raise BadUsage(f"-C is given more than once: {ONE_REPOSITORY}")
     if directories:

@@ -26,16 +26,9 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     """Run the agents: claim ready issues, work them in worktrees, merge the results."""
     import asyncio
 
-    from hive.cli import ONE_REPOSITORY
-    from hive.errors import BadInput
+    from hive.cli import enter_directory
 
-    if len(directories) > 1:
-        raise BadInput(f"-C is given more than once: {ONE_REPOSITORY}")
-    if directories:
-        try:
-            os.chdir(directories[0])
-        except OSError as exc:
-            raise BadInput(f"-C {directories[0]}: {exc.strerror or exc}") from None
+    enter_directory(directories)
 
     from hive.orchestrator.assemble import build_daemon
     from hive.project import Project
