@@ -842,12 +842,24 @@ def test_ctrl_c_ends_the_queen_before_plan_returns_and_leaves_nothing(repo: Path
     assert rev(git, "hive/state") == state_before and list_json() == []
 
 
+def _reading_its_terminal(pid: int) -> bool:
+    """Whether the process is blocked reading its stdin: input() prints the prompt and then reads,
+    and a SIGINT landing between the two would be handled with no read to interrupt (a person's
+    Ctrl-C comes later than a test's)."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return True                  # cannot tell here: go on
+    return fields[:2] == ["0", "0x0"]   # read(0, ...)
+
+
 def test_ctrl_c_at_the_prompt_keeps_the_valid_plan_and_says_so(repo: Path, tmp_path: Path, terminal, git,
-                                                              hive, list_json) -> None:
+                                                              hive, list_json, wait_for) -> None:
     env = queen_script(tmp_path, [write("hv-ccp001", queen_issue("Worth keeping")), done_step()])
     term = terminal(env)
     slug = term.expect(r"plan branch: hive/plan/([a-z0-9-]+)").group(1)
     term.expect(CHOICES)
+    wait_for(lambda: _reading_its_terminal(term.proc.pid), "plan to wait for the answer", DEADLINE)
     os.killpg(term.proc.pid, signal.SIGINT)           # what Ctrl-C sends the terminal's process group
     term.expect(rf"plan interrupted, the Queen stopped; the valid plan is kept on hive/plan/{slug}: "
                 rf"`git hive approve {slug}` or `git hive plans rm {slug}`")
