@@ -18,7 +18,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     """(ok, message) for every part of the setup."""
     from hive import git
     from hive.initialize import (CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize,
-                                 missing_target_branch)
+                                 merge_driver_runs, missing_target_branch)
     from hive.project import Project
 
     paths = git.discover()
@@ -50,9 +50,13 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
         results.append((False, f".hive/ git index {damaged_index} is damaged (doctor --fix rebuilds it)"))
         return results
     driver = git.config_get(paths.common_dir, "merge.hive.driver")
-    results.append((bool(driver), "merge driver `hive`" + (f": {driver}" if driver else " is not registered")))
-    if driver and driver.split()[0] == "git-hive" and not shutil.which("git-hive"):
-        results.append((False, "git-hive is not on PATH, so git cannot run the merge driver"))
+    if not driver:
+        results.append((False, "merge driver `hive` is not registered (doctor --fix registers it)"))
+    elif not merge_driver_runs(driver):
+        results.append((False, f"merge driver `hive` is registered as `{driver}`, which a shell without "
+                               "hive on PATH cannot run (doctor --fix registers it by absolute path)"))
+    else:
+        results.append((True, f"merge driver `hive`: {driver}"))
     hook_dir = hooks_dir(paths)
     for name, content in hook_sources().items():
         installed = (hook_dir / name).exists() and (hook_dir / name).read_bytes() == content
