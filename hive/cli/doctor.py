@@ -18,7 +18,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     """(ok, message) for every part of the setup."""
     from hive import git
     from hive.initialize import (CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize,
-                                 merge_driver_runs, missing_target_branch)
+                                 missing_target_branch)
     from hive.project import Project
 
     paths = git.discover()
@@ -49,14 +49,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     if damaged_index is not None:
         results.append((False, f".hive/ git index {damaged_index} is damaged (doctor --fix rebuilds it)"))
         return results
-    driver = git.config_get(paths.common_dir, "merge.hive.driver")
-    if not driver:
-        results.append((False, "merge driver `hive` is not registered (doctor --fix registers it)"))
-    elif not merge_driver_runs(driver):
-        results.append((False, f"merge driver `hive` is registered as `{driver}`, which a shell without "
-                               "hive on PATH cannot run (doctor --fix registers it by absolute path)"))
-    else:
-        results.append((True, f"merge driver `hive`: {driver}"))
+    results.append(_merge_driver_check(paths))
     hook_dir = hooks_dir(paths)
     for name, content in hook_sources().items():
         installed = (hook_dir / name).exists() and (hook_dir / name).read_bytes() == content
@@ -132,6 +125,19 @@ def _check_cli(role: str, backend: str, command: str, codex_home: str = "") -> t
     if proc.returncode != 0:
         return False, f"{role} backend {backend}: `{command} --version` exited {proc.returncode}"
     return True, f"{role} backend {backend}: {version[0] if version else 'ok'}"
+
+
+def _merge_driver_check(paths) -> tuple[bool, str]:
+    from hive import git
+    from hive.initialize import merge_driver_runs
+
+    driver = git.config_get(paths.common_dir, "merge.hive.driver")
+    if not driver:
+        return False, "merge driver `hive` is not registered (doctor --fix registers it)"
+    if not merge_driver_runs(driver):
+        return False, (f"merge driver `hive` is registered as `{driver}`, which a shell without hive "
+                       "on PATH cannot run (doctor --fix registers it by absolute path)")
+    return True, f"merge driver `hive`: {driver}"
 
 
 @click.command()
