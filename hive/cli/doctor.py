@@ -175,7 +175,7 @@ def reindex() -> None:
 @click.command("merge-driver", hidden=True)
 @click.argument("args", nargs=-1)
 def merge_driver(args: tuple[str, ...]) -> None:
-    """Called by git as `git hive merge-driver %O %A %B %P`."""
+    """Called by git as `<python> -P -m hive merge-driver %O %A %B %P` (registered by init)."""
     from hive.state import merge_driver as driver
 
     if len(args) != 4:

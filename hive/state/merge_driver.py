@@ -3,12 +3,13 @@
 Git runs it for the paths that `.gitattributes` on `hive/state` marks `merge=hive`
 (`issues/**`, `notes/**`)::
 
-    merge.hive.driver = git hive merge-driver %O %A %B %P
+    merge.hive.driver = /abs/path/to/python -P -m hive merge-driver %O %A %B %P   (what init registers)
     # or: python -m hive.state.merge_driver %O %A %B %P
 
 %O is the base, %A ours (the result is written back there), %B theirs, %P the path in the tree.
 Exit 0 means merged cleanly, exit 1 means a conflict was left in %A (git then reports the path
-as conflicted and keeps all three versions in the index), exit 2 is bad usage.
+as conflicted and keeps all three versions in the index), exit 2 is bad usage. What a rule decided
+(a field both sides changed) and any conflict left are told on stderr, one line each.
 
 What each kind of path gets:
 
