@@ -7,7 +7,7 @@ refspec, the `hive` merge driver, the hooks (chained to any already there) and t
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 import stat
 import subprocess
 import sys
@@ -37,9 +37,18 @@ def hook_sources() -> dict[str, bytes]:
 
 
 def merge_driver_command() -> str:
-    exe = shutil.which("git-hive")
-    prefix = "git-hive" if exe else f"{sys.executable} -m hive"
-    return f"{prefix} merge-driver %O %A %B %P"
+    """The driver by this interpreter's absolute path, so that a plain `git merge` works from a
+    shell without hive on PATH; -P: never a `hive` module of the folder git runs it in."""
+    return f"{shlex.quote(sys.executable)} -P -m hive merge-driver %O %A %B %P"
+
+
+def merge_driver_runs(command: str) -> bool:
+    """Whether a registered driver command starts with an executable by absolute path."""
+    try:
+        program = shlex.split(command)[0]
+    except (ValueError, IndexError):
+        return False
+    return os.path.isabs(program) and os.access(program, os.X_OK)
 
 
 def initialize(where: Path | str | None = None) -> list[str]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Collection
 from hive import git
 from hive.errors import HiveError
 from hive.state import issue_file, layout, lost
-from hive.state.checkout import Absorbed, Checkout, Edit
+from hive.state.checkout import Absorbed, Checkout, Committed, Edit
 from hive.state.index import Index, Problem
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class Project:
         are reported, left as written."""
         return self.checkout.absorb(self._commit_edit, full=full, only=only)
 
-    def _commit_edit(self, edit: Edit) -> bytes | None:
+    def _commit_edit(self, edit: Edit) -> Committed:
         # imported only when there is an edit: it loads pygit2 (~130 ms), which a read-only
         # command with nothing to absorb never needs
         from hive.state.edits import commit_edit
@@ -106,9 +106,12 @@ class Project:
         committed = commit_edit(self.store, self.index, edit)
         self.update_index()
         issue_id = layout.issue_id_of(edit.path)
-        if committed is not None and issue_id is not None:
-            for hint in issue_file.key_hints(issue_file.parse(committed, issue_id, f".hive/{edit.path}")):
+        if committed.data is not None and issue_id is not None:
+            for hint in issue_file.key_hints(issue_file.parse(committed.data, issue_id, f".hive/{edit.path}")):
                 print(f"warning: .hive/{edit.path}: {hint}", file=sys.stderr)
+        if committed.path != edit.path:
+            print(f"hive: your edit of .hive/{edit.path} is committed at .hive/{committed.path} "
+                  f"(the issue moved there meanwhile)", file=sys.stderr)
         return committed
 
     def after_write(self) -> list[Problem]:

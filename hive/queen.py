@@ -325,6 +325,9 @@ def approve(project: Project, slug: str) -> tuple[str | None, list[str]]:
     if ref is None:
         raise BadInput(f"no plan named {slug!r} (see `git hive plans`)")
     plan_tip = str(ref.target)
+    if not _has_plan_commit(repo, plan_tip, slug):
+        raise BadInput(f"plan {slug} is empty (the Queen committed no valid plan): nothing to approve; "
+                       f"`git hive plans rm {slug}` removes it")
     project.update_index()
     check_plan_tip(project, plan_tip, slug)
     paths = _plan_issue_paths(repo, plan_tip, project.store.tip())
@@ -406,6 +409,34 @@ def reject(project: Project, slug: str) -> None:
         ref.delete()
 
 
+def has_valid_plan(project: Project, slug: str) -> bool:
+    """Whether `hive/plan/<slug>` exists and holds a committed (validated) plan."""
+    ref = project.store.repo.references.get(plan_ref(slug))
+    return ref is not None and _has_plan_commit(project.store.repo, str(ref.target), slug)
+
+
+def prune_plans(project: Project) -> list[str]:
+    """Remove approved and empty plans (branch and worktree), then what is left of plans whose
+    worktree or branch is gone; proposed plans stay. One line per removal."""
+    removed = []
+    for info in list_plans(project):
+        if info.status in ("approved", "empty"):
+            reject(project, info.name)
+            removed.append(f"{info.name}: removed ({info.status})")
+    repo = project.store.repo
+    for name in repo.list_worktrees():
+        if name.startswith("plan-") and not Path(repo.lookup_worktree(name).path).exists():
+            repo.lookup_worktree(name).prune(True)
+            removed.append(f"{name.removeprefix('plan-')}: stale worktree registration removed (its folder is gone)")
+    plans_root = project.paths.hive_dir / "plans"
+    branches = {p.name for p in list_plans(project)}
+    for folder in sorted(plans_root.iterdir()) if plans_root.is_dir() else ():
+        if folder.name not in branches:
+            remove_plan_worktree(project, folder.name)
+            removed.append(f"{folder.name}: folder removed (its branch is gone)")
+    return removed
+
+
 # -- the Queen session ---------------------------------------------------------------------------
 
 class Queen:
@@ -481,9 +512,12 @@ class Queen:
                                          errors="\n".join(f"- {e}" for e in errors)))
         return PlanResult(False, errors=errors)
 
-    async def close(self) -> None:
+    async def close(self, abort: bool = False) -> None:
+        """End the session; `abort` (an interruption) ends its process group at once."""
         if self.session_id:
             try:
+                if abort:
+                    await self.backend.abort_session(self.session_id)
                 await self.backend.delete_session(self.session_id)
             except (KeyError, RuntimeError):
                 pass

@@ -40,12 +40,14 @@ class SyncReport:
     outgoing: int = 0                       # commits that went out
     changed_issues: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)   # what a merge rule kept, one line each
     offline: bool = False
     rounds: int = 0
 
     def to_json(self) -> dict[str, object]:
         return {"remote": self.remote, "incoming": self.incoming, "outgoing": self.outgoing,
                 "changed_issues": self.changed_issues, "warnings": self.warnings,
+                "decisions": self.decisions,
                 "offline": self.offline, "rounds": self.rounds}
 
 
@@ -127,9 +129,11 @@ class Remote:
             self.check(remote_tip)
         change = Change({}, summary=f"sync with {self.name}", event="synced",
                         trailers={"Hive-Remote": self.name})
-        new, warnings = store.merge(remote_tip, change, prefer_theirs_claims=True)
+        decisions: list[str] = []
+        new, warnings = store.merge(remote_tip, change, prefer_theirs_claims=True, decisions=decisions)
         if report is not None:
             report.warnings.extend(warnings)
+            report.decisions.extend(decisions)
             if new is not None and before is not None:
                 report.incoming += _count(self.project, before, remote_tip)
                 report.changed_issues = sorted(set(report.changed_issues) | _issues_between(self.project, before, new))

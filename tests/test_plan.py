@@ -250,11 +250,12 @@ def test_a_queen_that_never_fixes_its_plan_fails_after_3_rounds(repo: Path, tmp_
         done_step(),
     ])
     state_before = rev(git, "hive/state")
-    done = plan(hive, env, check=False)
+    done = plan(hive, env, "--keep", check=False)
     assert done.returncode == 1, (done.stdout, done.stderr)
     slug = only_plan(git)
     error = done.stderr.strip().splitlines()[-1]
-    assert "not valid after 3 rounds" in error and f"branch hive/plan/{slug} kept" in error
+    assert "not valid after 3 rounds" in error and f"branch hive/plan/{slug} and the Queen's files" in error
+    assert "kept (--keep)" in error
     assert re.search(rf"issues/hv-nfx001\.md:{DEPENDS_ON_LINE}: dependency cycle", error), error
     assert [line for line in done.stdout.splitlines() if line.startswith("plan round")] == [
         f"plan round {n}: 1 problem(s); sent back to the Queen" for n in (1, 2, 3)]
@@ -761,3 +762,161 @@ def test_symlinks_the_queen_leaves_in_the_plan_directory_are_never_followed(repo
         assert "120000" not in tree
         for line in tree.splitlines():
             assert "BEGIN SECRET" not in git("cat-file", "-p", line.split()[2], cwd=repo).stdout
+
+
+# -- 8. nothing left behind: failed and interrupted plans, plans rm / prune, empty plans ---------------------
+
+def plan_folders(repo: Path) -> list[str]:
+    root = common_dir(repo) / "hive" / "plans"
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def plan_worktrees(git: Callable[..., Any]) -> list[str]:
+    out = git("worktree", "list", "--porcelain").stdout
+    return [line for line in out.splitlines() if line.startswith("worktree ") and "/hive/plans/" in line]
+
+
+FAILING_QUEENS = {
+    "session-fails": ([{"turn_error": "the model is overloaded"}], "the Queen's session failed"),
+    "never-valid": ([write("hv-nvl001", queen_issue("Loops", depends_on=["hv-nvl002"])),
+                     write("hv-nvl002", queen_issue("Back", depends_on=["hv-nvl001"])), done_step()],
+                    "not valid after 3 rounds"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILING_QUEENS))
+def test_a_failed_plan_leaves_nothing_behind(case: str, repo: Path, tmp_path: Path, hive, git,
+                                             list_json) -> None:
+    steps, reason = FAILING_QUEENS[case]
+    state_before = rev(git, "hive/state")
+    done = plan(hive, queen_script(tmp_path, steps), check=False)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert reason in done.stderr and "nothing kept" in done.stderr and "--keep keeps them" in done.stderr
+    assert plan_branches(git) == [] and plan_folders(repo) == [] and plan_worktrees(git) == []
+    assert rev(git, "hive/state") == state_before and list_json() == []
+    assert hive("plans").stdout.strip() == "no plans"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")      # a zombie is gone
+
+
+def test_ctrl_c_ends_the_queen_before_plan_returns_and_leaves_nothing(repo: Path, tmp_path: Path, git,
+                                                                     list_json, wait_for) -> None:
+    started, child_pid = tmp_path / "queen-started", tmp_path / "queen-child.pid"
+    env = queen_script(tmp_path, [
+        write("hv-cc0001", queen_issue("Half written")),
+        {"spawn": "sleep 300", "pid_file": str(child_pid)},       # a child in the Queen's group
+        {"write": str(started), "content": "working\n"},
+        {"hang": True},
+    ])
+    state_before = rev(git, "hive/state")
+    proc = subprocess.Popen([sys.executable, "-m", "hive", "plan", "--headless", "-p", SPEC,
+                             "--backend", "scripted"], cwd=repo, env={**os.environ, **env},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        wait_for(lambda: started.exists() and child_pid.exists(), "the Queen to start working", DEADLINE)
+        sessions = common_dir(repo) / "hive" / "scripted" / "role-queen.sessions.jsonl"
+        queen_pid = json.loads(sessions.read_text(encoding="utf-8").splitlines()[-1])["pid"]
+        child = int(child_pid.read_text(encoding="utf-8").strip())
+        assert _pid_alive(queen_pid) and _pid_alive(child)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    # the moment plan has returned, the Queen and what it started are gone
+    assert not _pid_alive(queen_pid) and not _pid_alive(child)
+    assert proc.returncode == 130, (out, err)
+    assert err.strip().splitlines() == [err.strip()] and "plan interrupted, the Queen stopped" in err
+    assert "nothing kept" in err and "Traceback" not in err
+    assert plan_branches(git) == [] and plan_folders(repo) == [] and plan_worktrees(git) == []
+    assert rev(git, "hive/state") == state_before and list_json() == []
+
+
+def _reading_its_terminal(pid: int) -> bool:
+    """Whether the process is blocked reading its stdin: input() prints the prompt and then reads,
+    and a SIGINT landing between the two would be handled with no read to interrupt (a person's
+    Ctrl-C comes later than a test's)."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return True                  # cannot tell here: go on
+    return fields[:2] == ["0", "0x0"]   # read(0, ...)
+
+
+def test_ctrl_c_at_the_prompt_keeps_the_valid_plan_and_says_so(repo: Path, tmp_path: Path, terminal, git,
+                                                              hive, list_json, wait_for) -> None:
+    env = queen_script(tmp_path, [write("hv-ccp001", queen_issue("Worth keeping")), done_step()])
+    term = terminal(env)
+    slug = term.expect(r"plan branch: hive/plan/([a-z0-9-]+)").group(1)
+    term.expect(CHOICES)
+    wait_for(lambda: _reading_its_terminal(term.proc.pid), "plan to wait for the answer", DEADLINE)
+    os.killpg(term.proc.pid, signal.SIGINT)           # what Ctrl-C sends the terminal's process group
+    term.expect(rf"plan interrupted, the Queen stopped; the valid plan is kept on hive/plan/{slug}: "
+                rf"`git hive approve {slug}` or `git hive plans rm {slug}`")
+    assert term.wait() == 130, term.buffer
+    assert "Traceback" not in term.buffer
+    assert plans_json(hive)[slug]["status"] == "proposed" and list_json() == []
+    hive("approve", slug)
+    assert set(by_id(list_json())) == {"hv-ccp001"}
+
+
+def test_plans_rm_and_prune_and_an_empty_plan_is_not_approved(repo: Path, tmp_path: Path, hive, git,
+                                                              list_json) -> None:
+    approved = plan(hive, queen_script(tmp_path, [write("hv-prn001", queen_issue("Approved")), done_step()],
+                                       "a.json"), spec="approved one")
+    assert "approved" in approved.stdout
+    plan(hive, queen_script(tmp_path, [write("hv-prn002", queen_issue("Proposed")), done_step()], "b.json"),
+         "--no-approve", spec="proposed one")
+    plan(hive, queen_script(tmp_path, [write("hv-prn003", queen_issue("Folder lost")), done_step()], "c.json"),
+         "--no-approve", spec="folder lost")
+    failed = plan(hive, queen_script(tmp_path, [{"turn_error": "boom"}], "d.json"), "--keep", check=False,
+                  spec="empty one")
+    assert failed.returncode == 1 and "kept (--keep)" in failed.stderr
+    status = {name.split("-one-")[0].split("-lost-")[0]: (name, p["status"]) for name, p in plans_json(hive).items()}
+    names = {key: name for key, (name, _) in status.items()}
+    assert {key: st for key, (_, st) in status.items()} == {
+        "approved": "approved", "proposed": "proposed", "folder": "proposed", "empty": "empty"}
+
+    # approving the empty plan is refused in one line, nothing changes
+    state_before = rev(git, "hive/state")
+    refused = hive("approve", names["empty"], check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"git hive: plan {names['empty']} is empty (the Queen committed no valid plan): nothing to approve; "
+        f"`git hive plans rm {names['empty']}` removes it"]
+    assert rev(git, "hive/state") == state_before
+
+    # leftovers: a proposed plan's folder deleted by hand, a folder whose branch is gone
+    import shutil
+
+    shutil.rmtree(common_dir(repo) / "hive" / "plans" / names["folder"])
+    orphan = common_dir(repo) / "hive" / "plans" / "orphan-0000"
+    orphan.mkdir()
+    (orphan / "x.md").write_text("left over\n", encoding="utf-8")
+
+    pruned = hive("plans", "prune").stdout.splitlines()
+    assert sorted(pruned[:-1]) == sorted([
+        f"{names['approved']}: removed (approved)", f"{names['empty']}: removed (empty)",
+        f"{names['folder']}: stale worktree registration removed (its folder is gone)",
+        "orphan-0000: folder removed (its branch is gone)"])
+    assert pruned[-1] == "4 removed"
+    assert sorted(plan_branches(git)) == sorted([names["proposed"], names["folder"]])
+    assert plan_folders(repo) == [names["proposed"]]
+    assert "hv-prn001" in by_id(list_json())              # an approved plan's issues stay
+    assert hive("plans", "prune").stdout.strip() == "nothing to prune"
+    assert "Proposed plans" in hive("plans", "prune", "--help").stdout
+
+    removed = hive("plans", "rm", f"hive/plan/{names['proposed']}")
+    assert removed.stdout.strip() == f"plan {names['proposed']} removed (proposed): its issues never reached hive/state"
+    assert plan_branches(git) == [names["folder"]] and plan_folders(repo) == [] and len(plan_worktrees(git)) == 0
+    missing = hive("plans", "rm", "no-such-plan", check=False)
+    assert missing.returncode == 2 and missing.stderr.strip() == "git hive: no plan named 'no-such-plan' (see `git hive plans`)"

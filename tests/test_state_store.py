@@ -18,6 +18,7 @@ from hive import git as hgit
 from hive import issues
 from hive.errors import HiveError
 from hive.state import layout
+from hive.state.checkout import Committed
 from hive.state.store import Change, Refused, cas_update
 
 
@@ -589,8 +590,59 @@ def test_the_checkout_commits_nothing_itself(repo, project, git, new_issue):
 
     def commit_edit(edit):
         seen.append(edit.path)
-        return edit.data
+        return Committed(edit.data, edit.path)
 
     assert project.checkout.absorb(commit_edit).committed == [f"issues/{issue}.md"]
     assert seen == [f"issues/{issue}.md"] and tip(git, repo) == before
     assert project.absorb().committed == []   # recorded as committed: no edit any more
+
+
+# -- an edit saved while the issue is archived ----------------------------------------------------
+
+def test_an_edit_saved_while_the_issue_is_archived_is_carried_to_its_new_path(repo, project, git, new_issue,
+                                                                               capsys):
+    issue = new_issue("Finishing soon", status="done", description="What was done.")
+    live = repo / ".hive" / "issues" / f"{issue}.md"
+    archived = layout.archive_path(issue)
+    live.write_text(live.read_text().replace("What was done.", "What was done.\n\nA person's afterthought."))
+    issues.set_status(project, issue, "finalized")          # the daemon finalizes before the absorb
+    assert on_branch(git, repo, f"issues/{issue}.md") is None
+    assert "afterthought" not in on_branch(git, repo, archived)
+
+    result = project.absorb()
+    assert result.committed == [archived] and result.problems == []
+    on_tip = on_branch(git, repo, archived)
+    assert "A person's afterthought." in on_tip and 'status = "finalized"' in on_tip
+    assert on_branch(git, repo, f"issues/{issue}.md") is None
+    assert f"committed at .hive/{archived}" in capsys.readouterr().err
+    # the checkout shows it where it is now; nothing is stranded, nothing left to absorb
+    assert not live.exists() and (repo / ".hive" / archived).read_text().encode() == on_tip.encode()
+    project.sync(warn=False)
+    assert project.absorb(full=True).committed == []
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    # a later edit of the archived file is an ordinary edit
+    path = repo / ".hive" / archived
+    path.write_text(path.read_text().replace("afterthought", "second thought"))
+    assert project.absorb(full=True).committed == [archived]
+    assert "second thought" in on_branch(git, repo, archived)
+
+
+def test_a_conflicting_edit_of_an_issue_archived_meanwhile_is_kept_and_reported(repo, project, git, new_issue):
+    issue = new_issue("Finishing soon", status="done", description="The last line.")
+    live = repo / ".hive" / "issues" / f"{issue}.md"
+    archived = layout.archive_path(issue)
+    mine = live.read_text().replace("The last line.", "The last line, as the person has it.")
+    live.write_text(mine)
+    issues.update(project, issue, {}, body="The last line, as hive has it.\n")   # the same line
+    issues.set_status(project, issue, "finalized")
+    before = on_branch(git, repo, archived)
+
+    result = project.absorb()
+    assert result.committed == []
+    assert [str(p) for p in result.problems] == [
+        f".hive/issues/{issue}.md: the issue moved to {archived} meanwhile and your edit conflicts "
+        "with a change made meanwhile on hive/state; the file is left as you wrote it"]
+    assert live.read_text() == mine and on_branch(git, repo, archived) == before   # kept, nothing lost
+    problems = project.sync(warn=False)
+    assert any(p.path == f".hive/issues/{issue}.md" for p in problems), problems
+    assert live.read_text() == mine

@@ -10,6 +10,7 @@ one-line failure that leaves the local state alone; a plain `git fetch` brings o
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -237,3 +238,111 @@ def test_a_plain_git_fetch_brings_origins_state(clones, cli, git, tmp_path: Path
     cli("sync", cwd=narrow)
     assert {i["title"] for i in json.loads(cli("list", "--json", cwd=narrow).stdout)} == {"new on A", "second on A"}
     assert tip(git, narrow) == tip(git, remote)
+
+
+# -- sync says what it decided; a body conflict is flagged until resolved; a plain git merge ---------------
+
+def test_sync_reports_every_field_a_rule_decided(clones, cli, git, tmp_path: Path):
+    remote, (a, b) = clones("A", "B")
+    x = cli("create", "issue x", cwd=a).stdout.strip()
+    y = cli("create", "issue y", cwd=a).stdout.strip()
+    quiet = cli("create", "issue quiet", cwd=a).stdout.strip()
+    cli("sync", cwd=a)
+    cli("sync", cwd=b)
+    edit(cli, a, tmp_path, x, 'title="title from A";updated=2030-01-01T00:00:01Z')
+    edit(cli, b, tmp_path, x, 'title="title from B";updated=2030-01-01T00:00:02Z')
+    cli("cancel", y, cwd=a)
+    edit(cli, b, tmp_path, y, 'status="escalated";updated=2031-01-01T00:00:00Z')
+    cli("update", quiet, "--priority", "0", cwd=a)          # one side only: no rule, nothing said
+    cli("update", quiet, "-l", "b-side", cwd=b)
+    cli("sync", cwd=a)
+
+    out = cli("sync", cwd=b).stdout.splitlines()
+    merged = sorted(line for line in out if line.startswith("merged: "))   # in the order of the ids
+    assert merged == sorted([
+        f'merged: {x}: title changed on both sides ("title from B" here, "title from A" there): '
+        f'kept "title from B", the later change (here, updated 2030-01-01T00:00:02Z)',
+        f'merged: {y}: status changed on both sides ("escalated" here, "canceled" there): '
+        f'kept "canceled", a finished or canceled issue stays so',
+    ]), out
+    assert sync_json(cli, a)["decisions"] == []              # A takes the merge as it is: nothing decided
+    assert show(cli, a, x)["title"] == "title from B"
+
+
+def test_a_body_conflict_is_flagged_by_status_and_doctor_until_resolved(clones, cli, hive, git, tmp_path: Path):
+    remote, (a, b) = clones("A", "B")
+    x = cli("create", "issue x", "-d", "the one line", cwd=a).stdout.strip()
+    cli("sync", cwd=a)
+    cli("sync", cwd=b)
+    cli("update", x, "-d", "the line as A has it", cwd=a)
+    cli("update", x, "-d", "the line as B has it", cwd=b)
+    cli("sync", cwd=a)
+    synced = cli("sync", cwd=b)
+    assert "both sides changed the same lines of the description; kept both with markers" in synced.stderr
+
+    path = f"issues/{x}.md"
+    body = show(cli, b, x)["body"]
+    assert "<<<<<<<" in body and "the line as A has it" in body and "the line as B has it" in body
+    line = git("show", f"hive/state:{path}", cwd=b).stdout.splitlines().index("<<<<<<< ours") + 1
+    flagged = f"{path}:{line}: conflict markers in the description"
+    for clone in (a, b):
+        if clone == a:
+            cli("sync", cwd=a)                               # A gets the merge, markers and all
+        status = hive("status", cwd=clone)
+        assert flagged in status.stdout, status.stdout
+        doctor = hive("doctor", cwd=clone, check=False)
+        assert doctor.returncode == 2 and flagged in doctor.stdout, doctor.stdout
+
+    # a person resolves it: the flag goes
+    checkout = b / ".hive" / path
+    text = checkout.read_text(encoding="utf-8")
+    start, end = text.index("<<<<<<< ours"), text.index(">>>>>>> theirs\n") + len(">>>>>>> theirs\n")
+    checkout.write_text(text[:start] + "the line as both agree\n" + text[end:], encoding="utf-8")
+    assert flagged not in hive("status", cwd=b).stdout
+    assert "conflict markers" not in hive("doctor", cwd=b, check=False).stdout
+    cli("sync", cwd=b)
+    cli("sync", cwd=a)
+    assert "conflict markers" not in hive("status", cwd=a).stdout
+    assert show(cli, a, x)["body"].strip() == "the line as both agree"
+
+
+def test_a_plain_git_merge_in_hive_works_without_hive_on_path(clones, cli, hive, git, tmp_path: Path):
+    import shlex
+
+    remote, (a, b) = clones("A", "B")
+    for clone in (a, b):
+        driver = git("config", "--get", "merge.hive.driver", cwd=clone).stdout.strip()
+        assert driver == f"{shlex.quote(sys.executable)} -P -m hive merge-driver %O %A %B %P"
+    x = cli("create", "issue x", cwd=a).stdout.strip()
+    cli("sync", cwd=a)
+    cli("sync", cwd=b)
+    edit(cli, a, tmp_path, x, 'title="title from A";updated=2030-01-01T00:00:01Z')
+    edit(cli, b, tmp_path, x, 'title="title from B";updated=2030-01-01T00:00:02Z')
+    cli("sync", cwd=a)
+
+    # a shell with nothing of hive's on PATH (no git-hive, no python): git and sh only
+    bare_path = os.pathsep.join(sorted({os.path.dirname(p) for p in ("/bin/sh", git_binary())}))
+    env = {"PATH": bare_path}
+    git("fetch", "-q", "origin", cwd=b, env=env)
+    merged = git("merge", "--no-edit", "origin/hive/state", cwd=b / ".hive", env=env, check=False)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert f"hive merge-driver: {x}: title changed on both sides" in merged.stderr
+    text = git("show", f"hive/state:issues/{x}.md", cwd=b).stdout
+    assert 'title = "title from B"' in text and "<<<<<<<" not in text
+    assert show(cli, b, x)["title"] == "title from B"
+
+    # an old registration by name (as hive did before): doctor says so, doctor --fix refreshes it
+    git("config", "merge.hive.driver", "git-hive merge-driver %O %A %B %P", cwd=b)
+    doctor = hive("doctor", cwd=b, check=False)
+    assert doctor.returncode == 1 and "which a shell without hive on PATH cannot run" in doctor.stdout
+    hive("doctor", "--fix", cwd=b, check=False)
+    assert git("config", "--get", "merge.hive.driver", cwd=b).stdout.strip() == driver
+    assert "which a shell without hive on PATH" not in hive("doctor", cwd=b, check=False).stdout
+
+
+def git_binary() -> str:
+    import shutil
+
+    found = shutil.which("git")
+    assert found, "git is not on PATH"
+    return os.path.realpath(found)

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "retry": ("issues", "retry", "Put a failed or escalated issue back in the queue."),
     "finalize": ("review", "finalize", "Merge a done issue into the target branch and finalize it."),
     "plan": ("plan", "plan", "Have the Queen turn a spec into issues on a plan branch; approve it."),
-    "plans": ("plan", "plans", "Plan branches: name, issues, status."),
+    "plans": ("plan", "plans", "Plan branches: name, issues, status; plans rm NAME, plans prune."),
     "approve": ("plan", "approve", "Merge a plan branch into hive/state."),
     "review": ("review", "review", "Done issues waiting for a merge: diff stats, how to inspect."),
     "note": ("notes", "note", "Add a note for the agents (project-wide or for one issue)."),

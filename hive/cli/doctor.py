@@ -49,10 +49,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     if damaged_index is not None:
         results.append((False, f".hive/ git index {damaged_index} is damaged (doctor --fix rebuilds it)"))
         return results
-    driver = git.config_get(paths.common_dir, "merge.hive.driver")
-    results.append((bool(driver), "merge driver `hive`" + (f": {driver}" if driver else " is not registered")))
-    if driver and driver.split()[0] == "git-hive" and not shutil.which("git-hive"):
-        results.append((False, "git-hive is not on PATH, so git cannot run the merge driver"))
+    results.append(_merge_driver_check(paths))
     hook_dir = hooks_dir(paths)
     for name, content in hook_sources().items():
         installed = (hook_dir / name).exists() and (hook_dir / name).read_bytes() == content
@@ -130,6 +127,19 @@ def _check_cli(role: str, backend: str, command: str, codex_home: str = "") -> t
     return True, f"{role} backend {backend}: {version[0] if version else 'ok'}"
 
 
+def _merge_driver_check(paths) -> tuple[bool, str]:
+    from hive import git
+    from hive.initialize import merge_driver_runs
+
+    driver = git.config_get(paths.common_dir, "merge.hive.driver")
+    if not driver:
+        return False, "merge driver `hive` is not registered (doctor --fix registers it)"
+    if not merge_driver_runs(driver):
+        return False, (f"merge driver `hive` is registered as `{driver}`, which a shell without hive "
+                       "on PATH cannot run (doctor --fix registers it by absolute path)")
+    return True, f"merge driver `hive`: {driver}"
+
+
 @click.command()
 @click.option("--fix", is_flag=True, help="Repair what can be repaired (re-run init, rebuild the index).")
 def doctor(fix: bool) -> None:
@@ -165,7 +175,7 @@ def reindex() -> None:
 @click.command("merge-driver", hidden=True)
 @click.argument("args", nargs=-1)
 def merge_driver(args: tuple[str, ...]) -> None:
-    """Called by git as `git hive merge-driver %O %A %B %P`."""
+    """Called by git as `<python> -P -m hive merge-driver %O %A %B %P` (registered by init)."""
     from hive.state import merge_driver as driver
 
     if len(args) != 4:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
+import signal
 import subprocess
 import sys
 
@@ -46,6 +48,65 @@ def _show(result, slug: str) -> None:
     click.echo(f"\nplan branch: hive/plan/{slug}")
 
 
+def _prompt(text: str, **kwargs):
+    """click.prompt where Ctrl-C interrupts at once (asyncio's own SIGINT handler only cancels
+    the task, which a blocking read does not notice until Enter)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return click.prompt(text, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _unfinished(project, slug: str, keep: bool, directory) -> str:
+    """Settle the branch of a plan that was not approved; say what was left behind."""
+    from hive import queen as queen_mod
+
+    if queen_mod.has_valid_plan(project, slug):
+        return (f"the valid plan is kept on hive/plan/{slug}: `git hive approve {slug}` or "
+                f"`git hive plans rm {slug}`")
+    if keep:
+        return f"branch hive/plan/{slug} and the Queen's files in {directory} kept (--keep)"
+    queen_mod.reject(project, slug)
+    return f"nothing kept: hive/plan/{slug} and its worktree removed (--keep keeps them)"
+
+
+async def _converse(queen, project, slug: str, text: str, headless: bool):
+    """Propose, then (interactive) show, ask and revise until approved; None when rejected."""
+    from hive import queen as queen_mod
+
+    result = await queen.propose()
+    while True:
+        if not result.ok and result.session_failed:
+            raise HiveError(f"the Queen's session failed: {result.session_failed}")
+        if not result.ok:
+            raise HiveError(f"the plan is not valid after {queen_mod.MAX_ROUNDS} rounds: {result.errors[0]}")
+        if headless:
+            return result
+        _show(result, slug)
+        choice = _prompt("\n[a]pprove, [f]eedback, [e]dit in $EDITOR, [r]eject",
+                         type=click.Choice(["a", "f", "e", "r"]), default="a")
+        if choice == "a":
+            return result
+        if choice == "r":
+            return None
+        if choice == "f":
+            feedback = _prompt("feedback for the Queen")
+            result = await queen.propose(f"Revise the plan in {queen.directory}: {feedback}")
+            continue
+        files = sorted(str(p) for p in (queen.directory / "issues").glob("*.md"))
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        subprocess.call([*shlex.split(editor), *files])
+        issues, errors = queen_mod.proposed_issues(project, slug, queen.directory)
+        if errors:
+            click.echo("\n".join(f"problem: {e}" for e in errors), err=True)
+            result = await queen.propose("A person edited the plan and left these problems; fix "
+                                         "them:\n" + "\n".join(errors))
+        else:
+            queen_mod.commit_plan(project, slug, queen.directory, text, issues, f"plan {slug}: edited by hand")
+            result = queen_mod.PlanResult(True, issues)
+
+
 @click.command()
 @click.argument("spec", required=False)
 @click.option("--headless", is_flag=True, help="No prompts: plan, approve (unless --no-approve), print.")
@@ -55,9 +116,15 @@ def _show(result, slug: str) -> None:
 @click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
               help="The Queen's backend (config queen_backend / backend).")
 @click.option("--json", "as_json", is_flag=True, help="Print the proposed issues as JSON (headless).")
+@click.option("--keep", is_flag=True,
+              help="Keep the plan branch and the Queen's files when the plan fails or is interrupted "
+                   "(a valid plan that was not approved is always kept).")
 def plan(spec: str | None, headless: bool, prompt: str | None, no_approve: bool, start: bool,
-         backend: str | None, as_json: bool) -> None:
-    """Have the Queen turn a spec into issues on a plan branch; review; approve."""
+         backend: str | None, as_json: bool, keep: bool) -> None:
+    """Have the Queen turn a spec into issues on a plan branch; review; approve.
+
+    A plan that fails or is interrupted (Ctrl-C ends the Queen first) leaves nothing behind
+    unless --keep; a valid plan not approved stays on its branch (`git hive plans`)."""
     from hive import queen as queen_mod
     from hive.project import Project
 
@@ -71,70 +138,61 @@ def plan(spec: str | None, headless: bool, prompt: str | None, no_approve: bool,
     queen = queen_mod.Queen(project, _queen_backend(project, backend), text, slug, log=log)
 
     async def session() -> None:
-        result = await queen.propose()
         try:
-            while True:
-                if not result.ok and result.session_failed:
-                    raise HiveError(f"the Queen's session failed (branch hive/plan/{slug} kept): "
-                                    f"{result.session_failed}")
-                if not result.ok:
-                    raise HiveError(f"the plan is not valid after {queen_mod.MAX_ROUNDS} rounds "
-                                    f"(branch hive/plan/{slug} kept, the Queen's files in "
-                                    f"{queen.directory}): {result.errors[0]}")
-                if headless:
-                    break
-                _show(result, slug)
-                choice = click.prompt("\n[a]pprove, [f]eedback, [e]dit in $EDITOR, [r]eject",
-                                      type=click.Choice(["a", "f", "e", "r"]), default="a")
-                if choice == "a":
-                    break
-                if choice == "r":
-                    queen_mod.reject(project, slug)
-                    click.echo(f"plan {slug} rejected; its branch is deleted")
-                    sys.exit(1)
-                if choice == "f":
-                    feedback = click.prompt("feedback for the Queen")
-                    result = await queen.propose(f"Revise the plan in {queen.directory}: {feedback}")
-                else:
-                    files = sorted(str(p) for p in (queen.directory / "issues").glob("*.md"))
-                    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-                    import shlex
+            result = await _converse(queen, project, slug, text, headless)
+        except HiveError as exc:
+            await queen.close(abort=True)
+            exc.args = (f"{exc} ({_unfinished(project, slug, keep, queen.directory)})",)
+            raise
+        except (asyncio.CancelledError, KeyboardInterrupt, click.exceptions.Abort) as exc:   # Ctrl-C
+            await queen.close(abort=True)
+            click.echo(f"git hive: plan interrupted, the Queen stopped; "
+                       f"{_unfinished(project, slug, keep, queen.directory)}", err=True)
+            if isinstance(exc, click.exceptions.Abort):     # at a prompt: exit 130 like the rest
+                raise KeyboardInterrupt from None
+            raise
+        except BaseException:
+            await queen.close(abort=True)
+            click.echo(f"git hive: plan stopped: {_unfinished(project, slug, keep, queen.directory)}", err=True)
+            raise
+        await queen.close()
+        if result is None:
+            queen_mod.reject(project, slug)
+            click.echo(f"plan {slug} rejected; its branch is deleted")
+            sys.exit(1)
+        _conclude(project, queen_mod, result, slug, headless and no_approve, as_json, headless, start)
 
-                    subprocess.call([*shlex.split(editor), *files])
-                    issues, errors = queen_mod.proposed_issues(project, slug, queen.directory)
-                    if errors:
-                        click.echo("\n".join(f"problem: {e}" for e in errors), err=True)
-                        result = await queen.propose("A person edited the plan and left these problems; fix "
-                                                     "them:\n" + "\n".join(errors))
-                    else:
-                        queen_mod.commit_plan(project, slug, queen.directory, text, issues,
-                                              f"plan {slug}: edited by hand")
-                        result = queen_mod.PlanResult(True, issues)
-        finally:
-            await queen.close()
-        approved = False
-        if headless and no_approve:
-            click.echo(f"plan left for review on hive/plan/{slug} "
-                       f"(`git push origin hive/plan/{slug}` to open a pull request)", err=as_json)
-        else:
-            queen_mod.approve(project, slug)
-            queen_mod.remove_plan_worktree(project, slug)
-            approved = True
-            click.echo(f"plan {slug} approved: {len(result.issues)} issue(s) on hive/state", err=as_json)
-        if as_json:
-            print_json([i.to_json(with_body=True) for i in result.issues])
-        elif headless:
-            table(issue_rows(result.issues), ISSUE_HEADERS)
-        if approved and (start or (not headless and click.confirm("start the agents now?", default=False))):
-            _start_daemon(project)
-
-    asyncio.run(session())
+    try:
+        asyncio.run(session())
+    except KeyboardInterrupt:     # said above; exit as an interrupted command does (no click "Aborted!")
+        sys.exit(130)
 
 
-@click.command()
+def _conclude(project, queen_mod, result, slug: str, leave: bool, as_json: bool, headless: bool,
+              start: bool) -> None:
+    """Approve (or leave for review) a valid plan, print it, maybe start the daemon."""
+    if leave:
+        click.echo(f"plan left for review on hive/plan/{slug} "
+                   f"(`git push origin hive/plan/{slug}` to open a pull request)", err=as_json)
+    else:
+        queen_mod.approve(project, slug)
+        queen_mod.remove_plan_worktree(project, slug)
+        click.echo(f"plan {slug} approved: {len(result.issues)} issue(s) on hive/state", err=as_json)
+    if as_json:
+        print_json([i.to_json(with_body=True) for i in result.issues])
+    elif headless:
+        table(issue_rows(result.issues), ISSUE_HEADERS)
+    if not leave and (start or (not headless and click.confirm("start the agents now?", default=False))):
+        _start_daemon(project)
+
+
+@click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True)
-def plans(as_json: bool) -> None:
-    """Plan branches: name, issues, status."""
+@click.pass_context
+def plans(ctx: click.Context, as_json: bool) -> None:
+    """Plan branches: name, issues, status (proposed, approved, empty); `rm` and `prune` remove them."""
+    if ctx.invoked_subcommand is not None:
+        return
     from hive.project import Project
     from hive.queen import list_plans
 
@@ -147,6 +205,39 @@ def plans(as_json: bool) -> None:
         click.echo("no plans")
         return
     table([[p.name, str(p.issues), p.status] for p in found], ("PLAN", "ISSUES", "STATUS"))
+
+
+@plans.command("rm")
+@click.argument("name")
+def plans_rm(name: str) -> None:
+    """Remove a plan: its branch hive/plan/NAME and its worktree (a proposed plan's issues never
+    reach hive/state; an approved plan's issues stay there)."""
+    from hive.project import Project
+    from hive.queen import list_plans, plan_ref, reject
+
+    project = Project.open()
+    name = name.removeprefix("hive/plan/")
+    if project.store.repo.references.get(plan_ref(name)) is None:
+        raise BadInput(f"no plan named {name!r} (see `git hive plans`)")
+    status = next((p.status for p in list_plans(project) if p.name == name), "")
+    reject(project, name)
+    note = ": its issues never reached hive/state" if status == "proposed" else ""
+    click.echo(f"plan {name} removed ({status}){note}")
+
+
+@plans.command("prune")
+def plans_prune() -> None:
+    """Remove what plans left behind: approved plans (merged into hive/state: branch and
+    worktree), empty plans (no valid plan was ever committed: a failed or interrupted Queen),
+    worktree registrations whose folder is gone and plan folders whose branch is gone. Proposed
+    plans (valid, not yet approved) are kept: `git hive plans rm NAME` removes one."""
+    from hive.project import Project
+    from hive.queen import prune_plans
+
+    removed = prune_plans(Project.open())
+    for line in removed:
+        click.echo(line)
+    click.echo(f"{len(removed)} removed" if removed else "nothing to prune")
 
 
 @click.command()

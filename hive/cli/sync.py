@@ -23,6 +23,8 @@ def sync(remote: str | None, as_json: bool) -> None:
     if as_json:
         print_json(report.to_json())
     else:
+        for decision in report.decisions:
+            click.echo(f"merged: {decision}")
         for warning in report.warnings:
             click.echo(f"warning: {warning}", err=True)
         if report.offline:

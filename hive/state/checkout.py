@@ -75,9 +75,14 @@ class Edit:
     stat: os.stat_result | None = None   # the file's stat taken before `data` was read
 
 
-# Commits one edit (merged with the branch if need be); returns the bytes committed (None: the
-# file is deleted), raises BadInput for an invalid edit.
-CommitEdit = Callable[[Edit], "bytes | None"]
+@dataclass
+class Committed:
+    data: bytes | None        # what the edit made of the file on hive/state (None: deleted)
+    path: str                 # where: the edit's own path, or the issue's new one (archived meanwhile)
+
+
+# Commits one edit (merged with the branch if need be), raises BadInput for an invalid edit.
+CommitEdit = Callable[[Edit], Committed]
 
 
 class Checkout:
@@ -314,10 +319,15 @@ class Checkout:
         with self.locked():
             for edit in self.find_edits(full, only):
                 try:
-                    merged = commit_edit(edit)
+                    committed = commit_edit(edit)
                 except BadInput as exc:
                     result.problems.append(exc)
                     continue
+                if committed.path != edit.path:
+                    self._carried(edit, committed)
+                    result.committed.append(committed.path)
+                    continue
+                merged = committed.data
                 st, blob = edit.stat, blob_id(merged) if merged is not None else None
                 if merged is not None and edit.data is not None and merged != edit.data:
                     # their edit merged with what changed meanwhile: show them the result — unless
@@ -328,6 +338,27 @@ class Checkout:
                 self._record(edit.path, blob, st)
                 result.committed.append(edit.path)
         return result
+
+    def _carried(self, edit: Edit, committed: Committed) -> None:
+        """The edit of a file that moved meanwhile (an issue archived) is committed at its new
+        path: the checkout shows it there, and the old file goes — unless saved again since,
+        then that save is an edit of the bytes committed from it."""
+        assert edit.data is not None and committed.data is not None
+        target = self.root / committed.path
+        expected = self._recorded_blob(committed.path) if target.exists() else None
+        written = _replace_if_unchanged(target, committed.data, expected)
+        if written is not None:
+            self._record(committed.path, blob_id(committed.data), written)
+        old = self.root / edit.path
+        try:
+            unchanged = blob_id(old.read_bytes()) == blob_id(edit.data)
+        except FileNotFoundError:
+            unchanged = True
+        if unchanged:
+            old.unlink(missing_ok=True)
+            self._record(edit.path, None)
+        else:
+            self._record(edit.path, str(self._store().repo.create_blob(edit.data)), edit.stat)
 
     # -- following the branch ---------------------------------------------------------------
 

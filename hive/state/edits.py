@@ -11,7 +11,7 @@ from typing import Iterable
 
 from hive.errors import BadInput
 from hive.state import issue_file, layout, validate
-from hive.state.checkout import Edit
+from hive.state.checkout import Committed, Edit
 from hive.state.index import Index, parse_notes
 from hive.state.merge_driver import merge_issue, merge_jsonl
 from hive.state.store import Change, Refused, Snapshot, StateStore
@@ -39,32 +39,44 @@ def check_graph(index: Index, issue_id: str, depends_on: Iterable[str], parent: 
         validate.check_acyclic(issue_id, depends_on, index.blockers_of, where)
 
 
-def commit_edit(store: StateStore, index: Index, edit: Edit) -> bytes | None:
-    """Commit one saved edit from `.hive/` (see checkout.py); returns the bytes committed.
+def commit_edit(store: StateStore, index: Index, edit: Edit) -> Committed:
+    """Commit one saved edit from `.hive/` (see checkout.py); what was committed, and where: an
+    edit of an issue whose file moved meanwhile (archived) is carried to the new path.
 
     Raises BadInput (file:line) when the edit is invalid; nothing is committed then.
     """
     where = f".hive/{edit.path}"
-    committed: list[bytes | None] = []
+    committed: list[Committed] = []
 
     def build(snap: Snapshot) -> Change | None:
-        tip_data = snap.read(edit.path)
         if edit.data is None:
-            committed[:] = [None]
-            return _deletion(index, edit, tip_data, where)
-        data = _merged(store, edit, edit.data, tip_data, where)
-        _check(store, index, edit.path, data, snap, where)
-        committed[:] = [data]
+            committed[:] = [Committed(None, edit.path)]
+            return _deletion(index, edit, snap.read(edit.path), where)
+        path = _path_now(snap, edit)
+        tip_data = snap.read(path)
+        moved = f"the issue moved to {path} meanwhile and " if path != edit.path else ""
+        data = _merged(store, edit, edit.data, tip_data, where, moved)
+        _check(store, index, path, data, snap, where)
+        committed[:] = [Committed(data, path)]
         if data == tip_data:
             return None
-        return Change({edit.path: data}, summary=f"edit {edit.path}", event="edited",
-                      issue=layout.issue_id_of(edit.path) or "")
+        return Change({path: data}, summary=f"edit {path}", event="edited",
+                      issue=layout.issue_id_of(path) or "")
 
     try:
         store.commit(build)
     except Refused as exc:
         raise BadInput(str(exc), where) from None
-    return committed[0] if committed else None
+    return committed[0] if committed else Committed(edit.data, edit.path)
+
+
+def _path_now(snap: Snapshot, edit: Edit) -> str:
+    """Where the edited file is on the branch now: its own path, or — for an issue file the
+    person's copy came from (a base) that is gone from there — the issue's new path."""
+    issue_id = layout.issue_id_of(edit.path)
+    if issue_id is None or edit.base is None or snap.blob_id(edit.path) is not None:
+        return edit.path
+    return snap.issue_path(issue_id) or edit.path
 
 
 def _deletion(index: Index, edit: Edit, tip_data: bytes | None, where: str) -> Change | None:
@@ -79,15 +91,17 @@ def _deletion(index: Index, edit: Edit, tip_data: bytes | None, where: str) -> C
     return Change({edit.path: None}, summary=f"delete {edit.path}", event="deleted", issue=issue_id or "")
 
 
-def _merged(store: StateStore, edit: Edit, data: bytes, tip_data: bytes | None, where: str) -> bytes:
-    """The person's bytes, merged with the branch's when it changed since their copy was written."""
+def _merged(store: StateStore, edit: Edit, data: bytes, tip_data: bytes | None, where: str,
+            moved: str = "") -> bytes:
+    """The person's bytes, merged with the branch's when it changed since their copy was written
+    (`moved`: the start of the conflict message when the file moved meanwhile)."""
     base_data = store.repo[edit.base].data if edit.base else None
     if tip_data is None or base_data is None or tip_data == base_data or tip_data == data:
         return data
     if layout.issue_id_of(edit.path) is not None:
         merged, clean = merge_issue(base_data, tip_data, data, edit.path)
         if not clean:
-            raise BadInput("your edit conflicts with a change made meanwhile on hive/state; "
+            raise BadInput(f"{moved}your edit conflicts with a change made meanwhile on hive/state; "
                            "the file is left as you wrote it", where)
         return merged
     if edit.path.endswith(".jsonl"):

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     OwnChanges = Callable[[str, str], "Changes | None"]
 
 SCHEMA_VERSION = "3"
+CONFLICT_MESSAGE = ("conflict markers in the description (both sides changed the same lines): "
+                    "keep what is right, remove the <<<<<<< ======= >>>>>>> lines")
 REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
 SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
 
@@ -355,6 +357,9 @@ class Index:
                     problems.append(Problem(path, exc.where or path, str(exc).split(": ", 1)[-1]))
                     continue  # the last good version, if any, stays indexed
                 db.execute("DELETE FROM problems WHERE path = ?", (path,))
+                conflict = issue_file.conflict_line(repo[new].data)
+                if conflict:   # indexed all the same (the front matter is sound), flagged until resolved
+                    problems.append(Problem(path, f"{path}:{conflict}", CONFLICT_MESSAGE))
                 rows.append(_issue_row(issue, path, new))
                 deps.extend((issue.id, blocker) for blocker in issue.depends_on)
                 changed_ids.add(issue.id)

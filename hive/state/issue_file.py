@@ -129,6 +129,26 @@ def line_of(data: str | bytes, key: str) -> int:
     return _line_of_key(front, key, first_line)
 
 
+def conflict_line(data: str | bytes) -> int:
+    """The line of the first conflict block (`<<<<<<<` … `=======` … `>>>>>>>`, as a merge of
+    both sides' changes to the same lines leaves it) in an issue file's body; 0 if none."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    try:
+        _, body, _ = split(text, "")
+    except BadInput:
+        return 0
+    offset = len(text[:len(text) - len(body)].splitlines())
+    opened, middle = 0, False
+    for number, line in enumerate(body.splitlines(), offset + 1):
+        if line.startswith("<<<<<<<") and not opened:
+            opened = number
+        elif line.startswith("=======") and opened:
+            middle = True
+        elif line.startswith(">>>>>>>") and middle:
+            return opened
+    return 0
+
+
 def key_hints(issue: Issue) -> list[str]:
     """A hint for each unknown front-matter key that looks like a misspelled known one."""
     import difflib   # only when there are unknown keys

@@ -3,12 +3,13 @@
 Git runs it for the paths that `.gitattributes` on `hive/state` marks `merge=hive`
 (`issues/**`, `notes/**`)::
 
-    merge.hive.driver = git hive merge-driver %O %A %B %P
+    merge.hive.driver = /abs/path/to/python -P -m hive merge-driver %O %A %B %P   (what init registers)
     # or: python -m hive.state.merge_driver %O %A %B %P
 
 %O is the base, %A ours (the result is written back there), %B theirs, %P the path in the tree.
 Exit 0 means merged cleanly, exit 1 means a conflict was left in %A (git then reports the path
-as conflicted and keeps all three versions in the index), exit 2 is bad usage.
+as conflicted and keeps all three versions in the index), exit 2 is bad usage. What a rule decided
+(a field both sides changed) and any conflict left are told on stderr, one line each.
 
 What each kind of path gets:
 
@@ -78,11 +79,11 @@ def path_kind(path: str) -> str:
 
 
 def merge_file(base: bytes | None, ours: bytes, theirs: bytes, path: str,
-               *, problems: list[str] | None = None) -> tuple[bytes, bool]:
+               *, problems: list[str] | None = None, decisions: list[str] | None = None) -> tuple[bytes, bool]:
     """Merge one file the way the driver does for `path`: returns (result, clean)."""
     kind = path_kind(path)
     if kind == "issue":
-        return merge_issue(base, ours, theirs, path, problems=problems)
+        return merge_issue(base, ours, theirs, path, problems=problems, decisions=decisions)
     if kind == "jsonl":
         return merge_jsonl(base, ours, theirs), True
     return _git_merge_file(base, ours, theirs)
@@ -93,13 +94,15 @@ def merge_file(base: bytes | None, ours: bytes, theirs: bytes, path: str,
 
 
 def merge_issue(base: bytes | None, ours: bytes, theirs: bytes, path: str,
-                *, problems: list[str] | None = None) -> tuple[bytes, bool]:
+                *, problems: list[str] | None = None, decisions: list[str] | None = None) -> tuple[bytes, bool]:
     """Merge three versions of an issue file. Returns (result bytes, clean).
 
     `base` is None (or empty) when both sides added the file. Not clean means a body conflict
     (markers in the body only; the front matter is merged and parses) or a side that is not a
     valid issue file (then both versions are kept whole between conflict markers, and a one-line
-    reason is appended to `problems` when given).
+    reason is appended to `problems` when given). `decisions` gets one line per field that both
+    sides changed, to different values, saying what a rule kept and why (`updated`, always the
+    later time, is not told).
     """
     # Trivial cases, resolved the way git itself does before it ever calls a driver.
     if ours == theirs:
@@ -133,8 +136,11 @@ def merge_issue(base: bytes | None, ours: bytes, theirs: bytes, path: str,
     keys = list(dict.fromkeys([*o_fields, *t_fields, *b_fields]))
     changes: dict[str, Any] = {}
     for key in keys:
-        merged = _merge_field(key, b_fields.get(key, MISSING), o_fields.get(key, MISSING),
-                              t_fields.get(key, MISSING), o_issue, t_issue)
+        b, o, t = b_fields.get(key, MISSING), o_fields.get(key, MISSING), t_fields.get(key, MISSING)
+        merged, rule = _merge_field(key, b, o, t, o_issue, t_issue)
+        if decisions is not None and rule and key != "updated":
+            decisions.append(f"{issue_id}: {key} changed on both sides ({_shown(o)} here, {_shown(t)} "
+                             f"there): kept {_shown(merged)}, {rule}")
         if merged is MISSING:
             if key in o_fields:
                 changes[key] = None  # update_text deletes the key
@@ -181,26 +187,36 @@ def _body_of(data: bytes | None, path: str) -> str | None:
 
 
 def _merge_field(key: str, b: Any, o: Any, t: Any,
-                 o_issue: issue_file.Issue, t_issue: issue_file.Issue) -> Any:
+                 o_issue: issue_file.Issue, t_issue: issue_file.Issue) -> tuple[Any, str]:
+    """The merged value, and the rule that chose it when both sides changed it ("" otherwise)."""
     if _canon(o) == _canon(t):
-        return o
+        return o, ""
     if _canon(o) == _canon(b):
-        return t
+        return t, ""
     if _canon(t) == _canon(b):
-        return o
+        return o, ""
     # Changed on both sides, to different values: deterministic and symmetric rules.
     if key in SET_FIELDS:
-        return _merge_set(b, o, t)
+        return _merge_set(b, o, t), "what either side added, less what either removed"
     if key == "updated":
-        return max(o, t, key=_order)
+        return max(o, t, key=_order), "the later time"
     if key == "status":
         o_terminal = (o if o is not MISSING else "open") in issue_file.TERMINAL_STATUSES
         t_terminal = (t if t is not MISSING else "open") in issue_file.TERMINAL_STATUSES
         if o_terminal != t_terminal:
-            return o if o_terminal else t
+            return (o if o_terminal else t), "a finished or canceled issue stays so"
     if o_issue.updated != t_issue.updated:
-        return o if o_issue.updated > t_issue.updated else t
-    return max(o, t, key=_order)
+        later_here = o_issue.updated > t_issue.updated
+        return (o if later_here else t), (f"the later change ({'here' if later_here else 'there'}, "
+                                          f"updated {max(o_issue.updated, t_issue.updated)})")
+    return max(o, t, key=_order), "both updated at the same time: the greater value"
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    if value is MISSING:
+        return "(none)"
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _merge_set(b: Any, o: Any, t: Any) -> Any:
@@ -449,14 +465,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hive merge-driver: {path}: cannot read an input: {exc}", file=sys.stderr)
         return 2
     problems: list[str] = []
+    decisions: list[str] = []
     try:
-        result, clean = merge_file(base, ours, theirs, path, problems=problems)
+        result, clean = merge_file(base, ours, theirs, path, problems=problems, decisions=decisions)
     except Exception as exc:  # never lose a side because of a bug here: keep both, conflict
         problems.append(f"{path}: merge failed ({type(exc).__name__}: {exc}); "
                         "both versions kept as a conflict")
         result, clean = _whole_conflict(ours, theirs), False
-    for problem in problems:
-        print(f"hive merge-driver: {problem}", file=sys.stderr)
+    for line in [*decisions, *problems]:
+        print(f"hive merge-driver: {line}", file=sys.stderr)
+    if not clean and not problems:
+        print(f"hive merge-driver: {path}: both sides changed the same lines; "
+              "kept both between conflict markers: resolve them by hand", file=sys.stderr)
     try:
         Path(ours_file).write_bytes(result)
     except OSError as exc:

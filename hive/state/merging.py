@@ -23,6 +23,7 @@ class StateMerge:
     tree: pygit2.Oid
     changed: list[str] = field(default_factory=list)     # paths that differ from ours
     warnings: list[str] = field(default_factory=list)    # body conflicts kept with markers, etc.
+    decisions: list[str] = field(default_factory=list)   # fields both sides changed: what a rule kept
 
 
 def _read(repo: pygit2.Repository, tree: pygit2.Tree | None, path: str) -> bytes | None:
@@ -77,7 +78,7 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
         else:
             files.update(_merge_plain_file(sides, path, new, result.warnings))
     for issue_id in sorted(issues_touched):
-        files.update(_merge_issue(sides, issue_id, prefer_theirs_claims, result.warnings))
+        files.update(_merge_issue(sides, issue_id, prefer_theirs_claims, result))
     for path in drop:
         if _read(repo, sides.ours, path) is not None:
             files[path] = None
@@ -108,7 +109,7 @@ def _merge_plain_file(sides: _Sides, path: str, new: pygit2.Oid | None,
 
 
 def _merge_issue(sides: _Sides, issue_id: str, prefer_theirs_claims: bool,
-                 warnings: list[str]) -> dict[str, bytes | None]:
+                 result: StateMerge) -> dict[str, bytes | None]:
     """The files to write for an issue theirs touched, matched by id wherever it lives."""
     repo = sides.repo
     theirs_version = _issue_version(repo, sides.theirs, issue_id)
@@ -121,9 +122,9 @@ def _merge_issue(sides: _Sides, issue_id: str, prefer_theirs_claims: bool,
     if ours_version is None:
         # new on theirs, or deleted on ours and changed on theirs: keep theirs
         return {theirs_version[0]: theirs_version[1]}
-    merged_data = _merge_issue_text(issue_id, base_version, ours_version, theirs_version, warnings)
+    merged_data = _merge_issue_text(issue_id, base_version, ours_version, theirs_version, result)
     if prefer_theirs_claims:
-        merged_data = _keep_their_claim(merged_data, ours_version, theirs_version, issue_id)
+        merged_data = _keep_their_claim(merged_data, ours_version, theirs_version, issue_id, result.decisions)
     target_path = _issue_path(merged_data, issue_id, ours_version[0])
     files: dict[str, bytes | None] = {}
     for path in layout.candidate_paths(issue_id):
@@ -135,7 +136,7 @@ def _merge_issue(sides: _Sides, issue_id: str, prefer_theirs_claims: bool,
 
 
 def _merge_issue_text(issue_id: str, base: tuple[str, bytes] | None, ours: tuple[str, bytes],
-                      theirs: tuple[str, bytes], warnings: list[str]) -> bytes:
+                      theirs: tuple[str, bytes], result: StateMerge) -> bytes:
     """Both sides' versions of one issue file merged: a side that did not change it yields to the
     other; otherwise the hive field rules, or ours when the result would not parse."""
     if ours[1] == theirs[1]:
@@ -145,7 +146,9 @@ def _merge_issue_text(issue_id: str, base: tuple[str, bytes] | None, ours: tuple
     if base is not None and theirs[1] == base[1]:
         return ours[1]
     problems: list[str] = []
-    merged, clean = merge_issue(base[1] if base else None, ours[1], theirs[1], ours[0], problems=problems)
+    warnings = result.warnings
+    merged, clean = merge_issue(base[1] if base else None, ours[1], theirs[1], ours[0], problems=problems,
+                                decisions=result.decisions)
     if clean:
         return merged
     try:
@@ -170,7 +173,8 @@ def _issue_path(merged: bytes, issue_id: str, ours_path: str) -> str:
     return target_path
 
 
-def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str) -> bytes:
+def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str,
+                      decisions: list[str]) -> bytes:
     try:
         mine = parse(ours[1], issue_id, ours[0])
         other = parse(theirs[1], issue_id, theirs[0])
@@ -180,4 +184,6 @@ def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str,
         return merged
     fields = {"status": other.status, "assignee": other.assignee,
               "lease_expires": other.extra.get("lease_expires")}
+    decisions.append(f"{issue_id}: claimed on both sides ({mine.assignee} here, {other.assignee} there): "
+                     f"kept {other.assignee}, the claim pushed first")
     return update_text(merged.decode("utf-8"), fields, ours[0]).encode()

@@ -246,11 +246,13 @@ class StateStore:
         return True
 
     def merge(self, theirs: str, change: Change, *, drop: tuple[str, ...] = (),
-              prefer_theirs_claims: bool = False) -> tuple[str | None, list[str]]:
+              prefer_theirs_claims: bool = False,
+              decisions: list[str] | None = None) -> tuple[str | None, list[str]]:
         """Merge the commit `theirs` into `hive/state` with the hive rules, CAS-published.
 
         Returns (the new tip or None when `theirs` is already contained, merge warnings).
-        A fast-forward is used when possible and nothing has to be dropped.
+        A fast-forward is used when possible and nothing has to be dropped. `decisions` gets
+        what a rule kept of fields both sides changed (one line each) in the merge published.
         """
         signature = signature_for(self.repo)
         for attempt in range(MAX_ATTEMPTS):
@@ -267,6 +269,8 @@ class StateStore:
                                           [pygit2.Oid(hex=tip), pygit2.Oid(hex=theirs)])
             if cas_update(self.repo, self.ref, tip, str(new), change.summary):
                 notify(self.paths)
+                if decisions is not None:
+                    decisions.extend(merged.decisions)
                 return str(new), merged.warnings
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 10)))
         raise HiveError(f"could not update {self.ref}: it kept moving ({MAX_ATTEMPTS} attempts)")
