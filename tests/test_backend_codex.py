@@ -228,11 +228,11 @@ def test_error_classification_and_shell_unwrapping():
 
 
 def test_git_writable_roots_of_a_worktree_and_of_a_directory_of_worktrees(worktree: Path):
-    common = str(worktree.parents[3] / ".git")
-    admin = str(Path(common) / "worktrees" / ISSUE)
-    assert git_writable_roots(str(worktree)) == [common, admin]
-    assert git_writable_roots(str(worktree.parent)) == [common, admin]
-    assert git_writable_roots(str(worktree.parents[3])) == [common]
+    objects = str(worktree.parents[3] / ".git" / "objects")    # never the whole common dir
+    admin = str(worktree.parents[3] / ".git" / "worktrees" / ISSUE)
+    assert git_writable_roots(str(worktree)) == [objects, admin]
+    assert git_writable_roots(str(worktree.parent)) == [objects, admin]
+    assert git_writable_roots(str(worktree.parents[3])) == [objects]
 
 
 def test_codex_home_config_prices_and_model(fake: FakeOpenAI, worktree: Path):

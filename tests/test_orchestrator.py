@@ -302,7 +302,8 @@ def test_retry_exhaustion_budget_and_failure_kinds(repo: Path, tmp_path: Path, n
         "noresult": work_steps([{"end_turn": True, "on_attempts": once}]),
     }}
     ids = {label: new_issue(f"path {label}", labels=[label]) for label in script["labels"]}
-    env = daemon_env(write_script(tmp_path, script), max_retries=1, max_agent_switches=1, stall_seconds=3)
+    env = daemon_env(write_script(tmp_path, script), max_retries=1, max_agent_switches=1, stall_seconds=3,
+                   sandbox="off")   # the agents' pids as the host sees them
 
     run_until_idle(repo, env, max_agents=len(ids))
 
@@ -430,7 +431,7 @@ def test_cancel_mid_run_kills_the_agent_and_the_daemon_goes_on(repo: Path, tmp_p
     script = {"labels": {"hang": [{"spawn": "sleep 300", "pid_file": str(child_pid_file)},
                                   {"note": "about to hang", "category": "context"},
                                   {"hang": True}]}}
-    env = daemon_env(write_script(tmp_path, script))
+    env = daemon_env(write_script(tmp_path, script), sandbox="off")  # host pids, a pid file outside
     daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
 
     wait_for(lambda: child_pid_file.exists() and child_pid_file.read_text().strip(), "the hung agent's child")
@@ -465,7 +466,7 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     # the first is quick; the others take 3 s on their first attempt (a re-run after the kill is quick)
     ids = [new_issue("quick")] + [new_issue(f"slow {i}", labels=["slow"]) for i in range(3)]
     script = {"labels": {"slow": work_steps([{"sleep": 3.0, "on_attempts": [1]}])}}
-    env = daemon_env(write_script(tmp_path, script), stall_seconds=60)
+    env = daemon_env(write_script(tmp_path, script), stall_seconds=60, sandbox="off")  # host pids
     daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
 
     def mid_run() -> bool:
@@ -543,7 +544,7 @@ def test_one_daemon_detach_status_stop(repo: Path, tmp_path: Path, new_issue, hi
                                        wait_for, procs):
     hung = new_issue("hangs on its first attempt", labels=["hang"])
     script = {"labels": {"hang": work_steps([{"hang": True, "on_attempts": [1]}])}}
-    env = daemon_env(write_script(tmp_path, script))
+    env = daemon_env(write_script(tmp_path, script), sandbox="off")  # host pids
     procs.repos.append(repo)
 
     started = hive("run", "--backend", "scripted", "--detach", "--max-agents", "2", cwd=repo, env=env)
@@ -631,6 +632,7 @@ def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_pat
     issue_id = new_issue("set up slowly")
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"default": work_steps()})))
     monkeypatch.setenv("HIVE_ANOMALY_FAILURE_THRESHOLD", "100")
+    monkeypatch.setenv("HIVE_SANDBOX", "off")          # the agent's pid as the host sees it
     from hive.project import Project
 
     daemon_project = Project.open(repo)

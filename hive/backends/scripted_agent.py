@@ -159,7 +159,7 @@ BUILTIN: dict[str, list[dict]] = {
     "queen": [
         {"say": "Scripted queen: no plan to propose."},
         {"tokens": {"input": 500, "output": 50}},
-        {"result": "success", "summary": "scripted queen"},
+        {"end_turn": True},
     ],
 }
 

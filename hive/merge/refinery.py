@@ -2,8 +2,9 @@
 
 It gets a rebase conflict or failing test output plus the issue, works in the worker's worktree,
 and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session is
-reused across merges and renewed once it passes 100k tokens or 20 messages, so its context never
-overflows. A session that crashes is replaced.
+reused across merges of the same worktree (its jail lets it write only that one: a task in another
+worktree starts a new session) and renewed once it passes 100k tokens or 20 messages, so its
+context never overflows. A session that crashes is replaced.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hive import git
-from hive.agents import protocol
+from hive.agents import jails, protocol
 from hive.backends.base import USAGE, Backend, Event, SessionSpec
 from hive.merge.host import RefineryHost
 from hive.prompts import load, render
@@ -41,6 +42,7 @@ class Refinery:
         self.tokens = 0
         self.renewals = 0
         self.root = ""                       # the worktree of the task in progress
+        self.jailed_in = ""                  # the worktree the session's jail lets it write
 
     def owns(self, session_id: str) -> bool:
         return bool(session_id) and session_id == self.session_id
@@ -53,7 +55,9 @@ class Refinery:
             self.tokens = event.data.total_tokens
             self.host.runtime.put("refinery_tokens", str(self.tokens))
 
-    async def _session(self) -> str:
+    async def _session(self, worktree: Path) -> str:
+        if self.session_id and self.jailed_in != str(worktree):
+            await self.close()               # its jail lets it write only the worktree it was given
         if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
             self.host.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
             await self.close()
@@ -64,12 +68,13 @@ class Refinery:
             if status.state == "exited":
                 await self.close()
         if not self.session_id:
-            paths = self.host.project.paths
-            paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
-            spec = SessionSpec(role="refinery", cwd=str(paths.worktrees_dir),
-                               model=self.host.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
-                               env=git.agent_git_env())
+            config = self.host.config
+            spec = SessionSpec(role="refinery", cwd=str(worktree),
+                               model=config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
+                               env=git.agent_git_env(),
+                               jail=jails.worktree_jail(config, self.host.project.paths, worktree))
             self.session_id = await self.backend.create_session(spec)
+            self.jailed_in = str(worktree)
             self.messages = 0
             self.tokens = 0
             self.host.runtime.put("refinery_session", self.session_id)
@@ -80,7 +85,7 @@ class Refinery:
         """One refinery task; the verdict comes from the result file the session writes."""
         (worktree / protocol.RESULT_FILE).unlink(missing_ok=True)
         try:
-            session = await self._session()
+            session = await self._session(worktree)
         except Exception as exc:  # noqa: BLE001 - a refinery that cannot start counts as a crash
             return Verdict("crashed", f"could not start a refinery session: {exc}")
         self.root = str(worktree)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ContextManager, Protocol
 
 from hive import git, lifecycle
-from hive.agents import protocol
+from hive.agents import jails, protocol
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
 from hive.backends.base import Backend, SessionSpec, TurnResult
@@ -279,7 +279,8 @@ class Worker:
                            system_prompt=WORKER_SYSTEM_PROMPT, resume=previous if resume else "",
                            issue_id=self.issue_id, labels=tuple(issue.labels),
                            env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id,
-                                **git.agent_git_env()})
+                                **git.agent_git_env()},
+                           jail=jails.worktree_jail(self.config, self.project.paths, self.worktree.path))
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
             self.session_tokens = 0  # a fresh session counts its usage from zero
@@ -333,6 +334,7 @@ class Worker:
             return Outcome(False, result.problem)
         if not result.ok:
             return Outcome(False, f"agent reported {result.status}: {result.summary or 'no summary'}")
+        worktrees.adopt_head(self.project.paths, self.issue_id)   # the agent's commits onto its branch
         if not worktrees.has_new_commits(self.project.paths, self.issue_id, self.worktree.base_commit):
             return Outcome(False, "the agent reported success but committed nothing on its branch")
         return Outcome(True, summary=result.summary, test_command=result.test_command)

@@ -26,9 +26,11 @@ from hive.backends.codex.pricing import PRICE_KEY, estimate_cost, price_of, pric
 from hive.backends.codex.errors import classify_error, one_line
 from hive.backends.codex.rpc import AppServer, RpcError, ServerGone
 from hive.backends.codex.sandbox import git_writable_roots
+from hive.backends.jails import cli_install, session_jail
 from hive.backends.reports import count
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
+from hive.jail import JailSpec, NoJail
 
 log = logging.getLogger(__name__)
 
@@ -223,15 +225,24 @@ class CodexBackend(SessionBackend):
         if isinstance(result, dict) and result.get("model"):
             s.model = str(result["model"])
 
+    def _jail(self, spec: SessionSpec) -> JailSpec | None:
+        """The session's jail plus the CLI's install (read) and hive's private CODEX_HOME (written;
+        a user login linked into it is read where it lies)."""
+        home = Path(self.codex_home)
+        home.mkdir(parents=True, exist_ok=True)
+        linked = tuple(os.path.realpath(p) for p in home.iterdir() if p.is_symlink())
+        return session_jail(spec, strict=True, writable=(str(home),),
+                            readable=(*cli_install(self.argv[0]), *linked))
+
     async def _spawn(self, s: _Session) -> AppServer:
         env = {**os.environ, **s.spec.env, "CODEX_HOME": self.codex_home}
         try:
             agent = await AgentProcess.start([*self.argv, "app-server"], cwd=s.spec.cwd, env=env,
                                              line_limit=LINE_LIMIT, kill_grace=self.kill_grace,
-                                             stderr_limit=STDERR_TAIL)
+                                             stderr_limit=STDERR_TAIL, jail=self._jail(s.spec))
         except FileNotFoundError as e:
             raise RuntimeError(f"codex CLI not found: {self.argv[0]!r} ({e.strerror})") from None
-        except OSError as e:
+        except (OSError, NoJail) as e:
             raise RuntimeError(f"cannot start {self.argv[0]!r}: {e}") from None
         proc = AppServer(agent, next(self._generations))
         if s.proc is not None:   # alive, or ended leaving children that ignored its SIGTERM
