@@ -123,7 +123,8 @@ def worktree(api_env: Path, tmp_path: Path) -> Path:
     sh(repo, "commit", "-q", "-m", "initial")
     path = repo / ".git" / "hive" / "worktrees" / ISSUE
     path.parent.mkdir(parents=True)
-    sh(repo, "worktree", "add", "-q", "-b", f"hive/work/{ISSUE}", str(path))
+    sh(repo, "branch", f"hive/work/{ISSUE}")
+    sh(repo, "worktree", "add", "-q", "--detach", str(path), f"hive/work/{ISSUE}")   # as hive's: detached
     return path
 
 
@@ -325,7 +326,7 @@ def test_a_turn_edits_and_commits_with_approvals_and_counts_usage(fake: FakeOpen
 
     assert (worktree / "hello.txt").read_text() == "hello from codex\n"
     assert (worktree / "issue.txt").read_text() == ISSUE          # the session's env reached the command
-    assert sh(worktree, "log", "-1", "--format=%s", f"hive/work/{ISSUE}").strip() == "Add hello"
+    assert sh(worktree, "log", "-1", "--format=%s", "HEAD").strip() == "Add hello"
     assert sh(worktree, "status", "--porcelain") == ""
     tools = [(request.tool, verdict.allow) for request, verdict in rec.verdicts]
     assert tools == [("fileChange", True), ("commandExecution", True)]
@@ -469,13 +470,13 @@ def test_resume_after_delete_in_a_new_backend(fake: FakeOpenAI, worktree: Path):
 
 
 @needs_codex
-def test_refinery_works_in_a_worktree_inside_its_directory(fake: FakeOpenAI, worktree: Path):
-    directory = worktree.parent                       # what the refinery gets as its cwd
+def test_refinery_works_in_the_worktree_it_is_given(fake: FakeOpenAI, worktree: Path):
+    directory = worktree                              # what the refinery gets as its cwd: the one worktree
     (worktree / "README.md").write_text("hello\nmerged\n")
     fake.script(
-        fake_api.apply_patch(fake_api.add_file_patch(f"{ISSUE}/resolved.txt", "resolved")),
+        fake_api.apply_patch(fake_api.add_file_patch("resolved.txt", "resolved")),
         fake_api.exec_command('git add -A && git commit -q -m "refinery: resolve"', workdir=str(worktree)),
-        fake_api.apply_patch(fake_api.add_file_patch(f"{ISSUE}/.hive-result.jsonl",
+        fake_api.apply_patch(fake_api.add_file_patch(".hive-result.jsonl",
                                                      '{"status": "merged", "summary": "resolved"}')),
         fake_api.text("Merged."),
     )
@@ -492,7 +493,7 @@ def test_refinery_works_in_a_worktree_inside_its_directory(fake: FakeOpenAI, wor
     assert [(r.tool, v.allow) for r, v in rec.verdicts] == [
         ("fileChange", True), ("commandExecution", True), ("fileChange", True)]
     assert rec.verdicts[1][0].paths == [str(worktree)]
-    log = sh(worktree, "log", "-1", "--name-only", "--format=%s", f"hive/work/{ISSUE}")
+    log = sh(worktree, "log", "-1", "--name-only", "--format=%s", "HEAD")
     assert log.split() == ["refinery:", "resolve", "README.md", "resolved.txt"]
     assert json.loads((worktree / ".hive-result.jsonl").read_text())["status"] == "merged"
 

@@ -583,7 +583,11 @@ class Agent:
         tail = output[-2000:].decode("utf-8", errors="replace")
         self.say(f"$ {value}\n(exit {code})\n{tail}".rstrip())
         if code != 0 and step.get("must_succeed"):
-            raise EndTurn(False, f"command failed with exit {code}: {value}")
+            said = [ln for ln in tail.splitlines() if ln.strip()]
+            # the line naming the error: git's first `fatal:`/`error:`, else the last words
+            errors = [ln for ln in said if ln.startswith(("fatal:", "error:"))]
+            why = (errors or said[-1:] or [""])[0][:300]
+            raise EndTurn(False, f"command failed with exit {code}: {value}" + (f" — {why}" if why else ""))
 
     def do_spawn(self, value, step):
         try:

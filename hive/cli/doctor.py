@@ -63,6 +63,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
         results.append((False, f"config: {exc}"))
         return results
     results.append((True, "config"))
+    results.append(_check_jail(config))
     for role in ("worker", "refinery", "queen"):
         backend = config.backend_for(role)
         if backend in ("claude", "codex"):
@@ -71,6 +72,22 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
             home.mkdir(parents=True, exist_ok=True)
             results.append(_check_cli(role, backend, command, str(home)))
     return results
+
+
+def _check_jail(config) -> tuple[bool, str]:
+    """Whether agents run jailed here: a real agent CLI that cannot be jailed is a problem."""
+    from hive.agents.jails import REAL_AGENTS
+    from hive.jail import support
+
+    if config.sandbox == "off":
+        return True, 'jail: OFF (sandbox = "off"): agents run unjailed and can reach everything you can'
+    found = support()
+    if found.ok:
+        return True, f"jail: {found.describe()}"
+    real = sorted({config.backend_for(r) for r in ("worker", "refinery", "queen")} & set(REAL_AGENTS))
+    if real:
+        return False, f"jail: the {'/'.join(real)} agents cannot start: {found.reason} — {found.fix}"
+    return True, f"jail: none here, the scripted agents run unjailed: {found.reason} — {found.fix}"
 
 
 def _check_cli(role: str, backend: str, command: str, codex_home: str = "") -> tuple[bool, str]:

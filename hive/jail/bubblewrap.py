@@ -9,9 +9,10 @@ path look empty, and cannot forbid a deeper path inside an allowed one. bwrap st
 milliseconds and is one small package (or the copy the codex npm package ships).
 
 The mounts, in the order bwrap needs (a deeper path after the one containing it):
-the system read-only, a fresh /dev and /proc, then per path — shallowest first — hidden (an empty
-tmpfs; an empty read-only file for a file), readable (read-only), writable (read-write), frozen
-(read-only again). The network is shared (the agent talks to its provider); every other namespace
+the system read-only, a fresh /dev and /proc, then per path — shallowest first — scratch (an
+empty tmpfs), hidden (an empty tmpfs, made read-only once everything inside it is mounted; an
+empty read-only file for a file), readable (read-only), writable (read-write), frozen (read-only
+again). The network is shared (the agent talks to its provider); every other namespace
 is the jail's own.
 """
 
@@ -21,14 +22,14 @@ import os
 
 from hive.jail.spec import JailSpec
 
-HIDDEN, READABLE, WRITABLE, FROZEN = range(4)
+SCRATCH, HIDDEN, READABLE, WRITABLE, FROZEN = range(5)
 
 
 def _mounts(spec: JailSpec) -> list[tuple[int, int, str]]:
     """(depth, kind, path) of every mount, in bwrap order; paths that do not exist are left out."""
     chosen: dict[tuple[int, str], None] = {}
-    for kind, paths in ((HIDDEN, spec.hidden), (READABLE, spec.readable), (WRITABLE, spec.writable),
-                        (FROZEN, spec.frozen)):
+    for kind, paths in ((SCRATCH, spec.scratch), (HIDDEN, spec.hidden), (READABLE, spec.readable),
+                        (WRITABLE, spec.writable), (FROZEN, spec.frozen)):
         for path in paths:
             if path and os.path.lexists(path):
                 chosen[(kind, os.path.realpath(path))] = None
@@ -48,13 +49,20 @@ def command(bwrap: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str
     """`argv` run inside the jail, in `cwd`, with exactly `env`."""
     line = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--unshare-all", "--share-net", "--die-with-parent", "--clearenv"]
+    read_only_tmpfs = []
     for _, kind, path in _mounts(spec):
-        if kind == HIDDEN:
-            line += ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+        if kind in (HIDDEN, SCRATCH) and os.path.isdir(path):
+            line += ["--tmpfs", path]
+            if kind == HIDDEN:
+                read_only_tmpfs.append(path)
+        elif kind in (HIDDEN, SCRATCH):
+            line += ["--ro-bind", "/dev/null", path]
         elif kind == WRITABLE:
             line += ["--bind", path, path]
         else:
             line += ["--ro-bind", path, path]
+    for path in read_only_tmpfs:        # last: the mounts inside them needed their mount points made
+        line += ["--remount-ro", path]
     for name, value in sorted(env.items()):
         line += ["--setenv", name, value]
     line += ["--chdir", os.path.realpath(cwd), "--", *argv]

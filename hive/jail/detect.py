@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -42,10 +43,18 @@ def find_bwrap() -> str:
     if found:
         return found
     for pattern in VENDORED:
-        for candidate in sorted(glob.glob(os.path.expanduser(pattern))):
+        for candidate in sorted(glob.glob(pattern.replace("~", _login_home(), 1))):
             if os.access(candidate, os.X_OK):
                 return candidate
     return ""
+
+
+def _login_home() -> str:
+    """The user's own home (hive's npm cache lives there), whatever HOME says."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return os.path.expanduser("~")
 
 
 @functools.lru_cache(maxsize=1)

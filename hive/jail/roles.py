@@ -1,10 +1,12 @@
 """The jail of each kind of agent, from the repository's places.
 
-A worker (and the test commands run for it) may write its worktree, the worktree's own git admin
-folder (`<common>/worktrees/<id>`: HEAD, index, logs) and the object store — what a commit on the
-worktree's detached HEAD writes — and nothing else of the repository: not `refs/`, not
-`packed-refs`, not `config` or `hooks`, so it can move no ref at all; hive moves the work branch
-to the worktree's HEAD afterwards (`hive.workspace.worktrees.adopt_head`). The refinery gets the
+A worker (and the test commands run for it) may write its worktree and the worktree's own git
+admin folder (`<common>/worktrees/<id>`: HEAD, index, logs, and `hive-objects`, where its git
+writes new objects — `GIT_OBJECT_DIRECTORY`, the shared store an alternate it only reads): what a
+commit on the worktree's detached HEAD writes. Nothing else of the repository — not `objects/`,
+`refs/`, `packed-refs`, `config` or `hooks` — so it can move no ref and damage no object; hive
+copies the new objects over and moves the work branch to the worktree's HEAD afterwards
+(`hive.workspace.worktrees.adopt_head`). The refinery gets the
 same jail for the worktree of its task. The Queen may write only its plan directory and reads the
 main worktree. Hidden from all: the user's home (but for what the agent CLI needs, which the
 backend adds), /tmp (each jail has its own), hive's runtime folder (`<common>/hive`) and — for
@@ -59,8 +61,11 @@ def _identity(paths: git.RepoPaths) -> tuple[tuple[str, str], ...]:
                  for what, value in (("name", signature.name), ("email", signature.email)))
 
 
+SCRATCH = ("/tmp", "/var/tmp")      # empty and writable in each jail, its own
+
+
 def _hidden(paths: git.RepoPaths, *, main_worktree: bool) -> tuple[str, ...]:
-    hidden = [os.path.expanduser("~"), "/tmp", "/var/tmp", str(paths.hive_dir)]
+    hidden = [os.path.expanduser("~"), str(paths.hive_dir)]
     if main_worktree:
         hidden.append(str(paths.main_worktree))
     return tuple(hidden)
@@ -70,14 +75,19 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
     """A worker's (or the refinery's, or a test command's) jail for one worktree."""
     worktree = worktree.resolve()
     admin = _git_admin(worktree)
-    writable = [str(worktree), str(paths.common_dir / "objects")]
+    writable = [str(worktree)]
     frozen = [str(worktree / ".git")]
+    env = list(_identity(paths))
     if admin is not None:
         writable.append(str(admin))
         frozen += [str(admin / "gitdir"), str(admin / "commondir"), str(admin / "config.worktree")]
+        objects = git.private_objects(paths.common_dir, admin.name)
+        (objects / "pack").mkdir(parents=True, exist_ok=True)
+        env += [("GIT_OBJECT_DIRECTORY", str(objects)),
+                ("GIT_ALTERNATE_OBJECT_DIRECTORIES", str(paths.common_dir / "objects"))]
     return JailSpec(writable=tuple(writable), readable=(str(paths.common_dir), *_system_readable()),
-                    hidden=_hidden(paths, main_worktree=True), frozen=tuple(frozen),
-                    env=_identity(paths))
+                    hidden=_hidden(paths, main_worktree=True), scratch=SCRATCH, frozen=tuple(frozen),
+                    env=tuple(env))
 
 
 def queen_jail(paths: git.RepoPaths, plan_directory: Path) -> JailSpec:
@@ -85,5 +95,5 @@ def queen_jail(paths: git.RepoPaths, plan_directory: Path) -> JailSpec:
     plan = plan_directory.resolve()
     return JailSpec(writable=(str(plan),),
                     readable=(str(paths.main_worktree), str(paths.common_dir), *_system_readable()),
-                    hidden=_hidden(paths, main_worktree=False),
+                    hidden=_hidden(paths, main_worktree=False), scratch=SCRATCH,
                     frozen=(str(plan / ".git"),), env=_identity(paths))

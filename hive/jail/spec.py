@@ -17,7 +17,8 @@ CREDENTIALS = (".ssh", ".gnupg", ".aws", ".config/gh", ".config/gcloud", ".git-c
 class JailSpec:
     """Paths are absolute; each is resolved (symlinks followed) when the jail is built.
 
-    Everything of the system not named here is read-only. `hidden` paths look empty inside;
+    Everything of the system not named here is read-only. `hidden` paths look empty (and are
+    read-only) inside; `scratch` ones look empty and are writable (the jail's own /tmp);
     `readable` ones are shown read-only again inside a hidden one (the CLI's own install);
     `writable` ones are bound read-write; `frozen` ones are read-only inside a writable one
     (a worktree's `.git` file, which names the repository it belongs to)."""
@@ -25,6 +26,7 @@ class JailSpec:
     writable: tuple[str, ...]
     readable: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
+    scratch: tuple[str, ...] = ()
     frozen: tuple[str, ...] = ()
     max_processes: int = DEFAULT_MAX_PROCESSES
     env: tuple[tuple[str, str], ...] = ()     # set inside whatever the caller's environment says

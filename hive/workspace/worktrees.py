@@ -118,6 +118,33 @@ def _detached(work: pygit2.Repository) -> pygit2.Repository:
     return work
 
 
+def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
+    """Copy the objects a jailed agent wrote (`git.private_objects`) into the shared store, each
+    read and written again (so hashed again: a forged file name cannot plant a wrong object);
+    empty its private store. How many were new."""
+    private = git.private_objects(paths.common_dir, issue_id)
+    if not private.is_dir():
+        return 0
+    common = open_repo(paths).odb
+    added = 0
+    try:
+        own = pygit2.Odb(str(private))
+        for oid in own:
+            if oid not in common:
+                kind, data = own.read(oid)[:2]
+                common.write(kind, data)
+                added += 1
+    except (pygit2.GitError, ValueError, KeyError, OSError):
+        pass                          # a damaged private store: what it had is not the work
+    for entry in private.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    (private / "pack").mkdir(exist_ok=True)
+    return added
+
+
 def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     """Move the work branch to what the agent committed in hive's worktree; the new head.
 
@@ -126,6 +153,7 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     path = worktree_path(paths, issue_id)
     if not path.exists():
         return head_of(paths, issue_id)
+    absorb_objects(paths, issue_id)
     try:
         head = str(_detached(pygit2.Repository(str(path))).head.target)
     except (pygit2.GitError, KeyError, ValueError):
