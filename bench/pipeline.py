@@ -191,16 +191,17 @@ def _child(argv: list[str]) -> int:
 
     store.commit = commit  # type: ignore[method-assign]
 
+    # the prompt sent: every turn (run_turn, send_message_async) goes through `_send_turn`
     backend = daemon.backend
-    original_send = backend.send_message_async
+    original_send = backend._send_turn
 
     async def send(session_id: str, text: str) -> None:
         await original_send(session_id, text)
-        worker = daemon.sessions.get(session_id)
+        worker = daemon.worker_of_session(session_id)
         if worker is not None and not text.startswith("FYI"):
             prompts.setdefault(worker.issue_id, time.perf_counter() - start)
 
-    backend.send_message_async = send  # type: ignore[method-assign]
+    backend._send_turn = send  # type: ignore[method-assign]
 
     # the steps between a claim and the prompt: worktree ready, agent session started
     from hive.orchestrator.worker import Worker

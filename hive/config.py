@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hive.errors import BadInput
-from hive.git import read_ref
+from hive.git import read_ref, run
 
 if TYPE_CHECKING:
     from hive.git import RepoPaths
@@ -57,8 +57,14 @@ class Config:
     worker_model: str = _key("claude-sonnet-4-6", "Model of the workers.", nonempty=True)
     refinery_model: str = _key("claude-opus-4-6", "Model of the refinery session.", nonempty=True)
     queen_model: str = _key("claude-opus-4-6", "Model of the queen (planning) session.", nonempty=True)
-    max_tokens_per_issue: int = _key(200_000, "Token budget of one issue; going over is a failure.")
-    max_tokens_per_run: int = _key(0, "Token budget of one `git hive run`; 0 = no cap.")
+    max_tokens_per_issue: int = _key(
+        200_000, "Token budget of one issue (uncached input + cache writes + output; cache reads are "
+                 "not counted here); going over is a failure.")
+    max_tokens_per_run: int = _key(0, "Token budget of one `git hive run`, counted the same way; 0 = no cap.")
+    max_cost_usd_per_issue: float = _key(
+        10.0, "USD budget of one issue, cache reads included; going over is a failure; 0 = no cap.")
+    max_cost_usd_per_run: float = _key(
+        100.0, "USD budget of one `git hive run`, cache reads included; then no new agents; 0 = no cap.")
     max_retries: int = _key(2, "Retries with the same agent before switching agents.")
     max_agent_switches: int = _key(2, "Fresh agents in a clean worktree before escalating.")
     anomaly_failure_threshold: int = _key(
@@ -166,6 +172,10 @@ def _problem(name: str, value: Any) -> str | None:
         if value < key.minimum:
             return f"{name} must be at least {key.minimum}, not {value}"
         return None
+    if expected is float:
+        if type(value) not in (int, float) or not 0 <= value < float("inf"):
+            return f"{name} must be a number of at least 0, not {_describe(value)}"
+        return None
     if expected is dict:
         return None if isinstance(value, dict) else f"{name} must be a table, not {_describe(value)}"
     if type(value) is not str:
@@ -212,6 +222,11 @@ def parse_value(key: str, text: str) -> Any:
             value: Any = int(text.strip(), 10)
         except ValueError:
             raise BadInput(f"{key} must be an integer, not {text!r}") from None
+    elif kind is float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise BadInput(f"{key} must be a number, not {text!r}") from None
     elif kind is dict:
         try:
             value = tomllib.loads("v = " + text)["v"]
@@ -420,6 +435,38 @@ def _project_layer(repo: RepoPaths, base_target: str, base_source: str,
         target, target_source = named, f"project: {where}"
 
 
+RECORDED_KEY = "hive.targetBranch"
+RECORDED_SOURCE = f"recorded by init: {RECORDED_KEY} in .git/config"
+
+
+def recorded_target_branch(repo: RepoPaths) -> str | None:
+    """The target branch `git hive init` recorded for this repository (it replaces the built-in
+    default `main`; every other layer still wins over it). None if none was recorded."""
+    proc = run(["config", "--file", str(repo.common_dir / "config"), "--get", RECORDED_KEY],
+               repo.common_dir, check=False)
+    value = proc.stdout.strip() if proc.returncode == 0 else ""
+    if not value:
+        return None
+    problem = _problem("target_branch", value)
+    if problem:
+        raise BadInput(f"{problem} (fix it with `git config {RECORDED_KEY} BRANCH`)",
+                       str(repo.common_dir / "config"))
+    return value
+
+
+def pending(repo: RepoPaths) -> dict[str, Any]:
+    """Keys the main worktree's `.hive.toml` sets to a value that is not in effect (because the
+    file is not the one on the target branch, or a later layer wins): key -> the file's value."""
+    path = project_path(repo)
+    try:
+        text = _read_text(path, project=True)
+        data = {} if text is None else _parse_toml(text, str(path))
+    except BadInput:
+        return {}
+    effective = load(repo).as_dict()
+    return {k: v for k, v in data.items() if k in effective and effective[k] != v}
+
+
 def _env_layer() -> dict[str, Any]:
     values = {}
     for key in KEYS.values():
@@ -435,6 +482,10 @@ def _env_layer() -> dict[str, Any]:
 def _resolve(repo: RepoPaths | None) -> tuple[dict[str, Any], dict[str, str]]:
     values = {name: copy.deepcopy(key.default) for name, key in KEYS.items()}
     sources = dict.fromkeys(KEYS, "default")
+    if repo is not None:
+        recorded = recorded_target_branch(repo)
+        if recorded is not None:
+            values["target_branch"], sources["target_branch"] = recorded, RECORDED_SOURCE
 
     def apply(layer_values: dict[str, Any], label: str) -> None:
         for name, value in layer_values.items():

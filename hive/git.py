@@ -44,6 +44,12 @@ class RepoPaths:
         """Runtime files that are never shared: index, daemon lock, logs, worker worktrees."""
         return self.common_dir / "hive"
 
+    def make_hive_dir(self) -> Path:
+        """`hive_dir`, created readable by its owner only (prompts, transcripts, the runtime
+        database: nothing another user of the machine should read)."""
+        self.hive_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self.hive_dir
+
     @cached_property
     def state_checkout(self) -> Path:
         """`.hive/`: the editable linked worktree of `hive/state` at the root of the main worktree."""
@@ -101,11 +107,87 @@ def discover(start: Path | str | None = None) -> RepoPaths:
         return RepoPaths(top, git_dir, common)
     for candidate in (here, *here.parents):
         git_dir = _gitdir_of(candidate / ".git")
+        if git_dir is not None and not git_dir.exists():
+            continue   # a linked worktree whose repository moved: its main worktree is further up
         if git_dir is not None:
-            return RepoPaths(candidate, git_dir, common_dir_of(git_dir))
+            paths = RepoPaths(candidate, git_dir, common_dir_of(git_dir))
+            repair_worktree_links(paths)
+            return paths
         if _looks_like_git_dir(candidate):
             raise HiveError(f"{candidate} is a bare repository: git hive needs a repository with a worktree")
     raise HiveError(f"not a git repository (or any parent up to /): {here}")
+
+
+def repair_worktree_links(paths: RepoPaths, *, force: bool = False) -> list[Path]:
+    """Re-point `.hive/` and the worker worktrees at the repository after its folder moved.
+
+    A linked worktree's `.git` file and its admin dir (`<common>/worktrees/<name>/gitdir`) name
+    each other by absolute path; once the folder is moved or renamed both point at the old place
+    and every git and pygit2 call on them fails. Each link is rewritten to the new place, as
+    `git worktree repair` would (which cannot when both sides moved, before git 2.41). Looks only
+    at `.hive/` (two small reads) unless it is broken or `force`. Returns the worktrees repaired.
+    """
+    if not force and not _link_broken(paths.state_checkout / ".git"):
+        return []
+    candidates = [paths.state_checkout]
+    if paths.worktrees_dir.is_dir():
+        candidates += sorted(paths.worktrees_dir.iterdir())
+    repaired = []
+    for worktree in candidates:
+        dot_git = worktree / ".git"
+        if not _link_broken(dot_git):
+            continue
+        admin = paths.common_dir / "worktrees" / _admin_of(dot_git).name
+        if not (admin / "HEAD").is_file():
+            continue   # not one of this repository's worktrees: leave it alone
+        dot_git.write_text(f"gitdir: {admin}\n", encoding="utf-8")
+        (admin / "gitdir").write_text(f"{dot_git}\n", encoding="utf-8")
+        if not common_dir_of(admin).is_dir():   # libgit2 writes it as an absolute path
+            (admin / "commondir").write_text(f"{paths.common_dir}\n", encoding="utf-8")
+        repaired.append(worktree)
+    return repaired
+
+
+def damaged_checkout_index(paths: RepoPaths) -> Path | None:
+    """The git index of `.hive/` if it is not an index at all (garbage, cut short at the
+    header): libgit2 then fails every read. None if it is fine or absent."""
+    try:
+        index = _admin_of(paths.state_checkout / ".git") / "index"
+        with open(index, "rb") as data:
+            header = data.read(12)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return paths.state_checkout
+    return None if header[:4] == b"DIRC" and len(header) == 12 else index
+
+
+def rebuild_checkout_index(paths: RepoPaths, index: Path) -> None:
+    """Replace a damaged `.hive/` index by the tree of `hive/state`. The files in `.hive/` are
+    left as they are (an edit stays an edit: hive's own records say what was written)."""
+    index.unlink(missing_ok=True)
+    run(["read-tree", "HEAD"], paths.state_checkout)
+
+
+def _admin_of(dot_git: Path) -> Path:
+    text = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+    admin = Path(text[len("gitdir:"):].strip())
+    return admin if admin.is_absolute() else dot_git.parent / admin
+
+
+def _link_broken(dot_git: Path) -> bool:
+    """True if the `.git` file of a linked worktree and its admin dir do not name each other."""
+    try:
+        if not dot_git.read_text(encoding="utf-8", errors="replace").startswith("gitdir:"):
+            return False
+        admin = _admin_of(dot_git)
+        back = Path((admin / "gitdir").read_text(encoding="utf-8", errors="replace").strip())
+        common = common_dir_of(admin)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return dot_git.is_file()
+    except OSError:
+        return False
+    return os.path.normpath(back) != os.path.normpath(dot_git) or not common.is_dir()
 
 
 # Opened repositories, per thread: libgit2 must not use one from two threads at once.

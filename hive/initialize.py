@@ -18,7 +18,7 @@ import pygit2
 from hive import config, git
 from hive.errors import HiveError
 from hive.project import Project
-from hive.state import layout
+from hive.state import layout, lost, trust
 from hive.state.store import Change, StateStore
 
 CHECKOUT_WORKTREE_NAME = "hive-state"
@@ -51,7 +51,7 @@ def initialize(where: Path | str | None = None) -> list[str]:
     if repo.head_is_unborn:
         raise HiveError("this repository has no commit yet: make a first commit, then run `git hive init`")
     done: list[str] = []
-    paths.hive_dir.mkdir(parents=True, exist_ok=True)
+    paths.make_hive_dir().chmod(0o700)   # made by an older hive: private from now on
     paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
     _add_fetch_refspecs(paths, done)
     _fetch_shared_state(repo, paths)
@@ -59,30 +59,76 @@ def initialize(where: Path | str | None = None) -> list[str]:
     _register_merge_driver(paths, done)
     _add_excludes(paths, done)
     _install_hooks(paths, done)
-    record_target_branch(paths)
+    recorded = config.recorded_target_branch(paths)
+    record_target_branch(paths, detect_target_branch(repo, paths))
+    if recorded is None:
+        done.append(f"target branch: {config.load(paths).target_branch}")
     _create_checkout(repo, paths, done)
     return done
 
 
 def record_target_branch(paths: git.RepoPaths, target: str | None = None) -> None:
-    """Tell the guard hook which branch workers may not move (`hive.targetBranch`)."""
+    """Record the target branch (`hive.targetBranch`): the per-repository default of the
+    `target_branch` key, and the branch the guard hook lets no worker move."""
     if target is None:
         target = config.load(paths).target_branch
-    if git.config_get(paths.common_dir, "hive.targetBranch") != target:
-        git.run(["config", "--file", str(paths.common_dir / "config"), "hive.targetBranch", target],
+    if config.recorded_target_branch(paths) != target:
+        git.run(["config", "--file", str(paths.common_dir / "config"), config.RECORDED_KEY, target],
                 paths.worktree)
+
+
+def detect_target_branch(repo: pygit2.Repository, paths: git.RepoPaths) -> str:
+    """The configured target branch if a person chose one; else the remote's default branch, else
+    the branch checked out in the main worktree, else `main` or `master`, whichever exists."""
+    if config.sources(paths)["target_branch"] != "default":
+        return config.load(paths).target_branch
+    remotes = sorted((r.name for r in repo.remotes), key=lambda name: name != "origin")
+    for remote in remotes:
+        head = repo.references.get(f"refs/remotes/{remote}/HEAD")
+        prefix = f"refs/remotes/{remote}/"
+        if head is not None and isinstance(head.target, str) and head.target.startswith(prefix):
+            return head.target[len(prefix):]
+    if not repo.head_is_detached and not repo.head_is_unborn:
+        checked_out = repo.head.shorthand
+        if checked_out != "hive" and not checked_out.startswith("hive/") and config.valid_branch_name(checked_out):
+            return checked_out
+    for candidate in ("main", "master"):
+        if repo.references.get(f"refs/heads/{candidate}") is not None:
+            return candidate
+    return "main"
+
+
+def missing_target_branch(paths: git.RepoPaths, target: str) -> str | None:
+    """Why hive cannot work towards `target` (it does not exist here), or None if it can."""
+    if git.read_ref(paths.common_dir, f"refs/heads/{target}") is not None:
+        return None
+    listed = git.run(["for-each-ref", "--format=%(refname:short)", "refs/heads"], paths.common_dir, check=False)
+    names = [n for n in listed.stdout.split() if n != "hive" and not n.startswith("hive/")]
+    hint = f"; branches here: {', '.join(names[:5])}" if names else ""
+    return (f"target branch {target!r} does not exist{hint} "
+            f"(set it: `git hive config set target_branch BRANCH`)")
 
 
 def _create_state_branch(store: StateStore, done: list[str]) -> None:
     repo = store.repo
     if store.tip() is not None:
         return
+    if lost.had_state(store.paths):   # never an empty state over the data of an earlier one
+        trace = Project(store.paths).recover_state()
+        done.append(f"recovered {git.STATE_BRANCH} from {trace.where}")
+        return
     for remote in repo.remotes:
         shared = repo.references.get(f"refs/remotes/{remote.name}/{git.STATE_BRANCH}")
-        if shared is not None:
-            if store.adopt(str(shared.target), f"hive: from {remote.name}"):
-                done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
-            return
+        if shared is None:
+            continue
+        try:
+            trust.check_commit(repo, str(shared.target), None, source=f"{remote.name}/{git.STATE_BRANCH}")
+        except trust.Untrusted as exc:
+            print(f"warning: {exc}; started a new {git.STATE_BRANCH} instead", file=sys.stderr)
+            break
+        if store.adopt(str(shared.target), f"hive: from {remote.name}"):
+            done.append(f"created {git.STATE_BRANCH} from {remote.name}/{git.STATE_BRANCH}")
+        return
     files: dict[str, bytes | None] = {
         layout.ATTRIBUTES_FILE: layout.ATTRIBUTES.encode(),
         layout.CONTEXT_FILE: layout.CONTEXT_TEMPLATE.encode(),
@@ -151,6 +197,12 @@ def hooks_dir(paths: git.RepoPaths) -> Path:
 
 def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
     target_dir = hooks_dir(paths)
+    configured = git.config_get(paths.worktree, "core.hooksPath")
+    if configured and not Path(os.path.expanduser(configured)).is_absolute():
+        # git resolves it from each worktree's root: worker worktrees would have no guard hook
+        git.run(["config", "--file", str(paths.common_dir / "config"), "core.hooksPath", str(target_dir)],
+                paths.worktree)
+        done.append(f"core.hooksPath {configured!r} is relative: set to {target_dir} for every worktree")
     target_dir.mkdir(parents=True, exist_ok=True)
     for name, content in hook_sources().items():
         target = target_dir / name

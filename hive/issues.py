@@ -152,7 +152,7 @@ def remove_dependency(project: Project, issue_id: str, blocker: str) -> Issue:
                   summary=f"{issue_id} no longer depends on {blocker}")
 
 
-PROJECT_NOTES = "project"
+PROJECT_NOTES = layout.PROJECT_NOTES
 
 
 def note_line(content: str, category: str, issue: str = "", agent: str = "", at: str = "") -> dict[str, str]:

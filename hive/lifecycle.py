@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from hive import issues
+from hive.backends.base import Usage
 from hive.config import Config
 from hive.errors import HiveError
 from hive.project import Project
@@ -154,11 +155,13 @@ def finish(project: Project, issue_id: str, agent_id: str, summary: str, trailer
                  summary=f"done {issue_id}: {_one_line(summary)[:100] or 'work committed'}", trailers=trailers)
 
 
-def escalate(project: Project, issue_id: str, agent_id: str, reason: str, last_error: str) -> Issue:
-    """in_progress → escalated: the escalation chain ran out; a person decides."""
+def escalate(project: Project, issue_id: str, agent_id: str, reason: str, last_error: str,
+             usage: dict[str, str] | None = None) -> Issue:
+    """in_progress → escalated: the escalation chain ran out; a person decides. `usage`: the
+    issue's `usage_trailers`."""
     return _move(project, issue_id, _held_by(agent_id, "escalate"), {"status": "escalated"}, event="escalated",
                  agent=agent_id, summary=f"escalate {issue_id}: {reason}",
-                 trailers={"Hive-Reason": _one_line(f"{reason}; last error: {last_error}")})
+                 trailers={"Hive-Reason": _one_line(f"{reason}; last error: {last_error}"), **(usage or {})})
 
 
 def release(project: Project, issue_id: str, agent_id: str, why: str) -> Issue:
@@ -340,6 +343,53 @@ def decide(budget: Budget, config: Config, now: float, *, hopeless: str = "") ->
         return Decision(SWITCH, f"switch {budget.switches + 1} of {config.max_agent_switches}: a fresh agent")
     return Decision(ESCALATE, f"retries ({config.max_retries}) and agent switches "
                               f"({config.max_agent_switches}) exhausted")
+
+
+# -- budgets: usage as the providers bill it ----------------------------------------------------
+
+def spend(runtime: Runtime, config: Config, issue_id: str, delta: Usage) -> str:
+    """Add `delta` to the issue's usage; why the issue is now over its budget, or ""."""
+    budget = runtime.budget(issue_id)
+    budget.spend(delta)
+    runtime.save_budget(budget)
+    return over_budget(budget, config)
+
+
+def over_budget(budget: Budget, config: Config) -> str:
+    """The one budget rule: `max_tokens_per_issue` counts uncached input + cache writes + output
+    (cache reads are shown, not counted: they cost a tenth and a long session rereads its prefix
+    on every call); `max_cost_usd_per_issue` counts USD, cache reads included. 0 = no cap."""
+    usage = budget.usage
+    if config.max_tokens_per_issue and budget.tokens > config.max_tokens_per_issue:
+        return (f"token budget exceeded: {budget.tokens:,} > max_tokens_per_issue "
+                f"{config.max_tokens_per_issue:,} ({usage_figures(usage)})")
+    if config.max_cost_usd_per_issue and usage.cost_usd > config.max_cost_usd_per_issue:
+        return (f"cost budget exceeded: ${usage.cost_usd:.4f} > max_cost_usd_per_issue "
+                f"${config.max_cost_usd_per_issue:.2f} ({usage_figures(usage)})")
+    return ""
+
+
+def usage_figures(usage: Usage) -> str:
+    return (f"input {usage.input_tokens:,} + cache writes {usage.cache_write_tokens:,} + output "
+            f"{usage.output_tokens:,} = {usage.counted_tokens:,} counted; cache reads "
+            f"{usage.cache_read_tokens:,}; ${usage.cost_usd:.4f}")
+
+
+def done_trailers(base: str, head: str, test_command: str, budget: Budget) -> dict[str, str]:
+    """What a done commit records: the work's base and head, its test command, its usage."""
+    trailers = {"Hive-Base": base, "Hive-Head": head}
+    if test_command:
+        trailers["Hive-Test-Command"] = _one_line(test_command)
+    return {**trailers, **usage_trailers(budget)}
+
+
+def usage_trailers(budget: Budget) -> dict[str, str]:
+    """The issue's usage on its done or failed commit: any clone can add the records up."""
+    usage = budget.usage
+    return {"Hive-Tokens": str(budget.tokens), "Hive-Input-Tokens": str(usage.input_tokens),
+            "Hive-Cache-Write-Tokens": str(usage.cache_write_tokens),
+            "Hive-Cache-Read-Tokens": str(usage.cache_read_tokens),
+            "Hive-Output-Tokens": str(usage.output_tokens), "Hive-Cost-USD": f"{usage.cost_usd:.4f}"}
 
 
 def backoff_seconds(failures_before_start: int) -> float:

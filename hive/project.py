@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Collection
 
 from hive import git
 from hive.errors import HiveError
+from hive.state import issue_file, layout, lost
 from hive.state.checkout import Absorbed, Checkout, Edit
 from hive.state.index import Index, Problem
 
@@ -25,7 +26,7 @@ class Project:
     def __init__(self, paths: git.RepoPaths):
         self.paths = paths
         self.index = Index(paths)
-        self.checkout = Checkout(paths, lambda: self.store)
+        self.checkout = Checkout(paths, lambda: self.store, self._adopted_tip)
         # Who brings `.hive/` up to date after this process's writes: None, each write itself; a
         # daemon sets a function that schedules its own refresh, batched (see after_write).
         self.defer_checkout: Callable[[], None] | None = None
@@ -34,8 +35,22 @@ class Project:
     def open(cls, where: Path | str | None = None, *, require_init: bool = True) -> "Project":
         project = cls(git.discover(where))
         if require_init and project.store_tip() is None:
-            raise HiveError("this repository has no hive yet: run `git hive init`")
+            if not lost.had_state(project.paths):
+                raise HiveError("this repository has no hive yet: run `git hive init`")
+            project.recover_state()
         return project
+
+    def recover_state(self) -> "lost.Trace":
+        """`hive/state` is missing where a hive was: put it back from where it was remembered,
+        or stop (HiveError) saying where the data may be."""
+        trace = lost.recover(self.store)
+        if trace is None:
+            if self.store_tip() is not None:
+                return lost.Trace("another process's recovery", self.store_tip() or "")
+            raise HiveError(lost.lost_message(self.paths))
+        print(f"warning: {git.STATE_BRANCH} was missing: recovered it at {trace.commit[:10]} "
+              f"from {trace.where}", file=sys.stderr)
+        return trace
 
     @cached_property
     def store(self) -> "StateStore":
@@ -60,10 +75,13 @@ class Project:
         `refresh=False` leaves the checkout's files behind the branch for now (a daemon batches).
         Returns the problems (invalid files) found; they are also printed as warnings.
         """
+        # first what moved the branch from outside: adopted, or refused and taken back, before
+        # an edit is committed on it or the checkout follows it
+        problems = self.update_index()
         edit_problems = self.absorb(full=full, only=only).problems
         if refresh:
             self.checkout.refresh()
-        problems = self.update_index()
+        problems += self.update_index()
         known = {p.location for p in problems}
         for exc in edit_problems:
             where = exc.where or ""
@@ -87,6 +105,10 @@ class Project:
 
         committed = commit_edit(self.store, self.index, edit)
         self.update_index()
+        issue_id = layout.issue_id_of(edit.path)
+        if committed is not None and issue_id is not None:
+            for hint in issue_file.key_hints(issue_file.parse(committed, issue_id, f".hive/{edit.path}")):
+                print(f"warning: .hive/{edit.path}: {hint}", file=sys.stderr)
         return committed
 
     def after_write(self) -> list[Problem]:
@@ -96,11 +118,28 @@ class Project:
         A daemon sets `defer_checkout` and refreshes the checkout from its loop instead, at most a
         few times a second, so a burst of state writes costs one refresh, not one each.
         """
+        problems = self.update_index()
         if self.defer_checkout is None:
-            self.checkout.refresh()
+            self._refresh_after_write()
         else:
             self.defer_checkout()
-        return self.update_index()
+        return problems
+
+    def _adopted_tip(self) -> str | None:
+        """The newest commit of `hive/state` that passed the trust check: what `.hive/` follows."""
+        self.update_index()
+        return self.index.indexed_commit or None
+
+    def _refresh_after_write(self) -> None:
+        """Bring `.hive/` up to date after a write that is already committed: failing here must
+        not fail the command (a retry would repeat the write), so it is a warning."""
+        import pygit2   # loaded already: the write went through the store
+
+        try:
+            self.checkout.refresh()
+        except (OSError, HiveError, pygit2.GitError) as exc:
+            print(f"warning: the change is committed on {git.STATE_BRANCH}, but .hive/ could not be "
+                  f"updated ({exc}); `git hive doctor --fix` repairs it", file=sys.stderr)
 
     def update_index(self) -> list[Problem]:
         """Catch the index up with `hive/state` (from this process's last write when that is all

@@ -11,9 +11,11 @@ Mermaid graph) so that a pull request of the branch reads well; approving merges
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -25,8 +27,8 @@ from hive.agents.jails import queen_jail
 from hive.backends.base import PERMISSION, Backend, Event, SessionSpec, TurnResult
 from hive.errors import BadInput, HiveError
 from hive.project import Project
-from hive.prompts import load, render
-from hive.state import issue_file, layout, validate
+from hive.prompts import load, material, render
+from hive.state import issue_file, layout, trust, validate
 from hive.state.issue_file import Issue
 from hive.state.store import Change, Refused, Snapshot
 from hive.state.trees import walk_changes
@@ -83,6 +85,8 @@ def ensure_plan_worktree(project: Project, slug: str) -> Path:
     path = plan_dir(project, slug)
     if (path / ".git").exists():
         return path
+    # the branch may have come from a remote: checked before libgit2 checks it out (symlinks...)
+    check_plan_tip(project, str(repo.references[plan_ref(slug)].target), slug)
     name = worktree_name(slug)
     if name in repo.list_worktrees():
         repo.lookup_worktree(name).prune(True)
@@ -100,11 +104,61 @@ def remove_plan_worktree(project: Project, slug: str) -> None:
         repo.lookup_worktree(name).prune(True)
 
 
+def check_plan_tip(project: Project, tip: str, slug: str) -> None:
+    """Raise trust.Untrusted unless the plan branch's tree keeps the rules of a fetched state."""
+    trust.check_commit(project.store.repo, tip, project.index.indexed_commit or None,
+                       source=plan_ref(slug).removeprefix("refs/heads/"))
+
+
+def read_plan_file(directory: Path, rel: str) -> bytes | None:
+    """A file of the plan directory: a regular file, reached through real folders only (the
+    Queen writes there: a symlink must never make hive read, or commit, a file outside)."""
+    path = directory / rel
+    for parent in reversed(path.relative_to(directory).parents[:-1]):
+        if not stat.S_ISDIR(_lstat_mode(directory / parent)):
+            return None
+    mode = _lstat_mode(path)
+    if mode == 0:
+        return None
+    if not stat.S_ISREG(mode):
+        raise BadInput("only regular files may be in a plan (no symlinks, folders or devices)", rel)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(trust.MAX_CONTEXT_BYTES + 1)
+
+
+def write_plan_file(directory: Path, rel: str, text: str) -> None:
+    """Write a plan directory's file in place of whatever is there (a symlink is replaced, never
+    followed)."""
+    path = directory / rel
+    tmp = path.with_name(f".hive-tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(tmp, path)
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+
+
+def _plan_issue_files(directory: Path) -> list[str]:
+    issues_dir = directory / layout.ISSUES_DIR
+    if not stat.S_ISDIR(_lstat_mode(issues_dir)):
+        return []
+    return sorted(f"{layout.ISSUES_DIR}/{f.name}" for f in issues_dir.glob("*.md"))
+
+
 def proposed_issues(project: Project, slug: str, directory: Path) -> tuple[list[Issue], list[str]]:
     """The issue files the plan directory adds or changes, parsed and validated together."""
-    issues_dir = directory / layout.ISSUES_DIR
-    files = {f"{layout.ISSUES_DIR}/{f.name}": f.read_bytes()
-             for f in (sorted(issues_dir.glob("*.md")) if issues_dir.is_dir() else [])}
+    files = {}
+    for rel in _plan_issue_files(directory):
+        data = read_plan_file(directory, rel)
+        if data is not None:
+            files[rel] = data
     return check_plan(project, files)
 
 
@@ -227,17 +281,14 @@ def commit_plan(project: Project, slug: str, directory: Path, spec: str, issues:
     stamp = issue_file.format_time(issue_file.now())
     for issue in issues:
         if not issue.created:  # the Queen need not write timestamps: the queue orders by them
-            path = directory / layout.live_path(issue.id)
-            path.write_text(issue_file.update_text(path.read_text(encoding="utf-8"),
-                                                   {"created": stamp, "updated": stamp}, str(path)),
-                            encoding="utf-8")
+            rel = layout.live_path(issue.id)
+            text = (read_plan_file(directory, rel) or b"").decode("utf-8")
+            write_plan_file(directory, rel, issue_file.update_text(text, {"created": stamp, "updated": stamp}, rel))
             issue.created = issue.updated = stamp
-    (directory / PLAN_FILE).write_text(render_plan(spec, issues), encoding="utf-8")
+    write_plan_file(directory, PLAN_FILE, render_plan(spec, issues))
     plan = project.store.on_ref(ref)
     tip = plan.tip()
-    wanted = {PLAN_FILE, layout.CONTEXT_FILE}
-    for file in sorted((directory / layout.ISSUES_DIR).glob("*.md")):
-        wanted.add(f"{layout.ISSUES_DIR}/{file.name}")
+    wanted = {PLAN_FILE, layout.CONTEXT_FILE, *_plan_issue_files(directory)}
 
     def build(snap: Snapshot) -> Change | None:
         if snap.oid != tip:
@@ -262,8 +313,7 @@ def _changed_files(directory: Path, wanted: set[str], snap: Snapshot) -> dict[st
     """The files of `wanted` whose bytes in `directory` differ from the snapshot's."""
     files: dict[str, bytes | None] = {}
     for rel in wanted:
-        path = directory / rel
-        data = path.read_bytes() if path.exists() else None
+        data = read_plan_file(directory, rel)
         if data != snap.read(rel):
             files[rel] = data
     return files
@@ -276,6 +326,8 @@ def approve(project: Project, slug: str) -> tuple[str | None, list[str]]:
     if ref is None:
         raise BadInput(f"no plan named {slug!r} (see `git hive plans`)")
     plan_tip = str(ref.target)
+    project.update_index()
+    check_plan_tip(project, plan_tip, slug)
     paths = _plan_issue_paths(repo, plan_tip, project.store.tip())
     tree = repo[plan_tip].peel(pygit2.Commit).tree
     # A plan branch may have been edited by hand (a pull request): check it like the Queen's work.
@@ -384,7 +436,7 @@ class Queen:
     async def _ask(self, text: str) -> TurnResult:
         if not self.session_id:
             config = self.project.config
-            spec = SessionSpec(role="queen", cwd=str(self.project.paths.main_worktree),
+            spec = SessionSpec(role="queen", cwd=str(self.directory),
                                model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT,
                                jail=queen_jail(config, self.project.paths, self.directory))
             self.session_id = await self.backend.create_session(spec)
@@ -399,8 +451,9 @@ class Queen:
                             for i in open_issues) or "(none)"
         prefix = self.project.config.id_prefix
         return render("queen-plan", spec=self.spec.strip(), worktree=self.directory,
-                      repository=self.project.paths.main_worktree, prefix=prefix, context=context or "(empty)",
-                      listing=listing)
+                      repository=self.project.paths.main_worktree, prefix=prefix,
+                      context=material(context or "(empty)", "context.md on hive/state"),
+                      listing=material(listing, "the issues on hive/state"))
 
     def _followup(self, text: str) -> str:
         """A later turn (errors to fix, feedback): it names the plan directory on a line of its

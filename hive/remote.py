@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from hive import git
 from hive.errors import HiveError
 from hive.project import Project
-from hive.state import layout
+from hive.state import layout, trust
 from hive.state.store import Change
 
 MAX_PUSH_ROUNDS = 8
@@ -113,12 +113,18 @@ class Remote:
     # -- hive/state -------------------------------------------------------------------------
 
     def merge_remote_state(self, report: SyncReport | None = None) -> str | None:
-        """Merge the fetched remote state into the local one (remote claims win). New local tip."""
+        """Merge the fetched remote state into the local one (remote claims win). New local tip.
+
+        Raises trust.Untrusted, and changes nothing, when the remote's tree breaks a rule.
+        """
         remote_tip = self.remote_tip()
         if remote_tip is None:
             return None
         store = self.project.store
+        self.project.update_index()   # what this side adopted so far: the trusted base
         before = store.tip()
+        if before is None or not (before == remote_tip or store.repo.descendant_of(before, remote_tip)):
+            self.check(remote_tip)
         change = Change({}, summary=f"sync with {self.name}", event="synced",
                         trailers={"Hive-Remote": self.name})
         new, warnings = store.merge(remote_tip, change, prefer_theirs_claims=True)
@@ -134,6 +140,18 @@ class Remote:
                 # already caught up (`git hive doctor` lists every problem at any time)
                 report.warnings.extend(str(problem) for problem in problems)
         return new
+
+    def check(self, commit: str) -> None:
+        """Raise trust.Untrusted unless the remote's `commit` may be adopted (recorded for doctor)."""
+        try:
+            trust.check_commit(self.project.store.repo, commit, self.project.index.indexed_commit or None,
+                               source=f"{self.name}/{git.STATE_BRANCH}")
+        except trust.Untrusted as exc:
+            self.project.index.record_refusal(str(exc))
+            # nothing keeps the refused objects: not even the tracking ref (the next fetch brings
+            # the remote's tip back, and it is checked again)
+            _git(self.project, ["update-ref", "-d", self.tracking_ref(git.STATE_BRANCH), commit])
+            raise
 
     def sync(self) -> SyncReport:
         """fetch + merge + push of `hive/state`, retried while pushes lose; bounded."""

@@ -40,6 +40,19 @@ USER_EMAIL = "tester@example.com"
 CLI_TIMEOUT = 60
 
 
+HOST_VARIABLE_PREFIXES = ("HIVE_", "GIT_")
+HOST_VARIABLES = ("EDITOR", "VISUAL", "XDG_CONFIG_HOME")
+
+
+@pytest.fixture(autouse=True)
+def _no_host_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without the runner's HIVE_*, GIT_* (an identity in GIT_AUTHOR_*, say),
+    EDITOR or VISUAL: a test that needs one sets it itself."""
+    for name in list(os.environ):
+        if name.startswith(HOST_VARIABLE_PREFIXES) or name in HOST_VARIABLES:
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Cut git and hive off from the machine's own setup; return the temp HOME.
@@ -54,7 +67,7 @@ def git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     gitconfig.write_text(f"[user]\n\tname = {USER_NAME}\n\temail = {USER_EMAIL}\n"
                          "[init]\n\tdefaultBranch = main\n", encoding="utf-8")
     for name in list(os.environ):
-        if name.startswith(("HIVE_", "GIT_")) or name in ("EDITOR", "VISUAL", "XDG_CONFIG_HOME"):
+        if name.startswith(HOST_VARIABLE_PREFIXES) or name in HOST_VARIABLES:
             monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))

@@ -41,7 +41,7 @@ from hive.backends.claude import ClaudeBackend
 from hive.backends.processes import group_alive
 from hive.agents import permissions
 from tests.fakes.anthropic_server import (
-    FakeAnthropic, Reply, Request, bash, error, result_text, stall, text, tool, write,
+    FakeAnthropic, Reply, Request, bash, billed_like_claude_code, error, result_text, stall, text, tool, write,
 )
 
 CLAUDE_VERSION = "2.1.332"
@@ -387,7 +387,9 @@ def test_usage_and_cost_across_turns_and_resume(api: FakeAnthropic, claude_env: 
         await backend.send_message_async(sid, "second turn")
         assert (await rec.turn(sid, 2)).ok
         u2 = (await backend.get_session_status(sid)).usage
-        assert (u2.input_tokens, u2.output_tokens) == (3500, 150)
+        # uncached input, cache writes and cache reads kept apart, as Anthropic bills them
+        assert (u2.input_tokens, u2.cache_write_tokens, u2.cache_read_tokens, u2.output_tokens) == (3000, 100, 400, 150)
+        assert u2.counted_tokens == 3250 and u2.total_tokens == 3650
         turn1_cost, turn2_cost = u1.cost_usd, u2.cost_usd - u1.cost_usd
         assert turn1_cost > 0 and turn2_cost > 0
         # usage events carry the session totals
@@ -401,7 +403,7 @@ def test_usage_and_cost_across_turns_and_resume(api: FakeAnthropic, claude_env: 
         await backend.send_message_async(sid, "third turn")
         assert (await rec.turn(sid, 3)).ok
         u3 = (await backend.get_session_status(sid)).usage
-        assert (u3.input_tokens, u3.output_tokens) == (4500, 200)
+        assert (u3.input_tokens, u3.cache_write_tokens, u3.cache_read_tokens, u3.output_tokens) == (4000, 100, 400, 200)
         turn3_cost = u3.cost_usd - u2.cost_usd
         # one plain call (1000 in / 50 out) is half of turn 1's two calls: not the CLI's running
         # total, which after --resume includes everything before
@@ -585,38 +587,32 @@ def test_resume_of_an_unknown_conversation_starts_afresh_under_that_id(api: Fake
 
 
 @needs_claude
-def test_the_refinery_works_in_a_worktree_below_its_cwd(api: FakeAnthropic, claude_env: dict[str, str],
-                                                       wrepo: Path) -> None:
+def test_the_refinery_starts_in_its_worktree_and_works_by_cd(api: FakeAnthropic, claude_env: dict[str, str],
+                                                            wrepo: Path) -> None:
     worktrees = wrepo / ".git" / "hive" / "worktrees"
     worktrees.mkdir(parents=True)
     tree = worktrees / "hv-abc123"
     git_out(wrepo, "worktree", "add", "-q", "-b", "hive/work/hv-abc123", str(tree))
 
-    def in_tree(request: Request) -> Reply:
-        return tool("Write", {"file_path": f"{request.cwd}/hv-abc123/resolved.txt", "content": "both sides\n"})
-
-    def commit(request: Request) -> Reply:
-        return bash(f"cd {request.cwd}/hv-abc123 && git add resolved.txt && git commit -q -m resolve")
-
-    def verdict(request: Request) -> Reply:
-        return tool("Write", {"file_path": f"{request.cwd}/hv-abc123/.hive-result.jsonl",
-                              "content": '{"status": "merged", "summary": "resolved"}\n'})
-
-    api.script(in_tree, commit, verdict, text("merged"))
+    api.script(write("resolved.txt", "both sides\n"),
+               bash(f"cd {tree} && git add resolved.txt && git commit -q -m resolve"),
+               bash(f"cd {worktrees} && git status"),                      # acts outside: denied
+               write(".hive-result.jsonl", '{"status": "merged", "summary": "resolved"}\n'),
+               text("merged"))
     backend = ClaudeBackend(command=CLAUDE, extra_env=claude_env)
     rec = Recorder(backend, root=str(tree), role="refinery")   # the daemon's root: the task's worktree
 
     async def main() -> None:
-        sid = await backend.create_session(SessionSpec(role="refinery", cwd=str(worktrees),
+        sid = await backend.create_session(SessionSpec(role="refinery", cwd=str(tree),
                                                        model="claude-opus-4-6", system_prompt="REFINERY"))
         await backend.send_message_async(sid, f"Refinery task\nworktree: {tree}\n")
         assert (await rec.turn(sid, 1)).ok
         await backend.delete_session(sid)
 
     run(main())
-    assert api.message_requests[0].cwd == str(worktrees)
+    assert api.message_requests[0].cwd == str(tree)           # the CLI reports the worktree as its cwd
     assert api.message_requests[0].body["model"] == "claude-opus-4-6"
-    assert all(v.allow for _, v in rec.verdicts) and len(rec.verdicts) == 3
+    assert [v.allow for _, v in rec.verdicts] == [True, True, False, True]
     assert git_out(tree, "log", "-1", "--format=%s").strip() == "resolve"
     assert json.loads((tree / ".hive-result.jsonl").read_text())["status"] == "merged"
 
@@ -753,6 +749,52 @@ def test_run_works_an_issue_end_to_end(api: FakeAnthropic, repo: Path, hive: Cal
     worktree = Path(requests[0].cwd)
     assert worktree.name == issue_id and worktree.parent == repo / ".git" / "hive" / "worktrees"
     assert requests[0].body["model"] == "claude-sonnet-4-6"
+
+
+def budget_row(repo: Path, issue_id: str) -> dict[str, Any]:
+    db = sqlite3.connect(repo / ".git" / "hive" / "runtime.db")
+    db.row_factory = sqlite3.Row
+    try:
+        return dict(db.execute("SELECT * FROM budgets WHERE issue_id = ?", (issue_id,)).fetchone())
+    finally:
+        db.close()
+
+
+@needs_claude
+def test_a_worker_of_40_model_calls_billed_like_claude_code_finishes_within_the_default_budget(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, git: Callable[..., Any]) -> None:
+    """Each call rereads the ~25k-token prefix from the cache: over a million tokens in all, far
+    over max_tokens_per_issue had cache reads counted; the worker finishes, the reads recorded."""
+    issue_id = hive("create", "Long work", "-d", "Many small steps.").stdout.strip()
+    steps: list[Any] = [bash(f"echo step {n}", **billed_like_claude_code(n)) for n in range(40)]
+    steps += [write("hello.txt", "hello\n", **billed_like_claude_code(40)),
+              bash('git add hello.txt && git commit -q -m "Add hello.txt"', **billed_like_claude_code(41)),
+              write(".hive-result.jsonl", '{"status": "success", "summary": "done"}\n', **billed_like_claude_code(42)),
+              text("Done.", **billed_like_claude_code(43))]
+    api.script(*steps)
+    done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config"), timeout=300)
+    assert show(hive, issue_id)["status"] == "done", done.stdout
+    assert len(api.message_requests) == 44
+    budget = budget_row(repo, issue_id)
+    assert budget["cache_read_tokens"] > 1_000_000 > 200_000 > budget["tokens"]
+    assert budget["tokens"] == budget["input_tokens"] + budget["cache_write_tokens"] + budget["output_tokens"]
+    assert budget["cache_write_tokens"] == 25_000 + 43 * 400 and budget["output_tokens"] == 44 * 150
+    assert budget["cost_usd"] > 0   # the CLI's own total_cost_usd
+
+
+@needs_claude
+def test_a_looping_worker_is_stopped_by_the_budget_with_the_figures(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path) -> None:
+    issue_id = hive("create", "Loops", "-d", "Never ends.").stdout.strip()
+    api.script(*[bash("true", **billed_like_claude_code(n, growth=3000, output=1000)) for n in range(200)])
+    done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config"), timeout=300)
+    shown = show(hive, issue_id)
+    assert shown["status"] == "escalated", done.stdout
+    assert len(api.message_requests) < 200                      # stopped mid-loop, not at its end
+    reason = subprocess.run(["git", "log", "-1", "--format=%(trailers:key=Hive-Reason,valueonly)", "hive/state"],
+                            cwd=repo, capture_output=True, text=True).stdout
+    assert "token budget exceeded" in reason and "> max_tokens_per_issue 200,000" in reason, reason
+    assert "counted; cache reads" in reason
 
 
 @needs_claude

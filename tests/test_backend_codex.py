@@ -314,7 +314,8 @@ def test_a_turn_edits_and_commits_with_approvals_and_counts_usage(fake: FakeOpen
         types = [e.type for e in rec.of(sid)]
         assert types[0] == BUSY and types[-1] == IDLE and PERMISSION in types and MESSAGE in types
         usage = rec.of(sid, USAGE)[-1].data
-        assert (usage.input_tokens, usage.output_tokens) == (3000, 150)
+        # OpenAI's input_tokens (3000) include the cached 600: hive keeps them apart
+        assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (2400, 600, 150)
         assert usage.cost_usd == pytest.approx((2400 * 2.0 + 600 * 0.5 + 150 * 8.0) / 1e6)
         assert (await backend.get_session_status(sid)).usage == usage
         assert await backend.get_pending_permissions(sid) == []
@@ -333,7 +334,7 @@ def test_a_turn_edits_and_commits_with_approvals_and_counts_usage(fake: FakeOpen
     patch, command = rec.verdicts[0][0], rec.verdicts[1][0]
     assert patch.paths == [str(worktree / "hello.txt")]
     assert command.command == 'printf %s "$HIVE_ISSUE" > issue.txt && git add -A && git commit -q -m "Add hello"'
-    assert command.paths == [str(worktree)]
+    assert command.cwd == str(worktree) and command.paths == []   # judged by the folder it runs in
     first = fake.responses_requests()[0]
     assert first["headers"]["authorization"] == "Bearer dummy"
     assert first["headers"]["originator"] == "git-hive"
@@ -435,7 +436,8 @@ def test_killed_mid_turn_then_resumed_in_a_new_process(fake: FakeOpenAI, worktre
         assert status.state == "idle" and status.pid != pid
         assert await rec.turn(sid, "What was the word?") == TurnResult(ok=True, text="The word was zebra.")
         after = (await backend.get_session_status(sid)).usage
-        assert after.input_tokens == before.input_tokens + 1000       # totals carry over the restart
+        assert after.input_tokens == before.input_tokens + 800        # totals carry over the restart
+        assert after.cache_read_tokens == before.cache_read_tokens + 200
         assert after.output_tokens == before.output_tokens + 50
     run(body, backend)
     last = fake.responses_requests()[-1]
@@ -464,18 +466,22 @@ def test_resume_after_delete_in_a_new_backend(fake: FakeOpenAI, worktree: Path):
         assert await second.create_session(spec(worktree, resume=sid)) == sid
         assert await rec2.turn(sid, "Which word?") == TurnResult(ok=True, text="Two.")
         usage = (await second.get_session_status(sid)).usage
-        assert usage.input_tokens == 2000 and usage.output_tokens == 100
+        assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (1600, 400, 100)
     run(two, second)
     assert "Remember the word okapi." in inputs_text(fake.responses_requests()[-1])
 
 
 @needs_codex
-def test_refinery_works_in_the_worktree_it_is_given(fake: FakeOpenAI, worktree: Path):
-    directory = worktree                              # what the refinery gets as its cwd: the one worktree
+def test_refinery_starts_in_its_worktree_and_works_by_cd(fake: FakeOpenAI, worktree: Path):
+    """The refinery's session starts in the worktree it is given, so Codex reports that folder as
+    the cwd and `cd <worktree> && git ...` is allowed; a command Codex runs from another folder
+    (`workdir`) is judged by that folder, and denied."""
+    directory = worktree.parent
     (worktree / "README.md").write_text("hello\nmerged\n")
     fake.script(
         fake_api.apply_patch(fake_api.add_file_patch("resolved.txt", "resolved")),
-        fake_api.exec_command('git add -A && git commit -q -m "refinery: resolve"', workdir=str(worktree)),
+        fake_api.exec_command(f'cd {worktree} && git add -A && git commit -q -m "refinery: resolve"'),
+        fake_api.exec_command("git status --short", workdir=str(directory)),
         fake_api.apply_patch(fake_api.add_file_patch(".hive-result.jsonl",
                                                      '{"status": "merged", "summary": "resolved"}')),
         fake_api.text("Merged."),
@@ -484,18 +490,18 @@ def test_refinery_works_in_the_worktree_it_is_given(fake: FakeOpenAI, worktree: 
     rec = Recorder(backend, role="refinery", root=worktree)
 
     async def body():
-        sid = await backend.create_session(SessionSpec(role="refinery", cwd=str(directory),
+        sid = await backend.create_session(SessionSpec(role="refinery", cwd=str(worktree),
                                                        model="claude-opus-4-6", system_prompt="You are the refinery."))
         result = await rec.turn(sid, f"Refinery task: merge issue {ISSUE}.\nworktree: {worktree}\n")
         assert result == TurnResult(ok=True, text="Merged.")
     run(body, backend)
 
     assert [(r.tool, v.allow) for r, v in rec.verdicts] == [
-        ("fileChange", True), ("commandExecution", True), ("fileChange", True)]
-    assert rec.verdicts[1][0].paths == [str(worktree)]
-    log = sh(worktree, "log", "-1", "--name-only", "--format=%s", "HEAD")
-    assert log.split() == ["refinery:", "resolve", "README.md", "resolved.txt"]
-    assert json.loads((worktree / ".hive-result.jsonl").read_text())["status"] == "merged"
+        ("fileChange", True), ("commandExecution", True), ("commandExecution", False), ("fileChange", True)]
+    assert rec.verdicts[1][0].cwd == str(worktree)                   # where its session started
+    assert rec.verdicts[2][0].cwd == str(directory)                  # as Codex reported it
+    assert "outside the worktree" in rec.verdicts[2][1].reason
+    assert (worktree / "resolved.txt").read_text() == "resolved\n"   # a relative patch lands in the worktree
 
 
 # -- through the orchestrator: a real `git hive run --backend codex` ---------------------------
@@ -590,7 +596,7 @@ def test_run_works_an_issue_end_to_end_with_the_real_cli(project_repo: Path, fak
         # mid-run, after the first answer: the worker's tokens are in the runtime db
         tokens = wait_for(lambda: all(runtime_tokens(project_repo, issue_id)) and runtime_tokens(project_repo, issue_id),
                           "tokens recorded in runtime.db", timeout=60)
-        assert tokens == (1050, 1050)
+        assert tokens == (850, 850)   # 1000 input of which 200 cached (not counted) + 50 output
     finally:
         gate.set()
     out = finish(proc)

@@ -80,10 +80,22 @@ def test_defaults_match_the_contract():
         "claude_command": "claude", "codex_command": "codex", "queen_backend": "",
         "worker_backend": "", "refinery_backend": "", "max_tokens_per_run": 0,
         "test_timeout_seconds": 600, "stall_seconds": 300, "sync_remote": "",
-        "scripted_script": "", "codex": {}, "sandbox": "on",
+        "scripted_script": "", "codex": {}, "sandbox": "on", "max_cost_usd_per_issue": 10.0,
+        "max_cost_usd_per_run": 100.0,
     }
     assert cfg.as_dict() == expected
     assert set(sources(None).values()) == {"default"}
+
+
+def test_cost_caps_are_numbers_from_files_and_env(monkeypatch):
+    assert config.parse_value("max_cost_usd_per_issue", "2.5") == 2.5
+    assert config.parse_value("max_cost_usd_per_run", "0") == 0.0
+    for bad in ("x", "-1", "inf", "nan"):
+        with pytest.raises(BadInput, match="max_cost_usd_per_run must be a number"):
+            config.parse_value("max_cost_usd_per_run", bad)
+    assert Config(max_cost_usd_per_issue=3).max_cost_usd_per_issue == 3   # a TOML integer is fine
+    with pytest.raises(BadInput, match="at least 0"):
+        Config(max_cost_usd_per_issue=True)
 
 
 def test_keys_table_declares_every_field_with_type_default_and_doc():

@@ -281,3 +281,19 @@ def test_clone_of_a_hive_repo_adopts_the_shared_state_branch(make_repo, hive, gi
     git("fetch", "-q", cwd=clone)
     assert (git("rev-parse", "origin/hive/state", cwd=clone).stdout
             == git("rev-parse", "hive/state", cwd=upstream).stdout)
+
+
+def test_a_relative_hooks_path_is_made_absolute_for_worker_worktrees(repo: Path, git, hive) -> None:
+    git("config", "core.hooksPath", ".githooks", cwd=repo)
+    done = hive("init", cwd=repo)
+    absolute = repo / ".githooks"
+    assert git("config", "core.hooksPath", cwd=repo).stdout.strip() == str(absolute)
+    assert "relative" in done.stdout
+    assert (absolute / "reference-transaction").exists()
+    worker = repo / ".git" / "hive" / "worktrees" / "hv-hook01"
+    git("worktree", "add", "-q", "-b", "hive/work/hv-hook01", str(worker), cwd=repo)
+    assert Path(git("rev-parse", "--git-path", "hooks", cwd=worker).stdout.strip()) == absolute
+
+
+def test_the_runtime_folder_is_private(repo: Path) -> None:
+    assert (repo / ".git" / "hive").stat().st_mode & 0o777 == 0o700

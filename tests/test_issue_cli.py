@@ -305,3 +305,13 @@ def test_bad_input_exits_2_with_one_line_on_stderr_and_changes_nothing(repo, hiv
     assert len(state_log()) == before
     proc = hive("show", "hv-zzzzzz", check=False)
     assert proc.stderr.strip().splitlines() == ["git hive: unknown issue hv-zzzzzz"]
+
+
+def test_titles_and_bodies_reach_the_terminal_with_control_characters_escaped(repo: Path, cli) -> None:
+    hostile = "a \x1b]52;c;cHduZWQ=\x07 title \x1b[2J"
+    issue_id = cli("create", hostile, "-d", "body \x1b[31mred\x9b", cwd=repo).stdout.strip()
+    listed = cli("list", cwd=repo).stdout
+    shown = cli("show", issue_id, cwd=repo).stdout
+    for out in (listed, shown):
+        assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "\\x1b]52;c;cHduZWQ=\\x07" in listed and "\\x1b[31mred\\x9b" in shown

@@ -4,10 +4,13 @@ escalation policy spends the budget in one place."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
 from hive import lifecycle
+from hive.backends.base import Usage
+from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.runtime import Budget, Runtime
 
@@ -68,10 +71,33 @@ def test_the_escalation_chain_is_spent_by_count_failure(project, new_issue, runt
 
 def test_retry_reopens_with_a_fresh_budget(project, new_issue, runtime):
     issue = new_issue("stuck", status="failed")
-    runtime.save_budget(Budget(issue, retries=2, switches=2, failures=[1.0, 2.0], tokens=10))
+    now = time.time()
+    runtime.save_budget(Budget(issue, retries=2, switches=2, failures=[now - 2, now - 1, now], tokens=10,
+                               cost_usd=3.5, cache_read_tokens=900, output_tokens=10))
+    config = Config(anomaly_failure_threshold=3)
+    assert lifecycle.decide(runtime.budget(issue), config, now).action == lifecycle.ESCALATE
     lifecycle.retry(project, runtime, issue)
     assert status(project, issue) == ("open", "")
     assert runtime.budget(issue) == Budget(issue)
+    # retries, switches and the anomaly window all start again
+    assert lifecycle.count_failure(runtime, config, issue, "boom").action == lifecycle.RETRY
+
+
+def test_the_budget_counts_input_cache_writes_and_output_and_prices_cache_reads(runtime):
+    config = Config(max_tokens_per_issue=1000, max_cost_usd_per_issue=1.0)
+    budget = Budget("hv-aaaaaa")
+    budget.spend(Usage(input_tokens=100, cache_write_tokens=300, cache_read_tokens=50_000, output_tokens=500,
+                       cost_usd=0.5))
+    assert budget.tokens == 900 and lifecycle.over_budget(budget, config) == ""   # cache reads not counted
+    runtime.save_budget(budget)
+    assert runtime.budget("hv-aaaaaa") == budget                                  # every field kept
+    over = lifecycle.spend(runtime, config, "hv-aaaaaa", Usage(output_tokens=101))
+    assert over == ("token budget exceeded: 1,001 > max_tokens_per_issue 1,000 (input 100 + cache writes 300 + "
+                    "output 601 = 1,001 counted; cache reads 50,000; $0.5000)")
+    costly = Budget("hv-bbbbbb")
+    costly.spend(Usage(cache_read_tokens=4_000_000, cost_usd=1.2))
+    assert lifecycle.over_budget(costly, config).startswith("cost budget exceeded: $1.2000 > max_cost_usd_per_issue $1.00")
+    assert lifecycle.over_budget(costly, Config(max_cost_usd_per_issue=0)) == ""   # 0: no cap
 
 
 @pytest.mark.parametrize("fields", [{"status": "in_progress"}, {"assignee": "bob"},

@@ -67,11 +67,11 @@ def script(tmp_path: Path) -> Callable[[dict], str]:
 def run_hive(git_env: Path) -> Callable[..., str]:
     """`run_hive(script_path, max_agents=2, **env)`: `git hive run --backend scripted --until-idle`.
 
-    Fails the test if the daemon does not exit 0 (a loop shows up as the RUN_TIMEOUT expiring).
-    Returns the daemon's log (stdout).
+    Fails the test if the daemon does not exit `expect` (0; a loop shows up as the RUN_TIMEOUT expiring).
+    Returns the daemon's log (stdout, then stderr).
     """
 
-    def run(script_path: str, max_agents: int = 2, **env: str) -> str:
+    def run(script_path: str, max_agents: int = 2, expect: int = 0, **env: str) -> str:
         environ = {"HIVE_SCRIPTED_SCRIPT": script_path, **env}
         try:
             proc = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "scripted", "--until-idle",
@@ -81,8 +81,8 @@ def run_hive(git_env: Path) -> Callable[..., str]:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             raise AssertionError(f"`git hive run --until-idle` still running after {RUN_TIMEOUT}s:\n"
                                  + "\n".join(out.splitlines()[-40:])) from None
-        assert proc.returncode == 0, f"run exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-        return proc.stdout
+        assert proc.returncode == expect, f"run exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout + proc.stderr
 
     return run
 
@@ -383,18 +383,16 @@ def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, 
     assert any("renewing" in line for line in logs)
 
 
-def test_refinery_renewal_in_a_running_pipeline(repo, paths, new_issue, script, monkeypatch, status_of,
-                                                state_log):
-    """The daemon's own refinery, with the message threshold lowered: 3 tasks, threshold 2 — but
-    each task is in another worktree, and a session's jail lets it write only its own: 3 sessions,
-    each started in the worktree of its task, none renewed for its messages."""
+def test_refinery_sessions_start_in_the_worktree_of_their_task(repo, paths, new_issue, script, monkeypatch,
+                                                               status_of):
+    """The daemon's own refinery: each task's session is started in that task's worktree (so a CLI
+    reports it as the cwd), and a task in another worktree gets a session of its own (a session's
+    jail lets it write only its own worktree)."""
     from hive.orchestrator.assemble import build_daemon
-    from hive.merge import refinery as refinery_module
     from hive.project import Project
     from hive.runtime import Runtime
 
-    monkeypatch.setattr(refinery_module, "RENEW_MESSAGES", 2)
-    refinery = [{"cd": "{worktree}"}, {"result": {"status": "needs_human", "summary": "look at it"}}]
+    refinery = [{"result": {"status": "needs_human", "summary": "look at it"}}]
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", script({"roles": {"refinery": refinery}}))
     monkeypatch.setenv("HIVE_TEST_COMMAND", "false")
     ids = [new_issue(f"Task {n}") for n in range(3)]
@@ -405,14 +403,12 @@ def test_refinery_renewal_in_a_running_pipeline(repo, paths, new_issue, script, 
     fresh.close()
 
     assert [status_of(i) for i in ids] == ["escalated"] * 3
-    started = refinery_sessions(paths)
-    assert len(set(started)) == 3
+    assert len(set(refinery_sessions(paths))) == 3
     rows = [json.loads(line) for line in (paths.hive_dir / "scripted" / "role-refinery.sessions.jsonl")
             .read_text().splitlines() if line.strip()]
     assert sorted(Path(row["cwd"]).name for row in rows) == sorted(ids)
-    runtime = Runtime(paths)
-    assert runtime.get("refinery_renewals") in (None, "", "0")
-    assert runtime.get("refinery_messages") == "1"
+    assert all(Path(row["cwd"]).parent == paths.worktrees_dir.resolve() for row in rows)
+    assert not Runtime(paths).get("refinery_renewals")   # another worktree is no renewal
 
 
 # -- 5. a person's branch, routed to a running daemon -------------------------------------------------
@@ -591,8 +587,9 @@ def test_a_dirty_checkout_of_the_target_is_never_overwritten(repo, paths, new_is
     # unjailed: the test counts its runs outside the worktree
     tests = {"HIVE_TEST_COMMAND": f'echo run >> "{test_runs}"', "HIVE_SANDBOX": "off"}
 
-    log = run_hive(path, **tests)
+    log = run_hive(path, expect=1, **tests)   # --until-idle ends naming the merge that waits
 
+    assert f"git hive: idle, but the merge of {issue} waits: " in log and "README.md" in log
     assert (repo / "README.md").read_text() == mine          # nothing lost
     assert git("rev-parse", "main").stdout.strip() == main_before
     assert status_of(issue) == "done", log
@@ -650,9 +647,11 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
     path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
                                         {"result": "success", "summary": "once"}]}})
     issue = new_issue("Exactly once")
-    marker = tmp_path / "tests-started"
-    # unjailed: the test command marks its start outside the worktree
-    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'touch "{marker}"; sleep 3', "HIVE_SANDBOX": "off"})
+    marker, pidfile = tmp_path / "tests-started", tmp_path / "test.pid"
+    # the killed daemon's test outlives it (its own process group) unless the next daemon ends it;
+    # unjailed: the test marks its start outside the worktree (a jailed one dies with its daemon)
+    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'echo $$ > "{pidfile}"; touch "{marker}"; exec sleep 120',
+                                  "HIVE_SANDBOX": "off"})
     try:
         wait_for(marker.exists, "the merge's test command to start", timeout=30)
         daemon.send_signal(signal.SIGKILL)
@@ -663,8 +662,12 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
         daemon.communicate()
     assert status_of(issue) == "done"
     assert not git("ls-tree", "main", f"{issue}.txt").stdout
+    old_test = int(pidfile.read_text())
+    os.kill(old_test, 0)                        # still running after its daemon died
 
-    log = run_hive(path, HIVE_TEST_COMMAND="true")
+    # the new test fails if the old one still runs beside it (a zombie left to init does not run)
+    gone = f'test ! -e /proc/{old_test} || grep -q ") [ZX] " /proc/{old_test}/stat'
+    log = run_hive(path, HIVE_TEST_COMMAND=gone, HIVE_SANDBOX="off")   # the host's /proc
 
     assert status_of(issue) == "finalized", log
     assert_finalized_once(git, state_log, issue)

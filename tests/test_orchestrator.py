@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -285,6 +286,39 @@ def test_a_provider_failure_costs_no_budget(repo: Path, tmp_path: Path, new_issu
     assert retry.trailers["Hive-Attempt"] == "1"
 
 
+def test_usage_is_recorded_as_billed_and_budgets_count_what_they_say(repo: Path, tmp_path: Path, new_issue,
+                                                                     state_log, list_json):
+    """A Claude-like worker of 40 calls rereads a 25k-token cached prefix on every call: 1M cache
+    reads, far over max_tokens_per_issue in all, yet it finishes (cache reads are not counted);
+    its done commit carries the split. A worker that loops is stopped by the cost cap, and the
+    escalation names the figures."""
+    call = {"tokens": {"input": 20, "cache_write": 600, "cache_read": 25_000, "output": 300, "cost_usd": 0.02}}
+    loop = {"tokens": {"input": 0, "cache_write": 0, "cache_read": 25_000, "output": 10, "cost_usd": 0.4}}
+    script = {"labels": {"long": work_steps([call] * 40), "loop": work_steps([loop] * 40)}}
+    ids = {label: new_issue(f"path {label}", labels=[label]) for label in script["labels"]}
+    env = daemon_env(write_script(tmp_path, script), max_cost_usd_per_issue=5)
+
+    run_until_idle(repo, env, max_agents=2)
+
+    final = statuses(list_json, repo)
+    log = state_log(repo)
+    assert final[ids["long"]] == "finalized"
+    [done] = [c for c in log if c.issue == ids["long"] and c.event == "done"]
+    # 40 calls + the closing `tokens` step of work_steps (100 uncached input, 10 output)
+    assert done.trailers["Hive-Input-Tokens"] == str(40 * 20 + 100)
+    assert done.trailers["Hive-Cache-Write-Tokens"] == str(40 * 600)
+    assert done.trailers["Hive-Cache-Read-Tokens"] == str(40 * 25_000)
+    assert done.trailers["Hive-Output-Tokens"] == str(40 * 300 + 10)
+    assert done.trailers["Hive-Tokens"] == str(40 * 920 + 110)
+    assert done.trailers["Hive-Cost-USD"] == "0.8000"
+    assert final[ids["loop"]] == "escalated"
+    [escalated] = [c for c in log if c.issue == ids["loop"] and c.event == "escalated"]
+    reason = escalated.trailers["Hive-Reason"]
+    assert "cost budget exceeded" in reason and "> max_cost_usd_per_issue $5.00" in reason
+    assert re.search(r"counted; cache reads [0-9,]+; \$[0-9.]+\)", reason)   # every figure shown
+    assert int(escalated.trailers["Hive-Cache-Read-Tokens"]) >= 13 * 25_000      # the spend that went over
+
+
 def test_retry_exhaustion_budget_and_failure_kinds(repo: Path, tmp_path: Path, new_issue, git, state_log,
                                                    list_json):
     """max_retries 1, max_agent_switches 1: each kind of failure is retried; budgets escalate."""
@@ -466,7 +500,9 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     # the first is quick; the others take 3 s on their first attempt (a re-run after the kill is quick)
     ids = [new_issue("quick")] + [new_issue(f"slow {i}", labels=["slow"]) for i in range(3)]
     script = {"labels": {"slow": work_steps([{"sleep": 3.0, "on_attempts": [1]}])}}
-    env = daemon_env(write_script(tmp_path, script), stall_seconds=60, sandbox="off")  # host pids
+    # no retry, no switch, the anomaly detector at its tightest: a crash charged to an issue escalates it
+    env = daemon_env(write_script(tmp_path, script), stall_seconds=60, max_retries=0, max_agent_switches=0,
+                     anomaly_failure_threshold=1, sandbox="off")   # host pids
     daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
 
     def mid_run() -> bool:
@@ -499,6 +535,33 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     assert work_branches(git, repo) == []
     worktrees = git("worktree", "list", "--porcelain", cwd=repo).stdout
     assert "hive/worktrees" not in worktrees
+
+
+def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: Path, tmp_path: Path, new_issue,
+                                                                          state_log, list_json, wait_for, procs):
+    """Killed after the agent committed and wrote its success result, before its turn ended: the
+    restart takes the work as done (no second attempt, no budget spent), and merges it."""
+    issue_id = new_issue("finishes, then the daemon dies")
+    script = {"labels": {}, "issues": {issue_id: [*work_steps(), {"sleep": 30, "on_attempts": [1]}]}}
+    env = daemon_env(write_script(tmp_path, script), max_retries=0, max_agent_switches=0)
+    daemon = procs.start(repo, env, "--until-idle", log=tmp_path / "daemon.log")
+    wait_for(lambda: (worktree_dir(repo, issue_id) / ".hive-result.jsonl").exists(), "the success result",
+             timeout=30)
+    pids = agent_pids(repo, issue_id)
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait(10)
+    procs.pids.update(pids)
+    assert statuses(list_json, repo)[issue_id] == "in_progress"
+
+    run_until_idle(repo, env)
+
+    assert statuses(list_json, repo)[issue_id] == "finalized"
+    log = state_log(repo)
+    assert events_of(log, issue_id) == ["claimed", "done", "finalized"]
+    [done] = [c for c in log if c.issue == issue_id and c.event == "done"]
+    assert done.trailers["Hive-Base"] and done.trailers["Hive-Head"]
+    assert len(prompts(repo, issue_id)) == 1                       # not redone
+    assert not [pid for pid in pids if alive(pid)]
 
 
 # -- 5. notes -------------------------------------------------------------------------------------

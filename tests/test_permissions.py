@@ -61,3 +61,30 @@ def test_the_queen_explores_read_only_and_writes_only_plan_files() -> None:
 
 def test_unknown_tools_are_denied() -> None:
     assert not ask("SomethingNew", file_path="x")
+
+
+def _in(cwd: str, command: str, role: str = "refinery", plan_root: str = "") -> bool:
+    request = PermissionRequest("r1", "commandExecution", {"command": command}, command=command, cwd=cwd)
+    return decide(request, role=role, root=ROOT if role != "queen" else "/repo", plan_root=plan_root).allow
+
+
+@pytest.mark.parametrize("command", [f"cd {ROOT} && git rebase --continue", f"cd {ROOT}; git status",
+                                     "cd hv-abc123 && git add -A && git commit -m x"])
+def test_a_command_is_judged_by_the_folder_it_acts_in(command: str) -> None:
+    """Codex reports the cwd a command starts in: `cd <worktree> && git ...` from outside acts in
+    the worktree, and is allowed; the same command without the cd acts outside it, and is not."""
+    assert _in("/repo/.git/hive/worktrees", command)
+    assert _in(ROOT, "git status && python -m pytest -q")
+    assert not _in("/repo/.git/hive/worktrees", "git status")
+    assert not _in("/repo/.git/hive/worktrees", "rm -rf hv-other1")
+    assert not _in(ROOT, "cd .. && rm -rf hv-other1")
+    assert not _in(ROOT, f"cd {ROOT} && cd /repo && git status")
+
+
+def test_the_queen_works_from_its_plan_directory() -> None:
+    plan = "/repo/.git/hive/plans/p1"
+    assert _in(plan, "ls issues && cat context.md", role="queen", plan_root=plan)
+    assert _in("", "git log --oneline", role="queen", plan_root=plan)   # no cwd reported: the plan dir
+    request = PermissionRequest("r1", "Write", {"file_path": "issues/hv-aaaaaa.md"})
+    assert decide(request, role="queen", root="/repo", plan_root=plan).allow   # relative: from the plan dir
+    assert not _in(plan, "rm -rf issues", role="queen", plan_root=plan)

@@ -739,3 +739,26 @@ def test_interactive_edit_in_the_editor_then_approve(repo: Path, tmp_path: Path,
     issues = by_id(list_json())
     assert issues[b]["title"] == "Limit logins and signups" and issues[b]["depends_on"] == [a]
     assert "edited by hand" in git("log", "-1", "--format=%s", f"hive/plan/{slug}").stdout
+
+
+def test_symlinks_the_queen_leaves_in_the_plan_directory_are_never_followed(repo: Path, tmp_path: Path, hive,
+                                                                            git) -> None:
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN SECRET-----\n")
+    target = tmp_path / "outside.md"
+    target.write_text("a file outside\n")
+    env = queen_script(tmp_path, [
+        write("hv-sym001", queen_issue("A planned issue")),
+        {"run": f"rm -f {{worktree}}/context.md && ln -s {secret} {{worktree}}/context.md && "
+                f"ln -s {target} {{worktree}}/PLAN.md"},
+        done_step()])
+    proc = plan(hive, env, "--no-approve", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "context.md: only regular files may be in a plan" in proc.stderr
+    assert target.read_text() == "a file outside\n"
+    branches = git("for-each-ref", "--format=%(refname)", "refs/heads/hive/", cwd=repo).stdout.split()
+    for branch in branches:
+        tree = git("ls-tree", "-r", branch, cwd=repo).stdout
+        assert "120000" not in tree
+        for line in tree.splitlines():
+            assert "BEGIN SECRET" not in git("cat-file", "-p", line.split()[2], cwd=repo).stdout

@@ -91,7 +91,7 @@ BAD_EDITS = [  # (replace this, with that) -> (line reported, reason)
     (("priority = 2", "priority = -1"), 4, "bad priority -1"),
     (('type = "task"', 'type = "story"'), 5, "bad type 'story'"),
     (('type = "task"', 'type = "task'), 5, "broken TOML"),
-    (("depends_on = []", 'depends_on = ["hv-zzzzzz"]'), 1, "unknown issue hv-zzzzzz"),
+    (("depends_on = []", 'depends_on = ["hv-zzzzzz"]'), 6, "unknown issue hv-zzzzzz"),   # the depends_on line
     (("depends_on = []", 'depends_on = ["not an id"]'), 6, "invalid issue id"),
     (("+++\ntitle", "title"), 1, "missing front matter"),
 ]
@@ -122,6 +122,7 @@ def test_edit_refuses_a_cycle_and_prints_it(repo, git, new_issue, edit_with):
     proc = edit_with(a, path.read_text().replace("depends_on = []", f'depends_on = ["{b}"]'))
     assert proc.returncode == 2
     assert f"dependency cycle: {a} -> {b} -> {a}" in proc.stderr
+    assert f".hive/issues/{a}.md:6: dependency cycle" in proc.stderr   # the depends_on line
     assert tip(git, repo) == before
 
 
@@ -141,7 +142,7 @@ def test_one_broken_file_never_hides_the_others(repo, hive, git, new_issue, issu
     warnings = proc.stderr.strip().splitlines()
     assert all(line.startswith("warning: .hive/issues/") for line in warnings), warnings
     for expected in ("hv-ggggg1.md:3: bad status 'sleeping'", "hv-ggggg2.md:1: missing front matter",
-                     "not-an-id.md:1: file name is not a valid issue id", "hv-ggggg3.md:1: unknown issue hv-zzzzzz"):
+                     "not-an-id.md:1: file name is not a valid issue id", "hv-ggggg3.md:6: unknown issue hv-zzzzzz"):
         assert any(expected in line for line in warnings), (expected, warnings)
     assert tip(git, repo) == before  # none of them was committed
     assert "good 0" in hive("list").stdout

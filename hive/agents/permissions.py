@@ -43,8 +43,9 @@ class Verdict:
     reason: str = ""
 
 
-def _inside(path: str, root: str) -> bool:
-    full = os.path.realpath(os.path.join(root, os.path.expanduser(path)))
+def _inside(path: str, root: str, base: str = "") -> bool:
+    """Whether `path` (relative ones taken from `base`, else `root`) is `root` or below it."""
+    full = os.path.realpath(os.path.join(base or root, os.path.expanduser(path)))
     root = os.path.realpath(root)
     return full == root or full.startswith(root + os.sep)
 
@@ -77,12 +78,27 @@ def _command_words(command: str) -> list[list[str]]:
     return commands
 
 
-def _check_shell(command: str, root: str, role: str) -> Verdict:
+def _check_shell(command: str, roots: tuple[str, ...], role: str, cwd: str) -> Verdict:
+    """Judge each simple command by the folder it acts in: the reported `cwd` (else the first
+    root), moved by every `cd` on the way; that folder and the paths named must be in a root."""
+    root, folder = roots[0], cwd or roots[0]
+
+    def inside(path: str) -> bool:
+        return any(_inside(path, r, folder) for r in roots)
+
     if _touches_agent_settings(command):
         return Verdict(False, "agent settings (.claude/, .codex/) are not the agent's to change")
     for words in _command_words(command):
         words = [w for w in words if "=" not in w.split("/")[0] or w.startswith(("/", "."))] or words
         program = os.path.basename(words[0]) if words else ""
+        if program == "cd":
+            target = words[1] if len(words) > 1 else "~"
+            if not inside(target):
+                return Verdict(False, f"cd {target} leaves the worktree")
+            folder = os.path.realpath(os.path.join(folder, os.path.expanduser(target)))
+            continue
+        if not inside(folder):
+            return Verdict(False, f"`{program}` would run in {folder}, outside the worktree {root}")
         if program == "git":
             sub = _git_subcommand(words)
             allowed = REFINERY_GIT if role == "refinery" else {"branch"} if len(words) <= 2 else set()
@@ -90,19 +106,17 @@ def _check_shell(command: str, root: str, role: str) -> Verdict:
                 return Verdict(False, f"`git {sub}` is hive's job, not the agent's")
             if "-C" in words:
                 target = words[words.index("-C") + 1] if words.index("-C") + 1 < len(words) else ""
-                if not _inside(target, root):
+                if not inside(target):
                     return Verdict(False, f"git -C {target} is outside the worktree")
             if role == "queen" and sub not in READ_ONLY_GIT:
                 return Verdict(False, "the Queen explores read-only")
         elif role == "queen" and program not in READ_ONLY_COMMANDS:
             return Verdict(False, f"the Queen explores read-only (`{program}` is not allowed)")
-        if program == "cd" and len(words) > 1 and not _inside(words[1], root):
-            return Verdict(False, f"cd {words[1]} leaves the worktree")
         for word in words[1:]:
             if word.startswith("/") and not word.startswith(("/dev/null", "/tmp/", "/usr/", "/bin/")) \
-                    and not _inside(word, root):
+                    and not inside(word):
                 return Verdict(False, f"{word} is outside the worktree")
-            if word.startswith("..") and not _inside(word, root):
+            if word.startswith("..") and not inside(word):
                 return Verdict(False, f"{word} is outside the worktree")
     return Verdict(True)
 
@@ -111,14 +125,17 @@ def decide(request: PermissionRequest, *, role: str, root: str, plan_root: str =
     """Allow or deny one permission request of an agent working in `root`.
 
     For the Queen, `root` is the repository it explores and `plan_root` the plan directory, the
-    only place it may write (issue files, context.md, PLAN.md).
+    folder its session starts in and the only place it may write (issue files, context.md,
+    PLAN.md). Relative paths are taken from the folder the request acts in (`request.cwd`, else
+    the session's folder).
     """
     tool = request.tool
-    paths = list(request.paths)
+    base = request.cwd or plan_root or root
+    paths = [os.path.join(base, os.path.expanduser(p)) for p in request.paths]
     for key in ("file_path", "path", "notebook_path"):
         value = request.input.get(key)
         if isinstance(value, str):
-            paths.append(value)
+            paths.append(os.path.join(base, os.path.expanduser(value)))
     for path in paths:
         if not _inside(path, root):
             if tool in READ_TOOLS and role == "queen":
@@ -143,5 +160,6 @@ def decide(request: PermissionRequest, *, role: str, root: str, plan_root: str =
         command = request.command or str(request.input.get("command") or request.input.get("cmd") or "")
         if isinstance(request.input.get("command"), list):
             command = shlex.join(request.input["command"])
-        return _check_shell(command, root, role)
+        roots = (root, plan_root) if role == "queen" and plan_root else (root,)
+        return _check_shell(command, roots, role, request.cwd or (plan_root if role == "queen" else ""))
     return Verdict(False, f"tool {tool} is not allowed for a {role}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from hive.agents.protocol import NOTES_FILE, RESULT_FILE
-from hive.prompts import render
+from hive.prompts import material, render
 from hive.state.issue_file import Issue
 
 WORKER_SYSTEM_PROMPT = render("worker-system", notes_file=NOTES_FILE, result_file=RESULT_FILE)
@@ -13,34 +13,48 @@ WORKER_SYSTEM_PROMPT = render("worker-system", notes_file=NOTES_FILE, result_fil
 MAX_NOTES = 30
 
 
-def _format_notes(notes: Iterable[dict[str, Any]]) -> list[str]:
+def _format_notes(notes: Iterable[dict[str, Any]]) -> str:
+    """The notes as one block of material, a line each naming its issue and agent; a note's own
+    line breaks are indented, so no line of one can pass for another note or a heading."""
     lines = []
     for note in notes:
-        source = f" ({note['issue']})" if note.get("issue") else ""
-        lines.append(f"- [{note.get('category', 'context')}]{source} {note['content']}")
-    return lines
+        where = ", ".join(f"{key} {_word(note[key])}" for key in ("issue", "agent") if note.get(key))
+        category = _word(note.get("category") or "context")
+        content = str(note["content"]).replace("\n", "\n    ")
+        lines.append(f"- [{category}]" + (f" ({where})" if where else "") + f" {content}")
+    return material("\n".join(lines), "notes on hive/state, written by agents on any machine")
+
+
+def _word(value: object) -> str:
+    """An id, agent or category as a plain word (they come with the notes, from anyone)."""
+    return "".join(ch for ch in str(value) if ch.isalnum() or ch in "-_.")[:40] or "?"
+
+
+def one_line(text: str) -> str:
+    """A title on one line: a line break in it (TOML allows `\\n`) cannot start a heading."""
+    return " ".join(text.split())
 
 
 def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes: list[dict[str, Any]],
                   project_notes: list[dict[str, Any]], previous_failure: str = "",
                   combined_blockers: list[str] | None = None, skipped_blockers: list[str] | None = None) -> str:
-    parts = [f"# Issue {issue.id}: {issue.title}", ""]
+    parts = [f"# Issue {issue.id}: {one_line(issue.title)}", ""]
     meta = [f"type {issue.type}", f"priority {issue.priority}"]
     if issue.labels:
         meta.append("labels " + ", ".join(issue.labels))
     parts.append(" · ".join(meta))
     if issue.body.strip():
-        parts += ["", issue.body.strip()]
+        parts += ["", material(issue.body.strip(), f"issue {issue.id}: its description on hive/state")]
     if epic is not None:
-        parts += ["", f"## Part of epic {epic.id}: {epic.title}"]
+        parts += ["", f"## Part of epic {epic.id}: {one_line(epic.title)}"]
         if epic.body.strip():
-            parts += ["", epic.body.strip()]
+            parts += ["", material(epic.body.strip(), f"epic {epic.id}: its description on hive/state")]
     if combined_blockers:
         parts += ["", render("worker-blockers-combined", issues=", ".join(combined_blockers))]
     if skipped_blockers:
         parts += ["", render("worker-blockers-skipped", issues=", ".join(skipped_blockers))]
     if context.strip():
-        parts += ["", "## Project context", "", context.strip()]
+        parts += ["", "## Project context", "", material(context.strip(), "context.md on hive/state")]
     seen: set[str] = set()
     notes = []
     for note in [*epic_notes, *project_notes]:
@@ -49,7 +63,7 @@ def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes:
             seen.add(key)
             notes.append(note)
     if notes:
-        parts += ["", "## Notes from other agents", *_format_notes(notes[-MAX_NOTES:])]
+        parts += ["", "## Notes from other agents", _format_notes(notes[-MAX_NOTES:])]
     if previous_failure:
         parts += ["", render("worker-previous-failure", failure=previous_failure.strip())]
     parts += ["", render("worker-done", result_file=RESULT_FILE)]
@@ -57,4 +71,6 @@ def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes:
 
 
 def fyi_message(note: dict[str, Any]) -> str:
-    return render("fyi", issue=note.get("issue", "?"), category=note.get("category"), content=note["content"])
+    issue = _word(note.get("issue") or "?")
+    return render("fyi", issue=issue, category=_word(note.get("category") or "context"),
+                  content=material(str(note["content"]), f"a note of issue {issue}, agent {_word(note.get('agent') or '?')}"))

@@ -26,8 +26,8 @@ User turns go to stdin as `{"type":"user","message":{"role":"user","content":...
 
 Every stdout line refreshes `last_activity` (the orchestrator's stall detection reads it).
 
-Accounting: `result.usage` covers that result only (input + cache tokens, output); the session
-totals are hive's sum of those. `total_cost_usd` adds up over the process *and* over `--resume`,
+Accounting: `result.usage` covers that result only (uncached input, cache writes, cache reads,
+output, kept apart in `Usage`); the session totals are hive's sum of those. `total_cost_usd` adds up over the process *and* over `--resume`,
 so a turn's cost is the growth of that total since the previous result of the session (the first
 result after a resume whose earlier total is unknown falls back to
 `model_usage_since_last_result`).
@@ -492,9 +492,9 @@ class ClaudeBackend(SessionBackend):
         s.pending_turns = max(0, s.pending_turns - 1)
         # tokens: this result only; cost: growth of the CLI's cumulative total
         usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else {}
-        turn_in = sum(count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens",
-                                                   "cache_read_input_tokens"))
-        turn_out = count(usage.get("output_tokens"))
+        turn = Usage(input_tokens=count(usage.get("input_tokens")), output_tokens=count(usage.get("output_tokens")),
+                     cache_write_tokens=count(usage.get("cache_creation_input_tokens")),
+                     cache_read_tokens=count(usage.get("cache_read_input_tokens")))
         total = msg.get("total_cost_usd")
         total = float(total) if isinstance(total, (int, float)) else None
         since = _since_last_cost(msg.get("model_usage_since_last_result"))
@@ -506,10 +506,9 @@ class ClaudeBackend(SessionBackend):
             turn_cost = max(0.0, total - s.cli_cost)
         if total is not None:
             s.cli_cost = total
-        if turn_in or turn_out or turn_cost:
-            s.usage.input_tokens += turn_in
-            s.usage.output_tokens += turn_out
-            s.usage.cost_usd += turn_cost
+        turn.cost_usd = turn_cost
+        if turn.total_tokens or turn_cost:
+            s.usage = s.usage.plus(turn)
             await self._emit(s, USAGE, replace(s.usage))
 
         text = msg.get("result")

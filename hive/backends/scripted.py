@@ -264,9 +264,10 @@ class ScriptedBackend(SessionBackend):
             s.messages.append({"role": "assistant", "text": text, "at": time.time()})
             await self._emit(s, MESSAGE, {"role": "assistant", "text": text})
         elif kind == "usage":
-            s.usage.input_tokens += count(msg.get("input_tokens"))
-            s.usage.output_tokens += count(msg.get("output_tokens"))
-            s.usage.cost_usd += amount(msg.get("cost_usd"))
+            s.usage = s.usage.plus(Usage(
+                input_tokens=count(msg.get("input_tokens")), output_tokens=count(msg.get("output_tokens")),
+                cost_usd=amount(msg.get("cost_usd")), cache_write_tokens=count(msg.get("cache_write_tokens")),
+                cache_read_tokens=count(msg.get("cache_read_tokens"))))
             await self._emit(s, USAGE, replace(s.usage))
         elif kind == "permission":
             await self._permission(s, msg)

@@ -24,7 +24,8 @@ stdout, to the backend:
                                                      chosen (e.g. "issues.hv-1a2b3c", "builtin")
     {"type": "busy"}                                 a turn started (one per user turn)
     {"type": "message", "text": "..."}               the agent said something
-    {"type": "usage", "input_tokens": N, "output_tokens": N, "cost_usd": X}
+    {"type": "usage", "input_tokens": N, "output_tokens": N, "cost_usd": X,
+     "cache_write_tokens": N, "cache_read_tokens": N}
                                                      tokens spent by one step (a *delta*: the
                                                      backend adds them up into session totals)
     {"type": "permission", "request_id", "tool", "command", "paths": [...], "input": {...}}
@@ -84,7 +85,8 @@ common keys `ask`, `on_deny`, `on_attempts`, `comment`.
     {"commit": MESSAGE, "allow_empty": false}        git add -A (never .hive-result.jsonl or
                                                      .hive-notes.jsonl) + git commit; nothing to
                                                      commit is not an error
-    {"tokens": {"input": N, "output": N, "cost_usd": X}}   report usage
+    {"tokens": {"input": N, "output": N, "cost_usd": X, "cache_write": N, "cache_read": N}}
+                                                     report usage (input: uncached)
     {"exceed_budget": true | N}                      report N (true: 1,000,000,000) input tokens
     {"result": STATUS, "summary": TEXT, "test_command": CMD, "path": ".hive-result.jsonl"}
                                                      write {"status","summary"[,"test_command"]}
@@ -634,6 +636,8 @@ class Agent:
     def do_tokens(self, value, step):
         self.emit({"type": "usage", "input_tokens": int(value.get("input", 0)),
                    "output_tokens": int(value.get("output", 0)),
+                   "cache_write_tokens": int(value.get("cache_write", 0)),
+                   "cache_read_tokens": int(value.get("cache_read", 0)),
                    "cost_usd": float(value.get("cost_usd", 0.0))})
 
     def do_exceed_budget(self, value, step):

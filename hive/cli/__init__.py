@@ -7,12 +7,13 @@ file and click; a command's module, and the heavy libraries it needs, load only 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
 import click
 
-from hive.errors import HiveError
+from hive.errors import BadInput as BadUsage, HiveError
 
 # name -> (module under hive.cli, attribute, one-line help for `git hive --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -46,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+ONE_REPOSITORY = ("a git hive process works on one repository; start one per repository "
+                  "(`git hive -C A run --detach` and `git hive -C B run --detach`)")
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -63,16 +68,19 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-C", "directory", type=click.Path(file_okay=False), default=None,
+@click.option("-C", "directories", multiple=True, metavar="DIR",
               help="Run as if started in this directory.")
 @click.version_option(package_name="git-hive", prog_name="git hive")
 @click.pass_context
-def cli(ctx: click.Context, directory: str | None) -> None:
+def cli(ctx: click.Context, directories: tuple[str, ...]) -> None:
     """git hive: run many LLM coding agents on one codebase, with the queue stored in git."""
-    if directory:
-        import os
-
-        os.chdir(directory)
+    if len(directories) > 1:
+        raise BadUsage(f"-C is given more than once: {ONE_REPOSITORY}")
+    if directories:
+        try:
+            os.chdir(directories[0])
+        except OSError as exc:
+            raise BadUsage(f"-C {directories[0]}: {exc.strerror or exc}") from None
 
 
 def main(argv: list[str] | None = None) -> Any:
@@ -93,3 +101,14 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:   # a full disk, a file that cannot be read: the cause, in one line
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"git hive: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
+    except Exception as exc:  # a bug: still one line; HIVE_TRACEBACK=1 shows where
+        if os.environ.get("HIVE_TRACEBACK"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        click.echo(f"git hive: internal error: {type(exc).__name__}: {first} "
+                   "(HIVE_TRACEBACK=1 shows where)", err=True)
+        sys.exit(1)

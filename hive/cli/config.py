@@ -31,11 +31,36 @@ def get(key: str) -> None:
     from hive import config as cfg
     from hive.errors import BadInput
 
-    values = cfg.load(_paths()).as_dict()
+    paths = _paths()
+    values = cfg.load(paths).as_dict()
     if key not in values:
         raise BadInput(f"unknown config key {key!r}")
     value = values[key]
-    click.echo(json.dumps(value) if isinstance(value, (dict, list)) else value)
+    click.echo(_shown(value))
+    waiting = cfg.pending(paths) if paths is not None else {}
+    if key in waiting:
+        click.echo(f"note: {_pending_note(paths, key, waiting[key])}", err=True)
+
+
+def _shown(value) -> str:
+    return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+
+def _pending_note(paths, key: str, value) -> str:
+    """Why the value `.hive.toml` sets for `key` is not the one in effect."""
+    from hive import config as cfg
+
+    return f"{cfg.project_path(paths)} sets {key} = {_shown(value)}; {_why_pending(paths, key)}"
+
+
+def _why_pending(paths, key: str) -> str:
+    from hive import config as cfg
+
+    source = cfg.sources(paths)[key]
+    if source.startswith("env: "):
+        return f"but {source[5:]} overrides it"
+    target = cfg.load(paths).target_branch
+    return f"it takes effect once committed on {target} (hive reads .hive.toml from the target branch)"
 
 
 @config.command("set")
@@ -52,8 +77,14 @@ def set_(key: str, value: str, is_global: bool) -> None:
         raise HiveError("not in a git repository: use --global")
     target = cfg.global_path() if is_global else cfg.project_path(paths)
     cfg.set_value(target, key, value)
-    note = "" if is_global else " (commit it on the target branch to share it)"
-    click.echo(f"{key} = {value} in {target}{note}")
+    base = key.split(".")[0]
+    waiting = cfg.pending(paths) if paths is not None else {}
+    if base in waiting:
+        click.echo(f"wrote {key} = {value} to {target}, not in effect yet: {_why_pending(paths, base)}")
+    elif is_global:
+        click.echo(f"{key} = {value} in {target}")
+    else:
+        click.echo(f"{key} = {value} in {target} (in effect now; commit it to share it)")
 
 
 @config.command("unset")
@@ -82,10 +113,14 @@ def list_(as_json: bool) -> None:
     paths = _paths()
     values = cfg.load(paths).as_dict()
     origin = cfg.sources(paths)
+    waiting = cfg.pending(paths) if paths is not None else {}
     if as_json:
-        print_json({k: {"value": v, "source": origin.get(k, "default")} for k, v in values.items()})
+        print_json({k: {"value": v, "source": origin.get(k, "default"),
+                        **({"pending": waiting[k]} if k in waiting else {})} for k, v in values.items()})
         return
     width = max(map(len, values))
     for key, value in values.items():
-        shown = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-        click.echo(f"{key:<{width}}  {shown:<24}  # {origin.get(key, 'default')}")
+        later = f" (pending in .hive.toml: {_shown(waiting[key])})" if key in waiting else ""
+        click.echo(f"{key:<{width}}  {_shown(value):<24}  # {origin.get(key, 'default')}{later}")
+    for key, value in waiting.items():
+        click.echo(f"note: {_pending_note(paths, key, value)}", err=True)

@@ -17,20 +17,38 @@ from hive.errors import BadInput, HiveError
 def checks(fix: bool) -> list[tuple[bool, str]]:
     """(ok, message) for every part of the setup."""
     from hive import git
-    from hive.initialize import CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize
+    from hive.initialize import (CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize,
+                                 missing_target_branch)
     from hive.project import Project
 
     paths = git.discover()
+    damaged_index = git.damaged_checkout_index(paths)
     if fix:
+        for worktree in git.repair_worktree_links(paths, force=True):
+            click.echo(f"repaired the link of {worktree} (the repository folder moved)")
+        if damaged_index is not None and git.read_ref(paths.common_dir, git.STATE_REF):
+            git.rebuild_checkout_index(paths, damaged_index)
+            click.echo(f"rebuilt the damaged git index of .hive/ ({damaged_index})")
+            damaged_index = None
         initialize()
     results: list[tuple[bool, str]] = []
     tip = git.read_ref(paths.common_dir, git.STATE_REF)
-    results.append((tip is not None, f"branch {git.STATE_BRANCH}" + ("" if tip else " is missing: run `git hive init`")))
     if tip is None:
-        return results
+        from hive.state import lost
+
+        if not lost.had_state(paths):
+            return [(False, f"branch {git.STATE_BRANCH} is missing: run `git hive init`")]
+        trace = lost.best_trace(Project(paths).store)
+        return [(False, f"branch {git.STATE_BRANCH} is missing: " + (
+            f"`git hive doctor --fix` recovers it at {trace.commit[:10]} from {trace.where}" if trace
+            else lost.lost_message(paths)))]
+    results.append((True, f"branch {git.STATE_BRANCH}"))
     project = Project(paths)
     results.append((project.checkout.exists, ".hive/ checkout" + ("" if project.checkout.exists else
                                                                    " is missing (doctor --fix recreates it)")))
+    if damaged_index is not None:
+        results.append((False, f".hive/ git index {damaged_index} is damaged (doctor --fix rebuilds it)"))
+        return results
     driver = git.config_get(paths.common_dir, "merge.hive.driver")
     results.append((bool(driver), "merge driver `hive`" + (f": {driver}" if driver else " is not registered")))
     if driver and driver.split()[0] == "git-hive" and not shutil.which("git-hive"):
@@ -52,6 +70,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     results.append((not problems, f"issue files: {len(problems)} problem(s)" if problems else "issue files"))
     for problem in problems:
         results.append((False, f"  {problem}"))
+    results.append(_runtime_check(paths, fix))
     from hive.state.history import double_claims
 
     doubles = double_claims(paths)
@@ -63,6 +82,8 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
         results.append((False, f"config: {exc}"))
         return results
     results.append((True, "config"))
+    missing = missing_target_branch(paths, config.target_branch)
+    results.append((missing is None, missing or f"target branch {config.target_branch}"))
     results.append(_check_jail(config))
     for role in ("worker", "refinery", "queen"):
         backend = config.backend_for(role)
@@ -90,8 +111,27 @@ def _check_jail(config) -> tuple[bool, str]:
     return True, f"jail: none here, the scripted agents run unjailed: {found.reason} — {found.fix}"
 
 
+def _runtime_check(paths, fix: bool) -> tuple[bool, str]:
+    from hive.runtime import DaemonLock, Runtime
+
+    runtime = Runtime(paths)
+    problem = runtime.problem()
+    if problem is None:
+        runtime.close()
+        return True, "runtime database"
+    if not fix:
+        return False, problem
+    if DaemonLock(paths).holder():
+        return False, f"{problem}; stop the daemon (`git hive stop`) before `doctor --fix`"
+    aside = runtime.set_aside()
+    return True, f"runtime database: the damaged one is kept as {aside.name}; a new one starts now"
+
+
 def _check_cli(role: str, backend: str, command: str, codex_home: str = "") -> tuple[bool, str]:
-    argv = shlex.split(command)
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = []
     if not argv or not shutil.which(argv[0]):
         return False, f"{role} backend {backend}: `{command}` not found (set {backend}_command)"
     try:

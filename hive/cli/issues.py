@@ -23,6 +23,24 @@ def open_project() -> Project:
     return project
 
 
+def checked_title(title: str) -> str:
+    """A title as given on the command line, refused (exit 2) if empty or not one line."""
+    if not title.strip():
+        raise BadInput("the title is empty")
+    if "\n" in title.strip() or "\r" in title.strip():
+        raise BadInput("the title must be one line (put the details in the description: -d TEXT)")
+    return title
+
+
+def description_text(description: str) -> str:
+    """`-d -` reads the description from standard input."""
+    if description != "-":
+        return description
+    import sys
+
+    return sys.stdin.read()
+
+
 def resolve(project: Project, given: str) -> str:
     from hive.issues import resolve_id
 
@@ -31,7 +49,7 @@ def resolve(project: Project, given: str) -> str:
 
 @click.command()
 @click.argument("title")
-@click.option("-d", "--description", default="", help="The description (Markdown).")
+@click.option("-d", "--description", default="", help="The description (Markdown); - reads it from stdin.")
 @click.option("-p", "--priority", type=PRIORITY, default=issue_file.DEFAULT_PRIORITY, show_default=True,
               help="0 = highest.")
 @click.option("-t", "--type", "kind", type=TYPE, default="task", show_default=True)
@@ -44,6 +62,7 @@ def create(title: str, description: str, priority: int, kind: str, parent: str,
     """Create an issue and print its id."""
     from hive import issues
 
+    title, description = checked_title(title), description_text(description)
     project = open_project()
     blockers = [resolve(project, d) for d in depends_on]
     parent_id = resolve(project, parent) if parent else ""
@@ -74,7 +93,15 @@ def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_j
     if as_json:
         print_json([i.to_json() for i in found])
     elif found:
-        table(issue_rows(found), ISSUE_HEADERS)
+        listed = {i.id: i.status for i in found}
+
+        def status_of(issue_id: str) -> str | None:
+            if issue_id not in listed:
+                other = project.index.get(issue_id)
+                listed[issue_id] = other.status if other else None
+            return listed[issue_id]
+
+        table(issue_rows(found, status_of), ISSUE_HEADERS)
     else:
         click.echo("no issues" + (" ready" if ready else ""))
 
@@ -97,6 +124,26 @@ def show(issue_id: str, as_json: bool) -> None:
     dependents = project.index.dependents_of(issue.id)
     if dependents:
         click.echo(f"\nblocks: {', '.join(sorted(dependents))}")
+    for line in recovery_steps(project, issue):
+        click.echo(line)
+
+
+def recovery_steps(project: Project, issue: issue_file.Issue) -> list[str]:
+    """How a person takes an escalated or failed issue on from here (README: "When hive asks
+    for you")."""
+    if issue.status not in ("escalated", "failed"):
+        return []
+    from hive.workspace import worktrees
+
+    worktree = worktrees.worktree_path(project.paths, issue.id)
+    steps = [f"\n{issue.status}: hive needs you (`git hive log {issue.id}` says why). To recover:"]
+    if worktree.exists():
+        steps.append(f"  - fix it yourself: the work is in {worktree} (branch {worktrees.branch_name(issue.id)});"
+                     f" commit there, then `git hive update {issue.id} --status done` queues the merge")
+    more = "or " if len(steps) > 1 else ""
+    steps += [f"  - {more}give it back to the agents with a fresh budget: `git hive retry {issue.id}`",
+              f"  - or drop it: `git hive cancel {issue.id}`"]
+    return steps
 
 
 @click.command()
@@ -134,7 +181,12 @@ def edit(issue_id: str) -> None:
     path = project.paths.state_checkout / project.index.path_of(issue_id)
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     while True:
-        if subprocess.call([*_split(editor), str(path)]) != 0:
+        try:
+            code = subprocess.call([*_split(editor), str(path)])
+        except OSError as exc:
+            raise HiveError(f"cannot start the editor {editor!r} (from $VISUAL/$EDITOR): "
+                            f"{exc.strerror or exc}; {path} is left as it is") from None
+        if code != 0:
             raise HiveError(f"{editor} exited with an error; {path} is left as it is")
         problems = project.absorb().problems
         mine = [p for p in problems if (p.where or "").startswith(f".hive/{path.relative_to(project.paths.state_checkout)}")]
@@ -150,7 +202,10 @@ def edit(issue_id: str) -> None:
 def _split(command: str) -> list[str]:
     import shlex
 
-    return shlex.split(command)
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise BadInput(f"$VISUAL/$EDITOR {command!r} cannot be read as a command: {exc}") from None
 
 
 @click.command()
@@ -178,6 +233,10 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
     current = project.index.get(issue_id)
     assert current is not None
     changes: dict[str, object] = {}
+    if title is not None:
+        checked_title(title)
+    if description is not None:
+        description = description_text(description)
     for key, value in (("status", status), ("priority", priority), ("title", title), ("type", kind),
                        ("assignee", assignee)):
         if value is not None:

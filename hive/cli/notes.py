@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hive.cli.issues import open_project, resolve
-from hive.cli.output import print_json
+from hive.cli.output import escaped, print_json
 
 CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")
 
@@ -18,6 +18,10 @@ def note(text: str, category: str, issue_id: str) -> None:
     """Add a note that later agents get in their prompts."""
     from hive import issues
 
+    if not text.strip():
+        from hive.errors import BadInput
+
+        raise BadInput("the note is empty")
     project = open_project()
     issue_id = resolve(project, issue_id) if issue_id else ""
     line = issues.note_line(text, category, issue=issue_id)
@@ -39,4 +43,4 @@ def notes(issue_id: str, as_json: bool) -> None:
         click.echo("no notes")
     for n in found:
         where = n["issue"] or "project"
-        click.echo(f"{n['at']}  [{n['category']}] {where}: {n['content']}")
+        click.echo(escaped(f"{n['at']}  [{n['category']}] {where}: {n['content']}"))

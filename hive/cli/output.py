@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import click
 
 from hive.state.issue_file import Issue
+
+
+# C0 controls but newline and tab, DEL, C1 controls: a title or note from hive/state could move the
+# cursor, retitle the window or write the clipboard (OSC 52) of whoever lists it
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escaped(text: str) -> str:
+    """`text` safe for a terminal: each control character written as its escape (`\\x1b`)."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def one_line(text: str) -> str:
+    """`escaped`, newlines and tabs included: for one cell or one line of output."""
+    return escaped(text).replace("\n", "\\n").replace("\t", " ")
 
 
 def print_json(data: Any) -> None:
@@ -28,7 +44,7 @@ def print_json_text(text: str) -> None:
 
 
 def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
-    rows = [list(map(str, r)) for r in rows]
+    rows = [[one_line(str(cell)) for cell in r] for r in rows]
     width = shutil.get_terminal_size((120, 20)).columns
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     fixed = sum(widths[:-1]) + 2 * (len(widths) - 1)
@@ -43,25 +59,33 @@ def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
         click.echo(line(row))
 
 
-def issue_rows(issues: Iterable[Issue]) -> list[list[str]]:
-    return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-",
-             ",".join(i.depends_on) or "-", i.title] for i in issues]
+FINISHED_BLOCKER = ("done", "finalized", "canceled")   # a blocker in these blocks no more
+
+
+def issue_rows(issues: Iterable[Issue], status_of: Callable[[str], str | None] | None = None) -> list[list[str]]:
+    """Table rows; BLOCKED BY leaves out the blockers that `status_of` says are finished."""
+    def blocking(issue: Issue) -> str:
+        left = [b for b in issue.depends_on if status_of is None or status_of(b) not in FINISHED_BLOCKER]
+        return ",".join(left) or "-"
+
+    return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-", blocking(i), i.title]
+            for i in issues]
 
 
 ISSUE_HEADERS = ("ID", "STATUS", "PRI", "TYPE", "ASSIGNEE", "BLOCKED BY", "TITLE")
 
 
 def show_issue(issue: Issue) -> None:
-    click.echo(click.style(f"{issue.id}  {issue.title}", bold=True))
-    click.echo(f"status {issue.status} · priority {issue.priority} · type {issue.type}"
-               + (f" · assignee {issue.assignee}" if issue.assignee else ""))
+    click.echo(click.style(f"{issue.id}  {one_line(issue.title)}", bold=True))
+    click.echo(one_line(f"status {issue.status} · priority {issue.priority} · type {issue.type}"
+                        + (f" · assignee {issue.assignee}" if issue.assignee else "")))
     if issue.parent:
-        click.echo(f"parent: {issue.parent}")
+        click.echo(f"parent: {one_line(issue.parent)}")
     if issue.depends_on:
-        click.echo(f"depends on: {', '.join(issue.depends_on)}")
+        click.echo(one_line(f"depends on: {', '.join(issue.depends_on)}"))
     if issue.labels:
-        click.echo(f"labels: {', '.join(issue.labels)}")
-    click.echo(f"created {issue.created} · updated {issue.updated}")
+        click.echo(one_line(f"labels: {', '.join(issue.labels)}"))
+    click.echo(one_line(f"created {issue.created} · updated {issue.updated}"))
     if issue.body.strip():
         click.echo("")
-        click.echo(issue.body.rstrip())
+        click.echo(escaped(issue.body.rstrip()))

@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from hive.cli.output import ISSUE_HEADERS, issue_rows, print_json, table
+from hive.cli.output import ISSUE_HEADERS, escaped, issue_rows, print_json, table
 from hive.errors import BadInput, HiveError
 
 
@@ -18,10 +18,12 @@ def _queen_backend(project, backend: str | None):
 
     from hive.agents.jails import start_problem
     from hive.backends.registry import backend_for_role
+    from hive.cli.preflight import require_agent_clis
 
     config = project.config
     if backend:
         config = dataclasses.replace(config, queen_backend=backend)
+    require_agent_clis(config, ("queen",))   # before a plan branch exists that would need removing
     refusal, warning = start_problem(config, ("queen",))
     if refusal:
         raise HiveError(refusal)          # no jail, no real agents
@@ -46,7 +48,7 @@ def _show(result, slug: str) -> None:
     from hive.queen import ascii_tree
 
     table(issue_rows(result.issues), ISSUE_HEADERS)
-    click.echo("\n" + ascii_tree(result.issues))
+    click.echo("\n" + escaped(ascii_tree(result.issues)))
     click.echo(f"\nplan branch: hive/plan/{slug}")
 
 

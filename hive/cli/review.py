@@ -49,7 +49,7 @@ def review(as_json: bool) -> None:
     if not rows:
         click.echo("nothing to review: no done issues")
         return
-    table([[r["id"], str(r["commits"]), f"{r['files']} files +{r['insertions']} -{r['deletions']}",
+    table([[r["id"], str(r["commits"]), f"{r['files']} file{'' if r['files'] == 1 else 's'} +{r['insertions']} -{r['deletions']}",
             r["title"]] for r in rows], ("ID", "COMMITS", "CHANGES", "TITLE"))
     click.echo("")
     for r in rows:

@@ -16,19 +16,39 @@ from hive.errors import HiveError
 @click.option("--max-agents", type=click.IntRange(min=1), default=None, help="Workers at once (config max_agents).")
 @click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
               help="Use this backend for every role.")
-@click.option("--until-idle", is_flag=True, help="Exit when nothing is ready, running or merging.")
+@click.option("--until-idle", is_flag=True,
+              help="Exit when nothing is ready, running or merging; exit 1 naming any merge that waits for you.")
 @click.option("--detach", is_flag=True, help="Run in the background; `git hive stop` ends it.")
 @click.option("--remote", default=None, help="Share the queue through this remote (config sync_remote).")
-def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool, remote: str | None) -> None:
+@click.option("-C", "directories", multiple=True, metavar="DIR", help="Run in this repository (once).")
+def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: bool, remote: str | None,
+        directories: tuple[str, ...]) -> None:
     """Run the agents: claim ready issues, work them in worktrees, merge the results."""
     import asyncio
+
+    from hive.cli import ONE_REPOSITORY
+    from hive.errors import BadInput
+
+    if len(directories) > 1:
+        raise BadInput(f"-C is given more than once: {ONE_REPOSITORY}")
+    if directories:
+        try:
+            os.chdir(directories[0])
+        except OSError as exc:
+            raise BadInput(f"-C {directories[0]}: {exc.strerror or exc}") from None
 
     from hive.orchestrator.assemble import build_daemon
     from hive.project import Project
     from hive.runtime import DaemonLock
 
+    from hive.initialize import missing_target_branch
+
     project = Project.open()
     project.sync()
+    missing = missing_target_branch(project.paths, project.config.target_branch)
+    if missing:
+        raise HiveError(missing)
+    _require_agent_clis(project, backend)
     if detach:
         holder = DaemonLock(project.paths).holder()
         if holder:
@@ -57,6 +77,21 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
         raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
     daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote)
     asyncio.run(daemon.run())
+    if daemon.waiting_merges:
+        first = daemon.waiting_merges[0]
+        more = f" (and {len(daemon.waiting_merges) - 1} more: `git hive status`)" if len(daemon.waiting_merges) > 1 else ""
+        raise HiveError(f"idle, but the merge of {first.issue_id} waits: {first.detail}{more}")
+
+
+def _require_agent_clis(project, backend: str | None) -> None:
+    import dataclasses
+
+    from hive.cli.preflight import require_agent_clis
+
+    config = project.config
+    if backend:
+        config = dataclasses.replace(config, backend=backend, worker_backend="", refinery_backend="")
+    require_agent_clis(config, ("worker", "refinery"))
 
 
 @click.command()

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from hive.cli.output import print_json
+from hive.cli.output import one_line, print_json
 from hive.project import Project
 from hive.state.issue_file import STATUSES
 
@@ -69,15 +69,15 @@ def render(data: dict) -> None:
     if data["merge_queue"]:
         click.echo("merge queue:")
         for entry in data["merge_queue"]:
-            click.echo(f"  {entry['issue']}  {entry['state']:<8} {entry['detail']}")
+            click.echo(one_line(f"  {entry['issue']}  {entry['state']:<8} {entry['detail']}"))
     if data["needs_attention"]:
         click.echo("needs attention:")
         for item in data["needs_attention"]:
-            click.echo(f"  {item['issue']}  {item['status']:<10} {item['title']}")
+            click.echo(one_line(f"  {item['issue']}  {item['status']:<10} {item['title']}"))
     if data["problems"]:
         click.echo("problems:")
         for line in data["problems"]:
-            click.echo(f"  {line}")
+            click.echo(f"  {one_line(line)}")
 
 
 def _age(seconds: int) -> str:

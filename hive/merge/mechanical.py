@@ -34,8 +34,11 @@ class TestRun:
     timed_out: bool = False
 
 
-def run_test(command: str, cwd: Path, timeout: float, jail: JailSpec | None = None) -> TestRun:
+def run_test(command: str, cwd: Path, timeout: float, jail: JailSpec | None = None,
+             started: Callable[[int], None] = lambda _: None) -> TestRun:
     """Run a test command in a worktree, in its own process group, killed whole on timeout.
+    `started(pid)` is told the group's leader at once (a daemon killed meanwhile leaves it
+    behind: the next one ends it before it touches the worktree).
 
     The command is the agent's as much as the user's (a worker names it in its result), so it
     runs in the worktree's jail with the jail's environment (`sh -c`, never hive's environment);
@@ -45,6 +48,7 @@ def run_test(command: str, cwd: Path, timeout: float, jail: JailSpec | None = No
     proc = subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                             preexec_fn=launch.preexec)
+    started(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
         timed_out = False
@@ -83,6 +87,7 @@ Publish = Callable[[pygit2.Repository, str, str], FastForward]
 def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
          trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
+         test_started: Callable[[int], None] = lambda _: None,
          jail: Callable[[Path], JailSpec | None] = lambda _: None) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
@@ -125,7 +130,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             worktrees.sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)
         for command in test_commands:
-            result = run_test(command, worktree, timeout, jail(worktree))
+            result = run_test(command, worktree, timeout, jail(worktree), test_started)
             if not result.ok:
                 why = "timed out" if result.timed_out else "failed"
                 return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")

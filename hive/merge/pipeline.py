@@ -27,6 +27,7 @@ from hive.merge import mechanical
 from hive.merge.host import MergeHost
 from hive.merge.refinery import Refinery
 from hive.project import Project
+from hive.runtime import process_start_time
 from hive.runtime.merge_queue import Entry
 from hive.state import history
 from hive.state.issue_file import Issue
@@ -92,6 +93,10 @@ class MergeProcessor:
     def idle(self) -> bool:
         """Nothing to merge right now (entries waiting on a person do not count)."""
         return not self._busy and all(e.state == "waiting" for e in self.entries())
+
+    def waiting(self) -> list[Entry]:
+        """The entries that wait for a person (a dirty checkout of the target, an unreachable remote)."""
+        return [e for e in self.entries() if e.state == "waiting"]
 
     def scan(self) -> None:
         """Queue every done issue whose branch exists but is not queued (a person's, or after a restart)."""
@@ -210,12 +215,23 @@ class MergeProcessor:
         await asyncio.to_thread(worktrees.prepare_for_merge, paths, issue.id, head)
         commands = [c for c in (entry.test_command, self.config.test_command) if c]
         shared = self.host.shared_target
-        landing = await asyncio.to_thread(
-            mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
-            self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
-            from_refinery, shared.target_ref if shared is not None else "",
-            shared.publish_target if shared is not None else None,
-            lambda worktree: jails.worktree_jail(self.config, paths, worktree))
+        test_agent = f"test-{issue.id}"
+
+        def test_started(pid: int) -> None:   # listed like an agent: a later daemon ends it first
+            self.host.runtime.remove_agent(test_agent)
+            self.host.runtime.add_agent(id=test_agent, issue_id=issue.id, role="test", pid=pid,
+                                        pid_start=process_start_time(pid), worktree=str(worktrees.worktree_path(
+                                            paths, issue.id)))
+
+        try:
+            landing = await asyncio.to_thread(
+                mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
+                self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
+                from_refinery, shared.target_ref if shared is not None else "",
+                shared.publish_target if shared is not None else None, test_started,
+                lambda worktree: jails.worktree_jail(self.config, paths, worktree))
+        finally:
+            self.host.runtime.remove_agent(test_agent)
         if landing.status == "merged":
             await self._finalize(issue, entry, landing.commit)
             return True
@@ -244,7 +260,9 @@ class MergeProcessor:
             await asyncio.to_thread(worktrees.recreate, paths, issue.id)
         verdict = await self.refinery.resolve(issue, worktree, target, detail)
         self._update(entry, detail=f"refinery answered: {verdict.status}")
-        self.host.log(f"{issue.id} refinery: {verdict.status} {verdict.summary[:80]}")
+        said = verdict.summary[:80]
+        self.host.log(f"{issue.id} refinery: " + (said if said.lower().startswith(verdict.status)
+                                                  else f"{verdict.status} {said}".rstrip()))
         if verdict.status == "crashed":
             if attempts >= 2:
                 self._escalate(issue, entry, f"the refinery crashed twice: {verdict.summary}")

@@ -1,10 +1,11 @@
 """The refinery: one long-lived LLM session per project for the merges git cannot do alone.
 
 It gets a rebase conflict or failing test output plus the issue, works in the worker's worktree,
-and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session is
-reused across merges of the same worktree (its jail lets it write only that one: a task in another
-worktree starts a new session) and renewed once it passes 100k tokens or 20 messages, so its
-context never overflows. A session that crashes is replaced.
+and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session starts
+in the worktree it works in (so the agent CLI reports that folder as its cwd, and `cd <worktree>
+&& git ...` is judged there) and its jail lets it write only that one; it is reused for the next
+task in the same worktree and renewed for another worktree, or once it passes 100k tokens or 20
+messages, so its context never overflows. A session that crashes is replaced.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hive import git
 from hive.agents import jails, protocol
 from hive.backends.base import USAGE, Backend, Event, SessionSpec
 from hive.merge.host import RefineryHost
-from hive.prompts import load, render
+from hive.prompts import load, material, render
 from hive.runtime import process_start_time
 from hive.state.issue_file import Issue
 
@@ -42,7 +43,7 @@ class Refinery:
         self.tokens = 0
         self.renewals = 0
         self.root = ""                       # the worktree of the task in progress
-        self.jailed_in = ""                  # the worktree the session's jail lets it write
+        self.cwd = ""                        # the worktree the session was started in (and its jail's)
 
     def owns(self, session_id: str) -> bool:
         return bool(session_id) and session_id == self.session_id
@@ -54,10 +55,11 @@ class Refinery:
         if event.type == USAGE:
             self.tokens = event.data.total_tokens
             self.host.runtime.put("refinery_tokens", str(self.tokens))
+            self.host.runtime.update_agent(_agent_id(self.session_id), tokens=event.data.counted_tokens)
 
     async def _session(self, worktree: Path) -> str:
-        if self.session_id and self.jailed_in != str(worktree):
-            await self.close()               # its jail lets it write only the worktree it was given
+        if self.session_id and self.cwd != str(worktree):
+            await self.close()                 # a session starts in (and may write only) its worktree
         if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
             self.host.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
             await self.close()
@@ -74,7 +76,7 @@ class Refinery:
                                env=git.agent_git_env(),
                                jail=jails.worktree_jail(config, self.host.project.paths, worktree))
             self.session_id = await self.backend.create_session(spec)
-            self.jailed_in = str(worktree)
+            self.cwd = str(worktree)
             self.messages = 0
             self.tokens = 0
             self.host.runtime.put("refinery_session", self.session_id)
@@ -138,4 +140,5 @@ def _agent_id(session_id: str) -> str:
 
 def task_prompt(issue: Issue, worktree: Path, target: str, problem: str) -> str:
     return render("refinery-task", issue_id=issue.id, target=target, worktree=worktree, problem=problem.strip(),
-                  title=issue.title, body=issue.body.strip() or "(no description)")
+                  body=material(f"{issue.title}\n\n{issue.body.strip() or '(no description)'}",
+                                f"issue {issue.id}: its title and description on hive/state"))

@@ -1,8 +1,9 @@
 """The daemon: one asyncio process per repository, woken by events, never by a fixed poll.
 
 Wake sources: watchfiles on the `.hive/` checkout and on the `ref-events` file that other hive
-processes and the `reference-transaction` hook append to; watchfiles on each worker's worktree
-root for its notes/result files; backend events; a worker finishing. A slow safety tick
+processes and the `reference-transaction` hook append to; a worker finishing. Each worker watches
+its own worktree's notes/result files and waits for its own turns (`run_turn`); the daemon routes
+the backend's usage, activity and permission events of a worker's session to it. A slow safety tick
 checks leases and stalls. On each wake the loop brings the state up to date, stops workers whose
 issue was canceled, and spawns workers while below `max_agents` and the ready queue is not empty.
 """
@@ -16,12 +17,11 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from hive import lifecycle
+from hive import git, lifecycle
 from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
-from hive.backends.base import (BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend,
-                                Event)
+from hive.backends.base import BUSY, EXITED, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend, Event, Usage
 from hive.backends.processes import reaped_by_pidfds
 from hive.config import Config
 from hive.errors import HiveError
@@ -31,10 +31,11 @@ from hive.merge.pipeline import MergeProcessor
 from hive.orchestrator import recovery
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.shared import SharedQueue
-from hive.orchestrator.watchers import watch_state, watch_worker_files
+from hive.orchestrator.watchers import watch_state
 from hive.orchestrator.worker import Outcome, Worker
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
+from hive.state.issue_file import Issue
 from hive.workspace import worktrees
 
 SAFETY_TICK_SECONDS = 2.0
@@ -55,10 +56,10 @@ class Daemon:
         self.config = config
         self.max_agents = max_agents or config.max_agents
         self.until_idle = until_idle
+        self.waiting_merges: list = []   # --until-idle: the merges still waiting when it ended
         self.runtime = Runtime(project.paths)
         self.lock = DaemonLock(project.paths)
         self.running: dict[str, Worker] = {}
-        self.sessions: dict[str, Worker] = {}
         self.wake = asyncio.Event()
         self._checkout_changes: set[str] | None = None   # None: look at the whole checkout
         self._checkout_refreshed = float("-inf")          # time.monotonic() of the last refresh
@@ -70,11 +71,11 @@ class Daemon:
         self.stopping = asyncio.Event()
         self._watch_stop = asyncio.Event()   # awatch sets its stop event itself when it ends
         self.run_tokens = 0
+        self.run_usage = Usage()
         self.token_cap_reached = False
         self._log = log or (lambda line: print(line, flush=True))
         self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
         self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
-        self._watch_tasks: dict[str, asyncio.Task[None]] = {}
         self._problems_seen: set[str] = set()
         self.finished = 0
         # a SharedQueue when the queue is shared through a remote
@@ -95,12 +96,6 @@ class Daemon:
 
     def running_agents(self) -> frozenset[str]:
         return frozenset(worker.agent_id for worker in self.running.values())
-
-    def register_session(self, session_id: str, worker: Worker) -> None:
-        self.sessions[session_id] = worker
-
-    def forget_session(self, session_id: str) -> None:
-        self.sessions.pop(session_id, None)
 
     async def agents_started(self, at_most: float) -> None:
         try:
@@ -155,8 +150,6 @@ class Daemon:
             self._watch_stop.set()
             watcher.cancel()
             ticker.cancel()
-            for task in self._watch_tasks.values():
-                task.cancel()
             self.runtime.delete("daemon_pid")
             self.health.stop()
             self.lock.release()
@@ -179,7 +172,9 @@ class Daemon:
             if self.shared is not None:
                 self.shared.local_changed()
             if self.until_idle and self._idle():
-                self.log("idle: nothing ready, nothing running")
+                self.waiting_merges = self.merge.waiting() if self.merge is not None else []
+                self.log("idle: nothing ready, nothing running" + (
+                    f"; {len(self.waiting_merges)} merge(s) wait for you" if self.waiting_merges else ""))
                 return
             await self.wake.wait()
 
@@ -221,7 +216,12 @@ class Daemon:
             # other machines' work may still unblock ours: idle only when the whole queue is
             counts = self.project.index.counts()
             return not any(counts.get(s, 0) for s in ("open", "in_progress", "done"))
-        return self.token_cap_reached or not self.project.index.ready(limit=1)
+        if self.token_cap_reached:
+            return True
+        first = self.project.index.ready(limit=1)
+        if not first or not self._waits_for_work_elsewhere(first[0]):
+            return not first
+        return all(self._waits_for_work_elsewhere(issue) for issue in self.project.index.ready())
 
     async def _spawn(self) -> None:
         if self.stopping.is_set() or self.token_cap_reached or not self.health.healthy.is_set():
@@ -234,7 +234,7 @@ class Daemon:
         for issue in self.project.index.ready():
             if len(self.running) >= self.max_agents or self.stopping.is_set():
                 break
-            if issue.id in self.running:
+            if issue.id in self.running or self._waits_for_work_elsewhere(issue):
                 continue
             agent_id = new_agent_id()
             if self.shared is not None:
@@ -252,6 +252,18 @@ class Daemon:
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
             self.start_worker(issue.id, agent_id)
 
+    def _waits_for_work_elsewhere(self, issue: Issue) -> bool:
+        """Whether a blocker is done but its work is neither on the target nor on a local work
+        branch, which only this machine's agents make (done on another machine; a fetched branch
+        is `refs/remotes/*`, never built on): code lands only from agents run here, so the
+        dependent starts once that blocker is finalized, from the target."""
+        for blocker_id in issue.depends_on:
+            blocker = self.project.index.get(blocker_id)
+            if blocker is not None and blocker.status == "done" and git.read_ref(
+                    self.project.paths.common_dir, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None:
+                return True
+        return False
+
     def start_worker(self, issue_id: str, agent_id: str) -> Worker:
         worker = Worker(self, issue_id, agent_id)
         self.runtime.add_agent(id=agent_id, issue_id=issue_id, role="worker", backend=self.backend.name)
@@ -262,9 +274,6 @@ class Daemon:
     def worker_finished(self, worker: Worker) -> None:
         self.running.pop(worker.issue_id, None)
         self.runtime.remove_agent(worker.agent_id)
-        task = self._watch_tasks.pop(worker.issue_id, None)
-        if task is not None:
-            task.cancel()
         self.finished += 1
         self.wake.set()
 
@@ -284,9 +293,6 @@ class Daemon:
             self._agents_starting -= 1
             if not self._agents_starting:
                 self.no_agent_starting.set()
-
-    def agents_changed(self) -> None:
-        self.wake.set()
 
     async def _stop_canceled(self) -> None:
         if not self.running:
@@ -313,14 +319,6 @@ class Daemon:
             self._checkout_changes |= checkout_paths
         self.wake.set()
 
-    def watch_worktree(self, worker: Worker) -> None:
-        old = self._watch_tasks.pop(worker.issue_id, None)
-        if old is not None:
-            old.cancel()
-        assert worker.worktree is not None
-        self._watch_tasks[worker.issue_id] = asyncio.create_task(
-            watch_worker_files(worker.worktree.path, worker.notes_changed, worker.on_activity))
-
     async def _tick(self) -> None:
         last_sweep = time.monotonic()
         while True:
@@ -329,7 +327,7 @@ class Daemon:
             if now - last_sweep >= FULL_SWEEP_SECONDS:
                 self._checkout_changes, last_sweep = None, now
             for worker in list(self.running.values()):
-                if worker.turn is not None and now - worker.last_activity > self.config.stall_seconds:
+                if worker.in_turn and now - worker.last_activity > self.config.stall_seconds:
                     self.log(f"{worker.issue_id} stalled: no activity for {self.config.stall_seconds}s")
                     await worker.abort_turn(f"stalled: no agent activity for {self.config.stall_seconds}s")
             if self.shared is not None:
@@ -346,19 +344,9 @@ class Daemon:
             if str(issue.extra.get("lease_expires", "")) < horizon:
                 self.shared.extend_lease(worker.issue_id, worker.agent_id, self.config.lease_seconds)
 
-    async def sleep_unless_stopped(self, seconds: float, worker: Worker) -> None:
-        """A back-off that ends early when the daemon stops or the worker is aborted."""
-        waits = [asyncio.ensure_future(self.stopping.wait()), asyncio.ensure_future(worker.stopped.wait())]
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
-
     # -- backend events -------------------------------------------------------------------------
 
     def _subscribe(self) -> None:
-        self.backend.on(IDLE, self._on_idle)
         self.backend.on(USAGE, self._on_usage)
         self.backend.on(PERMISSION, self.answer_permission)
         self.backend.on(MESSAGE, self._on_activity)
@@ -366,26 +354,27 @@ class Daemon:
         self.backend.on(EXITED, self._on_activity)
         self.backend.on(PROVIDER_ERROR, self._on_provider_error)
 
+    def worker_of_session(self, session_id: str) -> Worker | None:
+        """The running worker whose agent session this is."""
+        if session_id:
+            for worker in self.running.values():
+                if worker.session_id == session_id:
+                    return worker
+        return None
+
     def _worker_of(self, event: Event) -> Worker | None:
-        return self.sessions.get(event.session_id)
+        return self.worker_of_session(event.session_id)
 
     def _on_activity(self, event: Event) -> None:
         worker = self._worker_of(event)
         if worker is not None:
             worker.on_activity()
 
-    def _on_idle(self, event: Event) -> None:
-        worker = self._worker_of(event)
-        if worker is not None:
-            worker.on_idle(event.data)
-        elif self.merge is not None:
-            self.merge.on_event(event)
-
     def _on_usage(self, event: Event) -> None:
         worker = self._worker_of(event)
         usage = event.data
         if worker is not None:
-            worker.on_usage(usage.total_tokens, usage.cost_usd)
+            self.tokens_spent(worker.on_usage(usage))
         elif self.merge is not None:
             self.merge.on_event(event)
 
@@ -407,29 +396,30 @@ class Daemon:
     def _on_provider_error(self, event: Event) -> None:
         data = event.data if isinstance(event.data, dict) else {}
         status = data.get("status")
-        self.enter_degraded(f"provider error{f' {status}' if status else ''}: {data.get('message', '')}"[:200])
+        self.health.enter(f"provider error{f' {status}' if status else ''}: {data.get('message', '')}"[:200])
 
     # -- degraded mode: the provider keeps failing (see degraded.py) ---------------------------
 
-    def enter_degraded(self, reason: str) -> None:
-        self.health.enter(reason)
-
-    async def wait_provider_healthy(self) -> None:
-        await self.health.wait_healthy()
-
-    def tokens_spent(self, delta: int) -> None:
-        self.run_tokens += delta
-        cap = self.config.max_tokens_per_run
-        if cap and self.run_tokens > cap and not self.token_cap_reached:
+    def tokens_spent(self, delta: Usage) -> None:
+        """The run's caps (tokens counted as max_tokens_per_issue counts them; USD): once over
+        one, no new agent starts."""
+        self.run_usage = self.run_usage.plus(delta)
+        self.run_tokens = self.run_usage.counted_tokens
+        cap, cost_cap = self.config.max_tokens_per_run, self.config.max_cost_usd_per_run
+        over = ((cap and self.run_tokens > cap and f"{self.run_tokens:,} > max_tokens_per_run {cap:,}")
+                or (cost_cap and self.run_usage.cost_usd > cost_cap
+                    and f"${self.run_usage.cost_usd:.4f} > max_cost_usd_per_run ${cost_cap:.2f}"))
+        if over and not self.token_cap_reached:
             self.token_cap_reached = True
-            self.log(f"token cap for this run reached ({self.run_tokens} > {cap}): no new agents")
+            self.log(f"budget of this run reached ({over}; {lifecycle.usage_figures(self.run_usage)}): "
+                     "no new agents")
 
     # -- notes ----------------------------------------------------------------------------------
 
     def relay_notes(self, source: Worker, notes: list[dict[str, Any]]) -> None:
         """FYI to running siblings: same epic; gotchas go to everyone."""
         for worker in list(self.running.values()):
-            if worker is source or not worker.session_id or worker.turn is None:
+            if worker is source or not worker.session_id or not worker.in_turn:
                 continue
             same_epic = bool(source.parent) and worker.parent == source.parent
             for note in notes:

@@ -1,53 +1,81 @@
 """Recovery at start-up: make the state consistent after any kind of previous ending, SIGKILL
-included — agent processes left behind are killed, their issues go back to the queue (counting a
-failure against their budget) and leftover worktrees are removed."""
+included. A crash is not the agents' fault: the processes a dead daemon left behind (agents, the
+refinery, merge tests) are ended, each whole process group, before anything runs in their
+worktrees; an agent that had finished (commits beyond its base and a success result) is taken as
+done; the others' issues go back to the queue without spending any budget; leftover worktrees are
+removed."""
 
 from __future__ import annotations
 
-import os
-import signal
-from typing import Callable, Collection
+import time
+from pathlib import Path
+from typing import Any, Callable, Collection
 
 from hive import lifecycle
+from hive.agents import protocol
 from hive.agents.ids import is_agent_id
+from hive.backends.processes import group_alive, killpg
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
 from hive.runtime import Runtime, is_alive
 from hive.workspace import worktrees
 
+KILL_WAIT_SECONDS = 10.0
+NOT_COUNTED = lifecycle.Decision(lifecycle.RETRY, "lost with the daemon: no budget spent")
 
-def kill_lost_agents(runtime: Runtime) -> set[str]:
-    """Kill the agent processes a previous daemon left running; the ids they worked as."""
-    previous = set()
+
+def kill_lost_agents(runtime: Runtime) -> dict[str, dict[str, Any]]:
+    """End the process groups (agents, merge tests) a previous daemon left running, and wait
+    until they are gone; their rows by id (what each worked on)."""
+    previous, groups = {}, []
     for agent in runtime.agents():
-        previous.add(agent["id"])
+        previous[agent["id"]] = agent
         pid = agent.get("pid") or 0
-        if pid and is_alive(pid, agent.get("pid_start") or ""):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if pid and is_alive(pid, agent.get("pid_start") or "") and killpg(pid, 9):
+            groups.append(pid)
         runtime.remove_agent(agent["id"])
+    deadline = time.monotonic() + KILL_WAIT_SECONDS
+    while any(group_alive(pgid) for pgid in groups) and time.monotonic() < deadline:
+        time.sleep(0.02)    # not our children: their deaths are no event we can wait on
     return previous
 
 
-def requeue_lost_issues(project: Project, runtime: Runtime, config: Config, previous_agents: set[str], *,
+def requeue_lost_issues(project: Project, runtime: Runtime, config: Config,
+                        previous_agents: dict[str, dict[str, Any]], *,
                         shared: bool, log: Callable[[str], None]) -> None:
-    """Issues in progress under an agent that is gone: a failed attempt, back to open (or escalated)."""
+    """Issues in progress under an agent that is gone: done if it had finished, else back to open."""
     project.update_index()
     for issue in project.index.list(["in_progress"]):
         if shared and issue.assignee not in previous_agents:
             continue  # another machine's claim: its lease says when it may be taken over
         if issue.assignee not in previous_agents and not is_agent_id(issue.assignee):
             continue  # a person took it (`update --status in_progress --assignee me`)
-        error = f"agent {issue.assignee or '?'} was lost when the daemon stopped"
-        decision = lifecycle.count_failure(runtime, config, issue.id, error)
         try:
-            lifecycle.recover(project, issue.id, issue.assignee, error, decision)
+            if _finish_if_finished(project, runtime, issue.id, previous_agents.get(issue.assignee) or {}, log):
+                continue
+            error = f"agent {issue.assignee or '?'} was lost when the daemon stopped"
+            lifecycle.recover(project, issue.id, issue.assignee, error, NOT_COUNTED)
         except TransitionRefused:
-            pass   # changed meanwhile
-        log(f"{issue.id} recovered → {lifecycle.status_after(decision)} ({decision.reason})")
+            continue   # changed meanwhile
+        log(f"{issue.id} recovered → open ({NOT_COUNTED.reason})")
+
+
+def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent: dict[str, Any],
+                        log: Callable[[str], None]) -> bool:
+    """An agent that committed beyond its base and wrote a success result before its daemon
+    died has done its work: the issue is done, as if the daemon had lived to see it."""
+    worktree, base = agent.get("worktree") or "", agent.get("base_commit") or ""
+    if agent.get("role") != "worker" or not worktree or not base or not (Path(worktree) / ".git").is_file():
+        return False
+    result = protocol.read_result(Path(worktree))
+    if not result.ok or not worktrees.has_new_commits(project.paths, issue_id, base):
+        return False
+    head = worktrees.head_of(project.paths, issue_id) or ""
+    trailers = lifecycle.done_trailers(base, head, result.test_command, runtime.budget(issue_id))
+    lifecycle.finish(project, issue_id, agent["id"], result.summary, trailers)
+    log(f"{issue_id} done: its agent had finished before the daemon stopped")
+    return True
 
 
 def clean_leftovers(project: Project, running: Collection[str]) -> None:

@@ -9,8 +9,9 @@ Protocol (docs/ARCHITECTURE.md, "Several machines"):
   no new claim is made; agents already working go on, and their merges wait.
 * Claims carry `lease_expires`, extended while the agent works; an issue whose lease expired (its
   machine died) is reopened by any other machine.
-* Work branches are pushed when done, so any machine — or a person — sees them, and a dependent on
-  another machine starts from its blocker's work. The target branch moves on the remote by a push
+* Work branches are pushed when done, so any machine — or a person — sees them; no machine builds
+  on or merges another's (code lands only from agents run here: a dependent on another machine
+  starts once its blocker is finalized, from the target). The target branch moves on the remote by a push
   with a lease on the tip it was replayed onto; a push that loses is replayed and tested again.
 All network work runs in a worker thread with its own repository handles, one operation at a time.
 """
@@ -28,7 +29,7 @@ from hive.lifecycle import TransitionRefused
 from hive.project import Project
 from hive.remote import Remote
 from hive.runtime import Runtime
-from hive.state import issue_file
+from hive.state import issue_file, trust
 from hive.state.store import Draft
 from hive.workspace.fastforward import FastForward, fast_forward
 from hive.workspace.worktrees import branch_name
@@ -201,6 +202,13 @@ class SharedQueue:
         return await asyncio.to_thread(self._claim, issue_id, agent_id, lease_seconds)
 
     def _claim(self, issue_id: str, agent_id: str, lease_seconds: int) -> bool:
+        try:
+            return self._claim_locked(issue_id, agent_id, lease_seconds)
+        except trust.Untrusted as exc:   # the remote's state was refused: no claim through it
+            self.host.log(f"warning: {exc}")
+            return False
+
+    def _claim_locked(self, issue_id: str, agent_id: str, lease_seconds: int) -> bool:
         with self._lock:
             store = self.project.store
             for _ in range(CLAIM_ROUNDS):

@@ -1,24 +1,29 @@
 """One issue's worker: claim → worktree → session → prompt → result → done, or the escalation chain.
 
 A `Worker` lives as one asyncio task in the daemon. It talks to the agent only through the
-backend protocol, and moves its issue only through `hive.lifecycle` (CAS commits with trailers):
-every transition it makes — retry, switched, done, escalated — is a commit.
+backend protocol — each attempt is one `run_turn`, which an abort (cancel, stop, stall, budget)
+ends — and moves its issue only through `hive.lifecycle` (CAS commits with trailers): every
+transition it makes — retry, switched, done, escalated — is a commit. The daemon routes the
+backend's usage, activity and permission events of the worker's session to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ContextManager, Protocol
 
 from hive import git, lifecycle
 from hive.agents import jails, protocol
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
-from hive.backends.base import Backend, SessionSpec, TurnResult
+from hive.backends.base import Backend, SessionSpec, TurnResult, Usage
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
+from hive.orchestrator.degraded import ProviderHealth
+from hive.orchestrator.watchers import watch_worker_files
 from hive.project import Project
 from hive.runtime import Runtime, process_start_time
 from hive import issues
@@ -55,27 +60,14 @@ class WorkerHost(Protocol):
     @property
     def runtime(self) -> Runtime: ...
 
+    @property
+    def health(self) -> ProviderHealth:
+        """The provider's health: degraded mode is entered, and waited out, there."""
+
     def log(self, message: str) -> None: ...
 
     def agent_starting(self) -> ContextManager[None]:
         """Held while the agent is being started (merges wait meanwhile)."""
-
-    def register_session(self, session_id: str, worker: "Worker") -> None:
-        """Route the backend events of `session_id` to `worker` (until `forget_session`)."""
-
-    def forget_session(self, session_id: str) -> None: ...
-
-    def watch_worktree(self, worker: "Worker") -> None: ...
-
-    async def sleep_unless_stopped(self, seconds: float, worker: "Worker") -> None: ...
-
-    def enter_degraded(self, reason: str) -> None: ...
-
-    async def wait_provider_healthy(self) -> None: ...
-
-    def tokens_spent(self, delta: int) -> None: ...
-
-    def agents_changed(self) -> None: ...
 
     def relay_notes(self, source: "Worker", notes: list[dict[str, Any]]) -> None: ...
 
@@ -91,20 +83,17 @@ class Worker:
         self.agent_id = agent_id
         self.session_id = ""
         self.worktree: worktrees.Worktree | None = None
-        self.turn: asyncio.Future[TurnResult] | None = None
+        self.in_turn = False           # the agent has its work: a run_turn is in progress
         self.turn_abort_reason = ""    # why hive aborted the turn in progress (stall, budget)
+        self.watch: asyncio.Task[None] | None = None   # the worktree's notes and result files
         self.notes_offset = 0
-        self.session_tokens = 0
+        self.session_usage = Usage()
         self.last_activity = time.monotonic()
         self.started = time.time()
         self.stop_reason = ""          # set when the daemon cancels this worker
         self.stopped = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.parent = ""
-        # FYI turns queued behind the current turn: their idle events must not end the next turn
-        self.fyi_outstanding = 0
-        self.fyi_drained = asyncio.Event()
-        self.fyi_drained.set()
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -152,7 +141,7 @@ class Worker:
                     self._record_retry(outcome.error)
                     resume = True
                     if outcome.provider:
-                        await self.host.wait_provider_healthy()
+                        await self.host.health.wait_healthy()
                     continue
                 await self._switch_agent(outcome.error)
                 resume = False
@@ -162,11 +151,13 @@ class Worker:
             self._log(f"stopped: {exc}")
         finally:
             await self._close_session()
+            if self.watch is not None:
+                self.watch.cancel()
             self.host.worker_finished(self)
 
     def _count_failure(self, outcome: Outcome) -> lifecycle.Decision:
         if outcome.provider:
-            self.host.enter_degraded(outcome.error[:200])
+            self.host.health.enter(outcome.error[:200])
         return lifecycle.count_failure(self.host.runtime, self.config, self.issue_id, outcome.error,
                                        hopeless=outcome.hopeless, provider=outcome.provider)
 
@@ -202,29 +193,32 @@ class Worker:
         self.notes_offset = 0
         self.host.runtime.update_agent(self.agent_id, worktree=str(self.worktree.path),
                                          branch=self.worktree.branch, base_commit=self.worktree.base_commit)
-        self.host.watch_worktree(self)
+        if self.watch is not None:
+            self.watch.cancel()
+        self.watch = asyncio.create_task(
+            watch_worker_files(self.worktree.path, self.notes_changed, self.on_activity))
 
     async def _attempt(self, previous_failure: str, resume: bool) -> Outcome:
         with self.host.agent_starting():
-            setup_error, outcome = await self._start_turn(previous_failure, resume)
+            setup_error, issue, prompt = await self._prepare_turn(previous_failure, resume)
         if setup_error:
             return await self._setup_failed(setup_error)
-        if outcome is not None:
-            return outcome
-        turn = await self._wait_turn()
+        assert issue is not None
+        turn = await self._run_turn(issue, prompt)
+        if isinstance(turn, Outcome):
+            return turn
         self._harvest_notes(final=True)
         return self._judge(turn)
 
-    async def _start_turn(self, previous_failure: str, resume: bool) -> tuple[str, Outcome | None]:
-        """Worktree, session, prompt: ("", None) once the agent has its work, else why not
-        (a setup error to back off from, or the attempt's outcome)."""
+    async def _prepare_turn(self, previous_failure: str, resume: bool) -> tuple[str, Issue | None, str]:
+        """Worktree, session, prompt: ("", the issue, the prompt), or a setup error to back off from."""
         # `.git`, not just the folder: an agent that deleted its worktree may have written files
         # into a fresh folder at the same path, which git no longer knows as a worktree
         if self.worktree is None or not (self.worktree.path / ".git").is_file():
             try:
                 await self._prepare_worktree()
             except Exception as exc:  # noqa: BLE001 - any setup failure follows the policy
-                return f"worktree: {exc}", None
+                return f"worktree: {exc}", None, ""
         self._check_stop()
         (self.worktree.path / protocol.RESULT_FILE).unlink(missing_ok=True)
         issue = self.project.index.get(self.issue_id)
@@ -234,36 +228,46 @@ class Worker:
         try:
             await self._ensure_session(issue, resume)
         except Exception as exc:  # noqa: BLE001
-            return f"session: {exc}", None
-        prompt = self._prompt(issue, previous_failure)
-        try:
-            await asyncio.wait_for(self.fyi_drained.wait(), timeout=30)
-        except asyncio.TimeoutError:
-            self.fyi_outstanding = 0  # an FYI that never got its idle must not block the work
+            return f"session: {exc}", None, ""
+        return "", issue, self._prompt(issue, previous_failure)
+
+    async def _run_turn(self, issue: Issue, prompt: str) -> TurnResult | Outcome:
+        """The attempt's turn: its result (the abort's reason when hive aborted it), or the
+        attempt's outcome when the session did not take the prompt."""
         self._check_stop()  # canceled while the session was being set up: never send the work
-        self.turn = asyncio.get_running_loop().create_future()
         self.turn_abort_reason = ""
+        self.in_turn = True
         self.host.runtime.update_agent(self.agent_id, state="busy")
         try:
-            await self.backend.send_message_async(self.session_id, prompt)
-        except (KeyError, RuntimeError):
-            # the agent ended just after its previous turn: resume its session, send again
             try:
-                await self.backend.abort_session(self.session_id)
-                await self._ensure_session(issue, True)
-                self._check_stop()
-                await self.backend.send_message_async(self.session_id, prompt)
-            except (KeyError, RuntimeError, OSError) as exc:
-                self.turn = None
-                return "", Outcome(False, f"the agent session did not take the prompt: {exc}")
-        return "", None
+                result = await self.backend.run_turn(self.session_id, prompt)
+            except (KeyError, RuntimeError):
+                # the agent ended just after its previous turn: resume its session, send again
+                try:
+                    await self.backend.abort_session(self.session_id)
+                    await self._ensure_session(issue, True)
+                    self._check_stop()
+                    if self.turn_abort_reason:   # stalled meanwhile
+                        return TurnResult(False, self.turn_abort_reason)
+                    result = await self.backend.run_turn(self.session_id, prompt)
+                except (KeyError, RuntimeError, OSError) as exc:
+                    return Outcome(False, f"the agent session did not take the prompt: {exc}")
+        finally:
+            self.in_turn = False
+            self.on_activity()
+        if not result.ok and self.turn_abort_reason:
+            result = TurnResult(False, self.turn_abort_reason)
+        return result
 
     async def _setup_failed(self, error: str) -> Outcome:
         """A failure before the agent started: back off (no hot loop), count it, go on."""
         budget = self.host.runtime.budget(self.issue_id)
         delay = lifecycle.backoff_seconds(len(budget.failures or []) + 1)
         self._log(f"{error}; backing off {delay:.1f}s")
-        await self.host.sleep_unless_stopped(delay, self)
+        try:   # ends early when the worker is aborted (cancel, the daemon stopping)
+            await asyncio.wait_for(self.stopped.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
         self.worktree = None
         return Outcome(False, error)
 
@@ -283,14 +287,11 @@ class Worker:
                            jail=jails.worktree_jail(self.config, self.project.paths, self.worktree.path))
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
-            self.session_tokens = 0  # a fresh session counts its usage from zero
-        elif not self.session_tokens:
+            self.session_usage = Usage()  # a fresh session counts its usage from zero
+        elif not self.session_usage.total_tokens:
             # resuming a session of an earlier worker (a daemon restart): its totals carry on
-            self.session_tokens = int(self.host.runtime.get(f"session_tokens:{new_id}", "0") or 0)
+            self.session_usage = _stored_usage(self.host.runtime.get(f"session_usage:{new_id}", ""))
         self.session_id = new_id
-        self.fyi_outstanding = 0
-        self.fyi_drained.set()
-        self.host.register_session(self.session_id, self)
         budget.last_session = self.session_id
         self.host.runtime.save_budget(budget)
         status = await self.backend.get_session_status(self.session_id)
@@ -309,16 +310,6 @@ class Worker:
                              epic_notes=epic_notes, project_notes=project_notes,
                              previous_failure=previous_failure, combined_blockers=self.worktree.combined,
                              skipped_blockers=self.worktree.skipped)
-
-    async def _wait_turn(self) -> TurnResult:
-        assert self.turn is not None
-        try:
-            result = await self.turn
-        finally:
-            self.turn = None
-        if not result.ok and self.turn_abort_reason:
-            result = TurnResult(False, self.turn_abort_reason)
-        return result
 
     def _judge(self, turn: TurnResult) -> Outcome:
         assert self.worktree is not None
@@ -340,24 +331,16 @@ class Worker:
         return Outcome(True, summary=result.summary, test_command=result.test_command)
 
     def _over_budget(self) -> str:
-        budget = self.host.runtime.budget(self.issue_id)
-        limit = self.config.max_tokens_per_issue
-        if limit and budget.tokens > limit:
-            return f"token budget exceeded: {budget.tokens} > {limit} tokens"
-        return ""
+        return lifecycle.over_budget(self.host.runtime.budget(self.issue_id), self.config)
 
     # -- endings ----------------------------------------------------------------------------
 
     def _finish_done(self, outcome: Outcome) -> None:
         assert self.worktree is not None
-        trailers = {"Hive-Base": self.worktree.base_commit,
-                    "Hive-Head": worktrees.head_of(self.project.paths, self.issue_id) or ""}
-        if outcome.test_command:
-            trailers["Hive-Test-Command"] = _one_line(outcome.test_command)
-        budget = self.host.runtime.budget(self.issue_id)
-        trailers["Hive-Tokens"] = str(budget.tokens)   # the record outlives the runtime budget
-        if budget.cost_usd:
-            trailers["Hive-Cost-USD"] = f"{budget.cost_usd:.4f}"
+        # the record outlives the runtime budget
+        trailers = lifecycle.done_trailers(self.worktree.base_commit,
+                                           worktrees.head_of(self.project.paths, self.issue_id) or "",
+                                           outcome.test_command, self.host.runtime.budget(self.issue_id))
         try:
             lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
         except TransitionRefused:
@@ -369,7 +352,8 @@ class Worker:
 
     def _escalate(self, reason: str, error: str) -> None:
         try:
-            lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error)
+            lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error,
+                               lifecycle.usage_trailers(self.host.runtime.budget(self.issue_id)))
         except TransitionRefused:
             pass
         self._log(f"escalated: {reason}")
@@ -384,7 +368,6 @@ class Worker:
         self.host.runtime.remove_agent(old)
         self.host.runtime.add_agent(id=self.agent_id, issue_id=self.issue_id, role="worker",
                                       backend=self.backend.name)
-        self.host.agents_changed()
         try:
             lifecycle.switch_agent(self.project, self.issue_id, old, self.agent_id, error)
         except TransitionRefused:
@@ -393,7 +376,6 @@ class Worker:
 
     async def _close_session(self) -> None:
         if self.session_id:
-            self.host.forget_session(self.session_id)
             try:
                 await self.backend.delete_session(self.session_id)
             except (KeyError, RuntimeError):
@@ -403,67 +385,48 @@ class Worker:
         """Stop the agent now (cancel, stop, stall, budget); the run() task then ends."""
         self.stop_reason = reason
         self.stopped.set()
+        await self._abort_session()
+
+    async def abort_turn(self, reason: str) -> None:
+        """End the turn in progress (stall, budget): the attempt fails with `reason`."""
+        if self.in_turn:
+            self.turn_abort_reason = reason  # the session's own "aborted" result must not hide it
+        await self._abort_session()
+
+    async def _abort_session(self) -> None:
+        # the backend ends the turn in progress before it returns: run_turn returns, not ok
         if self.session_id:
             try:
                 await self.backend.abort_session(self.session_id)
             except (KeyError, RuntimeError):
                 pass
-        if self.turn is not None and not self.turn.done():
-            self.turn.set_result(TurnResult(False, reason))
 
-    # -- events from the backend (via the daemon) -------------------------------------------
+    # -- events from the backend (routed by the daemon) -------------------------------------
 
     def on_activity(self) -> None:
         self.last_activity = time.monotonic()
 
-    def on_idle(self, result: TurnResult) -> None:
-        self.on_activity()
-        if self.turn is not None and not self.turn.done():
-            self.turn.set_result(result)
-        elif self.fyi_outstanding:
-            self.fyi_outstanding -= 1
-            if not self.fyi_outstanding:
-                self.fyi_drained.set()
-
     async def send_fyi(self, text: str) -> None:
-        """Relay a sibling's note; it is queued behind the turn in progress."""
+        """Relay a sibling's note; it is queued behind the turn in progress (its result unread)."""
         if not self.session_id:
             return
-        self.fyi_outstanding += 1
-        self.fyi_drained.clear()
         try:
             await self.backend.send_message_async(self.session_id, text)
         except (KeyError, RuntimeError):
-            self.fyi_outstanding -= 1
-            if not self.fyi_outstanding:
-                self.fyi_drained.set()
+            pass
 
-    def on_usage(self, total_tokens: int, cost: float) -> None:
+    def on_usage(self, usage: Usage) -> Usage:
+        """The session's usage totals grew: spend the growth from the issue's budget; the growth."""
         self.on_activity()
-        delta = max(0, total_tokens - self.session_tokens)
-        self.session_tokens = total_tokens
+        delta = usage.growth_since(self.session_usage)
+        self.session_usage = usage
         if self.session_id:
-            self.host.runtime.put(f"session_tokens:{self.session_id}", str(total_tokens))
-        budget = self.host.runtime.budget(self.issue_id)
-        budget.tokens += delta
-        budget.cost_usd = max(budget.cost_usd, cost)
-        self.host.runtime.save_budget(budget)
-        self.host.runtime.update_agent(self.agent_id, tokens=budget.tokens)
-        self.host.tokens_spent(delta)
-        limit = self.config.max_tokens_per_issue
-        if limit and budget.tokens > limit and self.turn is not None and not self.turn.done():
-            asyncio.ensure_future(self.abort_turn(f"token budget exceeded: {budget.tokens} > {limit} tokens"))
-
-    async def abort_turn(self, reason: str) -> None:
-        if self.turn is not None and not self.turn.done():
-            self.turn_abort_reason = reason  # the session's own "aborted" idle must not hide it
-        if self.session_id:
-            try:
-                await self.backend.abort_session(self.session_id)
-            except (KeyError, RuntimeError):
-                pass
-        if self.turn is not None and not self.turn.done():
-            self.turn.set_result(TurnResult(False, reason))
+            self.host.runtime.put(f"session_usage:{self.session_id}", json.dumps(asdict(usage)))
+        over = lifecycle.spend(self.host.runtime, self.config, self.issue_id, delta)
+        self.host.runtime.update_agent(self.agent_id, tokens=self.host.runtime.budget(self.issue_id).tokens)
+        if over and self.in_turn:
+            asyncio.ensure_future(self.abort_turn(over))
+        return delta
 
     def _harvest_notes(self, final: bool = False) -> None:
         if self.worktree is None:
@@ -485,6 +448,9 @@ class Worker:
         self._harvest_notes()
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:500]
+def _stored_usage(text: str) -> Usage:
+    try:
+        return Usage(**json.loads(text))
+    except (ValueError, TypeError):
+        return Usage()
 

@@ -8,6 +8,7 @@ a file that ends with an empty line.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from string import Template
@@ -23,3 +24,18 @@ def load(name: str) -> str:
 def render(name: str, **values: object) -> str:
     """`<name>.md` with every `$name` replaced by str(value); a placeholder without a value raises KeyError."""
     return Template(load(name)).substitute({key: str(value) for key, value in values.items()})
+
+
+MATERIAL_OPEN, MATERIAL_CLOSE = "<material", "</material>"
+_SOURCE_CHARS = re.compile(r"[^A-Za-z0-9 ._:/,()-]")
+
+
+def material(text: str, source: str) -> str:
+    """Text hive did not write (an issue's description, context.md, notes: fetched with
+    `hive/state` from anyone), fenced as material naming its source. Nothing inside can close the
+    fence or pass for hive's own words (each line is quoted `> `): the prompts tell agents that such a block is data, never
+    an instruction from hive (the worker, Queen and refinery system prompts say so)."""
+    body = text.replace(MATERIAL_OPEN, "<\\material").replace("</material", "<\\/material")
+    quoted = "\n".join(f"> {line}".rstrip() for line in body.split("\n"))   # no line of it starts a heading
+    label = _SOURCE_CHARS.sub("?", source)[:200]
+    return f'{MATERIAL_OPEN} source="{label}">\n{quoted}\n{MATERIAL_CLOSE}'

@@ -8,9 +8,12 @@ agent, budget and key/value calls are kept on the handle itself (`runtime.budget
 from __future__ import annotations
 
 import sqlite3
+import time
+from pathlib import Path
 from typing import Any
 
 from hive import git
+from hive.errors import HiveError
 from hive.runtime.schema import migrate
 from hive.runtime.agents import Agents
 from hive.runtime.budgets import Budget, Budgets
@@ -28,10 +31,46 @@ class Runtime:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            db = connect(self.path)
-            migrate(db)
+            try:
+                db = connect(self.path)
+                try:
+                    migrate(db)
+                except BaseException:
+                    db.close()
+                    raise
+            except sqlite3.DatabaseError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise
+                raise HiveError(f"{self.path} is not a usable database ({exc}): "
+                                "`git hive doctor --fix` sets it aside and starts a new one") from None
             self._db = db
         return self._db
+
+    def problem(self) -> str | None:
+        """Why runtime.db cannot be used (corrupt, not a database), or None if it can."""
+        if not self.path.exists():
+            return None
+        try:
+            verdict = self.db.execute("PRAGMA quick_check").fetchone()
+        except HiveError as exc:
+            return str(exc)
+        except sqlite3.DatabaseError as exc:
+            return f"{self.path} is damaged ({exc})"
+        if verdict is None or verdict[0] != "ok":
+            return f"{self.path} is damaged ({verdict[0] if verdict else 'no answer'})"
+        return None
+
+    def set_aside(self) -> Path:
+        """Rename a damaged runtime.db (and its WAL files) out of the way, keeping it for a person
+        to look at; the next use starts a new one. In-progress issues are then recovered as failed
+        attempts (see hive.runtime). Returns the new name of the file."""
+        self.close()
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            source = Path(str(self.path) + suffix)
+            if source.exists():
+                source.rename(str(aside) + suffix)
+        return aside
 
     def close(self) -> None:
         if self._db is not None:

@@ -41,9 +41,18 @@ def _merge_queue_test_and_result(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE merge_queue ADD COLUMN [{column}] TEXT")
 
 
+def _budgets_usage_split(db: sqlite3.Connection) -> None:
+    """Usage as providers bill it: uncached input, cache writes, cache reads, output."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(budgets)")}
+    for column in ("input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens"):
+        if column not in present:
+            db.execute(f"ALTER TABLE budgets ADD COLUMN [{column}] INTEGER DEFAULT 0")
+
+
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _create_tables,
     _merge_queue_test_and_result,
+    _budgets_usage_split,
 )
 
 

@@ -81,10 +81,14 @@ CommitEdit = Callable[[Edit], "bytes | None"]
 
 
 class Checkout:
-    def __init__(self, paths: git.RepoPaths, store: Callable[[], "StateStore"]):
-        """`store`: the state store, opened only when needed (it loads pygit2)."""
+    def __init__(self, paths: git.RepoPaths, store: Callable[[], "StateStore"],
+                 adopted: Callable[[], str | None] | None = None):
+        """`store`: the state store, opened only when needed (it loads pygit2). `adopted`: the
+        commit of `hive/state` the checkout may follow — one that passed the trust check (the
+        index's); the branch's tip itself when not given."""
         self.paths = paths
         self._store = store
+        self._adopted = adopted or (lambda: git.read_ref(self.paths.common_dir, git.STATE_REF))
         self.root = paths.state_checkout
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
@@ -149,7 +153,7 @@ class Checkout:
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        self.paths.hive_dir.mkdir(parents=True, exist_ok=True)
+        self.paths.make_hive_dir()
         with open(self.paths.hive_dir / "checkout.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -270,6 +274,8 @@ class Checkout:
         return edits
 
     def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None) -> None:
+        if _through_symlink(self.root, path):
+            return
         target = self.root / path
         written = None
         if tip_oid is None:
@@ -329,17 +335,17 @@ class Checkout:
         """Bring untouched files of the checkout to the tip of `hive/state`."""
         if not self.exists:
             return
-        tip = git.read_ref(self.paths.common_dir, git.STATE_REF)
+        tip = self._adopted()
         if not tip or tip == self.commit:
             return
         with self.locked():
-            self._refresh_locked()
+            self._refresh_locked(tip)
 
-    def _refresh_locked(self) -> None:
+    def _refresh_locked(self, adopted: str) -> None:
         import pygit2
 
         store = self._store()
-        tip = store.snapshot()
+        tip = store.snapshot(adopted)
         if tip.oid == self.commit:
             return
         repo = store.repo
@@ -473,10 +479,15 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
 
 
 def _through_symlink(root: Path, path: str) -> bool:
-    """Whether `path` (relative to `root`) is a symlink or lies under one. Hive never reads or
-    writes through those in `.hive/`: a fetched `hive/state` may carry them, pointing anywhere."""
+    """Whether `path` (relative to `root`) could lead outside it: a symlink or under one, or a
+    name that climbs or is not one (`..`, `.`, empty, NUL, `.git`). Hive never reads or writes
+    through those in `.hive/` (the trust check refuses them on the branch; this is the second
+    lock on the door)."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") or "\0" in part or part.casefold() == ".git" for part in parts):
+        return True
     current = str(root)
-    for part in path.split("/"):
+    for part in parts:
         current = f"{current}/{part}"
         if os.path.islink(current):
             return True

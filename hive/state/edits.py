@@ -18,7 +18,7 @@ from hive.state.store import Change, Refused, Snapshot, StateStore
 
 
 def check_graph(index: Index, issue_id: str, depends_on: Iterable[str], parent: str, snap: Snapshot,
-                where: str | None = None) -> None:
+                where: str | None = None, parent_where: str | None = None) -> None:
     """Refuse (BadInput) references to unknown issues and a new dependency cycle.
 
     The cycle check walks the index: the caller brings it up to the branch first (it lags when
@@ -29,7 +29,8 @@ def check_graph(index: Index, issue_id: str, depends_on: Iterable[str], parent: 
         return index.exists(other) or snap.issue_path(other) is not None
 
     depends_on = list(depends_on)
-    validate.check_references(issue_id, depends_on, parent, exists, where)
+    validate.check_references(issue_id, depends_on, "", exists, where)
+    validate.check_references(issue_id, [], parent, exists, parent_where or where)
     # A new cycle needs a new edge out of this issue and an edge into it. The walk visits every
     # transitive blocker (most of a big queue: ~0.6 s at 100k issues), so skip it when either is
     # missing — e.g. for every edit in `.hive/` that leaves `depends_on` alone.
@@ -107,7 +108,9 @@ def _check(store: StateStore, index: Index, path: str, data: bytes, snap: Snapsh
         if other is not None and other != path:
             raise BadInput(f"issue {issue_id} also exists at {other}", f"{where}:1")
         index.ensure_current(store.changes_between)
-        check_graph(index, issue_id, issue.depends_on, issue.parent, snap, f"{where}:1")
+        check_graph(index, issue_id, issue.depends_on, issue.parent, snap,
+                    f"{where}:{issue_file.line_of(data, 'depends_on')}",
+                    f"{where}:{issue_file.line_of(data, 'parent')}")
     elif path.endswith(".jsonl"):
         _, problems = parse_notes(data, where)
         if problems:

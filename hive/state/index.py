@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from hive import git
 from hive.errors import BadInput
 from hive.sqlite import connect
-from hive.state import issue_file, layout
+from hive.state import issue_file, layout, trust
 from hive.state.issue_file import Issue
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     OwnChanges = Callable[[str, str], "Changes | None"]
 
 SCHEMA_VERSION = "3"
+REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
 SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
 
 ISSUE_COLUMNS = ("id", "path", "blob", "title", "status", "priority", "type", "parent", "assignee",
@@ -118,7 +119,7 @@ def parse_notes(data: bytes, path: str) -> tuple[list[dict[str, Any]], list[Prob
             problems.append(Problem(path, f"{path}:{number}", f"bad note line: {reason}"))
             continue
         notes.append({
-            "file": path, "line": number, "issue": str(note.get("issue") or _id_from_notes_path(path)),
+            "file": path, "line": number, "issue": _id_from_notes_path(path),   # the file's: a line cannot speak for another issue
             "category": str(note.get("category") or "context"), "content": note["content"],
             "agent": str(note.get("agent") or ""), "at": str(note.get("at") or ""),
         })
@@ -142,7 +143,7 @@ class Index:
         return self._db
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.paths.make_hive_dir()
         db = self._usable()
         if db is not None:
             return db
@@ -265,6 +266,13 @@ class Index:
                 return []
             changes = own_changes(indexed, tip) if own_changes is not None else None
             if changes is None:
+                refused = self._refuse_untrusted(repo, indexed, tip)
+                if refused is not None:
+                    db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
+                               (refused.path, refused.location, refused.message))
+                    db.execute("COMMIT")
+                    return [refused]
+                db.execute("DELETE FROM problems WHERE path = ?", (REFUSED,))
                 changes = self._changes_since(repo, db, indexed, tip)
             problems = self._apply(repo, changes)
             db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))
@@ -274,6 +282,27 @@ class Index:
                 db.execute("ROLLBACK")
             raise
         return problems
+
+    def record_refusal(self, message: str) -> None:
+        """Keep a refused remote state's one line among the problems (doctor lists them)."""
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
+                            (REFUSED, REFUSED, message))
+
+    def _refuse_untrusted(self, repo: "pygit2.Repository", indexed: str, tip: str) -> Problem | None:
+        """Check a tip that other writers made (a fetch, a pull, another process) before indexing
+        it. A refused one is taken back: the branch returns to the indexed commit, the last one
+        adopted (when it still points at the refused one), and nothing of it is read further."""
+        if not tip:
+            return None
+        try:
+            trust.check_commit(repo, tip, indexed or None, source=git.STATE_BRANCH)
+        except trust.Untrusted as exc:
+            if indexed:
+                git.run(["update-ref", "-m", f"hive: refused {tip[:12]}", git.STATE_REF, indexed, tip],
+                        self.paths.worktree, check=False)
+            return Problem(REFUSED, REFUSED, str(exc))
+        return None
 
     def _changes_since(self, repo: "pygit2.Repository", db: sqlite3.Connection, indexed: str,
                        tip: str) -> list[tuple[str, str | None, str | None]]:
@@ -342,7 +371,7 @@ class Index:
                         "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
         if rows:
             self._store_rows(rows, deps, changed_ids)
-        problems.extend(self._graph_problems(changed_ids, walk_ids))
+        problems.extend(self._graph_problems(changed_ids, walk_ids, repo))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                        (problem.path, problem.location, problem.message))
@@ -359,7 +388,17 @@ class Index:
         db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({named})", rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
 
-    def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None) -> list[Problem]:
+    def _depends_on_at(self, repo: "pygit2.Repository | None", path: str) -> str:
+        """`path:line` of the `depends_on` line of the indexed version of an issue file."""
+        row = self.db.execute("SELECT blob FROM issues WHERE path = ?", (path,)).fetchone() if repo else None
+        try:
+            line = issue_file.line_of(repo[row[0]].data, "depends_on") if row and row[0] else 1
+        except (KeyError, ValueError):
+            line = 1
+        return f"{path}:{line}"
+
+    def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None,
+                        repo: "pygit2.Repository | None" = None) -> list[Problem]:
         """Unknown blockers and cycles reachable from the changed issues (kept, but reported)."""
         from hive.state.validate import find_cycle   # only when catching up: `list` never needs it
 
@@ -371,12 +410,12 @@ class Index:
             "LEFT JOIN issues b ON b.id = d.blocker_id WHERE b.id IS NULL AND d.issue_id IN "
             "(SELECT value FROM json_each(?))", (json.dumps(sorted(changed_ids)),)).fetchall()
         for row in unknown:
-            problems.append(Problem(row["path"], row["path"] + ":1",
+            problems.append(Problem(row["path"], self._depends_on_at(repo, row["path"]),
                                     f"{row['issue_id']} depends on unknown issue {row['blocker_id']}"))
         cycle = find_cycle(changed_ids if walk_ids is None else walk_ids, self.blockers_of)
         if cycle:
             path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
-            problems.append(Problem(path, path + ":1", "dependency cycle: " + " -> ".join(cycle)))
+            problems.append(Problem(path, self._depends_on_at(repo, path), "dependency cycle: " + " -> ".join(cycle)))
         return problems
 
     # -- queries ----------------------------------------------------------------------------

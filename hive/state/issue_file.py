@@ -31,6 +31,7 @@ DELIMITER = "+++"
 # An issue is a page of text, not a data store; anything bigger is a mistake or an attack (it would
 # be parsed on every index catch-up, stored in the index and sent in an agent's prompt).
 MAX_ISSUE_BYTES = 1 << 20
+MAX_TOML_DEPTH = 16   # arrays and inline tables in a front matter: tomllib recurses on each
 
 # Front-matter keys hive knows, in the order a new file lists them.
 KNOWN_FIELDS = ("title", "status", "priority", "type", "parent", "depends_on", "labels",
@@ -106,6 +107,40 @@ def split(text: str, where: str) -> tuple[str, str, int]:
     raise BadInput("front matter is not closed: no second '+++' line", f"{where}:1")
 
 
+def human_size(size: int) -> str:
+    """`size` bytes as a person reads it: 512 bytes, 1.5 KiB, 1 MiB."""
+    if size < 1024:
+        return f"{size} bytes"
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            return f"{size:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+def line_of(data: str | bytes, key: str) -> int:
+    """The line of a file where front-matter `key` is set (the front matter's first line if it
+    is not, or the file cannot be split)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    try:
+        front, _, first_line = split(text, "")
+    except BadInput:
+        return 1
+    return _line_of_key(front, key, first_line)
+
+
+def key_hints(issue: Issue) -> list[str]:
+    """A hint for each unknown front-matter key that looks like a misspelled known one."""
+    import difflib   # only when there are unknown keys
+
+    hints = []
+    for key in issue.extra:
+        near = difflib.get_close_matches(key, KNOWN_FIELDS, n=1, cutoff=0.75)
+        if near:
+            hints.append(f"unknown field {key!r} (did you mean {near[0]!r}?)")
+    return hints
+
+
 def _line_of_key(front: str, key: str, first_line: int) -> int:
     pattern = re.compile(rf"^\s*{re.escape(key)}\s*=")
     for offset, line in enumerate(front.split("\n")):
@@ -122,12 +157,46 @@ def _load_front(front: str) -> dict[str, Any]:
     return tomllib.loads(front)
 
 
+def toml_depth(text: str) -> int:
+    """How deep arrays and inline tables nest in an issue file's front matter (up to its closing
+    `+++`); brackets in strings and comments are not counted (strings are followed well enough
+    for a limit far above what a person writes and far below what makes tomllib recurse out)."""
+    end = text.find("\n+++", 3)
+    text = text if end < 0 else text[:end]
+    if text.count("[") + text.count("{") <= MAX_TOML_DEPTH:
+        return 0   # cannot nest deeper than that: no need to scan
+    depth = deepest = 0
+    quote = ""
+    at, size = 0, len(text)
+    while at < size:
+        ch = text[at]
+        if quote:
+            if ch == "\\" and quote == '"':
+                at += 2
+                continue
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            newline = text.find("\n", at)
+            at = size if newline < 0 else newline
+            continue
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        at += 1
+    return deepest
+
+
 def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
     """Parse and validate one issue file. Raises BadInput naming `where:line` on any problem."""
     where = where or f"issues/{issue_id}.md"
     if len(data) > MAX_ISSUE_BYTES:
-        raise BadInput(f"{len(data)} bytes: an issue file may hold at most {MAX_ISSUE_BYTES} bytes",
-                       f"{where}:1")
+        raise BadInput(f"larger than {human_size(MAX_ISSUE_BYTES)}: an issue file may hold at most "
+                       f"{human_size(MAX_ISSUE_BYTES)}", f"{where}:1")
     if isinstance(data, bytes):
         if b"\0" in data:
             raise BadInput("binary content, not an issue file", f"{where}:1")
@@ -140,6 +209,8 @@ def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
         raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",
                        f"{where}:1")
     front, body, first_line = split(data, where)
+    if toml_depth(front) > MAX_TOML_DEPTH:
+        raise BadInput(f"TOML nested deeper than {MAX_TOML_DEPTH}", f"{where}:{first_line}")
     try:
         meta = _load_front(front)
     except tomllib.TOMLDecodeError as exc:
@@ -193,6 +264,8 @@ def from_meta(meta: dict[str, Any], body: str, issue_id: str, where: str,
     title = text_field("title").strip()
     if not title:
         raise fail("title", "field 'title' is empty")
+    if "\n" in title or "\r" in title:
+        raise fail("title", "field 'title' must be one line")
     status = text_field("status", "open")
     if status not in STATUSES:
         raise fail("status", f"bad status {status!r} (one of: {', '.join(STATUSES)})")

@@ -17,6 +17,7 @@ ISSUES_DIR = "issues"
 ARCHIVE_DIR = "issues/archive"
 NOTES_DIR = "notes"
 CONTEXT_FILE = "context.md"
+PROJECT_NOTES = "project"   # notes/project.jsonl: the notes about no one issue
 ATTRIBUTES_FILE = ".gitattributes"
 ATTRIBUTES = "issues/** merge=hive\nnotes/** merge=hive\n"
 

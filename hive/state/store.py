@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import threading
 import time
 from collections import deque
@@ -131,7 +132,15 @@ def signature_for(repo: pygit2.Repository, name: str | None = None, email: str |
     try:
         return repo.default_signature
     except (KeyError, pygit2.GitError):
+        if not _IDENTITY_WARNED:
+            _IDENTITY_WARNED.append(True)
+            print("warning: no git identity (user.name, user.email): hive's commits are made as "
+                  "`git hive <hive@localhost>`; set yours with `git config --global user.name/user.email`",
+                  file=sys.stderr)
         return pygit2.Signature("git hive", "hive@localhost")
+
+
+_IDENTITY_WARNED: list[bool] = []   # the missing-identity warning is given once per process
 
 
 class StateStore:

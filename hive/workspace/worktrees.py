@@ -65,7 +65,7 @@ def compute_base(repo: pygit2.Repository, target_branch: str,
     base = target_tip(repo, target_branch)
     combined, skipped = [], []
     for blocker_id, branch in blocker_branches:
-        ref = repo.references.get(f"refs/heads/{branch}") or _remote_branch(repo, branch)
+        ref = repo.references.get(f"refs/heads/{branch}")   # never refs/remotes/*: not run here
         if ref is None:
             continue
         work = ref.peel(pygit2.Commit)
@@ -87,14 +87,6 @@ def compute_base(repo: pygit2.Repository, target_branch: str,
         base = repo[oid]
         combined.append(blocker_id)
     return str(base.id), combined, skipped
-
-
-def _remote_branch(repo: pygit2.Repository, branch: str) -> pygit2.Reference | None:
-    """A blocker's branch pushed by another machine (shared queue), as fetched."""
-    for name in repo.references:
-        if name.startswith("refs/remotes/") and name.endswith("/" + branch):
-            return repo.references[name]
-    return None
 
 
 def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:

@@ -13,6 +13,7 @@ A new backend: one more `AgentCase` subclass here and one line in `CASES`.
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,10 @@ class AgentCase:
         """The next turn runs until it is aborted or its process is killed."""
         raise NotImplementedError
 
+    def slow_then_quick(self, first: str, second: str) -> None:
+        """The next turn answers `first` after about two seconds; the one after it `second`."""
+        raise NotImplementedError
+
     def close(self) -> None:
         pass
 
@@ -90,6 +95,11 @@ class ScriptedCase(AgentCase):
 
     def long_turn(self) -> None:
         self.script.write_text('{"default": [{"say": "working"}, {"hang": true}]}')
+
+    def slow_then_quick(self, first: str, second: str) -> None:
+        # each turn says its prompt's first line; only the first (attempt 1) sleeps
+        self.script.write_text('{"default": [{"tokens": {"input": 10, "output": 2}}, '
+                               '{"sleep": 2, "on_attempts": [1]}, {"say": "{prompt_first_line}"}]}')
 
 
 class ClaudeCase(AgentCase):
@@ -116,6 +126,9 @@ class ClaudeCase(AgentCase):
     def long_turn(self) -> None:
         self.api.script(anthropic_server.stall(120))
 
+    def slow_then_quick(self, first: str, second: str) -> None:
+        self.api.script(anthropic_server.stall(2, then=first), anthropic_server.text(second))
+
     def close(self) -> None:
         self.api.stop()
 
@@ -140,6 +153,13 @@ class CodexCase(AgentCase):
 
     def long_turn(self) -> None:
         self.api.script(openai_server.hang())
+
+    def slow_then_quick(self, first: str, second: str) -> None:
+        release = threading.Event()
+        timer = threading.Timer(2.0, release.set)
+        timer.daemon = True
+        timer.start()
+        self.api.script(openai_server.gate(openai_server.text(first), release), openai_server.text(second))
 
     def close(self) -> None:
         self.api.close()

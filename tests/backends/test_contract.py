@@ -98,6 +98,20 @@ def test_each_run_turn_gets_its_own_turns_result(case: AgentCase) -> None:
     drive(case, scenario)
 
 
+def test_a_turn_sent_during_another_runs_after_it_with_its_own_result(case: AgentCase) -> None:
+    case.slow_then_quick("turn one", "turn two")
+
+    async def scenario(backend: Backend, events: list[Event]) -> None:
+        sid = await backend.create_session(case.spec())
+        first = asyncio.create_task(backend.run_turn(sid, "turn one"))
+        await until(lambda: of(events, BUSY, sid), "the turn to start")
+        second = asyncio.create_task(backend.run_turn(sid, "turn two"))   # queued behind it
+        results = await asyncio.gather(first, second)
+        assert [(r.ok, r.text) for r in results] == [(True, "turn one"), (True, "turn two")], results
+        assert len(of(events, IDLE, sid)) == 2
+    drive(case, scenario)
+
+
 def test_abort_and_delete_are_idempotent_and_unknown_sessions_raise_key_error(case: AgentCase) -> None:
     async def scenario(backend: Backend, events: list[Event]) -> None:
         await backend.abort_session("no-such-session")
@@ -164,4 +178,54 @@ def test_deleting_a_session_ends_the_turn_waiting_on_it(case: AgentCase) -> None
         result = await asyncio.wait_for(turn, 5)
         assert not result.ok
         assert all(e.session_id != sid for e in events[seen:])   # no event after delete
+    drive(case, scenario)
+
+
+def test_abort_ends_the_turns_queued_behind_the_one_in_progress(case: AgentCase) -> None:
+    case.long_turn()
+
+    async def scenario(backend: Backend, events: list[Event]) -> None:
+        sid = await backend.create_session(case.spec())
+        first = asyncio.create_task(backend.run_turn(sid, "work until stopped"))
+        await until(lambda: of(events, BUSY, sid), "the turn to start")
+        queued = asyncio.create_task(backend.run_turn(sid, "FYI: a note for later"))
+        await asyncio.sleep(0.2)                          # sent, queued behind the first
+        await backend.abort_session(sid)
+        result, _ = await asyncio.wait_for(asyncio.gather(first, queued), 30)
+        assert not result.ok
+    drive(case, scenario)
+
+
+def test_abort_right_after_sending_ends_the_turn(case: AgentCase) -> None:
+    case.long_turn()
+
+    async def scenario(backend: Backend, events: list[Event]) -> None:
+        sid = await backend.create_session(case.spec())
+        turn = asyncio.create_task(backend.run_turn(sid, "work until stopped"))
+        await asyncio.sleep(0)                            # sent; the agent has not started it
+        await backend.abort_session(sid)
+        result = await asyncio.wait_for(turn, 30)
+        assert not result.ok
+    drive(case, scenario)
+
+
+def test_abort_ends_a_turn_sent_to_an_ended_agent(case: AgentCase) -> None:
+    case.replies("turn one")
+
+    async def scenario(backend: Backend, events: list[Event]) -> None:
+        sid = await backend.create_session(case.spec())
+        assert (await backend.run_turn(sid, "turn one")).ok     # a conversation to resume
+        pid = (await backend.get_session_status(sid)).pid
+        assert pid
+        os.killpg(pid, signal.SIGKILL)
+        await until(lambda: of(events, EXITED, sid), "exited")
+        case.long_turn()
+        turn = asyncio.create_task(backend.run_turn(sid, "work until stopped"))
+        await asyncio.sleep(0)                            # sent: refused, or restarting the agent
+        await backend.abort_session(sid)
+        try:
+            result = await asyncio.wait_for(turn, 30)
+        except RuntimeError:
+            return                                        # the backend does not restart an ended agent
+        assert not result.ok
     drive(case, scenario)

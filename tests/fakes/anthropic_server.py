@@ -68,6 +68,18 @@ def bash(command: str, **kw: Any) -> Reply:
     return tool("Bash", {"command": command, "description": "scripted command"}, **kw)
 
 
+CLAUDE_CODE_PREFIX_TOKENS = 25_000   # system prompt + tool definitions Claude Code resends on every call
+
+
+def billed_like_claude_code(call: int, growth: int = 400, fresh: int = 5, output: int = 150) -> dict[str, int]:
+    """The usage the Messages API reports for the `call`-th model call (0-based) of a Claude Code
+    session: the ~25k-token prefix and the history so far read from the prompt cache, what the
+    previous call added written to it, a few uncached tokens. Pass as `**` to a reply."""
+    return {"input_tokens": fresh, "output_tokens": output,
+            "cache_read_input_tokens": CLAUDE_CODE_PREFIX_TOKENS + call * growth if call else 0,
+            "cache_creation_input_tokens": growth if call else CLAUDE_CODE_PREFIX_TOKENS}
+
+
 def error(status: int, error_type: str = "", message: str = "") -> Reply:
     defaults = {529: ("overloaded_error", "Overloaded"), 500: ("api_error", "Internal server error"),
                 429: ("rate_limit_error", "Rate limited"), 400: ("invalid_request_error", "Bad request"),

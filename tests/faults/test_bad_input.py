@@ -81,6 +81,7 @@ ISSUE_CASES = [
     IssueCase("empty-file", b"", 1, "missing front matter"),
     IssueCase("missing-title", issue_bytes(drop=("title",)), 2, "missing field 'title'"),
     IssueCase("empty-title", issue_bytes(title='"   "'), LINE["title"], "'title' is empty"),
+    IssueCase("title-two-lines", issue_bytes(title='"one\\ntwo"'), LINE["title"], "'title' must be one line"),
     IssueCase("title-integer", issue_bytes(title="42"), LINE["title"], "'title' must be a string"),
     IssueCase("title-table", issue_bytes(title="{ a = 1 }"), LINE["title"], "'title' must be a string"),
     IssueCase("status-unknown", issue_bytes(status='"sleeping"'), LINE["status"], "bad status 'sleeping'"),
@@ -103,7 +104,8 @@ ISSUE_CASES = [
               "invalid issue id"),
     IssueCase("depends-on-itself", _self(issue_bytes(depends_on=f'["{SELF}"]')), LINE["depends_on"],
               "depends on itself"),
-    IssueCase("depends-on-unknown", issue_bytes(depends_on='["hv-zzzzzz"]'), 1, "unknown issue hv-zzzzzz"),
+    IssueCase("depends-on-unknown", issue_bytes(depends_on='["hv-zzzzzz"]'), LINE["depends_on"],
+              "unknown issue hv-zzzzzz"),
     IssueCase("labels-string", issue_bytes(labels='"urgent"'), LINE["labels"], "'labels' must be a list"),
     IssueCase("labels-nested", issue_bytes(labels='[["a"]]'), LINE["labels"], "'labels' must be a list"),
     IssueCase("assignee-array", issue_bytes(assignee='["w-1"]'), LINE["assignee"], "'assignee' must be a string"),
@@ -111,7 +113,7 @@ ISSUE_CASES = [
     IssueCase("created-integer", issue_bytes(created="5"), LINE["created"], "must be a date-time"),
     IssueCase("parent-dotdot", issue_bytes(extra=('parent = "../x"',)), EXTRA_LINE, "parent is not a valid issue id"),
     IssueCase("parent-itself", _self(issue_bytes(extra=(f'parent = "{SELF}"',))), EXTRA_LINE, "its own parent"),
-    IssueCase("parent-unknown", issue_bytes(extra=('parent = "hv-zzzzzz"',)), 1, "unknown issue hv-zzzzzz"),
+    IssueCase("parent-unknown", issue_bytes(extra=('parent = "hv-zzzzzz"',)), EXTRA_LINE, "unknown issue hv-zzzzzz"),
     IssueCase("binary", b"+++\n\x00\x01\x02\xff" * 64, 1, "binary content"),
     IssueCase("invalid-utf8", issue_bytes(title='"caf__"').replace(b"__", b"\xe9"), LINE["title"],
               "invalid UTF-8"),
@@ -188,7 +190,8 @@ def test_a_cycle_saved_in_the_checkout(repo: Path, two_good, capsys):
     before = state_tip(repo)
     code, out, err = cli(capsys, "list", "--json")
     assert code == 0
-    assert err.strip() == f"warning: .hive/issues/{first}.md:1: dependency cycle: {first} -> {second} -> {first}"
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("depends_on"))
+    assert err.strip() == f"warning: .hive/issues/{first}.md:{line}: dependency cycle: {first} -> {second} -> {first}"
     assert {i["id"]: i for i in json.loads(out)} == two_good
     assert state_tip(repo) == before
 
@@ -197,7 +200,11 @@ def test_a_cycle_saved_in_the_checkout(repo: Path, two_good, capsys):
 
 BRANCH_CASES = [c for c in ISSUE_CASES if c.name in (
     "toml-unterminated-string", "no-front-matter", "status-unknown", "priority-string", "depends-on-dotdot",
-    "depends-on-unknown", "depends-on-itself", "binary", "invalid-utf8", "huge-20mb", "name-not-an-id")]
+    "depends-on-unknown", "depends-on-itself", "binary", "invalid-utf8")]
+# on the branch, these break a trust rule (docs/SECURITY.md): the commit is refused whole
+REFUSED_CASES = [(c, rule) for c in ISSUE_CASES for name, rule in (
+    ("huge-20mb", "over the limit of"), ("name-not-an-id", "a file the hive/state layout does not define"))
+    if c.name == name]
 
 
 @pytest.mark.timeout(60)
@@ -216,6 +223,28 @@ def test_bad_issue_file_committed_on_the_state_branch(case: IssueCase, repo: Pat
     assert err.startswith(f"warning: issues/{case.file}:{case.line}: ") and case.reason in err, err
     listed = {i["id"]: i for i in json.loads(out)}
     assert {i: listed.get(i) for i in two_good} == two_good       # the others intact
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("case,rule", REFUSED_CASES, ids=[c.name for c, _ in REFUSED_CASES])
+def test_unsafe_issue_file_committed_on_the_state_branch_is_refused(case: IssueCase, rule: str, repo: Path,
+                                                                     two_good, git, capsys):
+    issue_id = case.file[:-3]
+    data = case.data(issue_id) if callable(case.data) else case.data
+    before = state_tip(repo)
+    (repo / ".hive" / "issues" / case.file).write_bytes(data)
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-q", "-m", "a bad file, committed by hand", cwd=repo / ".hive")
+    refused = state_tip(repo)
+
+    code, out, err = cli(capsys, "list", "--json")
+
+    assert code == 0, err
+    first = err.splitlines()[0]
+    assert first.startswith(f"warning: hive/state: refused hive/state at {refused[:12]}: issues/{case.file}: ")
+    assert rule in first, err
+    assert state_tip(repo) == before                               # taken back to the last adopted
+    assert {i["id"]: i for i in json.loads(out)} == two_good        # the others intact
 
 
 def test_bad_notes_line_committed_on_the_state_branch(repo: Path, two_good, git, capsys):

@@ -267,7 +267,10 @@ class CodexBackend(SessionBackend):
         dropped = len(s.queue)
         s.queue.clear()
         proc = s.proc
-        if s.turn_active and proc is not None and proc.alive():
+        if s.turn_active and not s.turn_id and (proc is None or not proc.alive()):
+            # sent while the app-server (re)starts: it ends here, and is never started
+            await self._finish_turn(s, TurnResult(ok=False, error="aborted"))
+        elif s.turn_active and proc is not None and proc.alive():
             s.aborting = True
             try:
                 if not s.turn_id:
@@ -310,14 +313,19 @@ class CodexBackend(SessionBackend):
             s.queue.append(text)
             return
         s.turn_active = True                      # busy at once: no race with get_session_status
+        seq = s.turn_seq
         try:
             if not s.alive():
                 async with s.lock:
                     if not s.alive():
                         await self._restart(s)
         except Exception as e:
+            if s.turn_seq != seq:
+                return                            # aborted during the restart: ended already
             s.turn_active = False
             raise RuntimeError(f"codex session {session_id}: cannot restart the app-server: {e}") from e
+        if s.turn_seq != seq:
+            return                                # aborted during the restart: ended already
         await self._start_turn(s, text)
 
     async def _start_turn(self, s: _Session, text: str) -> None:
@@ -461,8 +469,8 @@ class CodexBackend(SessionBackend):
             command = _unwrap_shell(params.get("command"), params.get("commandActions"))
             cwd = params.get("cwd")
             request = PermissionRequest(request_id=f"{proc.generation}-{rpc_id}", tool="commandExecution",
-                                        input=dict(params), paths=[str(cwd)] if cwd else [],
-                                        command=command)
+                                        input=dict(params), command=command,
+                                        cwd=str(cwd) if isinstance(cwd, str) else "")
         elif method == "item/fileChange/requestApproval":
             item_id = str(params.get("itemId", ""))
             changes = s.items.get(item_id) or []
@@ -589,10 +597,12 @@ class CodexBackend(SessionBackend):
                 s.usage_offset = replace(base)       # Codex restarted its count: add to ours
             else:
                 s.usage_offset = Usage()             # Codex carried the thread's totals over
+        # OpenAI's input_tokens include the cached ones (and any cache writes): uncached = the rest
+        cached = min(cached, reported_in)
+        written = min(count(total.get("cacheWriteInputTokens")), reported_in - cached)
         cost = self.estimate_cost(s.model, reported_in, cached, reported_out)
-        usage = Usage(input_tokens=s.usage_offset.input_tokens + reported_in,
-                      output_tokens=s.usage_offset.output_tokens + reported_out,
-                      cost_usd=s.usage_offset.cost_usd + cost)
+        usage = s.usage_offset.plus(Usage(input_tokens=reported_in - cached - written, output_tokens=reported_out,
+                                          cost_usd=cost, cache_write_tokens=written, cache_read_tokens=cached))
         if usage == s.usage:
             return
         s.usage = usage

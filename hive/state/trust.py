@@ -1,0 +1,230 @@
+"""The check every `hive/state` tree from outside passes before hive adopts it (docs/SECURITY.md).
+
+A tree is read as raw git objects — never through a checkout, never through pygit2's tree
+objects, which choke on what git itself refuses to write (zero-padded modes) — and refused whole
+at the first entry that breaks a rule:
+
+- names: only the paths the layout defines (`layout.py`): `.gitattributes`, `context.md`,
+  `PLAN.md` (a plan's), `issues/<id>.md`, `issues/archive/<xx>/<id>.md` (the shard of that id),
+  `notes/<id>.jsonl`, `notes/project.jsonl` and the `.gitkeep`s of `init`. The names a checkout
+  could be led out of its folder with (`.`, `..`, `.git` in any case, `/`, `\\`, NUL, control characters) are named
+  as such in the refusal;
+- modes: folders (040000 written `40000`) and regular non-executable files (100644) only: no
+  symlinks, gitlinks, executables, zero-padded or other modes;
+- sizes: an issue file at most `issue_file.MAX_ISSUE_BYTES`, a notes file `MAX_NOTES_BYTES`,
+  `context.md` `MAX_CONTEXT_BYTES`, and what one adoption brings in at most `MAX_INCOMING_BYTES`
+  over `MAX_ENTRIES` entries (sizes read from object headers: nothing is inflated to measure it);
+- TOML: an issue file's front matter nested deeper than `issue_file.MAX_TOML_DEPTH` (`tomllib`
+  recurses: a few KB of `[[[[…` raised RecursionError).
+
+Only what differs from an already trusted tree (the state adopted before) is looked at: equal
+subtrees and equal entries are skipped, so checking a fetch costs what the fetch changed.
+Content that breaks no rule but is invalid (broken TOML, a bad status) is adopted, and reported
+by the index as a problem like a person's bad edit.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hive.errors import HiveError
+from hive.state import layout
+from hive.state.issue_file import MAX_ISSUE_BYTES, MAX_TOML_DEPTH, is_valid_id, toml_depth
+
+if TYPE_CHECKING:
+    import pygit2
+
+TREE_MODE = b"40000"
+BLOB_MODE = b"100644"
+MAX_NOTES_BYTES = 8 << 20
+MAX_CONTEXT_BYTES = 1 << 20
+MAX_INCOMING_BYTES = 256 << 20
+MAX_ENTRIES = 1_000_000
+MAX_NAME_BYTES = 255
+PLAN_FILE = "PLAN.md"
+KEEP_FILE = ".gitkeep"
+COMMIT, TREE, BLOB = 1, 2, 3   # git's object types (pygit2.enums.ObjectType): pygit2 not imported here
+
+_ENTRY = re.compile(rb"([0-9]+) ([^\0]*)\0(.{20})", re.DOTALL)
+_SHARD = re.compile(r"[0-9a-z]{2}\Z")
+_MODE_NAMES = {b"120000": "a symlink", b"160000": "a gitlink (submodule)", b"100755": "an executable file",
+               b"100664": "a group-writable file mode"}
+
+
+@dataclass(frozen=True)
+class TreeRefused(Exception):
+    """The first entry of a tree that breaks a rule: where, and which rule."""
+
+    path: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{printable(self.path) or '/'}: {self.rule}"
+
+
+class Untrusted(HiveError):
+    """A commit from outside that hive refused to adopt: one line naming source, commit, path, rule."""
+
+    def __init__(self, source: str, commit: str, refused: TreeRefused):
+        self.source, self.commit, self.refused = source, commit, refused
+        super().__init__(f"refused {source} at {commit[:12]}: {refused}")
+
+
+def printable(text: str) -> str:
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def check_commit(repo: "pygit2.Repository", commit: str, trusted: str | None, *, source: str) -> None:
+    """Raise Untrusted unless the tree of `commit` keeps every rule; `trusted`: a commit whose
+    tree was adopted already (its equal parts are not looked at again)."""
+    try:
+        tree = _tree_of(repo, commit)
+        base = _tree_of(repo, trusted) if trusted else None
+    except Exception as exc:  # noqa: BLE001 - pygit2's errors: an unknown or broken object
+        raise Untrusted(source, commit, TreeRefused("", f"not a readable commit ({exc})")) from None
+    try:
+        check_tree(repo, tree, base)
+    except TreeRefused as refused:
+        raise Untrusted(source, commit, refused) from None
+
+
+def _tree_of(repo: "pygit2.Repository", commit: str) -> str:
+    kind, data = repo.odb.read(commit)
+    if kind != COMMIT or not data.startswith(b"tree "):
+        raise ValueError(f"{commit} is not a commit")
+    return data[5:45].decode("ascii")
+
+
+@dataclass
+class _Budget:
+    bytes: int = 0
+    entries: int = 0
+
+
+def check_tree(repo: "pygit2.Repository", tree: str, trusted: str | None = None) -> None:
+    """Raise TreeRefused at the first entry of `tree` that breaks a rule (module docstring)."""
+    _check_folder(repo, "", tree, trusted, _Budget())
+
+
+def _entries(repo: "pygit2.Repository", path: str, tree: str) -> list[tuple[bytes, bytes, bytes]]:
+    """(mode, name, raw id) of each entry of a tree object, parsed strictly."""
+    try:
+        kind, raw = repo.odb.read(tree)
+    except Exception:  # noqa: BLE001 - pygit2's errors: missing or unreadable
+        raise TreeRefused(path, "a folder whose tree object is missing") from None
+    if kind != TREE:
+        raise TreeRefused(path, "a folder entry that is not a tree object")
+    found = _ENTRY.findall(raw)
+    if sum(len(mode) + len(name) + 22 for mode, name, _ in found) != len(raw):
+        raise TreeRefused(path, "a malformed tree object")
+    return found
+
+
+def _check_folder(repo: "pygit2.Repository", folder: str, tree: str, trusted: str | None,
+                  budget: _Budget) -> None:
+    if tree == trusted:
+        return
+    entries = _entries(repo, folder, tree)
+    known = {name: (mode, oid) for mode, name, oid in _entries(repo, folder, trusted)} if trusted else {}
+    budget.entries += len(entries)
+    if budget.entries > MAX_ENTRIES:
+        raise TreeRefused(folder, f"more than {MAX_ENTRIES} entries")
+    for mode, raw_name, raw_id in entries:
+        if known.get(raw_name) == (mode, raw_id):
+            continue   # adopted before
+        name = _check_name(folder, raw_name)
+        path = folder + name
+        kind = _check_mode(path, mode)
+        _check_place(folder, name, kind)
+        oid = raw_id.hex()
+        if kind == "tree":
+            was = known.get(raw_name)
+            sub_trusted = was[1].hex() if was is not None and was[0] == TREE_MODE else None
+            _check_folder(repo, path + "/", oid, sub_trusted, budget)
+        else:
+            _check_file(repo, path, oid, budget)
+
+
+def _check_name(folder: str, raw: bytes) -> str:
+    try:
+        name = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TreeRefused(folder + raw.decode("utf-8", "replace"), "a name that is not UTF-8") from None
+    path = folder + name
+    if name in ("", ".", ".."):
+        raise TreeRefused(path, f"the name {name!r}")
+    if name.casefold().rstrip(". ") == ".git":
+        raise TreeRefused(path, "a name git keeps for itself (.git)")
+    if "/" in name or "\\" in name:
+        raise TreeRefused(path, "a name with a slash or backslash")
+    if not name.isprintable():
+        raise TreeRefused(path, "a name with NUL or control characters")
+    if len(raw) > MAX_NAME_BYTES:
+        raise TreeRefused(path, f"a name longer than {MAX_NAME_BYTES} bytes")
+    return name
+
+
+def _check_mode(path: str, mode: bytes) -> str:
+    if mode == TREE_MODE:
+        return "tree"
+    if mode == BLOB_MODE:
+        return "blob"
+    what = _MODE_NAMES.get(mode) or (f"a zero-padded mode {mode.decode()}" if mode.startswith(b"0")
+                                      else f"the mode {mode.decode()}")
+    raise TreeRefused(path, f"{what}: only folders and regular files (100644)")
+
+
+def _check_place(folder: str, name: str, kind: str) -> None:
+    """Whether the layout defines a `kind` entry `name` in `folder`."""
+    if folder == "":
+        # PLAN.md: a plan branch's, also on hive/state once a plan is merged on a code host
+        wanted = {layout.ATTRIBUTES_FILE: "blob", layout.CONTEXT_FILE: "blob", layout.ISSUES_DIR: "tree",
+                  layout.NOTES_DIR: "tree", PLAN_FILE: "blob"}
+        ok = wanted.get(name) == kind
+    elif folder == layout.ISSUES_DIR + "/":
+        ok = (kind == "tree" and folder + name == layout.ARCHIVE_DIR) or (kind == "blob" and _is_issue_name(name))
+    elif folder == layout.ARCHIVE_DIR + "/":
+        ok = kind == "tree" and bool(_SHARD.match(name))
+    elif folder.startswith(layout.ARCHIVE_DIR + "/") and folder.count("/") == 3:
+        ok = kind == "blob" and (name == KEEP_FILE or (
+            name.endswith(".md") and is_valid_id(name[:-3]) and layout.archive_path(name[:-3]) == folder + name))
+    elif folder == layout.NOTES_DIR + "/":
+        ok = kind == "blob" and (name == KEEP_FILE or (
+            name.endswith(".jsonl") and (is_valid_id(name[:-6]) or name[:-6] == layout.PROJECT_NOTES)))
+    else:
+        ok = False
+    if not ok:
+        what = "folder" if kind == "tree" else "file"
+        raise TreeRefused(folder + name, f"a {what} the hive/state layout does not define")
+
+
+def _is_issue_name(name: str) -> bool:
+    return name == KEEP_FILE or (name.endswith(".md") and is_valid_id(name[:-3]))
+
+
+def _check_file(repo: "pygit2.Repository", path: str, oid: str, budget: _Budget) -> None:
+    try:
+        kind, size = repo.odb.read_header(oid)
+    except Exception:  # noqa: BLE001 - pygit2's errors: missing or unreadable
+        raise TreeRefused(path, "a file whose blob is missing") from None
+    if kind != BLOB:
+        raise TreeRefused(path, "a file entry that is not a blob")
+    if path.endswith(".md") and path.startswith(layout.ISSUES_DIR + "/"):
+        limit = MAX_ISSUE_BYTES
+    elif path.startswith(layout.NOTES_DIR + "/"):
+        limit = MAX_NOTES_BYTES
+    else:
+        limit = MAX_CONTEXT_BYTES
+    if size > limit:
+        raise TreeRefused(path, f"{size} bytes, over the limit of {limit}")
+    budget.bytes += size
+    if budget.bytes > MAX_INCOMING_BYTES:
+        raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
+    if limit == MAX_ISSUE_BYTES:
+        depth = toml_depth(repo.odb.read(oid)[1].decode("utf-8", "replace"))
+        if depth > MAX_TOML_DEPTH:
+            raise TreeRefused(path, f"TOML nested {depth} deep (at most {MAX_TOML_DEPTH})")
+    if path == layout.ATTRIBUTES_FILE and repo.odb.read(oid)[1] != layout.ATTRIBUTES.encode():
+        raise TreeRefused(path, "attributes other than hive's own (merge=hive for issues and notes)")
