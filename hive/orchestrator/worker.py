@@ -315,6 +315,7 @@ class Worker:
         assert self.worktree is not None
         if self.stop_reason:
             raise Canceled(self.stop_reason)
+        worktrees.adopt_head(self.project.paths, self.issue_id)   # the agent's commits onto its branch
         over = self._over_budget()
         if over:
             return Outcome(False, over, hopeless=over)
@@ -325,7 +326,6 @@ class Worker:
             return Outcome(False, result.problem)
         if not result.ok:
             return Outcome(False, f"agent reported {result.status}: {result.summary or 'no summary'}")
-        worktrees.adopt_head(self.project.paths, self.issue_id)   # the agent's commits onto its branch
         if not worktrees.has_new_commits(self.project.paths, self.issue_id, self.worktree.base_commit):
             return Outcome(False, "the agent reported success but committed nothing on its branch")
         return Outcome(True, summary=result.summary, test_command=result.test_command)
