@@ -129,7 +129,7 @@ def processes_with(marker: str) -> list[str]:
 
 
 def test_the_hostile_agent_corpus_escapes_nothing(repo: Path, tmp_path: Path, git_env: Path, git, new_issue,
-                                                  state_log, make_repo) -> None:
+                                                  state_log, make_repo, wait_for) -> None:
     require_jail()
     home = git_env
     for name, text in SECRETS.items():
@@ -185,8 +185,10 @@ def test_the_hostile_agent_corpus_escapes_nothing(repo: Path, tmp_path: Path, gi
     assert not got_through, got_through
     assert "symbolic link" in reason(ids["symlink-result"])
     assert status(ids["sleeper"]) == "escalated"
-    assert not processes_with(SLEEPER), "a process outlived its agent"
-    assert not processes_with(FORKED), "the fork bomb's processes outlived their agent"
+    # what an agent started ends with its jail's PID namespace: the kernel kills it all as the
+    # namespace's first process exits (3000 sleepers take it a moment)
+    wait_for(lambda: not processes_with(SLEEPER), "the sleeper that tried to outlive its agent to end")
+    wait_for(lambda: not processes_with(FORKED), "the fork bomb's processes to end with their agent")
 
     # nothing outside the worktrees changed
     assert tree_digest(home) == before_home

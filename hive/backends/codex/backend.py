@@ -25,7 +25,7 @@ from hive.backends.codex.home import codex_home_for, prepare_home
 from hive.backends.codex.pricing import PRICE_KEY, estimate_cost, price_of, price_table
 from hive.backends.codex.errors import classify_error, one_line
 from hive.backends.codex.rpc import AppServer, RpcError, ServerGone
-from hive.backends.codex.sandbox import git_writable_roots
+from hive.backends.codex.sandbox import bundled_bwrap_dir, git_writable_roots
 from hive.backends.jails import cli_install, session_jail
 from hive.backends.reports import count
 from hive.backends.sessions import SessionBackend
@@ -40,6 +40,7 @@ MAX_MESSAGES = 500                # message history kept per session
 MAX_MESSAGE_CHARS = 64 * 1024
 MAX_ITEMS = 256                   # file-change items remembered per session (for approval paths)
 STDERR_TAIL = 8192
+JAILED_SANDBOX = "danger-full-access"   # Codex's own sandbox inside hive's jail: see _thread_params
 PROGRESS_EVERY = 30.0             # seconds between "tool" progress messages of a long command
 
 
@@ -149,6 +150,11 @@ class CodexBackend(SessionBackend):
     def _thread_params(self, spec: SessionSpec) -> dict[str, Any]:
         approval = self.codex_config.get("approval_policy") or "untrusted"
         sandbox = self.codex_config.get("sandbox_mode") or "workspace-write"
+        if spec.jail is not None:
+            # inside hive's jail (the guarantee) Codex's own bwrap sandbox is not nested: it would
+            # take the first `bwrap` on PATH, and an old system one (no --argv0) makes every
+            # patch and command silently do nothing; the approvals still ask hive's policy
+            sandbox = JAILED_SANDBOX
         params: dict[str, Any] = {"cwd": spec.cwd, "approvalPolicy": approval, "sandbox": sandbox}
         model = self._model_for(spec)
         if model:
@@ -236,6 +242,9 @@ class CodexBackend(SessionBackend):
 
     async def _spawn(self, s: _Session) -> AppServer:
         env = {**os.environ, **s.spec.env, "CODEX_HOME": self.codex_home}
+        bwrap_dir = bundled_bwrap_dir(self.argv[0])
+        if bwrap_dir:                         # Codex's sandbox takes the first bwrap on PATH
+            env["PATH"] = os.pathsep.join([bwrap_dir, *[p for p in env.get("PATH", "").split(os.pathsep) if p]])
         try:
             agent = await AgentProcess.start([*self.argv, "app-server"], cwd=s.spec.cwd, env=env,
                                              line_limit=LINE_LIMIT, kill_grace=self.kill_grace,

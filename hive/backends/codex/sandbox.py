@@ -1,4 +1,5 @@
-"""The git directories Codex's `workspace-write` sandbox must leave writable for a commit.
+"""Codex's own sandbox: the git directories its `workspace-write` mode must leave writable for a
+commit, and the `bwrap` it must find first on PATH.
 
 Only what a commit on hive's detached worktree HEAD writes: the worktree's own admin folder
 (`<common>/worktrees/<id>`: HEAD, index, logs) and the object store. Never the whole common dir:
@@ -8,8 +9,14 @@ work branch itself; see `hive.jail.roles`).
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
 from pathlib import Path
 
+# where the codex npm package keeps its own bwrap: next to the binary, or from the node_modules root
+BUNDLED_BWRAP = ("../codex-resources/bwrap", "@openai/codex-linux-*/vendor/*/codex-resources/bwrap",
+                 "@openai/codex/node_modules/@openai/codex-linux-*/vendor/*/codex-resources/bwrap")
 MAX_CHILD_SCAN = 500              # worktrees looked at below a cwd that is not one itself
 
 
@@ -60,3 +67,23 @@ def git_writable_roots(cwd: str) -> list[str]:
                 from_dotgit(child / ".git")
     objects = [r for r in roots if r.endswith("/objects")]
     return objects + [r for r in roots if r not in objects]
+
+
+def bundled_bwrap_dir(program: str) -> str:
+    """The folder of the `bwrap` shipped with the codex CLI `program`, "" when there is none.
+
+    Codex runs its sandbox with the first `bwrap` on PATH; an older system one (Debian 12's
+    0.8.0 lacks `--argv0`) makes every patch and command silently do nothing, so hive puts the
+    bundled one first on the PATH Codex gets."""
+    real = os.path.realpath(shutil.which(program) or program)
+    here = os.path.dirname(real)
+    candidates = [os.path.normpath(os.path.join(here, BUNDLED_BWRAP[0]))]
+    marker = f"{os.sep}node_modules{os.sep}"
+    if marker in real:
+        root = real[:real.index(marker) + len(marker)]
+        for pattern in BUNDLED_BWRAP[1:]:
+            candidates += sorted(glob.glob(os.path.join(root, pattern)))
+    for candidate in candidates:
+        if os.access(candidate, os.X_OK) and os.path.isfile(candidate):
+            return os.path.dirname(candidate)
+    return ""
