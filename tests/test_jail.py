@@ -260,3 +260,59 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
         assert unjailed.argv == ["true"] and unjailed.env == {"PATH": "/bin", "TMPDIR": "/tmp"}
     finally:
         detect.support.cache_clear()
+
+
+# -- no jail, no real agents ----------------------------------------------------------------------
+
+NO_BWRAP = {"HIVE_BWRAP": "/nonexistent/bwrap"}          # a machine where no jail can be built
+
+
+@pytest.mark.parametrize("backend", ["claude", "codex"])
+def test_no_jail_no_real_agents_run_and_plan_stop_with_one_line(repo: Path, hive, new_issue, backend) -> None:
+    """Where no jail can be built, `run` (also `--detach`) and `plan` with a real agent CLI stop
+    before anything starts: exit 1, one line naming the cause and the fix, no agent, no branch."""
+    new_issue("Would be worked")
+    env = {**NO_BWRAP, f"HIVE_{backend.upper()}_COMMAND": "true"}     # the CLI itself is found
+    for args in (("run", "--backend", backend, "--until-idle"), ("run", "--backend", backend, "--detach"),
+                 ("plan", "--backend", backend, "--headless", "Build a thing")):
+        done = hive(*args, cwd=repo, env=env, check=False)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 1 and len(lines) == 1, (args, done.stdout, done.stderr)
+        assert f"cannot jail the {backend} agents: bubblewrap (bwrap) is not installed" in lines[0]
+        assert "apt-get install bubblewrap" in lines[0] and 'sandbox = "off"' in lines[0]
+        assert "Traceback" not in done.stdout + done.stderr
+    assert not (hive_dir(repo) / "daemon.log").exists() or "claimed" not in (hive_dir(repo) / "daemon.log").read_text()
+    branches = subprocess.run(["git", "branch", "--list", "hive/plan/*"], cwd=repo, capture_output=True, text=True)
+    assert branches.stdout.strip() == ""
+
+
+def test_sandbox_off_is_warned_at_every_start_and_doctor_says_so(repo: Path, hive, new_issue) -> None:
+    new_issue("Worked unjailed")
+    env = {**NO_BWRAP, "HIVE_SANDBOX": "off", "HIVE_CLAUDE_COMMAND": "true"}
+    for _ in range(2):
+        done = hive("run", "--until-idle", "--backend", "scripted", cwd=repo, env=env, check=False)
+        assert done.returncode == 0, done.stderr
+        assert 'sandbox = "off": agents run without the OS jail' in done.stdout + done.stderr
+    doctor = hive("doctor", cwd=repo, env=env, check=False)
+    assert 'jail: OFF (warning: sandbox = "off"' in doctor.stdout
+
+
+def test_scripted_agents_run_unjailed_with_a_warning_where_no_jail_can_be_built(repo: Path, hive, new_issue,
+                                                                                 state_log) -> None:
+    issue = new_issue("Worked by a scripted agent")
+    done = hive("run", "--until-idle", "--backend", "scripted", cwd=repo, env=NO_BWRAP, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "scripted agents run unjailed: bubblewrap (bwrap) is not installed" in done.stdout + done.stderr
+    assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized"
+    doctor = hive("doctor", cwd=repo, env={**NO_BWRAP, "HIVE_BACKEND": "scripted"}, check=False)
+    assert "jail: none here, the scripted agents run unjailed: bubblewrap (bwrap) is not installed" in doctor.stdout
+
+
+def test_doctor_reports_the_jail_and_fails_for_real_agents_that_cannot_have_one(repo: Path, hive) -> None:
+    env = {**NO_BWRAP, "HIVE_BACKEND": "claude", "HIVE_CLAUDE_COMMAND": "true"}
+    doctor = hive("doctor", cwd=repo, env=env, check=False)
+    assert doctor.returncode == 1
+    assert "jail: cannot jail the claude agents: bubblewrap (bwrap) is not installed" in doctor.stdout
+    if support().ok:
+        jailed = hive("doctor", cwd=repo, check=False)
+        assert "jail: agents run jailed (bubblewrap " in jailed.stdout

@@ -97,17 +97,17 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
 
 def _check_jail(config) -> tuple[bool, str]:
     """Whether agents run jailed here: a real agent CLI that cannot be jailed is a problem."""
-    from hive.agents.jails import REAL_AGENTS
+    from hive.agents.jails import start_problem
     from hive.jail import support
 
-    if config.sandbox == "off":
-        return True, 'jail: OFF (sandbox = "off"): agents run unjailed and can reach everything you can'
+    refusal, warning = start_problem(config, ("worker", "refinery", "queen"))
+    if refusal:
+        return False, f"jail: {refusal}"
+    if warning:
+        return True, f"jail: OFF ({warning})"
     found = support()
     if found.ok:
         return True, f"jail: {found.describe()}"
-    real = sorted({config.backend_for(r) for r in ("worker", "refinery", "queen")} & set(REAL_AGENTS))
-    if real:
-        return False, f"jail: the {'/'.join(real)} agents cannot start: {found.reason} — {found.fix}"
     return True, f"jail: none here, the scripted agents run unjailed: {found.reason} — {found.fix}"
 
 
