@@ -18,6 +18,7 @@ import asyncio
 import glob
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -43,6 +44,7 @@ from hive.backends.processes import group_alive
 from hive.agents import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
+from tests.hostile import Scene, require_jail, subset
 
 NPM_CACHE = Path.home() / ".cache" / "git-hive" / "npm"      # read before any fixture moves HOME
 INSTALL_HINT = ("codex CLI not installed: run .ci/run or "
@@ -711,3 +713,33 @@ def test_run_cancel_aborts_the_running_turn(project_repo: Path, fake: FakeOpenAI
     shown = json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)
     assert shown["status"] == "canceled"
     assert len(fake.responses_requests()) == 1
+
+
+def last_output(request: dict[str, Any]) -> str:
+    """What the last command's output was, as the model was told it."""
+    outputs = [item for item in request["body"]["input"] if item.get("type") == "function_call_output"]
+    return json.dumps(outputs[-1]) if outputs else ""
+
+
+@needs_codex
+def test_run_escape_attempts_through_the_real_cli_reach_nothing(project_repo: Path, fake: FakeOpenAI, hive: Any,
+                                                               git: Callable[..., Any], api_env: Path,
+                                                               tmp_path: Path, make_repo: Callable[..., Path]):
+    """Codex's exec tool runs escape attempts the text policy lets through: hive's jail refuses
+    each (the model is told what), nothing outside the worktree changes, no secret is read, and
+    the worker still does its honest work."""
+    require_jail()
+    scene = Scene.build(project_repo, api_env, tmp_path, git, make_repo)
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    tried = subset(scene)
+    fake.script(*[fake_api.exec_command(command) for _, command, _ in tried], *finish_steps())
+    scene.snapshot(git)
+    out = finish(start_run(project_repo), timeout=240)
+
+    requests = fake.responses_requests()
+    for (label, _, refused), request in zip(tried, requests[1:]):
+        said = last_output(request)
+        assert re.search(refused, said) and "rejected by user" not in said, (label, said)
+    shown = json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)
+    assert shown["status"] == "done", out
+    scene.assert_nothing_escaped(git, out + json.dumps([r["body"] for r in requests]))
