@@ -56,7 +56,7 @@ class AgentProcess:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *launch.argv, cwd=cwd, env=launch.env, start_new_session=True, limit=line_limit,
-                preexec_fn=launch.preexec, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE)
         except BaseException:
             launch.release()

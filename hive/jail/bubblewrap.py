@@ -38,7 +38,26 @@ def _mounts(spec: JailSpec) -> list[tuple[int, int, str]]:
         real = os.path.realpath(secret)
         if os.path.lexists(real) and any(_inside(real, p) for p in shown):
             chosen[(HIDDEN, real)] = None
-    return sorted((path.count(os.sep), kind, path) for kind, path in chosen)
+    return _needed(sorted((path.count(os.sep), kind, path) for kind, path in chosen))
+
+
+def _needed(mounts: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Leave out the mounts that change nothing (each costs bwrap time at every start): a
+    read-only one where everything is read-only already (the system, or a shown folder), a
+    writable one inside a writable one."""
+    kept: list[tuple[int, int, str]] = []
+    read_only = (READABLE, FROZEN)
+    for depth, kind, path in mounts:
+        before = READABLE                   # `/` itself is bound read-only
+        for _, other, folder in kept:       # in mount order: the last one covering `path` wins
+            if _inside(path, folder):
+                before = other
+        if kind in read_only and before in read_only:
+            continue
+        if kind == WRITABLE and before == WRITABLE:
+            continue
+        kept.append((depth, kind, path))
+    return kept
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 from hive.errors import HiveError
 from hive.jail import bubblewrap
@@ -21,7 +20,6 @@ class NoJail(HiveError):
 class Launch:
     argv: list[str]
     env: dict[str, str]
-    preexec: Callable[[], None] | None = None
     cap: ProcessCap | None = field(default=None, repr=False)
 
     def release(self) -> None:
@@ -43,4 +41,4 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
         raise NoJail(f"{found.reason} — {found.fix}")
     cap = ProcessCap.make(jail.max_processes)
     line = bubblewrap.command(found.bwrap, jail, argv, cwd, {**jail_environment(env), **dict(jail.env)})
-    return Launch(line, {}, cap.preexec(), cap)
+    return Launch(cap.command(line), {}, cap)

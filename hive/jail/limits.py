@@ -9,13 +9,16 @@ hierarchy), made per jailed command and removed when it has ended.
 from __future__ import annotations
 
 import os
-import resource
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# $1 the process bound, $2 the cgroup.procs to join ("" for none), then the command; a lower
+# limit already in force stays (only root may raise one)
+ENTER = ('n=$1; procs=$2; shift 2; '
+         'if [ -n "$procs" ]; then echo $$ > "$procs" || { echo "hive jail: cannot enter $procs" >&2; exit 126; }; fi; '
+         'ulimit -u "$n" 2>/dev/null || ulimit -p "$n" 2>/dev/null; exec "$@"')
 
 
 def _own_cgroup_dirs() -> list[Path]:
@@ -72,15 +75,12 @@ class ProcessCap:
             return "pids cgroup"
         return "RLIMIT_NPROC" if os.geteuid() != 0 else ""
 
-    def preexec(self) -> Callable[[], None]:
-        cgroup, limit = self.cgroup, self.max_processes
-
-        def enter() -> None:
-            if cgroup is not None:
-                with open(cgroup / "cgroup.procs", "w") as handle:
-                    handle.write("0")
-            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
-        return enter
+    def command(self, argv: list[str]) -> list[str]:
+        """`argv` started inside the bound: a `/bin/sh` that joins the cgroup (when there is one),
+        sets RLIMIT_NPROC (soft and hard), then execs `argv`. A shell and not a `preexec_fn`:
+        Python forks (no vfork) for one, which costs more than the whole jail (bench/jail.py)."""
+        procs = str(self.cgroup / "cgroup.procs") if self.cgroup is not None else ""
+        return ["/bin/sh", "-c", ENTER, "hive-jail", str(self.max_processes), procs, *argv]
 
     def release(self) -> None:
         """Remove the cgroup once nothing runs in it (hive killed the jail's processes first)."""

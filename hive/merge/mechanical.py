@@ -46,8 +46,7 @@ def run_test(command: str, cwd: Path, timeout: float, jail: JailSpec | None = No
     launch = prepare(["sh", "-c", command], cwd=str(cwd), env=jail_environment(dict(os.environ)),
                      jail=jail, strict=False)
     proc = subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=launch.preexec)
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     started(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
