@@ -200,3 +200,42 @@ def test_doctor_reports_the_jail_and_fails_for_real_agents_that_cannot_have_one(
     if support().ok:
         jailed = hive("doctor", cwd=repo, check=False)
         assert "jail: agents run jailed (bubblewrap " in jailed.stdout
+
+
+# -- the private object store ---------------------------------------------------------------------
+
+def test_a_jailed_commit_lands_through_the_private_object_store_rehashed(repo: Path, git) -> None:
+    """A worker's git writes its objects to its own store (the shared one is read-only in the
+    jail); hive copies them over, each hashed again, so a file named as another object plants
+    nothing, and moves the work branch to the worktree's HEAD."""
+    from hive import git as hive_git
+    from hive.jail import roles
+    from hive.workspace import worktrees
+
+    require_jail()
+    paths = hive_git.discover(repo)
+    issue = "hv-0bj3ct"
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    worktrees.create(paths, issue, base)
+    tree = worktrees.worktree_path(paths, issue)
+    jail = roles.worktree_jail(paths, tree)
+    launch = prepare(["sh", "-c", 'echo made > made.txt && git add made.txt && git commit -q -m "made" '
+                      '&& test ! -w "$(git rev-parse --git-common-dir)/objects"'],
+                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=jail)
+    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    launch.release()
+    assert done.returncode == 0, done.stderr
+    private = hive_git.private_objects(paths.common_dir, issue)
+    head = git("rev-parse", "HEAD", cwd=tree).stdout.strip()
+    assert (private / head[:2] / head[2:]).is_file()                     # written where the agent may
+    assert git("cat-file", "-e", head, cwd=repo, check=False).returncode != 0   # not in the shared store yet
+    forged = "ab" * 20                                                 # a loose object under a name not its own
+    real = private / head[:2] / head[2:]
+    (private / forged[:2]).mkdir(exist_ok=True)
+    (private / forged[:2] / forged[2:]).write_bytes(real.read_bytes())
+
+    assert worktrees.adopt_head(paths, issue) == head
+    assert git("log", "-1", "--format=%s", f"hive/work/{issue}", cwd=repo).stdout.strip() == "made"
+    assert git("cat-file", "-e", forged, cwd=repo, check=False).returncode != 0   # the forged name planted nothing
+    assert git("show", f"hive/work/{issue}:made.txt", cwd=repo).stdout == "made\n"
+    assert [p.name for p in private.iterdir()] == ["pack"]           # emptied for the next turn

@@ -121,13 +121,18 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
     added = 0
     try:
         own = pygit2.Odb(str(private))
-        for oid in own:
-            if oid not in common:
-                kind, data = own.read(oid)[:2]
-                common.write(kind, data)
-                added += 1
+        oids = list(own)
     except (pygit2.GitError, ValueError, KeyError, OSError):
-        pass                          # a damaged private store: what it had is not the work
+        oids = []                     # a damaged private store: what it had is not the work
+    for oid in oids:
+        try:
+            if oid in common:
+                continue
+            kind, data = own.read(oid)[:2]
+        except (pygit2.GitError, ValueError, KeyError, OSError):
+            continue                  # a damaged or forged object: left out, the others still come
+        common.write(kind, data)
+        added += 1
     for entry in private.iterdir():
         if entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)
