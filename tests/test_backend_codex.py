@@ -39,11 +39,12 @@ from hive.backends.registry import load_backend
 from hive.backends.codex import CodexBackend
 from hive.backends.codex.backend import _unwrap_shell
 from hive.backends.codex.errors import classify_error
-from hive.backends.codex.sandbox import git_writable_roots
+from hive.backends.codex.sandbox import bundled_bwrap_dir, git_writable_roots
 from hive.backends.processes import group_alive
 from hive.agents import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
+from hive.jail import JailSpec
 from tests.hostile import Scene, require_jail, subset
 
 NPM_CACHE = Path.home() / ".cache" / "git-hive" / "npm"      # read before any fixture moves HOME
@@ -259,6 +260,27 @@ def test_codex_home_config_prices_and_model(fake: FakeOpenAI, worktree: Path):
     assert params["config"]["sandbox_workspace_write"]["writable_roots"] == git_writable_roots(str(worktree))
     assert backend._thread_params(spec(worktree, model="gpt-5-mini"))["model"] == "gpt-5-mini"
 
+
+def test_inside_hives_jail_codexs_own_sandbox_is_not_nested(fake: FakeOpenAI, worktree: Path):
+    """hive's jail is the guarantee; Codex's bwrap sandbox nested in it would depend on the system's
+    bwrap (an old one makes every patch and command silently do nothing)."""
+    backend = make_backend(fake, worktree)
+    jailed = backend._thread_params(spec(worktree, jail=JailSpec(writable=(str(worktree),))))
+    assert jailed["sandbox"] == "danger-full-access" and "config" not in jailed
+    assert jailed["approvalPolicy"] == "untrusted"                   # hive's policy is still asked
+    assert backend._thread_params(spec(worktree))["sandbox"] == "workspace-write"
+
+
+def test_codex_finds_the_bwrap_its_package_ships(tmp_path: Path):
+    vendor = tmp_path / "node_modules" / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl"
+    launcher = tmp_path / "node_modules" / "@openai" / "codex" / "bin" / "codex.js"
+    for program in (vendor / "bin" / "codex", vendor / "codex-resources" / "bwrap", launcher):
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+    assert bundled_bwrap_dir(str(vendor / "bin" / "codex")) == str(vendor / "codex-resources")   # the native binary
+    assert bundled_bwrap_dir(str(launcher)) == str(vendor / "codex-resources")               # the npm launcher
+    assert bundled_bwrap_dir(str(tmp_path / "elsewhere" / "codex")) == ""
 
 def test_a_user_login_is_linked_into_the_private_codex_home(fake: FakeOpenAI, worktree: Path, api_env: Path):
     login = api_env / ".codex" / "auth.json"
