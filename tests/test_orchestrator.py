@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -70,7 +71,18 @@ def prompts(repo: Path, issue_id: str, fyi: bool | None = False) -> list[dict]:
 
 
 def agent_pids(repo: Path, issue_id: str) -> list[int]:
+    """The pids the scripted agents record themselves: the host's only with sandbox = "off" (a
+    jailed agent sees its jail's PID namespace)."""
     return [row["pid"] for row in jsonl(hive_dir(repo) / "scripted" / f"{issue_id}.sessions.jsonl")]
+
+
+def host_agent_pids(repo: Path, issue_id: str) -> list[int]:
+    """The pids hive recorded for the agents of `issue_id` (their process groups, jailed or not)."""
+    db = sqlite3.connect(f"file:{hive_dir(repo) / 'runtime.db'}?mode=ro", uri=True, timeout=5)
+    try:
+        return [row[0] for row in db.execute("SELECT pid FROM agents WHERE issue_id = ? AND pid > 0", (issue_id,))]
+    finally:
+        db.close()
 
 
 def statuses(list_json: Callable[..., list[dict]], repo: Path) -> dict[str, str]:
@@ -547,7 +559,7 @@ def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: 
     daemon = procs.start(repo, env, "--until-idle", log=tmp_path / "daemon.log")
     wait_for(lambda: (worktree_dir(repo, issue_id) / ".hive-result.jsonl").exists(), "the success result",
              timeout=30)
-    pids = agent_pids(repo, issue_id)
+    pids = wait_for(lambda: host_agent_pids(repo, issue_id), "the agent's pid in runtime.db", timeout=10)
     daemon.send_signal(signal.SIGKILL)
     daemon.wait(10)
     procs.pids.update(pids)
@@ -557,7 +569,7 @@ def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: 
 
     assert statuses(list_json, repo)[issue_id] == "finalized"
     log = state_log(repo)
-    assert events_of(log, issue_id) == ["claimed", "done", "finalized"]
+    assert events_of(log, issue_id) == ["claimed", "done", "finalized"]     # jailed: committed on a detached HEAD
     [done] = [c for c in log if c.issue == issue_id and c.event == "done"]
     assert done.trailers["Hive-Base"] and done.trailers["Hive-Head"]
     assert len(prompts(repo, issue_id)) == 1                       # not redone
