@@ -239,3 +239,30 @@ def test_a_jailed_commit_lands_through_the_private_object_store_rehashed(repo: P
     assert git("cat-file", "-e", forged, cwd=repo, check=False).returncode != 0   # the forged name planted nothing
     assert git("show", f"hive/work/{issue}:made.txt", cwd=repo).stdout == "made\n"
     assert [p.name for p in private.iterdir()] == ["pack"]           # emptied for the next turn
+
+
+def test_the_queens_jail_writes_only_its_plan_directory(repo: Path, tmp_path: Path, git_env: Path) -> None:
+    """The Queen reads the repository (main worktree included) and writes its plan directory only."""
+    from hive import git as hive_git
+    from hive.jail import roles
+
+    require_jail()
+    (git_env / ".ssh").mkdir()
+    (git_env / ".ssh" / "id_rsa").write_text("SECRET-SSH-KEY-1f2e")
+    paths = hive_git.discover(repo)
+    plan = paths.hive_dir / "plans" / "a-plan"
+    plan.mkdir(parents=True)
+    script = (f'echo planned > "{plan}/PLAN.md" && cat "{repo}/README.md" && '
+              f'{{ echo evil >> "{repo}/README.md"; echo evil > "{paths.common_dir}/refs/heads/main"; '
+              f'cat ~/.ssh/id_rsa; touch "{paths.hive_dir}/pwned"; true; }}')
+    launch = prepare(["sh", "-c", script], cwd=str(plan), env={"PATH": os.environ["PATH"]},
+                     jail=roles.queen_jail(paths, plan))
+    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    launch.release()
+    assert done.returncode == 0, done.stderr
+    assert (plan / "PLAN.md").read_text() == "planned\n"
+    assert (repo / "README.md").read_text() in done.stdout            # read, not written
+    assert "evil" not in (repo / "README.md").read_text()
+    assert done.stderr.count("Read-only file system") == 3, done.stderr
+    assert "SECRET-SSH-KEY" not in done.stdout and "No such file" in done.stderr
+    assert not (paths.hive_dir / "pwned").exists()
