@@ -15,12 +15,12 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import Benchmark, Context, Result, Sizes, fmt
-from bench import commands, pipeline, state
+from bench import commands, jail, pipeline, state
 from bench.fixtures import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "PERFORMANCE.md"
-ALL: list[Benchmark] = [*commands.BENCHMARKS, *state.BENCHMARKS, *pipeline.BENCHMARKS]
+ALL: list[Benchmark] = [*commands.BENCHMARKS, *state.BENCHMARKS, *pipeline.BENCHMARKS, *jail.BENCHMARKS]
 
 
 def machine() -> dict[str, str]:
@@ -172,6 +172,11 @@ METHOD = """## How it is measured
 - **Watch**: a real `git-hive watch` subprocess; an issue file in `.hive/` is rewritten in place
   and the index database is polled every 2 ms until it shows the new title; 0.2–0.35 s between
   edits; the last edit is also checked in `git-hive list --json`.
+- **Jail** (`bench/jail.py`): what the OS jail adds to an agent's start — the same `echo` started
+  through `hive.jail.prepare` with and without a worker's jail in a real worktree, timed to its
+  first output (the jail's spec, bwrap's namespaces and mounts, the process bound; its teardown
+  after the agent has ended is not counted), interleaved; the figure is each jailed start minus
+  the unjailed median.
 """
 
 

@@ -75,6 +75,8 @@ class Config:
     target_branch: str = _key("main", "Branch that finished work is merged into.", nonempty=True)
     merge_mode: str = _key("auto", "auto: merge when green; manual: wait for `git hive review`.",
                            choices=("auto", "manual"))
+    sandbox: str = _key("on", "on: agents run in an OS jail (bubblewrap); off: unjailed, warned at every start.",
+                        choices=("on", "off"))
     id_prefix: str = _key("hv", "Prefix of new issue ids (<prefix>-<6 chars>).", nonempty=True)
     lease_seconds: int = _key(900, "How long a claim lives without a heartbeat.", minimum=1)
     stall_seconds: int = _key(300, "No agent activity for this long is a stall.", minimum=1)

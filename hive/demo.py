@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -92,19 +93,20 @@ def union(m):
 p.write_text(re.sub(r"<<<<<<<[^\n]*\n(.*?)\n=======\n(.*?)\n>>>>>>>[^\n]*", union, text, flags=re.S))
 '''
 
-def refinery_steps(resolver: Path) -> list[dict]:
+def refinery_steps() -> list[dict]:
     return [
         {"cd": "{worktree}"},
         {"say": "Refinery: rebasing {issue} onto {target}"},
         {"run": "git -c core.editor=true rebase {target}"},
-        {"run": f'"{sys.executable}" "{resolver}" && git add README.md && '
+        # the resolver inline: the refinery's jail shows it nothing outside the worktree
+        {"run": f"{shlex.quote(sys.executable)} -c {shlex.quote(RESOLVE)} && git add README.md && "
                 "git -c core.editor=true rebase --continue", "must_succeed": True},
         {"tokens": {"input": 3000, "output": 400}},
         {"result": {"status": "merged", "summary": "merged both README changes"}},
     ]
 
 
-def build_script(resolver: Path) -> dict:
+def build_script() -> dict:
     return {
         "labels": {
             "add": _worker_steps("add", note={"note": "run tests with `python -m unittest -q` from the repo root",
@@ -117,7 +119,7 @@ def build_script(resolver: Path) -> dict:
             "readme-add": _readme_steps("add"),
             "readme-subtract": _readme_steps("subtract"),
         },
-        "roles": {"refinery": refinery_steps(resolver)},
+        "roles": {"refinery": refinery_steps()},
     }
 
 
@@ -178,10 +180,8 @@ def plan(repo: Path) -> dict[str, str]:
 def run_demo(keep: Path | None = None, out=print) -> int:
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="hive-demo-"))
     root.mkdir(parents=True, exist_ok=True)
-    resolver = root / "resolve_readme.py"
-    resolver.write_text(RESOLVE)
     script_path = root / "agents.json"
-    script_path.write_text(json.dumps(build_script(resolver), indent=2))
+    script_path.write_text(json.dumps(build_script(), indent=2))
     started = time.perf_counter()
     repo = make_repo(root, script_path)
     out(f"demo repository: {repo}")

@@ -288,6 +288,13 @@ def ref_lock(common_dir: Path, ref: str) -> Path:
     return common_dir / (ref + ".lock")
 
 
+def private_objects(common_dir: Path, worktree_name: str) -> Path:
+    """Where a jailed agent's git writes new objects: inside its worktree's admin folder, so that
+    the shared object store stays read-only to it (hive copies them over, re-hashed, afterwards:
+    `hive.workspace.worktrees.adopt_head`)."""
+    return common_dir / "worktrees" / worktree_name / "hive-objects"
+
+
 def agent_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the git an agent runs: no automatic gc or maintenance.
 

@@ -23,6 +23,7 @@ from typing import Callable
 import pygit2
 
 from hive import git
+from hive.agents.jails import queen_jail
 from hive.backends.base import PERMISSION, Backend, Event, SessionSpec, TurnResult
 from hive.errors import BadInput, HiveError
 from hive.project import Project
@@ -467,7 +468,8 @@ class Queen:
         if not self.session_id:
             config = self.project.config
             spec = SessionSpec(role="queen", cwd=str(self.directory),
-                               model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT)
+                               model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT,
+                               jail=queen_jail(config, self.project.paths, self.directory))
             self.session_id = await self.backend.create_session(spec)
         return await self.backend.run_turn(self.session_id, text)
 

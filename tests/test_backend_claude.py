@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -43,6 +44,7 @@ from hive.agents import permissions
 from tests.fakes.anthropic_server import (
     FakeAnthropic, Reply, Request, bash, billed_like_claude_code, error, result_text, stall, text, tool, write,
 )
+from tests.hostile import Scene, require_jail, subset
 
 CLAUDE_VERSION = "2.1.332"
 NPM_CACHE_BIN = Path.home() / ".cache" / "git-hive" / "npm" / "node_modules" / ".bin" / "claude"
@@ -889,3 +891,31 @@ def test_run_cancel_aborts_the_claude_agent(api: FakeAnthropic, repo: Path, hive
     assert not group_alive(pid), out
     assert show(hive, issue_id)["status"] == "canceled", out
     assert len(api.message_requests) == 1, out    # aborted, not retried
+
+
+@needs_claude
+def test_run_escape_attempts_through_the_real_cli_reach_nothing(api: FakeAnthropic, repo: Path,
+                                                               hive: Callable[..., Any], tmp_path: Path,
+                                                               git: Callable[..., Any], git_env: Path,
+                                                               make_repo: Callable[..., Path]) -> None:
+    """Claude's Bash tool runs escape attempts the text policy lets through: hive's jail refuses
+    each (the model is told what), nothing outside the worktree changes, no secret is read, and
+    the worker still does its honest work."""
+    require_jail()
+    scene = Scene.build(repo, git_env, tmp_path, git, make_repo)
+    issue_id = hive("create", "Add a note").stdout.strip()
+    tried = subset(scene)
+    api.script(*[bash(command) for _, command, _ in tried],
+               write("note.txt", "inside\n"),
+               bash('git add note.txt && git commit -q -m "Add note"'),
+               write(".hive-result.jsonl", '{"status": "success", "summary": "note added"}\n'),
+               text("Done."))
+    scene.snapshot(git)
+    done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config"), timeout=240)
+
+    for (label, _, refused), request in zip(tried, api.message_requests[1:]):
+        said = " ".join(result_text(block) for block in request.tool_results)
+        assert re.search(refused, said) and "denied" not in said, (label, said)
+    assert show(hive, issue_id)["status"] == "done", done.stdout
+    told = json.dumps([r.body for r in api.message_requests])
+    scene.assert_nothing_escaped(git, done.stdout + done.stderr + told)

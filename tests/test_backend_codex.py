@@ -18,6 +18,7 @@ import asyncio
 import glob
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -38,11 +39,13 @@ from hive.backends.registry import load_backend
 from hive.backends.codex import CodexBackend
 from hive.backends.codex.backend import _unwrap_shell
 from hive.backends.codex.errors import classify_error
-from hive.backends.codex.sandbox import git_writable_roots
+from hive.backends.codex.sandbox import bundled_bwrap_dir, git_writable_roots
 from hive.backends.processes import group_alive
 from hive.agents import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
+from hive.jail import JailSpec
+from tests.hostile import Scene, require_jail, subset
 
 NPM_CACHE = Path.home() / ".cache" / "git-hive" / "npm"      # read before any fixture moves HOME
 INSTALL_HINT = ("codex CLI not installed: run .ci/run or "
@@ -123,7 +126,8 @@ def worktree(api_env: Path, tmp_path: Path) -> Path:
     sh(repo, "commit", "-q", "-m", "initial")
     path = repo / ".git" / "hive" / "worktrees" / ISSUE
     path.parent.mkdir(parents=True)
-    sh(repo, "worktree", "add", "-q", "-b", f"hive/work/{ISSUE}", str(path))
+    sh(repo, "branch", f"hive/work/{ISSUE}")
+    sh(repo, "worktree", "add", "-q", "--detach", str(path), f"hive/work/{ISSUE}")   # as hive's: detached
     return path
 
 
@@ -228,11 +232,11 @@ def test_error_classification_and_shell_unwrapping():
 
 
 def test_git_writable_roots_of_a_worktree_and_of_a_directory_of_worktrees(worktree: Path):
-    common = str(worktree.parents[3] / ".git")
-    admin = str(Path(common) / "worktrees" / ISSUE)
-    assert git_writable_roots(str(worktree)) == [common, admin]
-    assert git_writable_roots(str(worktree.parent)) == [common, admin]
-    assert git_writable_roots(str(worktree.parents[3])) == [common]
+    objects = str(worktree.parents[3] / ".git" / "objects")    # never the whole common dir
+    admin = str(worktree.parents[3] / ".git" / "worktrees" / ISSUE)
+    assert git_writable_roots(str(worktree)) == [objects, admin]
+    assert git_writable_roots(str(worktree.parent)) == [objects, admin]
+    assert git_writable_roots(str(worktree.parents[3])) == [objects]
 
 
 def test_codex_home_config_prices_and_model(fake: FakeOpenAI, worktree: Path):
@@ -256,6 +260,27 @@ def test_codex_home_config_prices_and_model(fake: FakeOpenAI, worktree: Path):
     assert params["config"]["sandbox_workspace_write"]["writable_roots"] == git_writable_roots(str(worktree))
     assert backend._thread_params(spec(worktree, model="gpt-5-mini"))["model"] == "gpt-5-mini"
 
+
+def test_inside_hives_jail_codexs_own_sandbox_is_not_nested(fake: FakeOpenAI, worktree: Path):
+    """hive's jail is the guarantee; Codex's bwrap sandbox nested in it would depend on the system's
+    bwrap (an old one makes every patch and command silently do nothing)."""
+    backend = make_backend(fake, worktree)
+    jailed = backend._thread_params(spec(worktree, jail=JailSpec(writable=(str(worktree),))))
+    assert jailed["sandbox"] == "danger-full-access" and "config" not in jailed
+    assert jailed["approvalPolicy"] == "untrusted"                   # hive's policy is still asked
+    assert backend._thread_params(spec(worktree))["sandbox"] == "workspace-write"
+
+
+def test_codex_finds_the_bwrap_its_package_ships(tmp_path: Path):
+    vendor = tmp_path / "node_modules" / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl"
+    launcher = tmp_path / "node_modules" / "@openai" / "codex" / "bin" / "codex.js"
+    for program in (vendor / "bin" / "codex", vendor / "codex-resources" / "bwrap", launcher):
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+    assert bundled_bwrap_dir(str(vendor / "bin" / "codex")) == str(vendor / "codex-resources")   # the native binary
+    assert bundled_bwrap_dir(str(launcher)) == str(vendor / "codex-resources")               # the npm launcher
+    assert bundled_bwrap_dir(str(tmp_path / "elsewhere" / "codex")) == ""
 
 def test_a_user_login_is_linked_into_the_private_codex_home(fake: FakeOpenAI, worktree: Path, api_env: Path):
     login = api_env / ".codex" / "auth.json"
@@ -326,7 +351,7 @@ def test_a_turn_edits_and_commits_with_approvals_and_counts_usage(fake: FakeOpen
 
     assert (worktree / "hello.txt").read_text() == "hello from codex\n"
     assert (worktree / "issue.txt").read_text() == ISSUE          # the session's env reached the command
-    assert sh(worktree, "log", "-1", "--format=%s", f"hive/work/{ISSUE}").strip() == "Add hello"
+    assert sh(worktree, "log", "-1", "--format=%s", "HEAD").strip() == "Add hello"
     assert sh(worktree, "status", "--porcelain") == ""
     tools = [(request.tool, verdict.allow) for request, verdict in rec.verdicts]
     assert tools == [("fileChange", True), ("commandExecution", True)]
@@ -710,3 +735,33 @@ def test_run_cancel_aborts_the_running_turn(project_repo: Path, fake: FakeOpenAI
     shown = json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)
     assert shown["status"] == "canceled"
     assert len(fake.responses_requests()) == 1
+
+
+def last_output(request: dict[str, Any]) -> str:
+    """What the last command's output was, as the model was told it."""
+    outputs = [item for item in request["body"]["input"] if item.get("type") == "function_call_output"]
+    return json.dumps(outputs[-1]) if outputs else ""
+
+
+@needs_codex
+def test_run_escape_attempts_through_the_real_cli_reach_nothing(project_repo: Path, fake: FakeOpenAI, hive: Any,
+                                                               git: Callable[..., Any], api_env: Path,
+                                                               tmp_path: Path, make_repo: Callable[..., Path]):
+    """Codex's exec tool runs escape attempts the text policy lets through: hive's jail refuses
+    each (the model is told what), nothing outside the worktree changes, no secret is read, and
+    the worker still does its honest work."""
+    require_jail()
+    scene = Scene.build(project_repo, api_env, tmp_path, git, make_repo)
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    tried = subset(scene)
+    fake.script(*[fake_api.exec_command(command) for _, command, _ in tried], *finish_steps())
+    scene.snapshot(git)
+    out = finish(start_run(project_repo), timeout=240)
+
+    requests = fake.responses_requests()
+    for (label, _, refused), request in zip(tried, requests[1:]):
+        said = last_output(request)
+        assert re.search(refused, said) and "rejected by user" not in said, (label, said)
+    shown = json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)
+    assert shown["status"] == "done", out
+    scene.assert_nothing_escaped(git, out + json.dumps([r["body"] for r in requests]))

@@ -177,7 +177,8 @@ def test_same_lines_conflict_is_resolved_by_the_refinery(repo, paths, new_issue,
     a = new_issue("Greet from A", labels=["a"])
     b = new_issue("Greet from B", labels=["b"])
 
-    log = run_hive(path, max_agents=2)
+    # unjailed: the agents meet at a barrier and run a resolver outside their worktrees
+    log = run_hive(path, max_agents=2, HIVE_SANDBOX="off")
 
     assert status_of(a) == "finalized" and status_of(b) == "finalized", log
     readme = git("show", "main:README.md").stdout
@@ -383,15 +384,15 @@ def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, 
 
 
 def test_refinery_sessions_start_in_the_worktree_of_their_task(repo, paths, new_issue, script, monkeypatch,
-                                                               status_of, tmp_path):
+                                                               status_of):
     """The daemon's own refinery: each task's session is started in that task's worktree (so a CLI
-    reports it as the cwd), and a task in another worktree gets a session of its own."""
+    reports it as the cwd), and a task in another worktree gets a session of its own (a session's
+    jail lets it write only its own worktree)."""
     from hive.orchestrator.assemble import build_daemon
     from hive.project import Project
     from hive.runtime import Runtime
 
-    cwds = tmp_path / "cwds"
-    refinery = [{"run": f'pwd >> "{cwds}"'}, {"result": {"status": "needs_human", "summary": "look at it"}}]
+    refinery = [{"result": {"status": "needs_human", "summary": "look at it"}}]
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", script({"roles": {"refinery": refinery}}))
     monkeypatch.setenv("HIVE_TEST_COMMAND", "false")
     ids = [new_issue(f"Task {n}") for n in range(3)]
@@ -403,9 +404,10 @@ def test_refinery_sessions_start_in_the_worktree_of_their_task(repo, paths, new_
 
     assert [status_of(i) for i in ids] == ["escalated"] * 3
     assert len(set(refinery_sessions(paths))) == 3
-    started_in = sorted(Path(line).name for line in cwds.read_text().split())
-    assert started_in == sorted(ids)
-    assert all(Path(line).parent == paths.worktrees_dir.resolve() for line in cwds.read_text().split())
+    rows = [json.loads(line) for line in (paths.hive_dir / "scripted" / "role-refinery.sessions.jsonl")
+            .read_text().splitlines() if line.strip()]
+    assert sorted(Path(row["cwd"]).name for row in rows) == sorted(ids)
+    assert all(Path(row["cwd"]).parent == paths.worktrees_dir.resolve() for row in rows)
     assert not Runtime(paths).get("refinery_renewals")   # another worktree is no renewal
 
 
@@ -582,7 +584,8 @@ def test_a_dirty_checkout_of_the_target_is_never_overwritten(repo, paths, new_is
     (repo / "README.md").write_text(mine)
     main_before = git("rev-parse", "main").stdout.strip()
     test_runs = tmp_path / "test-runs"
-    tests = {"HIVE_TEST_COMMAND": f'echo run >> "{test_runs}"'}
+    # unjailed: the test counts its runs outside the worktree
+    tests = {"HIVE_TEST_COMMAND": f'echo run >> "{test_runs}"', "HIVE_SANDBOX": "off"}
 
     log = run_hive(path, expect=1, **tests)   # --until-idle ends naming the merge that waits
 
@@ -645,8 +648,10 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
                                         {"result": "success", "summary": "once"}]}})
     issue = new_issue("Exactly once")
     marker, pidfile = tmp_path / "tests-started", tmp_path / "test.pid"
-    # the killed daemon's test outlives it (its own process group) unless the next daemon ends it
-    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'echo $$ > "{pidfile}"; touch "{marker}"; exec sleep 120'})
+    # the killed daemon's test outlives it (its own process group) unless the next daemon ends it;
+    # unjailed: the test marks its start outside the worktree (a jailed one dies with its daemon)
+    daemon = _start_daemon(path, {"HIVE_TEST_COMMAND": f'echo $$ > "{pidfile}"; touch "{marker}"; exec sleep 120',
+                                  "HIVE_SANDBOX": "off"})
     try:
         wait_for(marker.exists, "the merge's test command to start", timeout=30)
         daemon.send_signal(signal.SIGKILL)
@@ -662,7 +667,7 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
 
     # the new test fails if the old one still runs beside it (a zombie left to init does not run)
     gone = f'test ! -e /proc/{old_test} || grep -q ") [ZX] " /proc/{old_test}/stat'
-    log = run_hive(path, HIVE_TEST_COMMAND=gone)
+    log = run_hive(path, HIVE_TEST_COMMAND=gone, HIVE_SANDBOX="off")   # the host's /proc
 
     assert status_of(issue) == "finalized", log
     assert_finalized_once(git, state_log, issue)

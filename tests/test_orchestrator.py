@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -70,7 +71,18 @@ def prompts(repo: Path, issue_id: str, fyi: bool | None = False) -> list[dict]:
 
 
 def agent_pids(repo: Path, issue_id: str) -> list[int]:
+    """The pids the scripted agents record themselves: the host's only with sandbox = "off" (a
+    jailed agent sees its jail's PID namespace)."""
     return [row["pid"] for row in jsonl(hive_dir(repo) / "scripted" / f"{issue_id}.sessions.jsonl")]
+
+
+def host_agent_pids(repo: Path, issue_id: str) -> list[int]:
+    """The pids hive recorded for the agents of `issue_id` (their process groups, jailed or not)."""
+    db = sqlite3.connect(f"file:{hive_dir(repo) / 'runtime.db'}?mode=ro", uri=True, timeout=5)
+    try:
+        return [row[0] for row in db.execute("SELECT pid FROM agents WHERE issue_id = ? AND pid > 0", (issue_id,))]
+    finally:
+        db.close()
 
 
 def statuses(list_json: Callable[..., list[dict]], repo: Path) -> dict[str, str]:
@@ -336,7 +348,8 @@ def test_retry_exhaustion_budget_and_failure_kinds(repo: Path, tmp_path: Path, n
         "noresult": work_steps([{"end_turn": True, "on_attempts": once}]),
     }}
     ids = {label: new_issue(f"path {label}", labels=[label]) for label in script["labels"]}
-    env = daemon_env(write_script(tmp_path, script), max_retries=1, max_agent_switches=1, stall_seconds=3)
+    env = daemon_env(write_script(tmp_path, script), max_retries=1, max_agent_switches=1, stall_seconds=3,
+                   sandbox="off")   # the agents' pids as the host sees them
 
     run_until_idle(repo, env, max_agents=len(ids))
 
@@ -464,7 +477,7 @@ def test_cancel_mid_run_kills_the_agent_and_the_daemon_goes_on(repo: Path, tmp_p
     script = {"labels": {"hang": [{"spawn": "sleep 300", "pid_file": str(child_pid_file)},
                                   {"note": "about to hang", "category": "context"},
                                   {"hang": True}]}}
-    env = daemon_env(write_script(tmp_path, script))
+    env = daemon_env(write_script(tmp_path, script), sandbox="off")  # host pids, a pid file outside
     daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
 
     wait_for(lambda: child_pid_file.exists() and child_pid_file.read_text().strip(), "the hung agent's child")
@@ -501,7 +514,7 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     script = {"labels": {"slow": work_steps([{"sleep": 3.0, "on_attempts": [1]}])}}
     # no retry, no switch, the anomaly detector at its tightest: a crash charged to an issue escalates it
     env = daemon_env(write_script(tmp_path, script), stall_seconds=60, max_retries=0, max_agent_switches=0,
-                     anomaly_failure_threshold=1)
+                     anomaly_failure_threshold=1, sandbox="off")   # host pids
     daemon = procs.start(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
 
     def mid_run() -> bool:
@@ -546,7 +559,7 @@ def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: 
     daemon = procs.start(repo, env, "--until-idle", log=tmp_path / "daemon.log")
     wait_for(lambda: (worktree_dir(repo, issue_id) / ".hive-result.jsonl").exists(), "the success result",
              timeout=30)
-    pids = agent_pids(repo, issue_id)
+    pids = wait_for(lambda: host_agent_pids(repo, issue_id), "the agent's pid in runtime.db", timeout=10)
     daemon.send_signal(signal.SIGKILL)
     daemon.wait(10)
     procs.pids.update(pids)
@@ -556,7 +569,7 @@ def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: 
 
     assert statuses(list_json, repo)[issue_id] == "finalized"
     log = state_log(repo)
-    assert events_of(log, issue_id) == ["claimed", "done", "finalized"]
+    assert events_of(log, issue_id) == ["claimed", "done", "finalized"]     # jailed: committed on a detached HEAD
     [done] = [c for c in log if c.issue == issue_id and c.event == "done"]
     assert done.trailers["Hive-Base"] and done.trailers["Hive-Head"]
     assert len(prompts(repo, issue_id)) == 1                       # not redone
@@ -606,7 +619,7 @@ def test_one_daemon_detach_status_stop(repo: Path, tmp_path: Path, new_issue, hi
                                        wait_for, procs):
     hung = new_issue("hangs on its first attempt", labels=["hang"])
     script = {"labels": {"hang": work_steps([{"hang": True, "on_attempts": [1]}])}}
-    env = daemon_env(write_script(tmp_path, script))
+    env = daemon_env(write_script(tmp_path, script), sandbox="off")  # host pids
     procs.repos.append(repo)
 
     started = hive("run", "--backend", "scripted", "--detach", "--max-agents", "2", cwd=repo, env=env)
@@ -694,6 +707,7 @@ def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_pat
     issue_id = new_issue("set up slowly")
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"default": work_steps()})))
     monkeypatch.setenv("HIVE_ANOMALY_FAILURE_THRESHOLD", "100")
+    monkeypatch.setenv("HIVE_SANDBOX", "off")          # the agent's pid as the host sees it
     from hive.project import Project
 
     daemon_project = Project.open(repo)

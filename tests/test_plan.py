@@ -70,7 +70,8 @@ def write(issue_id: str, content: str, attempts: list[int] | None = None) -> dic
 
 
 def done_step() -> dict[str, Any]:
-    return {"result": "success", "summary": "plan written"}
+    # in the plan directory: the Queen's jail lets it write nowhere else
+    return {"result": "success", "summary": "plan written", "path": "{worktree}/.hive-result.jsonl"}
 
 
 def queen_script(tmp_path: Path, steps: list[dict[str, Any]], name: str = "queen.json") -> dict[str, str]:

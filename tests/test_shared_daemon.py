@@ -30,6 +30,13 @@ from tests.daemon_helpers import all_agent_pids, alive, hive_dir, start_daemon, 
 
 # -- helpers --------------------------------------------------------------------------------------
 
+def _works_in(pid: int, clone: Path) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd").startswith(str(clone.resolve()))
+    except OSError:
+        return False
+
+
 def daemon_env(script: Path | None = None, **config: Any) -> dict[str, str]:
     env = {"HIVE_ANOMALY_FAILURE_THRESHOLD": "100", "HIVE_STALL_SECONDS": "120"}
     if script is not None:
@@ -73,7 +80,8 @@ class Daemons:
             stop_daemon(proc)
         for _, clone, _ in self.started:
             for pid in all_agent_pids(clone):  # agents are process-group leaders
-                if alive(pid):
+                # a jailed agent records its jail's pid, not the host's: only what works in the clone
+                if alive(pid) and _works_in(pid, clone):
                     try:
                         os.killpg(pid, signal.SIGKILL)
                     except (ProcessLookupError, PermissionError):
@@ -307,7 +315,9 @@ def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(clones, cli, g
     slow_script = write_script(tmp_path, {"labels": {"slow": [
         {"sleep": 30}, {"write": "hive-work/{issue}.txt", "content": "A's work\n"},
         {"commit": "{issue}: work"}, {"result": "success", "summary": "slow"}]}}, "slow.json")
-    run_a = daemons.start(a, daemon_env(slow_script, lease_seconds=lease), "--until-idle", "--max-agents", "3")
+    # unjailed: the test kills A's agents by the pids they record (a jail's are its own namespace's)
+    run_a = daemons.start(a, daemon_env(slow_script, lease_seconds=lease, sandbox="off"), "--until-idle",
+                          "--max-agents", "3")
 
     def a_holds_the_slow_ones() -> bool:
         states = statuses(cli, a)

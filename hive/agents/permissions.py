@@ -45,7 +45,10 @@ class Verdict:
 
 def _inside(path: str, root: str, base: str = "") -> bool:
     """Whether `path` (relative ones taken from `base`, else `root`) is `root` or below it."""
-    full = os.path.realpath(os.path.join(base or root, os.path.expanduser(path)))
+    try:
+        full = os.path.realpath(os.path.join(base or root, os.path.expanduser(path)))
+    except OSError:                   # a link it may not follow (/proc/1/root): not the worktree
+        return False
     root = os.path.realpath(root)
     return full == root or full.startswith(root + os.sep)
 

@@ -36,6 +36,8 @@ class WorkResult:
 def read_result(worktree: Path, statuses: tuple[str, ...] = RESULT_STATUSES) -> WorkResult:
     """The last valid line of the result file; `statuses` are the ones this role may report."""
     path = worktree / RESULT_FILE
+    if path.is_symlink():             # hive reads it outside the jail: never a file it points to
+        return WorkResult("garbage", problem=f"{RESULT_FILE}: refused: a symbolic link, not a file")
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -76,6 +78,8 @@ def read_new_notes(worktree: Path, offset: int) -> NoteBatch:
     notes, problems = [], []
     end = offset
     path = worktree / NOTES_FILE
+    if path.is_symlink():             # hive reads it outside the jail: never a file it points to
+        return NoteBatch([], offset, [f"{NOTES_FILE}: refused: a symbolic link, not a file"])
     line_no = 0
     for end, line in iter_lines(path, offset, MAX_LINE):
         line_no += 1

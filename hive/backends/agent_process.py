@@ -20,6 +20,7 @@ import signal
 from typing import Any, Awaitable, Callable
 
 from hive.backends.processes import group_gone, killpg
+from hive.jail import JailSpec, Launch, prepare
 
 OnMessage = Callable[[dict[str, Any]], Awaitable[None]]
 OnOverlong = Callable[[bytes], Awaitable[None]]
@@ -31,8 +32,10 @@ HEAD_KEPT = 64 * 1024            # of a skipped over-long line, this much is han
 class AgentProcess:
     """A started agent process; see the module docstring."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, *, kill_grace: float, stderr_limit: int):
+    def __init__(self, proc: asyncio.subprocess.Process, *, kill_grace: float, stderr_limit: int,
+                 launch: Launch | None = None):
         self.proc = proc
+        self.launch = launch                  # how it was started (its jail's process bound)
         self.kill_grace = kill_grace
         self.stderr_limit = stderr_limit
         self.stderr_tail = b""
@@ -45,13 +48,20 @@ class AgentProcess:
 
     @classmethod
     async def start(cls, argv: list[str], *, cwd: str, env: dict[str, str], line_limit: int,
-                    kill_grace: float, stderr_limit: int) -> AgentProcess:
-        """Start `argv` in a new process group with piped stdio; OSError when it cannot start."""
-        proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env=env, start_new_session=True, limit=line_limit,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
-        return cls(proc, kill_grace=kill_grace, stderr_limit=stderr_limit)
+                    kill_grace: float, stderr_limit: int, jail: JailSpec | None = None) -> AgentProcess:
+        """Start `argv` in a new process group with piped stdio, inside `jail` when one is given
+        (the one place agent processes start: every backend comes here). OSError when it cannot
+        start; `hive.jail.NoJail` when the jail cannot be built."""
+        launch = prepare(argv, cwd=cwd, env=env, jail=jail)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.argv, cwd=cwd, env=launch.env, start_new_session=True, limit=line_limit,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+        except BaseException:
+            launch.release()
+            raise
+        return cls(proc, kill_grace=kill_grace, stderr_limit=stderr_limit, launch=launch)
 
     @property
     def pid(self) -> int:
@@ -175,17 +185,23 @@ class AgentProcess:
     async def _watch_exit(self) -> None:
         await process_exit(self.proc)
         self.exited.set()
-        for attempt in range(2):
-            try:
-                await asyncio.wait_for(asyncio.shield(self.stdout_done.wait()), self.kill_grace)
-                return
-            except asyncio.TimeoutError:
-                if attempt == 0:
-                    killpg(self.pid, signal.SIGKILL)
-        # something outside the group still holds stdout: let go of our ends of the pipes
-        transport = getattr(self.proc, "_transport", None)
-        if transport is not None:
-            transport.close()
+        try:
+            for attempt in range(2):
+                try:
+                    await asyncio.wait_for(asyncio.shield(self.stdout_done.wait()), self.kill_grace)
+                    return
+                except asyncio.TimeoutError:
+                    if attempt == 0:
+                        killpg(self.pid, signal.SIGKILL)
+            # something outside the group still holds stdout: let go of our ends of the pipes
+            transport = getattr(self.proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+        finally:
+            if self.launch is not None:
+                # a jail's PID namespace ends with its first process; its cgroup can go soon after
+                if await group_gone(self.pid, self.kill_grace):
+                    self.launch.release()
 
 
 async def process_exit(proc: asyncio.subprocess.Process) -> None:

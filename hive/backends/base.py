@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol, runtime_checkable
 
+from hive.jail import JailSpec
+
 # Event types a backend emits (Event.type).
 BUSY = "busy"                  # a turn started
 IDLE = "idle"                  # the turn ended; data: TurnResult
@@ -95,6 +97,7 @@ class SessionSpec:
     issue_id: str = ""
     labels: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    jail: JailSpec | None = None      # the OS jail the agent runs in (None: unjailed, sandbox = "off")
 
 
 @dataclass

@@ -79,9 +79,11 @@ from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, PermissionRequest, SessionSpec,
     TurnResult, Usage,
 )
+from hive.backends.jails import cli_install, session_jail
 from hive.backends.reports import amount, count
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
+from hive.jail import JailSpec, NoJail
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,13 @@ class ClaudeBackend(SessionBackend):
             return Path(env["CLAUDE_CONFIG_DIR"])
         return Path(env.get("HOME") or os.path.expanduser("~")) / ".claude"
 
+    def _jail(self, spec: SessionSpec, env: dict[str, str]) -> JailSpec | None:
+        """The session's jail plus the CLI's install (read) and its config folder (written)."""
+        config = self._config_dir(env)
+        config.mkdir(parents=True, exist_ok=True)
+        writable = (str(config), *((str(config.parent / ".claude.json"),) if not env.get("CLAUDE_CONFIG_DIR") else ()))
+        return session_jail(spec, strict=True, writable=writable, readable=cli_install(self.argv0[0]))
+
     def _has_transcript(self, env: dict[str, str], sid: str) -> bool:
         """Whether the CLI kept the conversation `sid` (`--resume` fails without it)."""
         projects = self._config_dir(env) / "projects"
@@ -241,8 +250,8 @@ class ClaudeBackend(SessionBackend):
         try:
             proc = await AgentProcess.start(self._argv(spec, sid, resumed), cwd=spec.cwd, env=env,
                                             line_limit=LINE_LIMIT, kill_grace=self.kill_grace,
-                                            stderr_limit=STDERR_TAIL)
-        except OSError as e:
+                                            stderr_limit=STDERR_TAIL, jail=self._jail(spec, env))
+        except (OSError, NoJail) as e:
             raise RuntimeError(f"cannot start the claude CLI ({self.argv0[0]!r}): {e}") from None
         s = _Session(sid, replace(spec, resume=sid), proc, resumed=resumed)
         past = self._past.pop(sid, None)

@@ -50,9 +50,11 @@ from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, PermissionRequest, SessionSpec,
     TurnResult, Usage,
 )
+from hive.backends.jails import session_jail
 from hive.backends.reports import amount, count
 from hive.backends.sessions import SessionBackend
 from hive.errors import BadInput
+from hive.jail import JailSpec
 
 AGENT_PATH = str(Path(scripted_agent.__file__).resolve())
 LINE_LIMIT = 2 * 1024 * 1024      # longest stdout line kept; longer ones are discarded
@@ -135,7 +137,7 @@ class ScriptedBackend(SessionBackend):
         try:
             proc = await AgentProcess.start(self._argv(sid, spec), cwd=spec.cwd, env={**os.environ, **spec.env},
                                             line_limit=LINE_LIMIT, kill_grace=self.kill_grace,
-                                            stderr_limit=STDERR_TAIL)
+                                            stderr_limit=STDERR_TAIL, jail=self._jail(spec))
         except OSError as e:
             raise RuntimeError(f"cannot start the scripted agent: {e}") from None
         s = _Session(sid, replace(spec, resume=sid), proc)
@@ -148,6 +150,16 @@ class ScriptedBackend(SessionBackend):
         self._sessions[sid] = s
         s.reader = asyncio.create_task(self._read_stdout(s), name=f"scripted-{sid[:8]}-stdout")
         return sid
+
+    def _jail(self, spec: SessionSpec) -> JailSpec | None:
+        """The session's jail, plus the agent's script (read) and its record files (written)."""
+        writable: tuple[str, ...] = ()
+        if self.hive_dir:
+            records = os.path.join(self.hive_dir, "scripted")
+            os.makedirs(records, exist_ok=True)
+            writable = (records,)
+        readable = (AGENT_PATH, self.python, *((self.script_path,) if self.script_path else ()))
+        return session_jail(spec, strict=False, writable=writable, readable=readable)
 
     def _argv(self, sid: str, spec: SessionSpec) -> list[str]:
         # `--opt=value` throughout: a label or prompt starting with "-" stays a value

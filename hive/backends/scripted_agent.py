@@ -161,7 +161,7 @@ BUILTIN: dict[str, list[dict]] = {
     "queen": [
         {"say": "Scripted queen: no plan to propose."},
         {"tokens": {"input": 500, "output": 50}},
-        {"result": "success", "summary": "scripted queen"},
+        {"end_turn": True},
     ],
 }
 
@@ -585,7 +585,11 @@ class Agent:
         tail = output[-2000:].decode("utf-8", errors="replace")
         self.say(f"$ {value}\n(exit {code})\n{tail}".rstrip())
         if code != 0 and step.get("must_succeed"):
-            raise EndTurn(False, f"command failed with exit {code}: {value}")
+            said = [ln for ln in tail.splitlines() if ln.strip()]
+            # the line naming the error: git's first `fatal:`/`error:`, else the last words
+            errors = [ln for ln in said if ln.startswith(("fatal:", "error:"))]
+            why = (errors or said[-1:] or [""])[0][:300]
+            raise EndTurn(False, f"command failed with exit {code}: {value}" + (f" — {why}" if why else ""))
 
     def do_spawn(self, value, step):
         try:

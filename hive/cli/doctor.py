@@ -81,6 +81,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     results.append((True, "config"))
     missing = missing_target_branch(paths, config.target_branch)
     results.append((missing is None, missing or f"target branch {config.target_branch}"))
+    results.append(_check_jail(config))
     for role in ("worker", "refinery", "queen"):
         backend = config.backend_for(role)
         if backend in ("claude", "codex"):
@@ -89,6 +90,22 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
             home.mkdir(parents=True, exist_ok=True)
             results.append(_check_cli(role, backend, command, str(home)))
     return results
+
+
+def _check_jail(config) -> tuple[bool, str]:
+    """Whether agents run jailed here: a real agent CLI that cannot be jailed is a problem."""
+    from hive.agents.jails import start_problem
+    from hive.jail import support
+
+    refusal, warning = start_problem(config, ("worker", "refinery", "queen"))
+    if refusal:
+        return False, f"jail: {refusal}"
+    if warning:
+        return True, f"jail: OFF ({warning})"
+    found = support()
+    if found.ok:
+        return True, f"jail: {found.describe()}"
+    return True, f"jail: none here, the scripted agents run unjailed: {found.reason} — {found.fix}"
 
 
 def _runtime_check(paths, fix: bool) -> tuple[bool, str]:

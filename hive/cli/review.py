@@ -64,6 +64,7 @@ def review(as_json: bool) -> None:
 def finalize(issue_id: str) -> None:
     """Merge a done issue's branch into the target (replay, tests, fast-forward) and finalize it."""
     from hive import lifecycle
+    from hive.agents import jails
     from hive.merge import mechanical
     from hive.merge.pipeline import done_base
     from hive.workspace import worktrees
@@ -82,7 +83,8 @@ def finalize(issue_id: str) -> None:
         worktrees.recreate(project.paths, issue_id)
     # replayed from the base the worker started from, as the merge pipeline does
     landing = mechanical.land(project.paths, config.target_branch, issue_id, head, done_base(project, issue_id),
-                              [c for c in (config.test_command,) if c], config.test_timeout_seconds)
+                              [c for c in (config.test_command,) if c], config.test_timeout_seconds,
+                              jail=lambda worktree: jails.worktree_jail(config, project.paths, worktree))
     if landing.status != "merged":
         raise HiveError(f"{issue_id} not merged ({landing.status}): {landing.detail.splitlines()[0] if landing.detail else ''}")
     runtime = Runtime(project.paths)

@@ -79,12 +79,16 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
 def _require_agent_clis(project, backend: str | None) -> None:
     import dataclasses
 
+    from hive.agents.jails import start_problem
     from hive.cli.preflight import require_agent_clis
 
     config = project.config
     if backend:
         config = dataclasses.replace(config, backend=backend, worker_backend="", refinery_backend="")
     require_agent_clis(config, ("worker", "refinery"))
+    refusal, _ = start_problem(config, ("worker", "refinery"))
+    if refusal:
+        raise HiveError(refusal)          # no jail, no real agents: before a detached daemon starts
 
 
 @click.command()

@@ -17,6 +17,8 @@ from typing import Callable
 import pygit2
 
 from hive import git
+from hive.jail import JailSpec, prepare
+from hive.jail.environment import jail_environment
 from hive.workspace import worktrees
 from hive.workspace.fastforward import FastForward, checkout_waiting, fast_forward
 from hive.workspace.replay import replay
@@ -32,12 +34,19 @@ class TestRun:
     timed_out: bool = False
 
 
-def run_test(command: str, cwd: Path, timeout: float, started: Callable[[int], None] = lambda _: None) -> TestRun:
+def run_test(command: str, cwd: Path, timeout: float, jail: JailSpec | None = None,
+             started: Callable[[int], None] = lambda _: None) -> TestRun:
     """Run a test command in a worktree, in its own process group, killed whole on timeout.
     `started(pid)` is told the group's leader at once (a daemon killed meanwhile leaves it
-    behind: the next one ends it before it touches the worktree)."""
-    proc = subprocess.Popen(command, shell=True, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    behind: the next one ends it before it touches the worktree).
+
+    The command is the agent's as much as the user's (a worker names it in its result), so it
+    runs in the worktree's jail with the jail's environment (`sh -c`, never hive's environment);
+    unjailed, with the same environment, only with `sandbox = "off"` or where no jail can be built."""
+    launch = prepare(["sh", "-c", command], cwd=str(cwd), env=jail_environment(dict(os.environ)),
+                     jail=jail, strict=False)
+    proc = subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     started(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -47,6 +56,7 @@ def run_test(command: str, cwd: Path, timeout: float, started: Callable[[int], N
         out, _ = proc.communicate()
         timed_out = True
     _kill_group(proc.pid)  # anything it left running in the background
+    launch.release()
     text = out.decode("utf-8", "replace")
     if len(text) > OUTPUT_LIMIT:
         text = "[…]\n" + text[-OUTPUT_LIMIT:]
@@ -76,13 +86,15 @@ Publish = Callable[[pygit2.Repository, str, str], FastForward]
 def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
          trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
-         test_started: Callable[[int], None] = lambda _: None) -> Landing:
+         test_started: Callable[[int], None] = lambda _: None,
+         jail: Callable[[Path], JailSpec | None] = lambda _: None) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
     `record(commit)` is called before the target moves, so that an interrupted merge can tell
     afterwards whether it landed. With `trust_head`, a head that does not sit on the target is
     replayed from its merge base (used after the refinery rewrote the branch). A shared daemon
-    replays onto its remote-tracking `target_ref` and moves the remote with `publish`.
+    replays onto its remote-tracking `target_ref` and moves the remote with `publish`. The tests
+    run in `jail(worktree)`.
     """
     repo = worktrees.open_repo(paths)
     local = not target_ref and publish is None
@@ -117,7 +129,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             worktrees.sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)
         for command in test_commands:
-            result = run_test(command, worktree, timeout, test_started)
+            result = run_test(command, worktree, timeout, jail(worktree), test_started)
             if not result.ok:
                 why = "timed out" if result.timed_out else "failed"
                 return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")

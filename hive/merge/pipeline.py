@@ -20,6 +20,7 @@ from typing import Any, Callable
 import pygit2
 
 from hive import lifecycle
+from hive.agents import jails
 from hive.backends.base import IDLE, PERMISSION, USAGE, Event
 from hive.lifecycle import TransitionRefused
 from hive.merge import mechanical
@@ -229,7 +230,8 @@ class MergeProcessor:
                 mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
                 self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
                 from_refinery, shared.target_ref if shared is not None else "",
-                shared.publish_target if shared is not None else None, test_started)
+                shared.publish_target if shared is not None else None, test_started,
+                lambda worktree: jails.worktree_jail(self.config, paths, worktree))
         finally:
             if tested:
                 self.host.runtime.remove_agent(test_agent)
@@ -276,7 +278,7 @@ class MergeProcessor:
             self._reject(issue, entry, verdict.summary)
             return True
         repo = worktrees.open_repo(paths)
-        head = worktrees.work_head(paths, issue.id)
+        head = worktrees.adopt_head(paths, issue.id)
         if head is None:
             self._fail(issue, entry, "the refinery deleted the branch")
             return True

@@ -3,9 +3,9 @@
 It gets a rebase conflict or failing test output plus the issue, works in the worker's worktree,
 and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session starts
 in the worktree it works in (so the agent CLI reports that folder as its cwd, and `cd <worktree>
-&& git ...` is judged there); it is reused for the next task in the same worktree and renewed for
-another worktree, or once it passes 100k tokens or 20 messages, so its context never overflows. A
-session that crashes is replaced.
+&& git ...` is judged there) and its jail lets it write only that one; it is reused for the next
+task in the same worktree and renewed for another worktree, or once it passes 100k tokens or 20
+messages, so its context never overflows. A session that crashes is replaced.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hive import git
-from hive.agents import protocol
+from hive.agents import jails, protocol
 from hive.backends.base import USAGE, Backend, Event, SessionSpec
 from hive.merge.host import RefineryHost
 from hive.prompts import load, material, render
@@ -43,7 +43,7 @@ class Refinery:
         self.tokens = 0
         self.renewals = 0
         self.root = ""                       # the worktree of the task in progress
-        self.cwd = ""                        # the worktree the session was started in
+        self.cwd = ""                        # the worktree the session was started in (and its jail's)
 
     def owns(self, session_id: str) -> bool:
         return bool(session_id) and session_id == self.session_id
@@ -59,7 +59,7 @@ class Refinery:
 
     async def _session(self, worktree: Path) -> str:
         if self.session_id and self.cwd != str(worktree):
-            await self.close()                 # a session starts in the worktree it works in
+            await self.close()                 # a session starts in (and may write only) its worktree
         if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
             self.host.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
             await self.close()
@@ -70,9 +70,11 @@ class Refinery:
             if status.state == "exited":
                 await self.close()
         if not self.session_id:
+            config = self.host.config
             spec = SessionSpec(role="refinery", cwd=str(worktree),
-                               model=self.host.config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
-                               env=git.agent_git_env())
+                               model=config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
+                               env=git.agent_git_env(),
+                               jail=jails.worktree_jail(config, self.host.project.paths, worktree))
             self.session_id = await self.backend.create_session(spec)
             self.cwd = str(worktree)
             self.messages = 0

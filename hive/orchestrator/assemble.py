@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from hive.agents.jails import start_problem
 from hive.backends.registry import backend_for_role
+from hive.errors import HiveError
 from hive.merge.pipeline import attach
 from hive.orchestrator.daemon import Daemon
 from hive.project import Project
@@ -24,9 +26,14 @@ def build_daemon(project: Project, *, backend: str | None, max_agents: int | Non
                                      queen_backend="")
     if max_agents:
         config = dataclasses.replace(config, max_agents=max_agents)
+    refusal, warning = start_problem(config, ("worker", "refinery"))
+    if refusal:
+        raise HiveError(refusal)          # no jail, no real agents
     paths = project.paths
     worker_backend = backend_for_role(config, "worker", str(paths.hive_dir), str(paths.main_worktree))
     daemon = Daemon(project, worker_backend, config, until_idle=until_idle, log=log,
                     remote=remote or config.sync_remote or None)
+    if warning:
+        daemon.log(warning)
     daemon.use_merge(attach(daemon))
     return daemon

@@ -69,7 +69,10 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
     if agent.get("role") != "worker" or not worktree or not base or not (Path(worktree) / ".git").is_file():
         return False
     result = protocol.read_result(Path(worktree))
-    if not result.ok or not worktrees.has_new_commits(project.paths, issue_id, base):
+    if not result.ok:
+        return False
+    worktrees.adopt_head(project.paths, issue_id)   # the jailed agent committed on a detached HEAD
+    if not worktrees.has_new_commits(project.paths, issue_id, base):
         return False
     head = worktrees.head_of(project.paths, issue_id) or ""
     trailers = lifecycle.done_trailers(base, head, result.test_command, runtime.budget(issue_id))

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ContextManager, Protocol
 
 from hive import git, lifecycle
-from hive.agents import protocol
+from hive.agents import jails, protocol
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
 from hive.backends.base import Backend, SessionSpec, TurnResult, Usage
@@ -283,7 +283,8 @@ class Worker:
                            system_prompt=WORKER_SYSTEM_PROMPT, resume=previous if resume else "",
                            issue_id=self.issue_id, labels=tuple(issue.labels),
                            env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id,
-                                **git.agent_git_env()})
+                                **git.agent_git_env()},
+                           jail=jails.worktree_jail(self.config, self.project.paths, self.worktree.path))
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
             self.session_usage = Usage()  # a fresh session counts its usage from zero
@@ -314,6 +315,7 @@ class Worker:
         assert self.worktree is not None
         if self.stop_reason:
             raise Canceled(self.stop_reason)
+        worktrees.adopt_head(self.project.paths, self.issue_id)   # the agent's commits onto its branch
         over = self._over_budget()
         if over:
             return Outcome(False, over, hopeless=over)

@@ -4,6 +4,11 @@ A dependent starts from its blockers' code: its base is the target branch plus t
 blocker that is `done` but not yet merged (fast-forwarding to a blocker's branch when it already
 contains the target, otherwise a merge commit of the blockers' branches). The base commit is
 recorded so that the merge pipeline later replays only the worker's own commits.
+
+Hive's worktree is on a *detached* HEAD at the branch's commit: an agent in it (jailed, see
+`hive.jail.roles`) can commit without being able to write any ref, and hive itself moves
+`hive/work/<id>` to what the agent committed (`adopt_head`). Before hive resets a worktree it
+detaches its HEAD again (`_detached`): an agent may have written `ref: refs/heads/main` into it.
 """
 
 from __future__ import annotations
@@ -94,7 +99,66 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     unlock_branch(paths, issue_id)
     ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit], force=True)
     repo.add_worktree(issue_id, str(path), ref)
+    _detached(pygit2.Repository(str(path)))
     return Worktree(issue_id, path, branch, base_commit)
+
+
+def _detached(work: pygit2.Repository) -> pygit2.Repository:
+    """`work` with its HEAD detached at the commit it names (whatever ref it may name)."""
+    if not work.head_is_detached:
+        work.set_head(work.head.peel(pygit2.Commit).id)
+    return work
+
+
+def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
+    """Copy the objects a jailed agent wrote (`git.private_objects`) into the shared store, each
+    read and written again (so hashed again: a forged file name cannot plant a wrong object);
+    empty its private store. How many were new."""
+    private = git.private_objects(paths.common_dir, issue_id)
+    if not private.is_dir():
+        return 0
+    common = open_repo(paths).odb
+    added = 0
+    try:
+        own = pygit2.Odb(str(private))
+        oids = list(own)
+    except (pygit2.GitError, ValueError, KeyError, OSError):
+        oids = []                     # a damaged private store: what it had is not the work
+    for oid in oids:
+        try:
+            if oid in common:
+                continue
+            kind, data = own.read(oid)[:2]
+        except (pygit2.GitError, ValueError, KeyError, OSError):
+            continue                  # a damaged or forged object: left out, the others still come
+        common.write(kind, data)
+        added += 1
+    for entry in private.iterdir():
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    (private / "pack").mkdir(exist_ok=True)
+    return added
+
+
+def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
+    """Move the work branch to what the agent committed in hive's worktree; the new head.
+
+    The worktree's HEAD is the agent's to move (it is all a jailed agent can move); the branch is
+    hive's. A HEAD that names no commit leaves the branch where it is."""
+    path = worktree_path(paths, issue_id)
+    if not path.exists():
+        return head_of(paths, issue_id)
+    absorb_objects(paths, issue_id)
+    try:
+        head = str(_detached(pygit2.Repository(str(path))).head.target)
+    except (pygit2.GitError, KeyError, ValueError):
+        return head_of(paths, issue_id)
+    if checkout_of(paths, branch_name(issue_id)) is None:
+        unlock_branch(paths, issue_id)
+        open_repo(paths).references.create(f"refs/heads/{branch_name(issue_id)}", head, force=True)
+    return head
 
 
 def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
@@ -198,7 +262,7 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     # else: a person's own checkout of the branch: never move it under them (hive's worktree is
     # detached then, see `recreate`)
     if worktree.exists():
-        work = pygit2.Repository(str(worktree))
+        work = _detached(pygit2.Repository(str(worktree)))
         work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
 
 
@@ -218,6 +282,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
         git.run(["worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
         return
     repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{branch_name(issue_id)}"])
+    _detached(pygit2.Repository(str(path)))
 
 
 def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
@@ -226,14 +291,11 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     if not path.exists():
         recreate(paths, issue_id)
         return
-    work = pygit2.Repository(str(path))
+    work = _detached(pygit2.Repository(str(path)))
     if work.state() != pygit2.enums.RepositoryState.NONE:
         # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
-        # hive's own worktree, so start again from the work (the branch, or `head`)
+        # hive's own worktree, so start again from the work (`head`)
         work.state_cleanup()
-        branch = f"refs/heads/{branch_name(issue_id)}"
-        if checkout_of(paths, branch_name(issue_id)) is None:
-            work.set_head(branch)
         work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
         return
     if work.head_is_detached and str(work.head.target) != head:

@@ -110,7 +110,10 @@ def test_misbehaving_agents_cannot_move_the_target_and_leave_nothing_running(
     behaviours["checker"] = work_steps([{"run": f'"{sys.executable}" "{check}" "{pids["fork-bomb-exit"]}" '
                                                 f'"{pids["fork-bomb-crash"]}"', "must_succeed": True}])
     script = write_json(tmp_path / "agents.json", {"labels": behaviours})
-    env = daemon_env(script, max_retries=1, max_agent_switches=1, stall_seconds=5, test_command="true")
+    # unjailed: the fork bombs record their children's host pids in tmp_path, and the agent that deletes
+    # its worktree must be able to (tests/test_jail.py is the jail's own corpus)
+    env = daemon_env(script, max_retries=1, max_agent_switches=1, stall_seconds=5, test_command="true",
+                     sandbox="off")
 
     code = daemons.run_until_idle(repo, env, max_agents=4, timeout=200, log=tmp_path / "daemon.log")
     assert code == 0, tail(tmp_path / "daemon.log")

@@ -122,8 +122,9 @@ def test_sigkill_at_random_moments_then_everything_finishes_once(repo: Path, pro
             {"result": {"status": "merged", "summary": "kept every line of SHARED.md"}}]},
     })
     # a crash costs an attempt (recovery counts it): the budget must outlast the kills
+    # unjailed: the refinery's resolver lives in tmp_path, outside the worktree its jail would show
     env = daemon_env(script, test_command="true", max_retries=1000, max_agent_switches=0,
-                     anomaly_failure_threshold=100000)
+                     anomaly_failure_threshold=100000, sandbox="off")
 
     phases: Counter = Counter()
     orphans_survived: list[str] = []

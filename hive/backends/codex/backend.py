@@ -25,10 +25,12 @@ from hive.backends.codex.home import codex_home_for, prepare_home
 from hive.backends.codex.pricing import PRICE_KEY, estimate_cost, price_of, price_table
 from hive.backends.codex.errors import classify_error, one_line
 from hive.backends.codex.rpc import AppServer, RpcError, ServerGone
-from hive.backends.codex.sandbox import git_writable_roots
+from hive.backends.codex.sandbox import bundled_bwrap_dir, git_writable_roots
+from hive.backends.jails import cli_install, session_jail
 from hive.backends.reports import count
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
+from hive.jail import JailSpec, NoJail
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ MAX_MESSAGES = 500                # message history kept per session
 MAX_MESSAGE_CHARS = 64 * 1024
 MAX_ITEMS = 256                   # file-change items remembered per session (for approval paths)
 STDERR_TAIL = 8192
+JAILED_SANDBOX = "danger-full-access"   # Codex's own sandbox inside hive's jail: see _thread_params
 PROGRESS_EVERY = 30.0             # seconds between "tool" progress messages of a long command
 
 
@@ -147,6 +150,11 @@ class CodexBackend(SessionBackend):
     def _thread_params(self, spec: SessionSpec) -> dict[str, Any]:
         approval = self.codex_config.get("approval_policy") or "untrusted"
         sandbox = self.codex_config.get("sandbox_mode") or "workspace-write"
+        if spec.jail is not None:
+            # inside hive's jail (the guarantee) Codex's own bwrap sandbox is not nested: it would
+            # take the first `bwrap` on PATH, and an old system one (no --argv0) makes every
+            # patch and command silently do nothing; the approvals still ask hive's policy
+            sandbox = JAILED_SANDBOX
         params: dict[str, Any] = {"cwd": spec.cwd, "approvalPolicy": approval, "sandbox": sandbox}
         model = self._model_for(spec)
         if model:
@@ -223,15 +231,27 @@ class CodexBackend(SessionBackend):
         if isinstance(result, dict) and result.get("model"):
             s.model = str(result["model"])
 
+    def _jail(self, spec: SessionSpec) -> JailSpec | None:
+        """The session's jail plus the CLI's install (read) and hive's private CODEX_HOME (written;
+        a user login linked into it is read where it lies)."""
+        home = Path(self.codex_home)
+        home.mkdir(parents=True, exist_ok=True)
+        linked = tuple(os.path.realpath(p) for p in home.iterdir() if p.is_symlink())
+        return session_jail(spec, strict=True, writable=(str(home),),
+                            readable=(*cli_install(self.argv[0]), *linked))
+
     async def _spawn(self, s: _Session) -> AppServer:
         env = {**os.environ, **s.spec.env, "CODEX_HOME": self.codex_home}
+        bwrap_dir = bundled_bwrap_dir(self.argv[0])
+        if bwrap_dir:                         # Codex's sandbox takes the first bwrap on PATH
+            env["PATH"] = os.pathsep.join([bwrap_dir, *[p for p in env.get("PATH", "").split(os.pathsep) if p]])
         try:
             agent = await AgentProcess.start([*self.argv, "app-server"], cwd=s.spec.cwd, env=env,
                                              line_limit=LINE_LIMIT, kill_grace=self.kill_grace,
-                                             stderr_limit=STDERR_TAIL)
+                                             stderr_limit=STDERR_TAIL, jail=self._jail(s.spec))
         except FileNotFoundError as e:
             raise RuntimeError(f"codex CLI not found: {self.argv[0]!r} ({e.strerror})") from None
-        except OSError as e:
+        except (OSError, NoJail) as e:
             raise RuntimeError(f"cannot start {self.argv[0]!r}: {e}") from None
         proc = AppServer(agent, next(self._generations))
         if s.proc is not None:   # alive, or ended leaving children that ignored its SIGTERM

@@ -1,0 +1,40 @@
+"""The jail each agent role gets under the project's `sandbox` setting, and the start-up rule:
+no jail, no real agents.
+
+`sandbox = "on"` (the default): every agent session, and every command hive runs for an agent,
+gets a `hive.jail` spec; `"off"`: none, with a warning at every start. Where a jail cannot be
+built, `git hive run` / `plan` refuse to start the claude or codex backends (one line: the cause
+and the fix); the scripted test agents run unjailed then, with a warning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hive import git
+from hive.config import Config
+from hive.jail import JailSpec, roles, support
+
+REAL_AGENTS = ("claude", "codex")
+OFF_WARNING = 'warning: sandbox = "off": agents run without the OS jail and can reach everything you can'
+
+
+def worktree_jail(config: Config, paths: git.RepoPaths, worktree: Path) -> JailSpec | None:
+    """A worker's, the refinery's or a test command's jail for `worktree` (None: sandbox off)."""
+    return None if config.sandbox == "off" else roles.worktree_jail(paths, worktree)
+
+
+def queen_jail(config: Config, paths: git.RepoPaths, plan_directory: Path) -> JailSpec | None:
+    return None if config.sandbox == "off" else roles.queen_jail(paths, plan_directory)
+
+
+def start_problem(config: Config, roles_started: tuple[str, ...]) -> tuple[str, str]:
+    """(refusal, warning) for starting agents of `roles_started`: a refusal when a real agent
+    CLI would run and no jail can be built; the warning to print at start when sandbox is off."""
+    if config.sandbox == "off":
+        return "", OFF_WARNING
+    real = sorted({config.backend_for(role) for role in roles_started} & set(REAL_AGENTS))
+    found = support()
+    if real and not found.ok:
+        return (f"cannot jail the {'/'.join(real)} agents: {found.reason} — {found.fix}"), ""
+    return "", ""

@@ -1,0 +1,88 @@
+"""The jail as a bubblewrap (`bwrap`) command line.
+
+Why bubblewrap rather than Landlock alone: a jail must also *hide* paths (credentials, the
+runtime folder, other repositories) and end everything the agent started when it ends, and must
+keep a writable folder from reaching into what it contains (a worktree's `.git` file). Mount
+namespaces do all three (tmpfs over a hidden folder, a read-only bind inside a writable one, a
+PID namespace whose end kills every process in it); Landlock only restricts access, cannot make a
+path look empty, and cannot forbid a deeper path inside an allowed one. bwrap starts in a few
+milliseconds and is one small package (or the copy the codex npm package ships).
+
+The mounts, in the order bwrap needs (a deeper path after the one containing it):
+the system read-only, a fresh /dev and /proc, then per path — shallowest first — scratch (an
+empty tmpfs), hidden (an empty tmpfs, made read-only once everything inside it is mounted; an
+empty read-only file for a file), readable (read-only), writable (read-write), frozen (read-only
+again). The network is shared (the agent talks to its provider); every other namespace
+is the jail's own.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hive.jail.spec import JailSpec
+
+SCRATCH, HIDDEN, READABLE, WRITABLE, FROZEN = range(5)
+
+
+def _mounts(spec: JailSpec) -> list[tuple[int, int, str]]:
+    """(depth, kind, path) of every mount, in bwrap order; paths that do not exist are left out."""
+    chosen: dict[tuple[int, str], None] = {}
+    for kind, paths in ((SCRATCH, spec.scratch), (HIDDEN, spec.hidden), (READABLE, spec.readable),
+                        (WRITABLE, spec.writable), (FROZEN, spec.frozen)):
+        for path in paths:
+            if path and os.path.lexists(path):
+                chosen[(kind, os.path.realpath(path))] = None
+    shown = [p for kind, p in chosen if kind in (READABLE, WRITABLE)]
+    for secret in spec.credentials():       # a credential inside something shown is hidden again
+        real = os.path.realpath(secret)
+        if os.path.lexists(real) and any(_inside(real, p) for p in shown):
+            chosen[(HIDDEN, real)] = None
+    return _needed(sorted((path.count(os.sep), kind, path) for kind, path in chosen))
+
+
+def _needed(mounts: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Leave out the mounts that change nothing (each costs bwrap time at every start): a
+    read-only one where everything is read-only already (the system, or a shown folder), a
+    writable one inside a writable one."""
+    kept: list[tuple[int, int, str]] = []
+    read_only = (READABLE, FROZEN)
+    for depth, kind, path in mounts:
+        before = READABLE                   # `/` itself is bound read-only
+        for _, other, folder in kept:       # in mount order: the last one covering `path` wins
+            if _inside(path, folder):
+                before = other
+        if kind in read_only and before in read_only:
+            continue
+        if kind == WRITABLE and before == WRITABLE:
+            continue
+        kept.append((depth, kind, path))
+    return kept
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def command(bwrap: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str]) -> list[str]:
+    """`argv` run inside the jail, in `cwd`, with exactly `env`."""
+    line = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--unshare-all", "--share-net", "--die-with-parent", "--clearenv"]
+    read_only_tmpfs = []
+    for _, kind, path in _mounts(spec):
+        if kind in (HIDDEN, SCRATCH) and os.path.isdir(path):
+            line += ["--tmpfs", path]
+            if kind == HIDDEN:
+                read_only_tmpfs.append(path)
+        elif kind in (HIDDEN, SCRATCH):
+            line += ["--ro-bind", "/dev/null", path]
+        elif kind == WRITABLE:
+            line += ["--bind", path, path]
+        else:
+            line += ["--ro-bind", path, path]
+    for path in read_only_tmpfs:        # last: the mounts inside them needed their mount points made
+        line += ["--remount-ro", path]
+    for name, value in sorted(env.items()):
+        line += ["--setenv", name, value]
+    line += ["--chdir", os.path.realpath(cwd), "--", *argv]
+    return line

@@ -1,0 +1,37 @@
+"""The environment a jailed command gets: named on an allowlist, nothing else of hive's own.
+
+Provider keys and endpoints, proxies and certificates, PATH, the locale, the terminal, where the
+usual toolchains live (`VIRTUAL_ENV`, `JAVA_HOME`, `GOPATH`, ...), the agent's
+identity (`HIVE_ISSUE`, `HIVE_AGENT_ID`: what the hooks and the agent protocol read) and the git
+settings hive gives agents (`GIT_CONFIG_COUNT/KEY/VALUE`). Everything else — the runner's `GIT_DIR`,
+hive's `HIVE_*` settings, tokens of other services — stays outside.
+"""
+
+from __future__ import annotations
+
+NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM",
+    "NO_COLOR", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE", "HIVE_ISSUE", "HIVE_AGENT_ID", "GIT_CONFIG_COUNT", "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+    # toolchains: where they live and how they behave (no credentials)
+    "PYTHONDONTWRITEBYTECODE", "PYTHONUTF8", "PYTHONIOENCODING", "VIRTUAL_ENV", "PYENV_ROOT",
+    "PYENV_VERSION", "JAVA_HOME", "GOPATH", "GOROOT", "GOFLAGS", "CARGO_HOME", "RUSTUP_HOME",
+    "NVM_DIR", "NODE_PATH",
+})
+PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "AZURE_OPENAI_", "GIT_CONFIG_KEY_",
+            "GIT_CONFIG_VALUE_")
+SUFFIXES = ("_API_KEY", "_PROXY", "_proxy")
+# set inside every jail: its own /tmp
+FIXED = {"TMPDIR": "/tmp"}
+
+
+def allowed(name: str) -> bool:
+    return name in NAMES or name.startswith(PREFIXES) or name.endswith(SUFFIXES)
+
+
+def jail_environment(env: dict[str, str]) -> dict[str, str]:
+    """The names of `env` a jailed command may see, plus the jail's fixed ones."""
+    kept = {name: value for name, value in env.items() if allowed(name)}
+    kept.update(FIXED)
+    return kept

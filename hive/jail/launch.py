@@ -1,0 +1,44 @@
+"""A command line made ready to start in a jail: argv, environment, process bound."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hive.errors import HiveError
+from hive.jail import bubblewrap
+from hive.jail.detect import support
+from hive.jail.environment import jail_environment
+from hive.jail.limits import ProcessCap
+from hive.jail.spec import JailSpec
+
+
+class NoJail(HiveError):
+    """A jail was asked for and cannot be built here (the message names the cause and the fix)."""
+
+
+@dataclass
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    cap: ProcessCap | None = field(default=None, repr=False)
+
+    def release(self) -> None:
+        """After the command and everything it started have ended."""
+        if self.cap is not None:
+            self.cap.release()
+
+
+def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | None,
+            strict: bool = True) -> Launch:
+    """`argv` as it is (no jail), or wrapped in `jail`. Where no jail can be built: NoJail, or
+    (not `strict`) `argv` unjailed with the jail's environment."""
+    if jail is None:
+        return Launch(list(argv), dict(env))
+    found = support()
+    if not found.ok:
+        if not strict:
+            return Launch(list(argv), {**jail_environment(env), **dict(jail.env)})
+        raise NoJail(f"{found.reason} — {found.fix}")
+    cap = ProcessCap.make(jail.max_processes)
+    line = bubblewrap.command(found.bwrap, jail, argv, cwd, {**jail_environment(env), **dict(jail.env)})
+    return Launch(cap.command(line), {}, cap)

@@ -1,0 +1,104 @@
+"""The process limit of a jail: a pids cgroup where hive may make one, else RLIMIT_NPROC.
+
+RLIMIT_NPROC counts per user namespace (Linux 5.14+), so inside the jail's own namespace it bounds
+the jail alone — but the kernel never applies it to root. Running as root, the bound is a child of
+the `pids` cgroup hive runs in (cgroup v2 with `pids` delegated to its subtree, or the v1 `pids`
+hierarchy), made per jailed command and removed when it has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# $1 the process bound, $2 the cgroup.procs to join ("" for none), then the command; a lower
+# limit already in force stays (only root may raise one)
+ENTER = ('n=$1; procs=$2; shift 2; '
+         'if [ -n "$procs" ]; then echo $$ > "$procs" || { echo "hive jail: cannot enter $procs" >&2; exit 126; }; fi; '
+         'ulimit -u "$n" 2>/dev/null || ulimit -p "$n" 2>/dev/null; exec "$@"')
+
+
+def _own_cgroup_dirs() -> list[Path]:
+    """Where a child pids cgroup of this process would go, most likely first."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    found: list[Path] = []
+    for line in lines:
+        number, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        path = path.lstrip("/")
+        if "pids" in controllers.split(","):
+            found.append(CGROUP_ROOT / "pids" / path)
+        elif number == "0" and not controllers:
+            for base in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+                if "pids" in _read(base / path / "cgroup.subtree_control").split():
+                    found.append(base / path)
+    return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@dataclass
+class ProcessCap:
+    """One jailed command's process bound. `preexec` runs in the child before it execs."""
+
+    max_processes: int
+    cgroup: Path | None = None
+
+    @classmethod
+    def make(cls, max_processes: int) -> ProcessCap:
+        if os.geteuid() == 0:
+            for parent in _own_cgroup_dirs():
+                group = parent / f"hive-jail-{uuid.uuid4().hex[:12]}"
+                try:
+                    group.mkdir()
+                    (group / "pids.max").write_text(str(max_processes))
+                except OSError:
+                    _remove(group)
+                    continue
+                return cls(max_processes, group)
+        return cls(max_processes)
+
+    @property
+    def mechanism(self) -> str:
+        if self.cgroup is not None:
+            return "pids cgroup"
+        return "RLIMIT_NPROC" if os.geteuid() != 0 else ""
+
+    def command(self, argv: list[str]) -> list[str]:
+        """`argv` started inside the bound: a `/bin/sh` that joins the cgroup (when there is one),
+        sets RLIMIT_NPROC (soft and hard), then execs `argv`. A shell and not a `preexec_fn`:
+        Python forks (no vfork) for one, which costs more than the whole jail (bench/jail.py)."""
+        procs = str(self.cgroup / "cgroup.procs") if self.cgroup is not None else ""
+        return ["/bin/sh", "-c", ENTER, "hive-jail", str(self.max_processes), procs, *argv]
+
+    def release(self) -> None:
+        """Remove the cgroup once nothing runs in it (hive killed the jail's processes first)."""
+        if self.cgroup is not None:
+            _remove(self.cgroup)
+
+
+def _remove(group: Path) -> None:
+    try:
+        group.rmdir()
+    except OSError:
+        pass
+
+
+def available_mechanism(max_processes: int = 64) -> str:
+    """The mechanism that would bound a jail's processes here ("" when none would)."""
+    cap = ProcessCap.make(max_processes)
+    try:
+        return cap.mechanism
+    finally:
+        cap.release()

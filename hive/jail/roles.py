@@ -1,0 +1,99 @@
+"""The jail of each kind of agent, from the repository's places.
+
+A worker (and the test commands run for it) may write its worktree and the worktree's own git
+admin folder (`<common>/worktrees/<id>`: HEAD, index, logs, and `hive-objects`, where its git
+writes new objects — `GIT_OBJECT_DIRECTORY`, the shared store an alternate it only reads): what a
+commit on the worktree's detached HEAD writes. Nothing else of the repository — not `objects/`,
+`refs/`, `packed-refs`, `config` or `hooks` — so it can move no ref and damage no object; hive
+copies the new objects over and moves the work branch to the worktree's HEAD afterwards
+(`hive.workspace.worktrees.adopt_head`). The refinery gets the
+same jail for the worktree of its task. The Queen may write only its plan directory and reads the
+main worktree. Hidden from all: the user's home (but for what the agent CLI needs, which the
+backend adds), /tmp (each jail has its own), hive's runtime folder (`<common>/hive`) and — for
+workers and the refinery — the main worktree (its untracked files, `.env` and such).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hive import git
+from hive.jail.spec import JailSpec
+
+_HIVE_PACKAGE = str(Path(__file__).resolve().parent.parent)
+
+
+def _system_readable() -> tuple[str, ...]:
+    """What commands need that may lie in the hidden home, shown again read-only: hive's own
+    Python (a venv in ~) and the tool folders on PATH (`~/.pyenv/shims` → `~/.pyenv`, a shim
+    needs its whole tree; the credentials inside stay hidden, see `JailSpec.credentials`)."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    tools = []
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        real = os.path.realpath(entry) if entry else ""
+        if real.startswith(home + os.sep):
+            tools.append(os.path.join(home, real[len(home) + 1:].split(os.sep)[0]))
+    return tuple(dict.fromkeys((sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+                                _HIVE_PACKAGE, *tools)))
+
+
+def _git_admin(worktree: Path) -> Path | None:
+    """The worktree's own git dir, as its `.git` file names it (before any agent ran in it)."""
+    dot_git = worktree / ".git"
+    try:
+        text = dot_git.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    return (worktree / text[len("gitdir:"):].strip()).resolve()
+
+
+def _identity(paths: git.RepoPaths) -> tuple[tuple[str, str], ...]:
+    """The user's git identity as environment: their global config is hidden with their home."""
+    try:
+        signature = git.repository(paths.common_dir).default_signature
+    except Exception:                 # noqa: BLE001 - pygit2.GitError: no identity configured
+        return ()
+    return tuple((f"GIT_{who}_{what.upper()}", value) for who in ("AUTHOR", "COMMITTER")
+                 for what, value in (("name", signature.name), ("email", signature.email)))
+
+
+SCRATCH = ("/tmp", "/var/tmp")      # empty and writable in each jail, its own
+
+
+def _hidden(paths: git.RepoPaths, *, main_worktree: bool) -> tuple[str, ...]:
+    hidden = [os.path.expanduser("~"), str(paths.hive_dir)]
+    if main_worktree:
+        hidden.append(str(paths.main_worktree))
+    return tuple(hidden)
+
+
+def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
+    """A worker's (or the refinery's, or a test command's) jail for one worktree."""
+    worktree = worktree.resolve()
+    admin = _git_admin(worktree)
+    writable = [str(worktree)]
+    frozen = [str(worktree / ".git")]
+    env = list(_identity(paths))
+    if admin is not None:
+        writable.append(str(admin))
+        frozen += [str(admin / "gitdir"), str(admin / "commondir"), str(admin / "config.worktree")]
+        objects = git.private_objects(paths.common_dir, admin.name)
+        (objects / "pack").mkdir(parents=True, exist_ok=True)
+        env += [("GIT_OBJECT_DIRECTORY", str(objects)),
+                ("GIT_ALTERNATE_OBJECT_DIRECTORIES", str(paths.common_dir / "objects"))]
+    return JailSpec(writable=tuple(writable), readable=(str(paths.common_dir), *_system_readable()),
+                    hidden=_hidden(paths, main_worktree=True), scratch=SCRATCH, frozen=tuple(frozen),
+                    env=tuple(env))
+
+
+def queen_jail(paths: git.RepoPaths, plan_directory: Path) -> JailSpec:
+    """The Queen's jail: it reads the repository and writes only its plan directory."""
+    plan = plan_directory.resolve()
+    return JailSpec(writable=(str(plan),),
+                    readable=(str(paths.main_worktree), str(paths.common_dir), *_system_readable()),
+                    hidden=_hidden(paths, main_worktree=False), scratch=SCRATCH,
+                    frozen=(str(plan / ".git"),), env=_identity(paths))

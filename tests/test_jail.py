@@ -1,0 +1,268 @@
+"""The OS jail against a hostile agent: a corpus of escape attempts, each a scripted worker.
+
+Every attempt is one issue whose agent runs the attempt as a shell command it needs to succeed
+(`must_succeed`), so the issue fails with the command's own last words: what the jail refused.
+One daemon run works them all, plus an honest worker beside them (the other agents unaffected).
+Afterwards: the user's files, the repository's config, hooks and refs, the remote and another
+repository are as they were; no ref moved but the agents' own work branches and what hive itself
+merged (the honest one); no secret appears in anything hive recorded or printed; nothing an agent
+started is still running.
+
+Skipped, with the reason, where no jail can be built; in CI (`CI=true`) that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hive.jail import JailSpec, prepare, support
+from hive.jail.environment import jail_environment
+from tests.daemon_helpers import RUN, hive_dir, write_script
+from tests.hostile import FORKED, GONE, READ_ONLY, SLEEPER, Scene, attempts, processes_with, require_jail
+
+READ_ONLY_OR_GONE = READ_ONLY + "|" + GONE
+
+# a worker whose own test_command (its result names it; the merge gate runs it) tries to move main
+TEST_COMMAND_ATTEMPTS = {
+    "test-command-push": "git push origin HEAD:main",
+    "test-command-loop": "i=0; while [ $i -lt 50 ]; do git update-ref refs/heads/main HEAD || exit 1; i=$((i+1)); done",
+    "test-command-unset": "env -u HIVE_AGENT_ID git -c core.hooksPath=/dev/null update-ref refs/heads/main HEAD",
+}
+
+
+def test_the_hostile_agent_corpus_escapes_nothing(repo: Path, tmp_path: Path, git_env: Path, git, new_issue,
+                                                  state_log, make_repo, wait_for) -> None:
+    require_jail()
+    scene = Scene.build(repo, git_env, tmp_path, git, make_repo)
+    victim = new_issue("An honest worker beside the hostile ones")
+    corpus = attempts(scene.home, repo, scene.other, hive_dir(repo), victim)
+    assert len(corpus) >= 30
+    ids = {label: new_issue(f"attempt {label}", labels=[label]) for label, _, _ in corpus}
+    script: dict[str, Any] = {"labels": {label: [{"run": command, "must_succeed": True, "timeout": 60},
+                                                 {"commit": f"{label}: got through"},
+                                                 {"result": "success", "summary": f"{label} got through"}]
+                                         for label, command, _ in corpus}}
+    script["labels"]["sleeper"] = [{"run": f"setsid sleep {SLEEPER} >/dev/null 2>&1 </dev/null &"},
+                                   {"result": "failure", "summary": "left a sleeper behind"}]
+    script["labels"]["symlink-result"] = [{"run": f"ln -s {scene.home}/.ssh/id_rsa .hive-result.jsonl",
+                                           "must_succeed": True}]
+    for label, command in TEST_COMMAND_ATTEMPTS.items():
+        script["labels"][label] = [{"write": f"{label}.txt", "content": "work\n"}, {"commit": label},
+                                   {"result": "success", "summary": "done", "test_command": command}]
+    for label in ("sleeper", "symlink-result", *TEST_COMMAND_ATTEMPTS):
+        ids[label] = new_issue(f"attempt {label}", labels=[label])
+    scene.snapshot(git)
+
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(write_script(tmp_path, script)),
+           "HIVE_MAX_RETRIES": "0", "HIVE_MAX_AGENT_SWITCHES": "0", "HIVE_ANOMALY_FAILURE_THRESHOLD": "1000"}
+    daemon = subprocess.run([*RUN, "--until-idle", "--max-agents", "3"], cwd=repo, capture_output=True,
+                            text=True, env=env, timeout=600)
+    assert daemon.returncode in (0, 1), daemon.stdout + daemon.stderr        # the daemon unaffected
+    assert "Traceback" not in daemon.stdout + daemon.stderr
+
+    log = state_log(repo)
+
+    def status(issue_id: str) -> str:
+        return [c.event for c in log if c.issue == issue_id][-1]
+
+    def reason(issue_id: str) -> str:
+        return " ".join(c.trailers.get("Hive-Reason", "") for c in log if c.issue == issue_id)
+
+    assert status(victim) == "finalized", daemon.stdout              # the other agents unaffected
+    got_through = [(label, status(ids[label]), reason(ids[label])) for label, _, refused in corpus
+                   if status(ids[label]) != "escalated" or not re.search(refused, reason(ids[label]))]
+    assert not got_through, got_through
+    assert "symbolic link" in reason(ids["symlink-result"])
+    assert status(ids["sleeper"]) == "escalated"
+    for label in TEST_COMMAND_ATTEMPTS:        # the merge gate ran it jailed: refused, not merged
+        assert status(ids[label]) == "escalated", (label, reason(ids[label]), daemon.stdout)
+        # the refinery (scripted: "merged") cannot make it pass; hive escalates with the test's words
+        assert re.search(READ_ONLY_OR_GONE, reason(ids[label])), (label, reason(ids[label]))
+    # what an agent started ends with its jail's PID namespace: the kernel kills it all as the
+    # namespace's first process exits (3000 sleepers take it a moment)
+    wait_for(lambda: not processes_with(SLEEPER), "the sleeper that tried to outlive its agent to end")
+    wait_for(lambda: not processes_with(FORKED), "the fork bomb's processes to end with their agent")
+
+    scene.assert_nothing_escaped(git, daemon.stdout + daemon.stderr, main_may_move=True)
+    # main moved by hive's merge of the honest work only
+    subjects = git("log", "--format=%s", f"{scene.before['refs']['refs/heads/main']}..main", cwd=repo).stdout.split("\n")
+    assert [s for s in subjects if s] == [f"{victim}: # Issue {victim}: An honest worker beside the hostile ones"], \
+        subjects
+    assert not (git("rev-parse", "--verify", "-q", "refs/heads/hive/work/" + victim, cwd=repo, check=False)
+                .stdout.strip())                                  # merged and cleaned up, not moved by another
+
+
+def test_a_test_command_runs_in_the_jail_with_the_jails_environment(tmp_path: Path, git_env: Path,
+                                                                    monkeypatch) -> None:
+    require_jail()
+    from hive.merge.mechanical import run_test
+
+    (git_env / ".ssh").mkdir()
+    (git_env / ".ssh" / "id_rsa").write_text("SECRET-SSH-KEY-1f2e")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("HIVE_SECRET_SETTING", "hive-own")
+    monkeypatch.setenv("GIT_DIR", "/somewhere")
+    jail = JailSpec(writable=(str(work),), hidden=(str(git_env),), scratch=("/tmp",))
+    result = run_test('env; cat ~/.ssh/id_rsa; echo made > here; echo x > "$HOME/x"', work, 30, jail)
+    assert "HIVE_SECRET_SETTING" not in result.output and "GIT_DIR" not in result.output
+    assert "SECRET-SSH-KEY" not in result.output and "No such file" in result.output
+    assert "Read-only file system" in result.output
+    assert (work / "here").read_text() == "made\n" and not (git_env / "x").exists()
+
+
+def test_the_environment_is_an_allowlist() -> None:
+    env = jail_environment({"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_BASE_URL": "u", "HTTPS_PROXY": "p",
+                            "LC_ALL": "C", "HIVE_MAX_AGENTS": "3", "GIT_DIR": "/x", "GITHUB_TOKEN": "t",
+                            "HIVE_AGENT_ID": "w-1", "SSH_AUTH_SOCK": "/s"})
+    assert env == {"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_BASE_URL": "u", "HTTPS_PROXY": "p",
+                   "LC_ALL": "C", "HIVE_AGENT_ID": "w-1", "TMPDIR": "/tmp"}
+
+
+def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeypatch) -> None:
+    """`prepare` wraps a command in bwrap; with no bwrap it refuses (strict) naming the fix."""
+    from hive.jail import NoJail, detect
+
+    require_jail()
+    launch = prepare(["true"], cwd=str(tmp_path), env={"PATH": "/bin"}, jail=JailSpec(writable=(str(tmp_path),)))
+    assert support().bwrap in launch.argv and launch.argv[-2:] == ["--", "true"]
+    assert subprocess.run(launch.argv, env=launch.env).returncode == 0
+    launch.release()
+    monkeypatch.setenv("HIVE_BWRAP", str(tmp_path / "no-bwrap"))
+    detect.support.cache_clear()
+    try:
+        with pytest.raises(NoJail, match="bubblewrap"):
+            prepare(["true"], cwd=str(tmp_path), env={}, jail=JailSpec(writable=()))
+        unjailed = prepare(["true"], cwd=str(tmp_path), env={"HIVE_X": "1", "PATH": "/bin"},
+                           jail=JailSpec(writable=()), strict=False)
+        assert unjailed.argv == ["true"] and unjailed.env == {"PATH": "/bin", "TMPDIR": "/tmp"}
+    finally:
+        detect.support.cache_clear()
+
+
+# -- no jail, no real agents ----------------------------------------------------------------------
+
+NO_BWRAP = {"HIVE_BWRAP": "/nonexistent/bwrap"}          # a machine where no jail can be built
+
+
+@pytest.mark.parametrize("backend", ["claude", "codex"])
+def test_no_jail_no_real_agents_run_and_plan_stop_with_one_line(repo: Path, hive, new_issue, backend) -> None:
+    """Where no jail can be built, `run` (also `--detach`) and `plan` with a real agent CLI stop
+    before anything starts: exit 1, one line naming the cause and the fix, no agent, no branch."""
+    new_issue("Would be worked")
+    env = {**NO_BWRAP, f"HIVE_{backend.upper()}_COMMAND": "true"}     # the CLI itself is found
+    for args in (("run", "--backend", backend, "--until-idle"), ("run", "--backend", backend, "--detach"),
+                 ("plan", "--backend", backend, "--headless", "Build a thing")):
+        done = hive(*args, cwd=repo, env=env, check=False)
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert done.returncode == 1 and len(lines) == 1, (args, done.stdout, done.stderr)
+        assert f"cannot jail the {backend} agents: bubblewrap (bwrap) is not installed" in lines[0]
+        assert "apt-get install bubblewrap" in lines[0] and 'sandbox = "off"' in lines[0]
+        assert "Traceback" not in done.stdout + done.stderr
+    assert not (hive_dir(repo) / "daemon.log").exists() or "claimed" not in (hive_dir(repo) / "daemon.log").read_text()
+    branches = subprocess.run(["git", "branch", "--list", "hive/plan/*"], cwd=repo, capture_output=True, text=True)
+    assert branches.stdout.strip() == ""
+
+
+def test_sandbox_off_is_warned_at_every_start_and_doctor_says_so(repo: Path, hive, new_issue) -> None:
+    new_issue("Worked unjailed")
+    env = {**NO_BWRAP, "HIVE_SANDBOX": "off", "HIVE_CLAUDE_COMMAND": "true"}
+    for _ in range(2):
+        done = hive("run", "--until-idle", "--backend", "scripted", cwd=repo, env=env, check=False)
+        assert done.returncode == 0, done.stderr
+        assert 'sandbox = "off": agents run without the OS jail' in done.stdout + done.stderr
+    doctor = hive("doctor", cwd=repo, env=env, check=False)
+    assert 'jail: OFF (warning: sandbox = "off"' in doctor.stdout
+
+
+def test_scripted_agents_run_unjailed_with_a_warning_where_no_jail_can_be_built(repo: Path, hive, new_issue,
+                                                                                 state_log) -> None:
+    issue = new_issue("Worked by a scripted agent")
+    done = hive("run", "--until-idle", "--backend", "scripted", cwd=repo, env=NO_BWRAP, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "scripted agents run unjailed: bubblewrap (bwrap) is not installed" in done.stdout + done.stderr
+    assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized"
+    doctor = hive("doctor", cwd=repo, env={**NO_BWRAP, "HIVE_BACKEND": "scripted"}, check=False)
+    assert "jail: none here, the scripted agents run unjailed: bubblewrap (bwrap) is not installed" in doctor.stdout
+
+
+def test_doctor_reports_the_jail_and_fails_for_real_agents_that_cannot_have_one(repo: Path, hive) -> None:
+    env = {**NO_BWRAP, "HIVE_BACKEND": "claude", "HIVE_CLAUDE_COMMAND": "true"}
+    doctor = hive("doctor", cwd=repo, env=env, check=False)
+    assert doctor.returncode == 1
+    assert "jail: cannot jail the claude agents: bubblewrap (bwrap) is not installed" in doctor.stdout
+    if support().ok:
+        jailed = hive("doctor", cwd=repo, check=False)
+        assert "jail: agents run jailed (bubblewrap " in jailed.stdout
+
+
+# -- the private object store ---------------------------------------------------------------------
+
+def test_a_jailed_commit_lands_through_the_private_object_store_rehashed(repo: Path, git) -> None:
+    """A worker's git writes its objects to its own store (the shared one is read-only in the
+    jail); hive copies them over, each hashed again, so a file named as another object plants
+    nothing, and moves the work branch to the worktree's HEAD."""
+    from hive import git as hive_git
+    from hive.jail import roles
+    from hive.workspace import worktrees
+
+    require_jail()
+    paths = hive_git.discover(repo)
+    issue = "hv-0bj3ct"
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    worktrees.create(paths, issue, base)
+    tree = worktrees.worktree_path(paths, issue)
+    jail = roles.worktree_jail(paths, tree)
+    launch = prepare(["sh", "-c", 'echo made > made.txt && git add made.txt && git commit -q -m "made" '
+                      '&& test ! -w "$(git rev-parse --git-common-dir)/objects"'],
+                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=jail)
+    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    launch.release()
+    assert done.returncode == 0, done.stderr
+    private = hive_git.private_objects(paths.common_dir, issue)
+    head = git("rev-parse", "HEAD", cwd=tree).stdout.strip()
+    assert (private / head[:2] / head[2:]).is_file()                     # written where the agent may
+    assert git("cat-file", "-e", head, cwd=repo, check=False).returncode != 0   # not in the shared store yet
+    forged = "ab" * 20                                                 # a loose object under a name not its own
+    real = private / head[:2] / head[2:]
+    (private / forged[:2]).mkdir(exist_ok=True)
+    (private / forged[:2] / forged[2:]).write_bytes(real.read_bytes())
+
+    assert worktrees.adopt_head(paths, issue) == head
+    assert git("log", "-1", "--format=%s", f"hive/work/{issue}", cwd=repo).stdout.strip() == "made"
+    assert git("cat-file", "-e", forged, cwd=repo, check=False).returncode != 0   # the forged name planted nothing
+    assert git("show", f"hive/work/{issue}:made.txt", cwd=repo).stdout == "made\n"
+    assert [p.name for p in private.iterdir()] == ["pack"]           # emptied for the next turn
+
+
+def test_the_queens_jail_writes_only_its_plan_directory(repo: Path, tmp_path: Path, git_env: Path) -> None:
+    """The Queen reads the repository (main worktree included) and writes its plan directory only."""
+    from hive import git as hive_git
+    from hive.jail import roles
+
+    require_jail()
+    (git_env / ".ssh").mkdir()
+    (git_env / ".ssh" / "id_rsa").write_text("SECRET-SSH-KEY-1f2e")
+    paths = hive_git.discover(repo)
+    plan = paths.hive_dir / "plans" / "a-plan"
+    plan.mkdir(parents=True)
+    script = (f'echo planned > "{plan}/PLAN.md" && cat "{repo}/README.md" && '
+              f'{{ echo evil >> "{repo}/README.md"; echo evil > "{paths.common_dir}/refs/heads/main"; '
+              f'cat ~/.ssh/id_rsa; touch "{paths.hive_dir}/pwned"; true; }}')
+    launch = prepare(["sh", "-c", script], cwd=str(plan), env={"PATH": os.environ["PATH"]},
+                     jail=roles.queen_jail(paths, plan))
+    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    launch.release()
+    assert done.returncode == 0, done.stderr
+    assert (plan / "PLAN.md").read_text() == "planned\n"
+    assert (repo / "README.md").read_text() in done.stdout            # read, not written
+    assert "evil" not in (repo / "README.md").read_text()
+    assert done.stderr.count("Read-only file system") == 3, done.stderr
+    assert "SECRET-SSH-KEY" not in done.stdout and "No such file" in done.stderr
+    assert not (paths.hive_dir / "pwned").exists()
