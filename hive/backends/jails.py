@@ -38,6 +38,6 @@ def session_jail(spec: SessionSpec, *, strict: bool, writable: tuple[str, ...] =
     if not strict and not support().ok:
         if not _warned:
             _warned.append(True)
-            print(f"git-hive: warning: scripted agents run unjailed: {support().reason}", file=sys.stderr)
+            print(f"git hive: warning: scripted agents run unjailed: {support().reason}", file=sys.stderr)
         return None
     return spec.jail.extended(writable=writable, readable=readable)

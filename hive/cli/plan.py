@@ -30,7 +30,7 @@ def _queen_backend(project, backend: str | None):
     if refusal:
         raise HiveError(refusal)          # no jail, no real agents
     if warning:
-        click.echo(f"git-hive: {warning}", err=True)
+        click.echo(f"git hive: {warning}", err=True)
     paths = project.paths
     return backend_for_role(config, "queen", str(paths.hive_dir), str(paths.main_worktree))
 
