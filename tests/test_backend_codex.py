@@ -638,6 +638,57 @@ def test_run_works_an_issue_end_to_end_with_the_real_cli(project_repo: Path, fak
     assert (project_repo / ".git" / "hive" / "codex-home" / "config.toml").is_file()
 
 
+def budget_row(repo: Path, issue_id: str) -> dict[str, Any]:
+    with sqlite3.connect(repo / ".git" / "hive" / "runtime.db", timeout=5) as conn:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT * FROM budgets WHERE issue_id = ?", (issue_id,)).fetchone())
+
+
+@needs_codex
+def test_a_worker_of_40_model_calls_billed_like_codex_finishes_within_the_default_budget(
+        project_repo: Path, fake: FakeOpenAI, hive: Any):
+    """Every call resends the ~10k-token prefix and the history, mostly from the prompt cache:
+    about 800k input tokens in all, four times max_tokens_per_issue had the cached ones been
+    counted; the worker finishes, the cache reads recorded and priced at the cached rate."""
+    issue_id = hive("create", "Long work", "-d", "Many small steps.", cwd=project_repo, check=True).stdout.strip()
+    steps = [fake_api.exec_command(f"echo step {n}") for n in range(40)] + finish_steps()
+    for n, step in enumerate(steps):
+        step.usage = fake_api.billed_like_codex(n)
+    fake.script(*steps)
+    out = finish(start_run(project_repo), timeout=300)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done", out
+    assert len(fake.responses_requests()) == 44
+    calls = [fake_api.billed_like_codex(n) for n in range(44)]
+    billed_input = sum(c["input_tokens"] for c in calls)
+    cached = sum(c["cached_tokens"] for c in calls)
+    budget = budget_row(project_repo, issue_id)
+    assert budget["cache_read_tokens"] == cached and billed_input > 800_000 > 200_000 > budget["tokens"]
+    assert budget["input_tokens"] == billed_input - cached and budget["output_tokens"] == 44 * 150
+    assert budget["tokens"] == budget["input_tokens"] + budget["cache_write_tokens"] + budget["output_tokens"]
+    price_in, price_out, price_cached = 1.25, 10.0, 0.125      # gpt-5.5 is priced as gpt-5
+    expected = ((billed_input - cached) * price_in + cached * price_cached + 44 * 150 * price_out) / 1e6
+    assert budget["cost_usd"] == pytest.approx(expected, rel=1e-3)
+
+
+@needs_codex
+def test_a_looping_codex_worker_is_stopped_by_the_budget_with_the_figures(project_repo: Path, fake: FakeOpenAI,
+                                                                          hive: Any, git: Callable[..., Any]):
+    issue_id = hive("create", "Loops", "-d", "Never ends.", cwd=project_repo, check=True).stdout.strip()
+    fake.script(*[fake_api.exec_command("true", usage=fake_api.billed_like_codex(n, growth=6000, output=2000))
+                  for n in range(200)])
+    out = finish(start_run(project_repo), timeout=300)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "escalated", out
+    assert len(fake.responses_requests()) < 60                  # stopped mid-loop, not at its end
+    reason = git("log", "-1", "--format=%(trailers:key=Hive-Reason,valueonly)", "hive/state",
+                 cwd=project_repo).stdout
+    assert "token budget exceeded" in reason and "> max_tokens_per_issue 200,000" in reason, reason
+    assert "counted; cache reads" in reason and "$" in reason
+    budget = budget_row(project_repo, issue_id)
+    assert budget["tokens"] > 200_000 and budget["cache_read_tokens"] > budget["tokens"]
+
+
 @needs_codex
 def test_run_declines_a_command_outside_the_worktree(project_repo: Path, fake: FakeOpenAI, hive: Any,
                                                     git: Callable[..., Any]):
