@@ -419,6 +419,53 @@ def test_usage_and_cost_across_turns_and_resume(api: FakeAnthropic, claude_env: 
 
 
 @needs_claude
+def test_usage_carries_on_over_a_killed_cli_and_a_daemon_restart(api: FakeAnthropic, claude_env: dict[str, str],
+                                                                wrepo: Path) -> None:
+    """After a SIGKILL the CLI's cumulative total_cost_usd starts again from zero: a turn's cost is
+    not its growth over the killed process's total. A new backend (the daemon restarted) that
+    resumes the session carries on from hive's record of its totals (spec.usage)."""
+    backend = ClaudeBackend(command=CLAUDE, extra_env=claude_env)
+    rec = Recorder(backend, root=str(wrepo))
+
+    async def main() -> None:
+        api.script(write("a.txt", "a\n"), text("turn one"))         # two calls of 1000 in / 50 out
+        sid = await backend.create_session(worker_spec(wrepo))
+        await backend.send_message_async(sid, "first turn")
+        assert (await rec.turn(sid, 1)).ok
+        u1 = (await backend.get_session_status(sid)).usage
+        one_call = u1.cost_usd / 2
+        api.script(write("b.txt", "b\n"), stall(60))                 # turn 2: killed on its 2nd call
+        await backend.send_message_async(sid, "second turn")
+        await rec.wait_for(lambda: len(api.message_requests) >= 4, "the stalled model call")
+        os.killpg((await backend.get_session_status(sid)).pid, signal.SIGKILL)
+        assert not (await rec.turn(sid, 2)).ok
+        api.clear()
+        api.script(text("turn three"))
+        assert await backend.create_session(worker_spec(wrepo, resume=sid)) == sid
+        await backend.send_message_async(sid, "third turn")
+        assert (await rec.turn(sid, 3)).ok
+        u3 = (await backend.get_session_status(sid)).usage
+        assert (u3.input_tokens, u3.output_tokens) == (3000, 150)    # the killed turn's call had no result
+        assert u3.cost_usd - u1.cost_usd == pytest.approx(one_call, rel=1e-6)
+        await backend.stop()
+
+        restarted = ClaudeBackend(command=CLAUDE, extra_env=claude_env)
+        rec2 = Recorder(restarted, root=str(wrepo))
+        api.script(text("turn four"))
+        assert await restarted.create_session(worker_spec(wrepo, resume=sid, usage=u3)) == sid
+        await restarted.send_message_async(sid, "fourth turn")
+        assert (await rec2.turn(sid, 1)).ok
+        u4 = (await restarted.get_session_status(sid)).usage
+        assert (u4.input_tokens, u4.output_tokens) == (4000, 200)
+        assert u4.cost_usd == pytest.approx(u3.cost_usd + one_call, rel=1e-6)
+        assert rec2.of(USAGE, sid)[-1].data == u4                     # events carry the session's totals
+        await restarted.stop()
+
+    run(main())
+    assert "first turn" in api.message_requests[-1].text()          # one conversation throughout
+
+
+@needs_claude
 def test_a_denied_permission_reaches_the_model_as_an_error(api: FakeAnthropic, claude_env: dict[str, str],
                                                           wrepo: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside" / "stolen.txt"

@@ -27,10 +27,12 @@ User turns go to stdin as `{"type":"user","message":{"role":"user","content":...
 Every stdout line refreshes `last_activity` (the orchestrator's stall detection reads it).
 
 Accounting: `result.usage` covers that result only (uncached input, cache writes, cache reads,
-output, kept apart in `Usage`); the session totals are hive's sum of those. `total_cost_usd` adds up over the process *and* over `--resume`,
-so a turn's cost is the growth of that total since the previous result of the session (the first
-result after a resume whose earlier total is unknown falls back to
-`model_usage_since_last_result`).
+output, kept apart in `Usage`); the session totals are hive's sum of those, carried over a resume
+(from `spec.usage` when this backend did not know the session: a daemon restart). A turn's cost is
+`model_usage_since_last_result`'s, which covers that result only. `total_cost_usd` is no ground
+to subtract from: it adds up over the process and over `--resume` after a clean exit, but starts
+again from zero when the process before was killed; it is used (its growth) only when the CLI
+sends no per-result cost.
 
 Failures: a result with `is_error` (an interrupted turn, `error_max_turns`, an API error), an API
 error status (`api_error_status`, `terminal_reason: "api_error"`), a crash (the process ends
@@ -262,8 +264,9 @@ class ClaudeBackend(SessionBackend):
             s.usage = past.usage
             s.messages.extend(past.messages)
             s.cli_cost = past.cli_cost if resumed else 0.0
-        elif resumed:
-            s.cli_cost = None                # earlier cost of this conversation: unknown here
+        else:                                # a daemon restart: hive's record of the totals
+            s.usage = replace(spec.usage)
+            s.cli_cost = None if resumed else 0.0   # earlier cost of this conversation: unknown here
         self._sessions[sid] = s
         s.reader = asyncio.create_task(self._read_stdout(s), name=f"claude-{sid[:8]}-stdout")
         return sid
@@ -489,12 +492,14 @@ class ClaudeBackend(SessionBackend):
         total = msg.get("total_cost_usd")
         total = float(total) if isinstance(total, (int, float)) else None
         since = _since_last_cost(msg.get("model_usage_since_last_result"))
-        if total is None:
-            turn_cost = since or 0.0
-        elif s.cli_cost is None:
-            turn_cost = since if since is not None else total
+        if since is not None:
+            turn_cost = since
+        elif total is None:
+            turn_cost = 0.0
+        elif s.cli_cost is None or total < s.cli_cost:
+            turn_cost = total                # the CLI's count started again (a killed process)
         else:
-            turn_cost = max(0.0, total - s.cli_cost)
+            turn_cost = total - s.cli_cost
         if total is not None:
             s.cli_cost = total
         turn.cost_usd = turn_cost
