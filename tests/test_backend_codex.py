@@ -45,6 +45,7 @@ from hive.agents import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
 from hive.jail import JailSpec
+from tests.daemon_helpers import budget_spent, issue_events, recorded_process, still_running
 from tests.hostile import Scene, require_jail, subset
 
 NPM_CACHE = Path.home() / ".cache" / "git-hive" / "npm"      # read before any fixture moves HOME
@@ -816,3 +817,88 @@ def test_run_escape_attempts_through_the_real_cli_reach_nothing(project_repo: Pa
     shown = json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)
     assert shown["status"] == "done", out
     scene.assert_nothing_escaped(git, out + json.dumps([r["body"] for r in requests]))
+
+
+@needs_codex
+def test_sigkill_of_the_daemon_during_a_worker_turn_spends_no_budget_and_overlaps_nothing(
+        project_repo: Path, fake: FakeOpenAI, hive: Any, git: Callable[..., Any], wait_for: Any, state_log: Any):
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    # no retry, no switch, the anomaly detector at its tightest: a crash charged to the issue escalates it
+    limits = {"max_retries": "0", "max_agent_switches": "0", "anomaly_failure_threshold": "1"}
+    fake.script(finish_steps()[0], fake_api.hang())
+    daemon = start_run(project_repo, **limits)
+    try:
+        fake.wait_requests(2, timeout=60)                       # the patch is applied; the model "thinks"
+        old = wait_for(lambda: recorded_process(project_repo, issue_id, "worker"),
+                       "the agent's pid in runtime.db")
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.communicate(timeout=30)
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "in_progress"
+
+    # the restart's first model call waits until the test has seen whether the lost agent still runs
+    release, seen_alive = threading.Event(), []
+    first, *rest = finish_steps()
+    fake.script(fake_api.gate(first, release), *rest)
+
+    def look() -> None:
+        try:
+            fake.wait_requests(3, timeout=60)
+            seen_alive.append(still_running(old))
+        finally:
+            release.set()
+
+    looker = threading.Thread(target=look, daemon=True)
+    looker.start()
+    out = finish(start_run(project_repo, **limits))
+    looker.join(5)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done", out
+    assert seen_alive == [False]                  # the lost agent was ended before the new attempt began
+    assert not still_running(old)
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "recovered", "claimed", "done"]
+    assert budget_spent(project_repo, issue_id) == (0, 0, [])
+    assert "no budget spent" in out
+    assert git("show", f"hive/work/{issue_id}:hello.txt", cwd=project_repo).stdout == "hello from the codex worker\n"
+
+
+@needs_codex
+def test_run_the_codex_refinery_resolves_a_conflict_working_by_cd(project_repo: Path, fake: FakeOpenAI, hive: Any,
+                                                                 git: Callable[..., Any], state_log: Any):
+    """The target moved under the worker (a person changed the same line): the replay conflicts and
+    the refinery, a codex session started in the issue's worktree, resolves it by `cd <worktree> &&
+    git ...` (rebase, resolve, continue), says merged; hive checks it and lands it."""
+    issue_id = hive("create", "Greet from the worker", cwd=project_repo, check=True).stdout.strip()
+    worktree = project_repo / ".git" / "hive" / "worktrees" / issue_id
+    person_committed = threading.Event()
+    fake.script(
+        fake_api.apply_patch("*** Begin Patch\n*** Update File: README.md\n@@\n-hello\n+hello from the worker\n"
+                             "*** End Patch\n"),
+        fake_api.gate(fake_api.exec_command('git commit -q -am "README: greet from the worker"'), person_committed),
+        fake_api.apply_patch(fake_api.add_file_patch(".hive-result.jsonl", '{"status": "success", "summary": "greets"}')),
+        fake_api.text("Done."),
+        # the refinery
+        fake_api.exec_command(f"cd {worktree} && git -c core.editor=true rebase main"),
+        fake_api.exec_command(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n' > README.md"
+                              " && git add README.md && git -c core.editor=true rebase --continue"),
+        fake_api.apply_patch(fake_api.add_file_patch(".hive-result.jsonl",
+                                                     '{"status": "merged", "summary": "kept both greetings"}')),
+        fake_api.text("Merged."),
+    )
+    proc = start_run(project_repo, merge_mode="auto")
+    try:
+        fake.wait_requests(2, timeout=60)                       # the worker edited README.md
+        (project_repo / "README.md").write_text("hello from a person\n")
+        git("commit", "-q", "-am", "README: greet from a person", cwd=project_repo)
+    finally:
+        person_committed.set()
+    out = finish(proc, timeout=180)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "finalized", out
+    assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
+    assert git("show", "main:README.md", cwd=project_repo).stdout == "hello from a person\nhello from the worker\n"
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "done", "finalized"]
+    requests = fake.responses_requests()
+    assert len(requests) == 8 and "Refinery task" in inputs_text(requests[4])
+    rebased = last_output(requests[5])
+    assert "CONFLICT" in rebased and "rejected by user" not in rebased, rebased   # it ran, in the worktree
