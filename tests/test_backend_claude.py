@@ -1101,3 +1101,45 @@ def test_sigkill_of_the_daemon_during_a_merge_test_merges_once_on_restart(
     assert len(git("log", "--format=%H", "main", "--", "hello.txt").stdout.split()) == 1
     assert [alive for _, alive in seen] == [False]   # one new test, with the old one already gone
     assert not still_running(old)
+
+
+@needs_claude
+def test_run_the_claude_refinery_resolves_a_conflict_working_by_cd(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
+        state_log: Callable[..., Any], git: Callable[..., Any]) -> None:
+    """The target moved under the worker (a person changed the same line): the replay conflicts and
+    the refinery, a claude session started in the issue's worktree, resolves it by `cd <worktree> &&
+    git ...` (rebase, resolve, continue), says merged; hive checks it and lands it."""
+    issue_id = hive("create", "Greet from the worker").stdout.strip()
+    worktree = repo / ".git" / "hive" / "worktrees" / issue_id
+    person_committed = threading.Event()
+
+    def commit_once_the_target_moved(request: Request) -> Reply:
+        person_committed.wait(60)
+        return bash('git commit -q -am "README: greet from the worker"')
+
+    api.script(write("README.md", "hello from the worker\n"), commit_once_the_target_moved,
+               write(".hive-result.jsonl", '{"status": "success", "summary": "greets"}\n'), text("Done."),
+               # the refinery
+               bash(f"cd {worktree} && git -c core.editor=true rebase main"),
+               bash(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n' > README.md"
+                    " && git add README.md && git -c core.editor=true rebase --continue"),
+               write(".hive-result.jsonl", '{"status": "merged", "summary": "kept both greetings"}\n'),
+               text("Merged."))
+    daemon = start_daemon(repo, daemon_env(api, tmp_path / "claude-config", merge_mode="auto"))
+    try:
+        wait_for(lambda: len(api.message_requests) >= 2, "the worker's edit", timeout=60)
+        (repo / "README.md").write_text("hello from a person\n")
+        git("commit", "-q", "-am", "README: greet from a person")
+    finally:
+        person_committed.set()
+    out = finish_daemon(daemon)
+
+    assert show(hive, issue_id)["status"] == "finalized", out
+    assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
+    assert git("show", "main:README.md").stdout == "hello from a person\nhello from the worker\n"
+    assert issue_events(state_log(repo), issue_id) == ["claimed", "done", "finalized"]
+    requests = api.message_requests
+    assert len(requests) == 8 and requests[4].cwd == str(worktree)      # the refinery starts in the worktree
+    rebased = result_text(requests[5].tool_results[0])
+    assert "CONFLICT" in rebased, rebased                                # git ran it, in the worktree
