@@ -15,6 +15,8 @@ the repository root: `python -m pytest`).
     recorded_process recorded_process(repo, issue_id, role) -> hive's record (runtime.db) of the
                     process (pid, start time) of `role` (worker, test, ...) working an issue, or None
     still_running   still_running((pid, start)) -> that very process is alive (a reused pid is not it)
+    NewProcesses    with NewProcesses(repo, issue_id, role, old) as seen: ... -> seen.alive: for each
+                    new `role` process hive recorded meanwhile, whether `old` still ran then
     budget_spent    budget_spent(repo, issue_id) -> (retries, switches, failure times) of its budget
     issue_events    issue_events(state_log(repo), issue_id) -> its Hive-Event trailers but `created`
 """
@@ -27,6 +29,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +118,31 @@ def budget_spent(repo: Path, issue_id: str) -> tuple[int, int, list[float]]:
 def issue_events(commits: list[Any], issue_id: str) -> list[str]:
     return [c.trailers.get("Hive-Event", "") for c in commits
             if c.trailers.get("Hive-Issue") == issue_id and c.trailers.get("Hive-Event") != "created"]
+
+
+class NewProcesses:
+    """Watches, from a thread, hive's record of the `role` processes of an issue: for each new one,
+    whether the process `old` (a killed daemon's) still ran when it appeared."""
+
+    def __init__(self, repo: Path, issue_id: str, role: str, old: tuple[int, str]):
+        self.repo, self.issue_id, self.role, self.old = repo, issue_id, role, old
+        self.seen: list[tuple[int, str]] = []
+        self.alive: list[bool] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            found = recorded_process(self.repo, self.issue_id, self.role)
+            if found and found != self.old and found not in self.seen:
+                self.seen.append(found)
+                self.alive.append(still_running(self.old))
+            self._stop.wait(0.005)
+
+    def __enter__(self) -> "NewProcesses":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)

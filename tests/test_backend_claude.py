@@ -44,7 +44,7 @@ from hive.agents import permissions
 from tests.fakes.anthropic_server import (
     FakeAnthropic, Reply, Request, bash, billed_like_claude_code, error, result_text, stall, text, tool, write,
 )
-from tests.daemon_helpers import budget_spent, issue_events, recorded_process, still_running
+from tests.daemon_helpers import NewProcesses, budget_spent, issue_events, recorded_process, still_running
 from tests.hostile import Scene, require_jail, subset
 
 CLAUDE_VERSION = "2.1.332"
@@ -1075,31 +1075,16 @@ def test_sigkill_of_the_daemon_during_a_merge_test_merges_once_on_restart(
     assert show(hive, issue_id)["status"] == "done"
     calls = len(api.message_requests)
 
-    seen: list[tuple[int, bool]] = []            # each test process the new daemon ran, and the old one's state
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            found = recorded_process(repo, issue_id, "test")
-            if found and found != old and (not seen or seen[-1][0] != found[0]):
-                seen.append((found[0], still_running(old)))
-            stop.wait(0.005)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    try:
+    with NewProcesses(repo, issue_id, "test", old) as tests:
         done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config", merge_mode="auto",
                                            test_command="sleep 0.5", **CRASH_LIMITS))
-    finally:
-        stop.set()
-        watcher.join(5)
 
     assert show(hive, issue_id)["status"] == "finalized", done.stdout
     assert len(api.message_requests) == calls        # the finished work was not redone
     assert issue_events(state_log(repo), issue_id) == ["claimed", "done", "finalized"]
     assert git("show", "main:hello.txt").stdout == "hello\n"
     assert len(git("log", "--format=%H", "main", "--", "hello.txt").stdout.split()) == 1
-    assert [alive for _, alive in seen] == [False]   # one new test, with the old one already gone
+    assert tests.alive == [False]                   # one new test, with the old one already gone
     assert not still_running(old)
 
 

@@ -45,7 +45,7 @@ from hive.agents import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
 from hive.jail import JailSpec
-from tests.daemon_helpers import budget_spent, issue_events, recorded_process, still_running
+from tests.daemon_helpers import NewProcesses, budget_spent, issue_events, recorded_process, still_running
 from tests.hostile import Scene, require_jail, subset
 
 NPM_CACHE = Path.home() / ".cache" / "git-hive" / "npm"      # read before any fixture moves HOME
@@ -819,21 +819,31 @@ def test_run_escape_attempts_through_the_real_cli_reach_nothing(project_repo: Pa
     scene.assert_nothing_escaped(git, out + json.dumps([r["body"] for r in requests]))
 
 
+# no retry, no switch, the anomaly detector at its tightest: a crash charged to the issue escalates it
+CRASH_LIMITS = {"max_retries": "0", "max_agent_switches": "0", "anomaly_failure_threshold": "1"}
+
+
+def run_until_killed(repo: Path, wait_for: Any, until: Callable[[], Any], issue_id: str, role: str,
+                     **hive: str) -> tuple[int, str]:
+    """Run the daemon until `until()` holds and a `role` process of the issue is on record; then
+    SIGKILL it. That process (pid, start time) as hive recorded it."""
+    daemon = start_run(repo, **CRASH_LIMITS, **hive)
+    try:
+        until()
+        return wait_for(lambda: recorded_process(repo, issue_id, role), f"the {role}'s pid in runtime.db",
+                        timeout=60)
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.communicate(timeout=30)
+
+
 @needs_codex
 def test_sigkill_of_the_daemon_during_a_worker_turn_spends_no_budget_and_overlaps_nothing(
         project_repo: Path, fake: FakeOpenAI, hive: Any, git: Callable[..., Any], wait_for: Any, state_log: Any):
     issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
-    # no retry, no switch, the anomaly detector at its tightest: a crash charged to the issue escalates it
-    limits = {"max_retries": "0", "max_agent_switches": "0", "anomaly_failure_threshold": "1"}
     fake.script(finish_steps()[0], fake_api.hang())
-    daemon = start_run(project_repo, **limits)
-    try:
-        fake.wait_requests(2, timeout=60)                       # the patch is applied; the model "thinks"
-        old = wait_for(lambda: recorded_process(project_repo, issue_id, "worker"),
-                       "the agent's pid in runtime.db")
-    finally:
-        daemon.send_signal(signal.SIGKILL)
-        daemon.communicate(timeout=30)
+    # the patch is applied; the model "thinks"
+    old = run_until_killed(project_repo, wait_for, lambda: fake.wait_requests(2, timeout=60), issue_id, "worker")
     assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "in_progress"
 
     # the restart's first model call waits until the test has seen whether the lost agent still runs
@@ -850,7 +860,7 @@ def test_sigkill_of_the_daemon_during_a_worker_turn_spends_no_budget_and_overlap
 
     looker = threading.Thread(target=look, daemon=True)
     looker.start()
-    out = finish(start_run(project_repo, **limits))
+    out = finish(start_run(project_repo, **CRASH_LIMITS))
     looker.join(5)
 
     assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done", out
@@ -902,3 +912,43 @@ def test_run_the_codex_refinery_resolves_a_conflict_working_by_cd(project_repo: 
     assert len(requests) == 8 and "Refinery task" in inputs_text(requests[4])
     rebased = last_output(requests[5])
     assert "CONFLICT" in rebased and "rejected by user" not in rebased, rebased   # it ran, in the worktree
+
+
+@needs_codex
+def test_sigkill_of_the_daemon_right_after_the_worker_finished_keeps_the_work(
+        project_repo: Path, fake: FakeOpenAI, hive: Any, git: Callable[..., Any], wait_for: Any, state_log: Any):
+    """Committed and a success result written, its turn not ended: the restart takes it as done."""
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    fake.script(*finish_steps()[:3], fake_api.hang())
+    old = run_until_killed(project_repo, wait_for, lambda: fake.wait_requests(4, timeout=60), issue_id, "worker")
+
+    out = finish(start_run(project_repo, **CRASH_LIMITS))
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done", out
+    assert len(fake.responses_requests()) == 4                 # not redone: no model call after the restart
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "done"]
+    [done] = [c for c in state_log(project_repo) if c.trailers.get("Hive-Event") == "done"]
+    assert done.trailers["Hive-Head"] == git("rev-parse", f"hive/work/{issue_id}", cwd=project_repo).stdout.strip()
+    assert int(done.trailers["Hive-Tokens"]) > 0 and int(done.trailers["Hive-Cache-Read-Tokens"]) > 0
+    assert budget_spent(project_repo, issue_id) == (0, 0, [])
+    assert not still_running(old)
+
+
+@needs_codex
+def test_sigkill_of_the_daemon_during_a_merge_test_merges_once_on_restart(
+        project_repo: Path, fake: FakeOpenAI, hive: Any, git: Callable[..., Any], wait_for: Any, state_log: Any):
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    fake.script(*finish_steps())
+    old = run_until_killed(project_repo, wait_for, lambda: None, issue_id, "test",
+                           merge_mode="auto", test_command="sleep 60")
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done"
+
+    with NewProcesses(project_repo, issue_id, "test", old) as tests:
+        out = finish(start_run(project_repo, **CRASH_LIMITS, merge_mode="auto", test_command="sleep 0.5"))
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "finalized", out
+    assert len(fake.responses_requests()) == 4                 # the finished work was not redone
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "done", "finalized"]
+    assert git("show", "main:hello.txt", cwd=project_repo).stdout == "hello from the codex worker\n"
+    assert tests.alive == [False]                             # one new test, with the old one already gone
+    assert not still_running(old)
