@@ -44,6 +44,7 @@ from hive.agents import permissions
 from tests.fakes.anthropic_server import (
     FakeAnthropic, Reply, Request, bash, billed_like_claude_code, error, result_text, stall, text, tool, write,
 )
+from tests.daemon_helpers import NewProcesses, budget_spent, issue_events, recorded_process, still_running
 from tests.hostile import Scene, require_jail, subset
 
 CLAUDE_VERSION = "2.1.332"
@@ -353,7 +354,9 @@ def test_a_turn_writes_and_commits_through_permissions(api: FakeAnthropic, claud
     assert git_out(wrepo, "log", "-1", "--format=%s").strip() == "Add hello.txt"
     types = [e.type for e in rec.events]
     assert types[0] == BUSY and types[-1] == IDLE and EXITED not in types   # none after delete
-    assert types.index(PERMISSION) < types.index(USAGE) < types.index(IDLE)
+    usage_at = [i for i, t in enumerate(types) if t == USAGE]
+    assert usage_at[0] < types.index(PERMISSION)   # a model call is counted as it starts ...
+    assert usage_at[-1] < types.index(IDLE)        # ... and settled by the turn's result, before idle
     requests = [req for req, _ in rec.verdicts]
     assert [r.tool for r in requests] == ["Write", "Bash"]
     assert requests[0].paths == [str(wrepo / "hello.txt")]
@@ -416,6 +419,54 @@ def test_usage_and_cost_across_turns_and_resume(api: FakeAnthropic, claude_env: 
     last = api.message_requests[-1]
     assert "SECRET-WORD-1" in last.text()        # --resume brought the history back
     assert last.headers["x-claude-code-session-id"] == api.message_requests[0].headers["x-claude-code-session-id"]
+
+
+@needs_claude
+def test_usage_carries_on_over_a_killed_cli_and_a_daemon_restart(api: FakeAnthropic, claude_env: dict[str, str],
+                                                                wrepo: Path) -> None:
+    """After a SIGKILL the CLI's cumulative total_cost_usd starts again from zero: a turn's cost is
+    not its growth over the killed process's total. A new backend (the daemon restarted) that
+    resumes the session carries on from hive's record of its totals (spec.usage)."""
+    backend = ClaudeBackend(command=CLAUDE, extra_env=claude_env)
+    rec = Recorder(backend, root=str(wrepo))
+
+    async def main() -> None:
+        api.script(write("a.txt", "a\n"), text("turn one"))         # two calls of 1000 in / 50 out
+        sid = await backend.create_session(worker_spec(wrepo))
+        await backend.send_message_async(sid, "first turn")
+        assert (await rec.turn(sid, 1)).ok
+        u1 = (await backend.get_session_status(sid)).usage
+        one_call = u1.cost_usd / 2
+        api.script(write("b.txt", "b\n"), stall(60))                 # turn 2: killed on its 2nd call
+        await backend.send_message_async(sid, "second turn")
+        await rec.wait_for(lambda: len(api.message_requests) >= 4, "the stalled model call")
+        os.killpg((await backend.get_session_status(sid)).pid, signal.SIGKILL)
+        assert not (await rec.turn(sid, 2)).ok
+        api.clear()
+        api.script(text("turn three"))
+        assert await backend.create_session(worker_spec(wrepo, resume=sid)) == sid
+        await backend.send_message_async(sid, "third turn")
+        assert (await rec.turn(sid, 3)).ok
+        u3 = (await backend.get_session_status(sid)).usage
+        # the killed turn's answered call is counted as its line showed it (output 1: its start)
+        assert (u3.input_tokens, u3.output_tokens) == (4000, 151)
+        assert u3.cost_usd - u1.cost_usd == pytest.approx(one_call, rel=1e-6)
+        await backend.stop()
+
+        restarted = ClaudeBackend(command=CLAUDE, extra_env=claude_env)
+        rec2 = Recorder(restarted, root=str(wrepo))
+        api.script(text("turn four"))
+        assert await restarted.create_session(worker_spec(wrepo, resume=sid, usage=u3)) == sid
+        await restarted.send_message_async(sid, "fourth turn")
+        assert (await rec2.turn(sid, 1)).ok
+        u4 = (await restarted.get_session_status(sid)).usage
+        assert (u4.input_tokens, u4.output_tokens) == (5000, 201)
+        assert u4.cost_usd == pytest.approx(u3.cost_usd + one_call, rel=1e-6)
+        assert rec2.of(USAGE, sid)[-1].data == u4                     # events carry the session's totals
+        await restarted.stop()
+
+    run(main())
+    assert "first turn" in api.message_requests[-1].text()          # one conversation throughout
 
 
 @needs_claude
@@ -919,3 +970,161 @@ def test_run_escape_attempts_through_the_real_cli_reach_nothing(api: FakeAnthrop
     assert show(hive, issue_id)["status"] == "done", done.stdout
     told = json.dumps([r.body for r in api.message_requests])
     scene.assert_nothing_escaped(git, done.stdout + done.stderr + told)
+
+
+# -- SIGKILL of the daemon, then a restart (the real CLI) ----------------------------------------------
+
+# no retry, no switch, the anomaly detector at its tightest: a crash charged to the issue escalates it
+CRASH_LIMITS = {"max_retries": "0", "max_agent_switches": "0", "anomaly_failure_threshold": "1"}
+
+
+def signal_then_stall(reached: threading.Event) -> Callable[[Request], Reply]:
+    """A model call that is never answered (until the CLI hangs up); `reached` says it came."""
+    def reply(request: Request) -> Reply:
+        reached.set()
+        return stall(60)
+    return reply
+
+
+def first_checking(process: tuple[int, str], seen_alive: list[bool], step: Callable[[Request], Reply] | Reply
+                   ) -> Callable[[Request], Reply]:
+    """`step`, noting first whether the killed daemon's agent `process` (pid, start) still runs."""
+    def reply(request: Request) -> Reply:
+        seen_alive.append(still_running(process))
+        return step(request) if callable(step) else step
+    return reply
+
+
+def kill_daemon(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGKILL)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, out
+    return out
+
+
+WORK = [write("hello.txt", "hello\n"), bash('git add hello.txt && git commit -q -m "Add hello.txt"'),
+        write(".hive-result.jsonl", '{"status": "success", "summary": "greeting added"}\n'), text("Done.")]
+
+
+@needs_claude
+def test_sigkill_of_the_daemon_during_a_worker_turn_spends_no_budget_and_overlaps_nothing(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
+        state_log: Callable[..., Any]) -> None:
+    issue_id = hive("create", "Add a greeting").stdout.strip()
+    env = daemon_env(api, tmp_path / "claude-config", **CRASH_LIMITS)
+    reached = threading.Event()
+    api.script(WORK[0], signal_then_stall(reached))
+    daemon = start_daemon(repo, env)
+    assert reached.wait(60), "the worker's second model call never came"
+    old = wait_for(lambda: recorded_process(repo, issue_id, "worker"), "the agent's pid in runtime.db")
+    kill_daemon(daemon)
+    assert show(hive, issue_id)["status"] == "in_progress"
+
+    api.clear()
+    seen_alive: list[bool] = []
+    api.script(first_checking(old, seen_alive, WORK[0]), *WORK[1:])
+    done = run_daemon(repo, env)
+
+    assert show(hive, issue_id)["status"] == "done", done.stdout
+    assert seen_alive == [False]                   # the lost agent was ended before the new attempt began
+    assert not still_running(old)
+    assert issue_events(state_log(repo), issue_id) == ["claimed", "recovered", "claimed", "done"]
+    assert budget_spent(repo, issue_id) == (0, 0, [])
+    assert "no budget spent" in done.stdout
+
+
+@needs_claude
+def test_sigkill_of_the_daemon_right_after_the_worker_finished_keeps_the_work(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
+        state_log: Callable[..., Any], git: Callable[..., Any]) -> None:
+    """Committed and a success result written, its turn not ended: the restart takes it as done."""
+    issue_id = hive("create", "Add a greeting").stdout.strip()
+    env = daemon_env(api, tmp_path / "claude-config", **CRASH_LIMITS)
+    reached = threading.Event()
+    api.script(*WORK[:3], signal_then_stall(reached))
+    daemon = start_daemon(repo, env)
+    assert reached.wait(60), "the worker never finished its work"
+    old = wait_for(lambda: recorded_process(repo, issue_id, "worker"), "the agent's pid in runtime.db")
+    kill_daemon(daemon)
+    calls = len(api.message_requests)
+
+    done = run_daemon(repo, env)
+
+    assert show(hive, issue_id)["status"] == "done", done.stdout
+    assert len(api.message_requests) == calls       # not redone: no model call after the restart
+    assert issue_events(state_log(repo), issue_id) == ["claimed", "done"]
+    [commit] = [c for c in state_log(repo) if c.trailers.get("Hive-Event") == "done"]
+    assert commit.trailers["Hive-Head"] == git("rev-parse", f"hive/work/{issue_id}").stdout.strip()
+    assert int(commit.trailers["Hive-Tokens"]) > 0          # the usage before the crash is on record
+    assert git("show", f"hive/work/{issue_id}:hello.txt").stdout == "hello\n"
+    assert budget_spent(repo, issue_id) == (0, 0, [])
+    assert not still_running(old)
+
+
+@needs_claude
+def test_sigkill_of_the_daemon_during_a_merge_test_merges_once_on_restart(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
+        state_log: Callable[..., Any], git: Callable[..., Any]) -> None:
+    issue_id = hive("create", "Add a greeting").stdout.strip()
+    api.script(*WORK)
+    daemon = start_daemon(repo, daemon_env(api, tmp_path / "claude-config", merge_mode="auto",
+                                           test_command="sleep 60", **CRASH_LIMITS))
+    old = wait_for(lambda: recorded_process(repo, issue_id, "test"), "the merge's test in runtime.db",
+                   timeout=90)
+    kill_daemon(daemon)
+    assert show(hive, issue_id)["status"] == "done"
+    calls = len(api.message_requests)
+
+    with NewProcesses(repo, issue_id, "test", old) as tests:
+        done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config", merge_mode="auto",
+                                           test_command="sleep 0.5", **CRASH_LIMITS))
+
+    assert show(hive, issue_id)["status"] == "finalized", done.stdout
+    assert len(api.message_requests) == calls        # the finished work was not redone
+    assert issue_events(state_log(repo), issue_id) == ["claimed", "done", "finalized"]
+    assert git("show", "main:hello.txt").stdout == "hello\n"
+    assert len(git("log", "--format=%H", "main", "--", "hello.txt").stdout.split()) == 1
+    assert tests.alive == [False]                   # one new test, with the old one already gone
+    assert not still_running(old)
+
+
+@needs_claude
+def test_run_the_claude_refinery_resolves_a_conflict_working_by_cd(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
+        state_log: Callable[..., Any], git: Callable[..., Any]) -> None:
+    """The target moved under the worker (a person changed the same line): the replay conflicts and
+    the refinery, a claude session started in the issue's worktree, resolves it by `cd <worktree> &&
+    git ...` (rebase, resolve, continue), says merged; hive checks it and lands it."""
+    issue_id = hive("create", "Greet from the worker").stdout.strip()
+    worktree = repo / ".git" / "hive" / "worktrees" / issue_id
+    person_committed = threading.Event()
+
+    def commit_once_the_target_moved(request: Request) -> Reply:
+        person_committed.wait(60)
+        return bash('git commit -q -am "README: greet from the worker"')
+
+    api.script(write("README.md", "hello from the worker\n"), commit_once_the_target_moved,
+               write(".hive-result.jsonl", '{"status": "success", "summary": "greets"}\n'), text("Done."),
+               # the refinery
+               bash(f"cd {worktree} && git -c core.editor=true rebase main"),
+               bash(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n' > README.md"
+                    " && git add README.md && git -c core.editor=true rebase --continue"),
+               write(".hive-result.jsonl", '{"status": "merged", "summary": "kept both greetings"}\n'),
+               text("Merged."))
+    daemon = start_daemon(repo, daemon_env(api, tmp_path / "claude-config", merge_mode="auto"))
+    try:
+        wait_for(lambda: len(api.message_requests) >= 2, "the worker's edit", timeout=60)
+        (repo / "README.md").write_text("hello from a person\n")
+        git("commit", "-q", "-am", "README: greet from a person")
+    finally:
+        person_committed.set()
+    out = finish_daemon(daemon)
+
+    assert show(hive, issue_id)["status"] == "finalized", out
+    assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
+    assert git("show", "main:README.md").stdout == "hello from a person\nhello from the worker\n"
+    assert issue_events(state_log(repo), issue_id) == ["claimed", "done", "finalized"]
+    requests = api.message_requests
+    assert len(requests) == 8 and requests[4].cwd == str(worktree)      # the refinery starts in the worktree
+    rebased = result_text(requests[5].tool_results[0])
+    assert "CONFLICT" in rebased, rebased                                # git ran it, in the worktree

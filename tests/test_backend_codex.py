@@ -45,6 +45,7 @@ from hive.agents import permissions
 from tests.fakes import openai_server as fake_api
 from tests.fakes.openai_server import FakeOpenAI
 from hive.jail import JailSpec
+from tests.daemon_helpers import NewProcesses, budget_spent, issue_events, recorded_process, still_running
 from tests.hostile import Scene, require_jail, subset
 
 NPM_CACHE = Path.home() / ".cache" / "git-hive" / "npm"      # read before any fixture moves HOME
@@ -638,6 +639,57 @@ def test_run_works_an_issue_end_to_end_with_the_real_cli(project_repo: Path, fak
     assert (project_repo / ".git" / "hive" / "codex-home" / "config.toml").is_file()
 
 
+def budget_row(repo: Path, issue_id: str) -> dict[str, Any]:
+    with sqlite3.connect(repo / ".git" / "hive" / "runtime.db", timeout=5) as conn:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT * FROM budgets WHERE issue_id = ?", (issue_id,)).fetchone())
+
+
+@needs_codex
+def test_a_worker_of_40_model_calls_billed_like_codex_finishes_within_the_default_budget(
+        project_repo: Path, fake: FakeOpenAI, hive: Any):
+    """Every call resends the ~10k-token prefix and the history, mostly from the prompt cache:
+    about 800k input tokens in all, four times max_tokens_per_issue had the cached ones been
+    counted; the worker finishes, the cache reads recorded and priced at the cached rate."""
+    issue_id = hive("create", "Long work", "-d", "Many small steps.", cwd=project_repo, check=True).stdout.strip()
+    steps = [fake_api.exec_command(f"echo step {n}") for n in range(40)] + finish_steps()
+    for n, step in enumerate(steps):
+        step.usage = fake_api.billed_like_codex(n)
+    fake.script(*steps)
+    out = finish(start_run(project_repo), timeout=300)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done", out
+    assert len(fake.responses_requests()) == 44
+    calls = [fake_api.billed_like_codex(n) for n in range(44)]
+    billed_input = sum(c["input_tokens"] for c in calls)
+    cached = sum(c["cached_tokens"] for c in calls)
+    budget = budget_row(project_repo, issue_id)
+    assert budget["cache_read_tokens"] == cached and billed_input > 800_000 > 200_000 > budget["tokens"]
+    assert budget["input_tokens"] == billed_input - cached and budget["output_tokens"] == 44 * 150
+    assert budget["tokens"] == budget["input_tokens"] + budget["cache_write_tokens"] + budget["output_tokens"]
+    price_in, price_out, price_cached = 1.25, 10.0, 0.125      # gpt-5.5 is priced as gpt-5
+    expected = ((billed_input - cached) * price_in + cached * price_cached + 44 * 150 * price_out) / 1e6
+    assert budget["cost_usd"] == pytest.approx(expected, rel=1e-3)
+
+
+@needs_codex
+def test_a_looping_codex_worker_is_stopped_by_the_budget_with_the_figures(project_repo: Path, fake: FakeOpenAI,
+                                                                          hive: Any, git: Callable[..., Any]):
+    issue_id = hive("create", "Loops", "-d", "Never ends.", cwd=project_repo, check=True).stdout.strip()
+    fake.script(*[fake_api.exec_command("true", usage=fake_api.billed_like_codex(n, growth=6000, output=2000))
+                  for n in range(200)])
+    out = finish(start_run(project_repo), timeout=300)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "escalated", out
+    assert len(fake.responses_requests()) < 60                  # stopped mid-loop, not at its end
+    reason = git("log", "-1", "--format=%(trailers:key=Hive-Reason,valueonly)", "hive/state",
+                 cwd=project_repo).stdout
+    assert "token budget exceeded" in reason and "> max_tokens_per_issue 200,000" in reason, reason
+    assert "counted; cache reads" in reason and "$" in reason
+    budget = budget_row(project_repo, issue_id)
+    assert budget["tokens"] > 200_000 and budget["cache_read_tokens"] > budget["tokens"]
+
+
 @needs_codex
 def test_run_declines_a_command_outside_the_worktree(project_repo: Path, fake: FakeOpenAI, hive: Any,
                                                     git: Callable[..., Any]):
@@ -765,3 +817,138 @@ def test_run_escape_attempts_through_the_real_cli_reach_nothing(project_repo: Pa
     shown = json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)
     assert shown["status"] == "done", out
     scene.assert_nothing_escaped(git, out + json.dumps([r["body"] for r in requests]))
+
+
+# no retry, no switch, the anomaly detector at its tightest: a crash charged to the issue escalates it
+CRASH_LIMITS = {"max_retries": "0", "max_agent_switches": "0", "anomaly_failure_threshold": "1"}
+
+
+def run_until_killed(repo: Path, wait_for: Any, until: Callable[[], Any], issue_id: str, role: str,
+                     **hive: str) -> tuple[int, str]:
+    """Run the daemon until `until()` holds and a `role` process of the issue is on record; then
+    SIGKILL it. That process (pid, start time) as hive recorded it."""
+    daemon = start_run(repo, **CRASH_LIMITS, **hive)
+    try:
+        until()
+        return wait_for(lambda: recorded_process(repo, issue_id, role), f"the {role}'s pid in runtime.db",
+                        timeout=60)
+    finally:
+        daemon.send_signal(signal.SIGKILL)
+        daemon.communicate(timeout=30)
+
+
+@needs_codex
+def test_sigkill_of_the_daemon_during_a_worker_turn_spends_no_budget_and_overlaps_nothing(
+        project_repo: Path, fake: FakeOpenAI, hive: Any, git: Callable[..., Any], wait_for: Any, state_log: Any):
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    fake.script(finish_steps()[0], fake_api.hang())
+    # the patch is applied; the model "thinks"
+    old = run_until_killed(project_repo, wait_for, lambda: fake.wait_requests(2, timeout=60), issue_id, "worker")
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "in_progress"
+
+    # the restart's first model call waits until the test has seen whether the lost agent still runs
+    release, seen_alive = threading.Event(), []
+    first, *rest = finish_steps()
+    fake.script(fake_api.gate(first, release), *rest)
+
+    def look() -> None:
+        try:
+            fake.wait_requests(3, timeout=60)
+            seen_alive.append(still_running(old))
+        finally:
+            release.set()
+
+    looker = threading.Thread(target=look, daemon=True)
+    looker.start()
+    out = finish(start_run(project_repo, **CRASH_LIMITS))
+    looker.join(5)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done", out
+    assert seen_alive == [False]                  # the lost agent was ended before the new attempt began
+    assert not still_running(old)
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "recovered", "claimed", "done"]
+    assert budget_spent(project_repo, issue_id) == (0, 0, [])
+    assert "no budget spent" in out
+    assert git("show", f"hive/work/{issue_id}:hello.txt", cwd=project_repo).stdout == "hello from the codex worker\n"
+
+
+@needs_codex
+def test_run_the_codex_refinery_resolves_a_conflict_working_by_cd(project_repo: Path, fake: FakeOpenAI, hive: Any,
+                                                                 git: Callable[..., Any], state_log: Any):
+    """The target moved under the worker (a person changed the same line): the replay conflicts and
+    the refinery, a codex session started in the issue's worktree, resolves it by `cd <worktree> &&
+    git ...` (rebase, resolve, continue), says merged; hive checks it and lands it."""
+    issue_id = hive("create", "Greet from the worker", cwd=project_repo, check=True).stdout.strip()
+    worktree = project_repo / ".git" / "hive" / "worktrees" / issue_id
+    person_committed = threading.Event()
+    fake.script(
+        fake_api.apply_patch("*** Begin Patch\n*** Update File: README.md\n@@\n-hello\n+hello from the worker\n"
+                             "*** End Patch\n"),
+        fake_api.gate(fake_api.exec_command('git commit -q -am "README: greet from the worker"'), person_committed),
+        fake_api.apply_patch(fake_api.add_file_patch(".hive-result.jsonl", '{"status": "success", "summary": "greets"}')),
+        fake_api.text("Done."),
+        # the refinery
+        fake_api.exec_command(f"cd {worktree} && git -c core.editor=true rebase main"),
+        fake_api.exec_command(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n' > README.md"
+                              " && git add README.md && git -c core.editor=true rebase --continue"),
+        fake_api.apply_patch(fake_api.add_file_patch(".hive-result.jsonl",
+                                                     '{"status": "merged", "summary": "kept both greetings"}')),
+        fake_api.text("Merged."),
+    )
+    proc = start_run(project_repo, merge_mode="auto")
+    try:
+        fake.wait_requests(2, timeout=60)                       # the worker edited README.md
+        (project_repo / "README.md").write_text("hello from a person\n")
+        git("commit", "-q", "-am", "README: greet from a person", cwd=project_repo)
+    finally:
+        person_committed.set()
+    out = finish(proc, timeout=180)
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "finalized", out
+    assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
+    assert git("show", "main:README.md", cwd=project_repo).stdout == "hello from a person\nhello from the worker\n"
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "done", "finalized"]
+    requests = fake.responses_requests()
+    assert len(requests) == 8 and "Refinery task" in inputs_text(requests[4])
+    rebased = last_output(requests[5])
+    assert "CONFLICT" in rebased and "rejected by user" not in rebased, rebased   # it ran, in the worktree
+
+
+@needs_codex
+def test_sigkill_of_the_daemon_right_after_the_worker_finished_keeps_the_work(
+        project_repo: Path, fake: FakeOpenAI, hive: Any, git: Callable[..., Any], wait_for: Any, state_log: Any):
+    """Committed and a success result written, its turn not ended: the restart takes it as done."""
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    fake.script(*finish_steps()[:3], fake_api.hang())
+    old = run_until_killed(project_repo, wait_for, lambda: fake.wait_requests(4, timeout=60), issue_id, "worker")
+
+    out = finish(start_run(project_repo, **CRASH_LIMITS))
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done", out
+    assert len(fake.responses_requests()) == 4                 # not redone: no model call after the restart
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "done"]
+    [done] = [c for c in state_log(project_repo) if c.trailers.get("Hive-Event") == "done"]
+    assert done.trailers["Hive-Head"] == git("rev-parse", f"hive/work/{issue_id}", cwd=project_repo).stdout.strip()
+    assert int(done.trailers["Hive-Tokens"]) > 0 and int(done.trailers["Hive-Cache-Read-Tokens"]) > 0
+    assert budget_spent(project_repo, issue_id) == (0, 0, [])
+    assert not still_running(old)
+
+
+@needs_codex
+def test_sigkill_of_the_daemon_during_a_merge_test_merges_once_on_restart(
+        project_repo: Path, fake: FakeOpenAI, hive: Any, git: Callable[..., Any], wait_for: Any, state_log: Any):
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    fake.script(*finish_steps())
+    old = run_until_killed(project_repo, wait_for, lambda: None, issue_id, "test",
+                           merge_mode="auto", test_command="sleep 60")
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "done"
+
+    with NewProcesses(project_repo, issue_id, "test", old) as tests:
+        out = finish(start_run(project_repo, **CRASH_LIMITS, merge_mode="auto", test_command="sleep 0.5"))
+
+    assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "finalized", out
+    assert len(fake.responses_requests()) == 4                 # the finished work was not redone
+    assert issue_events(state_log(project_repo), issue_id) == ["claimed", "done", "finalized"]
+    assert git("show", "main:hello.txt", cwd=project_repo).stdout == "hello from the codex worker\n"
+    assert tests.alive == [False]                             # one new test, with the old one already gone
+    assert not still_running(old)

@@ -98,6 +98,9 @@ class SessionSpec:
     labels: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     jail: JailSpec | None = None      # the OS jail the agent runs in (None: unjailed, sandbox = "off")
+    # hive's record of `resume`'s usage totals: a backend that does not know the session (a daemon
+    # restart) carries its totals on from these, so USAGE events stay totals of the whole session
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass

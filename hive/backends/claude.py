@@ -17,6 +17,7 @@ User turns go to stdin as `{"type":"user","message":{"role":"user","content":...
     control_request can_use_tool                    permission PermissionRequest (reply_permission
                                                     writes the control_response: allow with
                                                     updatedInput = the original input, or deny)
+    assistant: a model call's first line            usage (session totals: the call's input so far)
     assistant with is_api_error_message             (remembered for the turn's result)
     system/api_retry with a provider status         provider_error {"status", "message"}
     result                                          usage (session totals), provider_error when the
@@ -26,11 +27,15 @@ User turns go to stdin as `{"type":"user","message":{"role":"user","content":...
 
 Every stdout line refreshes `last_activity` (the orchestrator's stall detection reads it).
 
-Accounting: `result.usage` covers that result only (uncached input, cache writes, cache reads,
-output, kept apart in `Usage`); the session totals are hive's sum of those. `total_cost_usd` adds up over the process *and* over `--resume`,
-so a turn's cost is the growth of that total since the previous result of the session (the first
-result after a resume whose earlier total is unknown falls back to
-`model_usage_since_last_result`).
+Accounting: each model call's usage is counted as its first assistant line arrives (output is
+about 1 token then), so a turn that runs long or is killed is billed while it runs; the turn's
+`result.usage` (that result only: uncached input, cache writes, cache reads, output, kept apart
+in `Usage`) then adds what those lines did not show. The session totals are hive's sum, carried
+over a resume (from `spec.usage` when this backend did not know the session: a daemon restart).
+A turn's cost is `model_usage_since_last_result`'s, which covers that result only.
+`total_cost_usd` is no ground to subtract from: it adds up over the process and over `--resume`
+after a clean exit, but starts again from zero when the process before was killed; its growth is
+used only when the CLI sends no per-result cost.
 
 Failures: a result with `is_error` (an interrupted turn, `error_max_turns`, an API error), an API
 error status (`api_error_status`, `terminal_reason: "api_error"`), a crash (the process ends
@@ -115,6 +120,8 @@ class _Session:
     resumed: bool = False
     usage: Usage = field(default_factory=Usage)
     cli_cost: float | None = 0.0      # the CLI's last cumulative total_cost_usd (None: unknown)
+    turn_usage: Usage = field(default_factory=Usage)   # this turn's model calls so far (assistant lines)
+    turn_calls: set[str] = field(default_factory=set)  # their message ids (a call has a line per block)
     messages: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_MESSAGES))
     permissions: dict[str, PermissionRequest] = field(default_factory=dict)
     pending_turns: int = 0            # turns sent whose result has not come yet
@@ -262,8 +269,9 @@ class ClaudeBackend(SessionBackend):
             s.usage = past.usage
             s.messages.extend(past.messages)
             s.cli_cost = past.cli_cost if resumed else 0.0
-        elif resumed:
-            s.cli_cost = None                # earlier cost of this conversation: unknown here
+        else:                                # a daemon restart: hive's record of the totals
+            s.usage = replace(spec.usage)
+            s.cli_cost = None if resumed else 0.0   # earlier cost of this conversation: unknown here
         self._sessions[sid] = s
         s.reader = asyncio.create_task(self._read_stdout(s), name=f"claude-{sid[:8]}-stdout")
         return sid
@@ -442,6 +450,8 @@ class ClaudeBackend(SessionBackend):
         if msg.get("is_api_error_message") or msg.get("error"):
             status = msg.get("api_error_status")
             s.turn_api_error = (status if isinstance(status, int) else None, text)
+        else:
+            await self._count_call(s, message)
         if text:
             await self._message(s, "assistant", text)
 
@@ -479,22 +489,34 @@ class ClaudeBackend(SessionBackend):
         s.permissions[request_id] = req
         await self._emit(s, PERMISSION, req)
 
+    async def _count_call(self, s: _Session, message: dict[str, Any]) -> None:
+        """A model call's usage as it starts (output not known yet): counted at once, so that a
+        long or killed turn is billed while it runs; its result settles the figures."""
+        call = message.get("id")
+        if not isinstance(call, str) or not call or call in s.turn_calls or not isinstance(message.get("usage"), dict):
+            return
+        s.turn_calls.add(call)
+        seen = _tokens(message["usage"])
+        s.turn_usage, s.usage = s.turn_usage.plus(seen), s.usage.plus(seen)
+        if seen.total_tokens:
+            await self._emit(s, USAGE, replace(s.usage))
+
     async def _on_result(self, s: _Session, msg: dict[str, Any]) -> None:
         s.pending_turns = max(0, s.pending_turns - 1)
-        # tokens: this result only; cost: growth of the CLI's cumulative total
-        usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else {}
-        turn = Usage(input_tokens=count(usage.get("input_tokens")), output_tokens=count(usage.get("output_tokens")),
-                     cache_write_tokens=count(usage.get("cache_creation_input_tokens")),
-                     cache_read_tokens=count(usage.get("cache_read_input_tokens")))
+        # tokens: this result only, less what its calls counted already; cost: see the docstring
+        turn = _tokens(msg.get("usage") if isinstance(msg.get("usage"), dict) else {}).growth_since(s.turn_usage)
+        s.turn_usage, s.turn_calls = Usage(), set()
         total = msg.get("total_cost_usd")
         total = float(total) if isinstance(total, (int, float)) else None
         since = _since_last_cost(msg.get("model_usage_since_last_result"))
-        if total is None:
-            turn_cost = since or 0.0
-        elif s.cli_cost is None:
-            turn_cost = since if since is not None else total
+        if since is not None:
+            turn_cost = since
+        elif total is None:
+            turn_cost = 0.0
+        elif s.cli_cost is None or total < s.cli_cost:
+            turn_cost = total                # the CLI's count started again (a killed process)
         else:
-            turn_cost = max(0.0, total - s.cli_cost)
+            turn_cost = total - s.cli_cost
         if total is not None:
             s.cli_cost = total
         turn.cost_usd = turn_cost
@@ -556,6 +578,12 @@ def _describe_input(value: Any) -> str:
         except (TypeError, ValueError):
             return ""
     return str(value or "")[:MAX_EVENT_CHARS]
+
+
+def _tokens(usage: dict[str, Any]) -> Usage:
+    return Usage(input_tokens=count(usage.get("input_tokens")), output_tokens=count(usage.get("output_tokens")),
+                 cache_write_tokens=count(usage.get("cache_creation_input_tokens")),
+                 cache_read_tokens=count(usage.get("cache_read_input_tokens")))
 
 
 def _since_last_cost(model_usage: Any) -> float | None:

@@ -147,6 +147,8 @@ class ScriptedBackend(SessionBackend):
             s.messages.extend(old.messages)
         elif past is not None:
             s.usage = past
+        else:
+            s.usage = replace(spec.usage)    # a daemon restart: hive's record of the totals
         self._sessions[sid] = s
         s.reader = asyncio.create_task(self._read_stdout(s), name=f"scripted-{sid[:8]}-stdout")
         return sid

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ContextManager, Protocol
 
 from hive import git, lifecycle
@@ -279,18 +279,19 @@ class Worker:
             resume = True
         budget = self.host.runtime.budget(self.issue_id)
         previous = self.session_id or (budget.last_session if resume else "")
+        if previous and previous != self.session_id:
+            # a session of an earlier worker (a daemon restart): its totals carry on from hive's record
+            self.session_usage = _stored_usage(self.host.runtime.get(f"session_usage:{previous}", ""))
         spec = SessionSpec(role="worker", cwd=str(self.worktree.path), model=self.config.model_for("worker"),
                            system_prompt=WORKER_SYSTEM_PROMPT, resume=previous if resume else "",
                            issue_id=self.issue_id, labels=tuple(issue.labels),
                            env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id,
                                 **git.agent_git_env()},
-                           jail=jails.worktree_jail(self.config, self.project.paths, self.worktree.path))
+                           jail=jails.worktree_jail(self.config, self.project.paths, self.worktree.path),
+                           usage=replace(self.session_usage) if previous else Usage())
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
             self.session_usage = Usage()  # a fresh session counts its usage from zero
-        elif not self.session_usage.total_tokens:
-            # resuming a session of an earlier worker (a daemon restart): its totals carry on
-            self.session_usage = _stored_usage(self.host.runtime.get(f"session_usage:{new_id}", ""))
         self.session_id = new_id
         budget.last_session = self.session_id
         self.host.runtime.save_budget(budget)

@@ -8,7 +8,8 @@ Stdlib only: a `ThreadingHTTPServer` bound to 127.0.0.1 on a free port. It answe
   (`response.output_text.delta` | `response.function_call_arguments.delta` |
   `response.custom_tool_call_input.delta`) → `response.output_item.done` → `response.completed`
   with `usage` {input_tokens, input_tokens_details.cached_tokens, output_tokens,
-  output_tokens_details.reasoning_tokens, total_tokens};
+  output_tokens_details.reasoning_tokens, total_tokens} — as OpenAI bills, `input_tokens`
+  includes the cached ones (`billed_like_codex` gives a Codex session's figures);
 * `GET /v1/models` with a model list (the health probe), or `models_status` when set.
 
 A script is a queue of steps, one per request (`FakeOpenAI.script(...)` appends):
@@ -50,6 +51,18 @@ class Step:
     data: dict[str, Any] = field(default_factory=dict)
     release: threading.Event | None = None     # for gates: answer only once this is set
     usage: dict[str, int] | None = None
+
+
+CODEX_PREFIX_TOKENS = 10_000   # instructions + tool definitions Codex resends on every call
+
+
+def billed_like_codex(call: int, growth: int = 400, output: int = 150) -> dict[str, int]:
+    """The usage the Responses API reports for the `call`-th model call (0-based) of a Codex
+    thread: the whole history as input (`input_tokens` includes the cached tokens), all of it but
+    what the previous call added read from the prompt cache. Pass as `usage=` to a step."""
+    prompt = CODEX_PREFIX_TOKENS + call * growth
+    return {"input_tokens": prompt, "cached_tokens": prompt - growth if call else 0,
+            "output_tokens": output, "reasoning_tokens": output // 5}
 
 
 def exec_command(cmd: str, workdir: str | None = None, *, usage: dict[str, int] | None = None) -> Step:

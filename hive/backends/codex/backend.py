@@ -186,8 +186,8 @@ class CodexBackend(SessionBackend):
         if spec.resume:
             # the id first: Codex reports the thread's usage right after thread/resume answers
             s.id = spec.resume
-            past = self._past.pop(spec.resume, None)
-            if past is not None:
+            past = self._past.pop(spec.resume, None) or spec.usage   # (a daemon restart: hive's record)
+            if past.total_tokens or past.cost_usd:
                 s.usage, s.usage_base = replace(past), replace(past)
         async with s.lock:
             proc = await self._spawn(s)
