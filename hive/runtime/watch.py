@@ -15,6 +15,7 @@ creates and deletes the WAL and shared-memory files as connections come and go.
 
 from __future__ import annotations
 
+import threading
 from typing import Iterator
 
 from hive import git
@@ -22,14 +23,15 @@ from hive import git
 RUNTIME_FILES = ("runtime.db", "runtime.db-wal")
 
 
-def changes(paths: git.RepoPaths, timeout_ms: int = 0) -> Iterator[bool]:
+def changes(paths: git.RepoPaths, timeout_ms: int = 0, stop: threading.Event | None = None) -> Iterator[bool]:
     """Yield True after each batch of changes of what status shows; with `timeout_ms`, also
-    False when that long passes without any (for what ages by itself: agents' ages)."""
+    False when that long passes without any (for what ages by itself: agents' ages). Ends when
+    `stop` is set."""
     from watchfiles import Change, watch
 
     wanted = {str(paths.hive_dir / name) for name in RUNTIME_FILES} | {str(paths.ref_events)}
     for batch in watch(paths.make_hive_dir(), recursive=False, watch_filter=None, debounce=50, step=20,
-                       rust_timeout=timeout_ms, yield_on_timeout=bool(timeout_ms)):
+                       rust_timeout=timeout_ms, yield_on_timeout=bool(timeout_ms), stop_event=stop):
         if not batch:
             yield False
         elif any(path in wanted and (kind == Change.modified or path == str(paths.ref_events))
