@@ -144,7 +144,7 @@ def render_agents(data: dict) -> None:
 
 
 def agent_line(agent: dict) -> str:
-    return (f"  {agent['issue'] or '-':<9}  {agent['agent']:<10} {agent['role']:<8} "
+    return (f"  {agent['issue'] or '-':<9}  {agent['agent'][:17]:<10} {agent['role']:<8} "
             f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens  ${agent['cost_usd']:.4f}  {agent['title']}")
 
 

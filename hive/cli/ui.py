@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
+import os
 import sys
 
 import click
@@ -36,13 +36,12 @@ def ui(port: int) -> None:
     metadata_file.write_text(json.dumps(browse.metadata(), indent=1), encoding="utf-8")
     click.echo(f"git hive ui: http://{browse.HOST}:{port}/ (Ctrl-C stops it)", err=True)
     args = browse.serve_arguments(index_db, runtime_db, history_db, metadata_file, port)
-    try:
-        code = subprocess.call([sys.executable, "-m", "datasette", *args])
-    except KeyboardInterrupt:
-        return
-    if code not in (0, -2, 130):
-        raise HiveError(f"datasette exited with code {code}")
-
+    project.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Datasette becomes this process: Ctrl-C, `kill` and the exit code are its own, and no
+    # server outlives a `git hive ui` that was ended
+    os.execv(sys.executable, [sys.executable, "-m", "datasette", *args])
 
 
 def _installed(module: str) -> bool:
