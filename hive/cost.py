@@ -8,8 +8,9 @@ spent on that merge. This module writes those trailers and reads them back.
 Two kinds of record, told apart by `Hive-Role`:
 - **worker** (or no role: the records written before roles were): the issue's budget so far —
   cumulative from the moment its budget began. A budget begins again after the issue is
-  `finalized` or a person retries it (event `open`); a record whose figures are below the last
-  one of the same issue also begins a new budget (a lost runtime.db, another machine's budget).
+  `finalized`, a person retries it (event `open`) or its lease expired (shared mode); a record
+  whose figures are below the last one of the same issue also begins a new budget (a lost
+  runtime.db, another machine's budget).
   So each worker record adds what grew since the previous record of the same budget.
 - **refinery**: the spend of the refinery's turns on that one merge, added as it is.
 
@@ -44,8 +45,10 @@ FIGURES = {"Hive-Input-Tokens": "input_tokens", "Hive-Cache-Write-Tokens": "cach
            "Hive-Cache-Read-Tokens": "cache_read_tokens", "Hive-Output-Tokens": "output_tokens"}
 COST_TRAILER = "Hive-Cost-USD"
 ROLE_TRAILER, MODEL_TRAILER, BACKEND_TRAILER = "Hive-Role", "Hive-Model", "Hive-Backend"
-# after these events an issue's worker budget starts from zero (lifecycle.finalize, lifecycle.retry)
-BUDGET_RESETS = frozenset({"finalized", "open"})
+# after these events an issue's worker budget starts from zero: lifecycle.finalize and
+# lifecycle.retry reset it; after an expired lease (shared mode) the next spend is another
+# machine's budget, or the old machine's, whose spend since its last record was never recorded
+BUDGET_RESETS = frozenset({"finalized", "open", "lease-expired"})
 # the refinery's spend on the merge in progress (runtime kv, JSON of a Usage)
 REFINERY_IN_FLIGHT_KEY = "refinery_unrecorded"
 

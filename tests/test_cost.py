@@ -106,6 +106,10 @@ def test_records_are_read_by_the_rules_and_hostile_ones_are_skipped(repo, git, h
     record(git, repo, b, "done", **usage(100, "1.0000", Hive_Role="worker", Hive_Model="m-2"))
     record(git, repo, b, "done", **usage(40, "0.4000", Hive_Role="worker", Hive_Model="m-2"))  # lower: new budget
     record(git, repo, b, "rejected", **usage(7, "0.0700", Hive_Role="refinery", Hive_Model="m-3"))
+    c = "hv-cccccc"
+    record(git, repo, c, "escalated", **usage(100, "1.0000", Hive_Role="worker", Hive_Model="m-2"))
+    record(git, repo, c, "lease-expired")                                 # shared mode: another budget
+    record(git, repo, c, "done", **usage(120, "1.2000", Hive_Role="worker", Hive_Model="m-2"))
     hostile = [usage(10**6, "1.0", Hive_Input_Tokens="1e9"), usage(10**6, "-5"),
                usage(10**6, "1.0", Hive_Role="admin"), usage(10**6, "1.0", Hive_Model="m\x1b]52;c;x\x07"),
                usage(10**6, "nan"), usage(10**6, "1.0", Hive_Output_Tokens="")]
@@ -118,15 +122,16 @@ def test_records_are_read_by_the_rules_and_hostile_ones_are_skipped(repo, git, h
     rows = {row["issue"]: row for row in data["rows"]}
     assert rows[a]["input_tokens"] == 130 + 50 and rows[a]["cost_usd"] == 1.8
     assert rows[b]["input_tokens"] == 100 + 40 + 7 and rows[b]["cost_usd"] == 1.47
-    assert data["total"]["input_tokens"] == 327 and data["total"]["output_tokens"] == 1 + 1 + 1 + 1 + 1
-    assert set(rows) == {a, b}
+    assert rows[c]["input_tokens"] == 100 + 120
+    assert data["total"]["input_tokens"] == 327 + 220 and data["total"]["output_tokens"] == 5 + 2
+    assert set(rows) == {a, b, c}
     warning = proc.stderr.strip()
     assert len(warning.splitlines()) == 1 and "7 usage record(s) on hive/state skipped" in warning, proc.stderr
     assert "\x1b" not in warning
     roles = {row["role"]: row["input_tokens"] for row in cost_json(hive, "--by", "role")["rows"]}
-    assert roles == {"worker": 320, "refinery": 7}
+    assert roles == {"worker": 320 + 220, "refinery": 7}
     models = {row["model"]: row["input_tokens"] for row in cost_json(hive, "--by", "model")["rows"]}
-    assert models == {"unknown": 100, "m-1": 80, "m-2": 140, "m-3": 7}
+    assert models == {"unknown": 100, "m-1": 80, "m-2": 140 + 220, "m-3": 7}
 
 
 def test_cost_without_records(repo, hive):
