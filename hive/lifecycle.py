@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from hive import issues
+from hive import cost, issues
 from hive.backends.base import Usage
 from hive.config import Config
 from hive.errors import HiveError
@@ -182,12 +182,14 @@ def recover(project: Project, issue_id: str, holder: str, error: str, decision: 
 _DONE = ("done",)
 
 
-def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, target: str) -> Issue:
+def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, target: str,
+             usage: dict[str, str] | None = None) -> Issue:
     """done → finalized once its work is in `target` at `merged`; its budget ends; an epic whose
-    issues are now all finished is finalized too."""
+    issues are now all finished is finalized too. `usage` (here and in the merge step's other
+    endings): the refinery's spend on this merge, its `cost.usage_trailers`."""
     issue = _move(project, issue_id, _status_in(_DONE, "finalize"), {"status": "finalized"}, event="finalized",
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
-                  trailers={"Hive-Merged": merged, "Hive-Target": target})
+                  trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it
     finalize_epics(project, issue.parent)
     return issue
@@ -207,7 +209,8 @@ def finalize_epics(project: Project, parent: str) -> None:
         parent = epic.parent
 
 
-def reject(project: Project, runtime: Runtime, config: Config, issue_id: str, reason: str) -> "Decision":
+def reject(project: Project, runtime: Runtime, config: Config, issue_id: str, reason: str,
+           usage: dict[str, str] | None = None) -> "Decision":
     """done → open (or escalated when the budget is spent): the refinery rejected the work. The
     rejection counts against the retry budget and is left to the next agent as a note."""
     decision = count_failure(runtime, config, issue_id, f"rejected by the refinery: {reason}")
@@ -215,20 +218,21 @@ def reject(project: Project, runtime: Runtime, config: Config, issue_id: str, re
                             issue=issue_id, agent="refinery")
     issues.add_notes(project, [note], file_id=issue_id, agent="refinery")
     _move(project, issue_id, _status_in(_DONE, "reject"), {"status": status_after(decision)}, event="rejected",
-          summary=f"reject {issue_id}: {reason[:100]}", trailers={"Hive-Reason": _one_line(reason, 400)})
+          summary=f"reject {issue_id}: {reason[:100]}", trailers={"Hive-Reason": _one_line(reason, 400), **(usage or {})})
     return decision
 
 
-def escalate_merge(project: Project, issue_id: str, reason: str) -> Issue:
+def escalate_merge(project: Project, issue_id: str, reason: str, usage: dict[str, str] | None = None) -> Issue:
     """done → escalated: the merge step cannot land the work; a person decides."""
     return _move(project, issue_id, _status_in(_DONE, "escalate"), {"status": "escalated"}, event="escalated",
-                 summary=f"escalate {issue_id}: {reason[:100]}", trailers={"Hive-Reason": _one_line(reason, 400)})
+                 summary=f"escalate {issue_id}: {reason[:100]}",
+                 trailers={"Hive-Reason": _one_line(reason, 400), **(usage or {})})
 
 
-def fail_merge(project: Project, issue_id: str, reason: str) -> Issue:
+def fail_merge(project: Project, issue_id: str, reason: str, usage: dict[str, str] | None = None) -> Issue:
     """done → failed: there is nothing left to merge (the branch is gone)."""
     return _move(project, issue_id, _status_in(_DONE, "fail"), {"status": "failed"}, event="failed",
-                 summary=f"merge of {issue_id} failed: {reason}", trailers={"Hive-Reason": reason})
+                 summary=f"merge of {issue_id} failed: {reason}", trailers={"Hive-Reason": reason, **(usage or {})})
 
 
 # -- a person's moves ---------------------------------------------------------------------------
@@ -375,21 +379,19 @@ def usage_figures(usage: Usage) -> str:
             f"{usage.cache_read_tokens:,}; ${usage.cost_usd:.4f}")
 
 
-def done_trailers(base: str, head: str, test_command: str, budget: Budget) -> dict[str, str]:
+def done_trailers(base: str, head: str, test_command: str, budget: Budget, model: str = "",
+                  backend: str = "") -> dict[str, str]:
     """What a done commit records: the work's base and head, its test command, its usage."""
     trailers = {"Hive-Base": base, "Hive-Head": head}
     if test_command:
         trailers["Hive-Test-Command"] = _one_line(test_command)
-    return {**trailers, **usage_trailers(budget)}
+    return {**trailers, **usage_trailers(budget, model, backend)}
 
 
-def usage_trailers(budget: Budget) -> dict[str, str]:
-    """The issue's usage on its done or failed commit: any clone can add the records up."""
-    usage = budget.usage
-    return {"Hive-Tokens": str(budget.tokens), "Hive-Input-Tokens": str(usage.input_tokens),
-            "Hive-Cache-Write-Tokens": str(usage.cache_write_tokens),
-            "Hive-Cache-Read-Tokens": str(usage.cache_read_tokens),
-            "Hive-Output-Tokens": str(usage.output_tokens), "Hive-Cost-USD": f"{usage.cost_usd:.4f}"}
+def usage_trailers(budget: Budget, model: str = "", backend: str = "") -> dict[str, str]:
+    """The issue's usage on its done or escalated commit, a worker record of `hive.cost`: any
+    clone can add the records up."""
+    return cost.usage_trailers(budget.usage, budget.tokens, role="worker", model=model, backend=backend)
 
 
 def backoff_seconds(failures_before_start: int) -> float:

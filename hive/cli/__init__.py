@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "notes": ("notes", "notes", "List notes."),
     "sync": ("sync", "sync", "Fetch, merge and push hive/state (share the queue through a remote)."),
     "status": ("status", "status", "Issues by status, agents, merge queue, needs-attention."),
+    "cost": ("cost", "cost_command", "Tokens and USD spent: by issue, role, model or day."),
+    "ui": ("ui", "ui", "Browse the queue, costs and merges in Datasette (optional extra `ui`)."),
     "run": ("run", "run", "Run the agents on the ready queue (foreground; --detach for background)."),
     "stop": ("run", "stop", "Stop the running daemon."),
     "watch": ("watch", "watch", "Commit valid edits saved in .hive/ as they happen."),

@@ -30,6 +30,7 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
 
     enter_directory(directories)
 
+    from hive.cli.progress import LiveLine, print_summary
     from hive.orchestrator.assemble import build_daemon
     from hive.project import Project
     from hive.runtime import DaemonLock
@@ -68,12 +69,26 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
                 raise HiveError(f"the daemon exited at once (code {proc.returncode}); see {log_path}")
             time.sleep(0.05)
         raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
-    daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote)
-    asyncio.run(daemon.run())
+    live = LiveLine(sys.stdout) if sys.stdout.isatty() else None   # else: the event lines alone
+    daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote,
+                          log=live.log if live else None)
+    if live:
+        daemon.on_progress = live.progress
+    try:
+        asyncio.run(daemon.run())
+    finally:
+        if live:
+            live.close()
+    print_summary(daemon.summary(), lambda issue_id: _title(project, issue_id))
     if daemon.waiting_merges:
         first = daemon.waiting_merges[0]
         more = f" (and {len(daemon.waiting_merges) - 1} more: `git hive status`)" if len(daemon.waiting_merges) > 1 else ""
         raise HiveError(f"idle, but the merge of {first.issue_id} waits: {first.detail}{more}")
+
+
+def _title(project, issue_id: str) -> str:
+    issue = project.index.get(issue_id)
+    return issue.title if issue is not None else ""
 
 
 def _require_agent_clis(project, backend: str | None) -> None:

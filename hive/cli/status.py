@@ -6,74 +6,165 @@ import time
 
 import click
 
+from hive import cost
 from hive.cli.output import one_line, print_json
+from hive.orchestrator.progress import PROGRESS_KEY, RunProgress
 from hive.project import Project
+from hive.runtime import DaemonLock, Runtime
+from hive.state import history
 from hive.state.issue_file import STATUSES
 
+AGE_REFRESH_MS = 5000   # --watch: redraw this often without news, so that ages stay right
 
-def collect(project: Project) -> dict:
-    """Everything `status` shows, as data."""
+
+def collect(project: Project, runtime: Runtime | None = None) -> dict:
+    """Everything `status` shows, as data. `runtime`: a handle to keep open between calls
+    (`--watch`: see hive/runtime/watch.py); else one is opened and closed here."""
     problems = project.sync(warn=False)
+    own = runtime is None
+    runtime = runtime or Runtime(project.paths)
+    try:
+        daemon = daemon_section(project, runtime)
+        queue = merge_queue_section(runtime)
+        data = {
+            "daemon": daemon,
+            "agents": agents_section(project, runtime) if daemon["running"] else [],
+            "run": run_section(runtime) if daemon["running"] else None,
+            "merge_queue": queue,
+        }
+    finally:
+        if own:
+            runtime.close()
     counts = project.index.counts()
-    ready = project.index.ready()
-    attention = [{"issue": i.id, "status": i.status, "title": i.title}
-                 for i in project.index.list(["escalated", "failed"])]
-    from hive.runtime import DaemonLock, Runtime
-
-    runtime = Runtime(project.paths)
-    now = time.time()
-    daemon_pid = DaemonLock(project.paths).holder()
-    agents = [{"issue": a["issue_id"], "agent": a["id"], "role": a["role"], "state": a["state"],
-               "age_seconds": round(now - (a["started_at"] or now)), "tokens": a["tokens"] or 0}
-              for a in runtime.agents()] if daemon_pid else []
-    queue = [{"issue": entry.issue_id, "state": entry.state, "detail": entry.detail}
-             for entry in runtime.merge_queue.entries()]
-    for entry in queue:
-        if entry["state"] == "waiting":
-            attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"]})
-    degraded = runtime.get("degraded")
-    remote_state = runtime.get("remote_state") if daemon_pid else ""
-    runtime.close()
     return {
-        "daemon": {"running": bool(daemon_pid), "pid": daemon_pid or None,
-                   "degraded": degraded or None, "remote": remote_state or None},
-        "agents": agents,
-        "merge_queue": queue,
+        **data,
         "counts": {s: counts.get(s, 0) for s in STATUSES},
         "total": sum(counts.values()),
-        "ready": [i.id for i in ready],
-        "needs_attention": attention,
+        "ready": [i.id for i in project.index.ready()],
+        "needs_attention": attention_section(project, queue),
         "problems": [str(p) for p in problems] + [str(p) for p in project.index.problems()
                                                    if str(p) not in {str(q) for q in problems}],
         "state_commit": project.index.indexed_commit,
     }
 
 
+def daemon_section(project: Project, runtime: Runtime) -> dict:
+    daemon_pid = DaemonLock(project.paths).holder()
+    degraded = runtime.get("degraded")
+    remote_state = runtime.get("remote_state") if daemon_pid else ""
+    return {"running": bool(daemon_pid), "pid": daemon_pid or None,
+            "degraded": degraded or None, "remote": remote_state or None}
+
+
+def agents_section(project: Project, runtime: Runtime) -> list[dict]:
+    """The running agents; the refinery only while it works on an issue."""
+    now = time.time()
+    agents = []
+    for a in runtime.agents():
+        if a["role"] == "refinery" and a["state"] != "busy":
+            continue
+        issue = project.index.get(a["issue_id"]) if a["issue_id"] else None
+        agents.append({"issue": a["issue_id"], "agent": a["id"], "role": a["role"], "state": a["state"],
+                       "age_seconds": round(now - (a["started_at"] or now)), "tokens": a["tokens"] or 0,
+                       "title": issue.title if issue is not None else "",
+                       "cost_usd": round(_agent_cost(runtime, a), 4)})
+    return agents
+
+
+def _agent_cost(runtime: Runtime, agent: dict) -> float:
+    """A worker: its issue's budget (what the tokens column counts too); the refinery: its session."""
+    if agent["role"] == "worker" and agent["issue_id"]:
+        return runtime.budget(agent["issue_id"]).cost_usd
+    if agent["role"] == "refinery" and agent["session_id"]:
+        return cost.stored_usage(runtime.get(f"session_usage:{agent['session_id']}")).cost_usd
+    return 0.0
+
+
+def run_section(runtime: Runtime) -> dict | None:
+    """The daemon's run so far, as it publishes it."""
+    progress = RunProgress.from_json(runtime.get(PROGRESS_KEY))
+    return progress.to_json() if progress is not None else None
+
+
+def merge_queue_section(runtime: Runtime) -> list[dict]:
+    return [{"issue": entry.issue_id, "state": entry.state, "detail": entry.detail}
+            for entry in runtime.merge_queue.entries()]
+
+
+def attention_section(project: Project, queue: list[dict]) -> list[dict]:
+    """Every issue waiting for a person, with why: escalated and failed ones (the reason their
+    last such commit recorded), merges that wait (what they wait for)."""
+    stuck = project.index.list(["escalated", "failed"])
+    reasons = history.reasons(project.paths, [i.id for i in stuck])
+    attention = [{"issue": i.id, "status": i.status, "title": i.title, "reason": reasons.get(i.id, "")}
+                 for i in stuck]
+    for entry in queue:
+        if entry["state"] == "waiting":
+            attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"],
+                              "reason": entry["detail"]})
+    return attention
+
+
 def render(data: dict) -> None:
+    for section in (render_issues, render_daemon, render_run, render_agents, render_merge_queue,
+                    render_attention, render_problems):
+        section(data)
+
+
+def render_issues(data: dict) -> None:
     counts = data["counts"]
     click.echo("issues: " + " · ".join(f"{s} {n}" for s, n in counts.items() if n) if data["total"] else "issues: none")
     click.echo(f"ready: {len(data['ready'])}" + (f" (next: {', '.join(data['ready'][:5])})" if data["ready"] else ""))
+
+
+def render_daemon(data: dict) -> None:
     daemon = data["daemon"]
     click.echo("daemon: " + (f"running (pid {daemon['pid']})" if daemon["running"] else "not running"))
     if daemon.get("remote"):
         click.echo(f"shared queue: remote {daemon['remote']}")
     if daemon["degraded"]:
         click.echo(click.style(f"degraded: {daemon['degraded']} — new agents paused", fg="yellow"))
-    if data["agents"]:
-        click.echo("agents:")
-        for agent in data["agents"]:
-            click.echo(f"  {agent['issue']}  {agent['agent']:<10} {agent['role']:<8} "
-                       f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens")
-    else:
+
+
+def render_run(data: dict) -> None:
+    run = data.get("run")
+    if run:
+        click.echo(f"run: {run['finalized']} of {run['total']} finalized · {run['busy']} busy · "
+                   f"{run['tokens']:,} tokens · ${run['cost_usd']:.4f} · "
+                   f"{_age(round(time.time() - run['started_at']))}")
+
+
+def render_agents(data: dict) -> None:
+    if not data["agents"]:
         click.echo("agents: none")
+        return
+    click.echo("agents:")
+    for agent in data["agents"]:
+        click.echo(one_line(agent_line(agent)))
+
+
+def agent_line(agent: dict) -> str:
+    return (f"  {agent['issue'] or '-':<9}  {agent['agent'][:17]:<10} {agent['role']:<8} "
+            f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens  ${agent['cost_usd']:.4f}  {agent['title']}")
+
+
+def render_merge_queue(data: dict) -> None:
     if data["merge_queue"]:
         click.echo("merge queue:")
         for entry in data["merge_queue"]:
             click.echo(one_line(f"  {entry['issue']}  {entry['state']:<8} {entry['detail']}"))
+
+
+def render_attention(data: dict) -> None:
     if data["needs_attention"]:
         click.echo("needs attention:")
         for item in data["needs_attention"]:
-            click.echo(one_line(f"  {item['issue']}  {item['status']:<10} {item['title']}"))
+            why = item["reason"] if item["reason"] and item["reason"] != item["title"] else ""
+            click.echo(one_line(f"  {item['issue']}  {item['status']:<10} {item['title']}"
+                                + (f" — {why}" if why else "")))
+
+
+def render_problems(data: dict) -> None:
     if data["problems"]:
         click.echo("problems:")
         for line in data["problems"]:
@@ -98,22 +189,21 @@ def status(as_json: bool, watch: bool) -> None:
         data = collect(project)
         print_json(data) if as_json else render(data)
         return
-    from watchfiles import watch as watch_files
+    from hive.runtime.watch import changes
 
-    from hive.state.watch import watched_paths
+    runtime = Runtime(project.paths)   # held open: see hive/runtime/watch.py
 
     def show() -> None:
-        data = collect(project)
+        data = collect(project, runtime)
         click.clear()
         render(data)
 
     show()
     try:
-        # woken by any state change, and by the runtime database (agents, tokens; its WAL while a
-        # daemon runs); the timeout keeps agent ages fresh and catches a daemon started later
-        runtime = [project.paths.hive_dir / name for name in ("runtime.db", "runtime.db-wal")]
-        for _ in watch_files(*watched_paths(project, runtime), watch_filter=None, debounce=100, step=20,
-                             rust_timeout=5000, yield_on_timeout=True):
+        # refreshed on each change of the state or of runtime.db; the timeout only renews ages
+        for _ in changes(project.paths, timeout_ms=AGE_REFRESH_MS):
             show()
     except KeyboardInterrupt:
         pass
+    finally:
+        runtime.close()

@@ -21,7 +21,7 @@ import pygit2
 
 from hive import lifecycle
 from hive.agents import jails
-from hive.backends.base import IDLE, PERMISSION, USAGE, Event
+from hive.backends.base import IDLE, PERMISSION, USAGE, Event, Usage
 from hive.lifecycle import TransitionRefused
 from hive.merge import mechanical
 from hive.merge.host import MergeHost
@@ -119,6 +119,13 @@ class MergeProcessor:
 
     def poke(self) -> None:
         self._wake.set()
+
+    def spent(self) -> Usage:
+        """What the refinery spent in this process."""
+        return self.refinery.spent
+
+    def refinery_busy(self) -> bool:
+        return bool(self.refinery.issue_id)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -303,7 +310,8 @@ class MergeProcessor:
 
     async def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
         target = self.config.target_branch
-        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target):
+        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target,
+                           self.refinery.take_usage(issue.id)):
             return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
@@ -315,7 +323,8 @@ class MergeProcessor:
 
     def _reject(self, issue: Issue, entry: Entry, reason: str) -> None:
         try:
-            decision = lifecycle.reject(self.project, self.runtime, self.config, issue.id, reason)
+            decision = lifecycle.reject(self.project, self.runtime, self.config, issue.id, reason,
+                                        self.refinery.take_usage(issue.id))
         except TransitionRefused as exc:
             self._left(entry, exc)
             return
@@ -324,13 +333,15 @@ class MergeProcessor:
         self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason})")
 
     def _escalate(self, issue: Issue, entry: Entry, reason: str) -> None:
-        if not self._moved(entry, lifecycle.escalate_merge, self.project, issue.id, reason):
+        if not self._moved(entry, lifecycle.escalate_merge, self.project, issue.id, reason,
+                           self.refinery.take_usage(issue.id)):
             return
         # the worktree stays for the person
         self.host.log(f"{issue.id} escalated: {reason[:120]}")
 
     def _fail(self, issue: Issue, entry: Entry, reason: str) -> None:
-        if not self._moved(entry, lifecycle.fail_merge, self.project, issue.id, reason):
+        if not self._moved(entry, lifecycle.fail_merge, self.project, issue.id, reason,
+                           self.refinery.take_usage(issue.id)):
             return
         self.host.log(f"{issue.id} failed: {reason}")
 

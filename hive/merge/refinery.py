@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hive import git
+from hive import cost, git
 from hive.agents import jails, protocol
-from hive.backends.base import USAGE, Backend, Event, SessionSpec
+from hive.backends.base import USAGE, Backend, Event, SessionSpec, Usage
 from hive.merge.host import RefineryHost
 from hive.prompts import load, material, render
 from hive.runtime import process_start_time
@@ -44,6 +44,10 @@ class Refinery:
         self.renewals = 0
         self.root = ""                       # the worktree of the task in progress
         self.cwd = ""                        # the worktree the session was started in (and its jail's)
+        self.session_usage = Usage()         # the session's totals as last reported
+        self.unrecorded: dict[str, Usage] = {}   # issue -> spend on its merge not yet on hive/state
+        self.issue_id = ""                   # the issue of the task in progress
+        self.spent = Usage()                 # everything its sessions spent in this process
 
     def owns(self, session_id: str) -> bool:
         return bool(session_id) and session_id == self.session_id
@@ -56,6 +60,37 @@ class Refinery:
             self.tokens = event.data.total_tokens
             self.host.runtime.put("refinery_tokens", str(self.tokens))
             self.host.runtime.update_agent(_agent_id(self.session_id), tokens=event.data.counted_tokens)
+            self._spent(event.data)
+
+    def _spent(self, totals: Usage) -> None:
+        """The session's totals grew: the growth is spent on the merge in progress."""
+        grown = totals.growth_since(self.session_usage)
+        self.session_usage = totals
+        self.spent = self.spent.plus(grown)
+        self.host.runtime.put(f"session_usage:{self.session_id}", cost.dump_usage(totals))
+        if self.issue_id:
+            self.unrecorded[self.issue_id] = self.unrecorded.get(self.issue_id, Usage()).plus(grown)
+            self._save_unrecorded()
+
+    def _save_unrecorded(self) -> None:
+        self.host.runtime.put(cost.REFINERY_IN_FLIGHT_KEY, cost.dump_usage(self._sum_unrecorded()))
+        self.host.runtime.put("refinery_issue", self.issue_id or next(iter(self.unrecorded), ""))
+
+    def _sum_unrecorded(self) -> Usage:
+        total = Usage()
+        for usage in self.unrecorded.values():
+            total = total.plus(usage)
+        return total
+
+    def take_usage(self, issue_id: str) -> dict[str, str]:
+        """The trailers of what the refinery spent on `issue_id`'s merge, for the commit that ends
+        it (a refinery record of `hive.cost`); {} when it spent nothing. Taken once."""
+        usage = self.unrecorded.pop(issue_id, None)
+        self._save_unrecorded()
+        if usage is None or not (usage.total_tokens or usage.cost_usd):
+            return {}
+        return cost.usage_trailers(usage, usage.counted_tokens, role="refinery",
+                                   model=self.host.config.model_for("refinery"), backend=self.backend.name)
 
     async def _session(self, worktree: Path) -> str:
         if self.session_id and self.cwd != str(worktree):
@@ -79,6 +114,7 @@ class Refinery:
             self.cwd = str(worktree)
             self.messages = 0
             self.tokens = 0
+            self.session_usage = Usage()
             self.host.runtime.put("refinery_session", self.session_id)
             await self._record_agent()
         return self.session_id
@@ -90,13 +126,16 @@ class Refinery:
             session = await self._session(worktree)
         except Exception as exc:  # noqa: BLE001 - a refinery that cannot start counts as a crash
             return Verdict("crashed", f"could not start a refinery session: {exc}")
-        self.root = str(worktree)
+        self.root, self.issue_id = str(worktree), issue.id
         self.messages += 1
         self.host.runtime.put("refinery_messages", str(self.messages))
+        # `status` lists the refinery while it works on an issue, not while its session waits
+        self.host.runtime.update_agent(_agent_id(session), state="busy", issue_id=issue.id)
         try:
             turn = await self.backend.run_turn(session, task_prompt(issue, worktree, target, problem))
         finally:
-            self.root = ""
+            self.root, self.issue_id = "", ""
+            self.host.runtime.update_agent(_agent_id(session), state="idle", issue_id="")
         if not turn.ok:
             await self.close()
             return Verdict("crashed", turn.error or "the refinery's turn failed")

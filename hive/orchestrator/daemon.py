@@ -11,6 +11,7 @@ issue was canceled, and spawns workers while below `max_agents` and the ready qu
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -30,6 +31,7 @@ from hive.merge.host import SharedTarget
 from hive.merge.pipeline import MergeProcessor
 from hive.orchestrator import recovery
 from hive.orchestrator.degraded import ProviderHealth
+from hive.orchestrator.progress import PROGRESS_KEY, RunProgress, RunSummary, summarize
 from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.watchers import watch_state
 from hive.orchestrator.worker import Outcome, Worker
@@ -78,6 +80,10 @@ class Daemon:
         self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
         self._problems_seen: set[str] = set()
         self.finished = 0
+        self.started_at = time.time()
+        self.start_commit = ""      # the tip of hive/state when the run began (for its summary)
+        self.on_progress: Callable[[RunProgress], None] | None = None   # told each change
+        self._published = ""
         # a SharedQueue when the queue is shared through a remote
         self.shared = SharedQueue(self, remote, config.target_branch) if remote else None
 
@@ -128,6 +134,8 @@ class Daemon:
         record_target_branch(self.project.paths, self.config.target_branch)
         self.runtime.put("daemon_pid", str(os.getpid()))
         self.runtime.put("daemon_started", str(time.time()))
+        self.started_at = time.time()
+        self.start_commit = git.read_ref(self.project.paths.common_dir, git.STATE_REF) or ""
         watcher = asyncio.create_task(self._watch_state())
         ticker = asyncio.create_task(self._tick())
         try:
@@ -151,6 +159,7 @@ class Daemon:
             watcher.cancel()
             ticker.cancel()
             self.runtime.delete("daemon_pid")
+            self.runtime.delete(PROGRESS_KEY)
             self.health.stop()
             self.lock.release()
         return 0
@@ -171,6 +180,7 @@ class Daemon:
                 self.merge.poke()
             if self.shared is not None:
                 self.shared.local_changed()
+            self._publish_progress()
             if self.until_idle and self._idle():
                 self.waiting_merges = self.merge.waiting() if self.merge is not None else []
                 self.log("idle: nothing ready, nothing running" + (
@@ -413,6 +423,38 @@ class Daemon:
             self.token_cap_reached = True
             self.log(f"budget of this run reached ({over}; {lifecycle.usage_figures(self.run_usage)}): "
                      "no new agents")
+
+    # -- progress -------------------------------------------------------------------------------
+
+    def spent(self) -> Usage:
+        """What this run spent: its workers and the refinery."""
+        return self.run_usage.plus(self.merge.spent()) if self.merge is not None else self.run_usage
+
+    def progress(self) -> RunProgress:
+        counts = self.project.index.counts()
+        return RunProgress(self.started_at, finalized=counts.get("finalized", 0),
+                           total=sum(counts.values()) - counts.get("canceled", 0),
+                           busy=len(self.running) + int(self.merge is not None and self.merge.refinery_busy()),
+                           usage=self.spent())
+
+    def _publish_progress(self) -> None:
+        """For `git hive status` (runtime.db) and `on_progress`, when it changed."""
+        progress = self.progress()
+        text = json.dumps(progress.to_json())
+        if text != self._published:
+            self._published = text
+            self.runtime.put(PROGRESS_KEY, text)
+            if self.on_progress is not None:
+                self.on_progress(progress)
+
+    def summary(self) -> RunSummary:
+        """What the run did, from the state commits made since it began."""
+        def status_of(issue_id: str) -> str | None:
+            issue = self.project.index.get(issue_id)
+            return issue.status if issue is not None else None
+
+        self.project.update_index()
+        return summarize(self.project.paths, self.start_commit, self.spent(), self.started_at, status_of)
 
     # -- notes ----------------------------------------------------------------------------------
 

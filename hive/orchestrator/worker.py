@@ -341,7 +341,8 @@ class Worker:
         # the record outlives the runtime budget
         trailers = lifecycle.done_trailers(self.worktree.base_commit,
                                            worktrees.head_of(self.project.paths, self.issue_id) or "",
-                                           outcome.test_command, self.host.runtime.budget(self.issue_id))
+                                           outcome.test_command, self.host.runtime.budget(self.issue_id),
+                                           self.config.model_for("worker"), self.backend.name)
         try:
             lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
         except TransitionRefused:
@@ -354,7 +355,8 @@ class Worker:
     def _escalate(self, reason: str, error: str) -> None:
         try:
             lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error,
-                               lifecycle.usage_trailers(self.host.runtime.budget(self.issue_id)))
+                               lifecycle.usage_trailers(self.host.runtime.budget(self.issue_id),
+                                                        self.config.model_for("worker"), self.backend.name))
         except TransitionRefused:
             pass
         self._log(f"escalated: {reason}")

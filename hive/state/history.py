@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterator
+from typing import Collection, Iterator
 
 from hive import git
 from hive.state import layout
@@ -51,8 +51,9 @@ def _event_of(commit) -> StateEvent:
                       agent=values.get("Hive-Agent", ""), trailers=values)
 
 
-def events(paths: git.RepoPaths, issue_id: str | None = None) -> Iterator[StateEvent]:
-    """State events, oldest first; with `issue_id`, only commits that touched that issue's files."""
+def events(paths: git.RepoPaths, issue_id: str | None = None, since: str = "") -> Iterator[StateEvent]:
+    """State events, oldest first; with `issue_id`, only commits that touched that issue's files;
+    with `since` (a commit), only those made after it."""
     from dulwich.repo import Repo
 
     tip = git.read_ref(paths.common_dir, git.STATE_REF)
@@ -63,10 +64,37 @@ def events(paths: git.RepoPaths, issue_id: str | None = None) -> Iterator[StateE
         filters = None
         if issue_id is not None:
             filters = [p.encode() for p in (*layout.candidate_paths(issue_id), layout.notes_path(issue_id))]
-        for entry in repo.get_walker(include=[tip.encode()], paths=filters, order="topo", reverse=True):
+        for entry in repo.get_walker(include=[tip.encode()], exclude=[since.encode()] if since else None,
+                                     paths=filters, order="topo", reverse=True):
             yield _event_of(entry.commit)
     finally:
         repo.close()
+
+
+# Events that leave an issue waiting for a person, with the why in `Hive-Reason`.
+PERSON_NEEDED_EVENTS = frozenset({"escalated", "failed", "recovered"})
+
+
+def reasons(paths: git.RepoPaths, issue_ids: Collection[str]) -> dict[str, str]:
+    """Issue -> the `Hive-Reason` of its latest escalating or failing commit, for the issues
+    given (walking from the tip back, only until each has one)."""
+    from dulwich.repo import Repo
+
+    wanted, found = set(issue_ids), {}
+    tip = git.read_ref(paths.common_dir, git.STATE_REF)
+    if tip is None or not wanted:
+        return found
+    repo = Repo(str(paths.common_dir))
+    try:
+        for entry in repo.get_walker(include=[tip.encode()]):
+            item = _event_of(entry.commit)
+            if item.issue in wanted and item.issue not in found and item.event in PERSON_NEEDED_EVENTS:
+                found[item.issue] = item.trailers.get("Hive-Reason", "")
+                if len(found) == len(wanted):
+                    break
+    finally:
+        repo.close()
+    return found
 
 
 def last_event(paths: git.RepoPaths, issue_id: str, event: str) -> StateEvent | None:
