@@ -98,6 +98,7 @@ class SessionSpec:
     labels: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     jail: JailSpec | None = None      # the OS jail the agent runs in (None: unjailed, sandbox = "off")
+    transcript: str = ""              # the file the session's transcript goes to ("": none; transcripts.py)
 
 
 @dataclass

@@ -24,7 +24,8 @@ def collect(project: Project) -> dict:
     now = time.time()
     daemon_pid = DaemonLock(project.paths).holder()
     agents = [{"issue": a["issue_id"], "agent": a["id"], "role": a["role"], "state": a["state"],
-               "age_seconds": round(now - (a["started_at"] or now)), "tokens": a["tokens"] or 0}
+               "age_seconds": round(now - (a["started_at"] or now)), "tokens": a["tokens"] or 0,
+               "last_message": a.get("last_message") or ""}
               for a in runtime.agents()] if daemon_pid else []
     queue = [{"issue": entry.issue_id, "state": entry.state, "detail": entry.detail}
              for entry in runtime.merge_queue.entries()]
@@ -63,7 +64,8 @@ def render(data: dict) -> None:
         click.echo("agents:")
         for agent in data["agents"]:
             click.echo(f"  {agent['issue']}  {agent['agent']:<10} {agent['role']:<8} "
-                       f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens")
+                       f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens"
+                       + (f"  {one_line(agent['last_message'])[:80]}" if agent["last_message"] else ""))
     else:
         click.echo("agents: none")
     if data["merge_queue"]:
