@@ -3,8 +3,8 @@ daemon's own log.
 
 `-f` follows: woken by watchfiles when a transcript grows or a new session starts (and by the
 state's ref events, to notice the issue is finished with), never by a sleep loop. Following an
-issue ends once it is finalized, canceled, escalated or failed; following the daemon's log ends
-with Ctrl-C.
+issue ends once it is finalized, canceled, escalated or failed and its sessions have ended;
+following the daemon's log ends with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -62,10 +62,16 @@ def _emit(tail: Tail, files: list[Path], as_json: bool) -> None:
     sys.stdout.flush()
 
 
-def _finished(project: Project, issue_id: str) -> bool:
+def _finished(project: Project, issue_id: str, tail: Tail) -> bool:
+    """No session will write more: the issue is finished with, and each session seen has ended
+    (or no daemon runs to end it: one killed leaves its sessions without their `end`)."""
+    from hive.runtime import DaemonLock
+
     project.update_index()
     issue = project.index.get(issue_id)
-    return issue is None or issue.status in FINISHED
+    if issue is not None and issue.status not in FINISHED:
+        return False
+    return tail.ended() or not DaemonLock(project.paths).holder()
 
 
 def _follow_issue(project: Project, issue_id: str, files: Callable[[], list[Path]], as_json: bool) -> None:
@@ -77,14 +83,13 @@ def _follow_issue(project: Project, issue_id: str, files: Callable[[], list[Path
     project.paths.ref_events.touch(exist_ok=True)
     mine, events = str(folder / issue_id), str(project.paths.ref_events)
     _emit(tail, files(), as_json)
-    if _finished(project, issue_id):
+    if _finished(project, issue_id, tail):
         return
     try:
-        for changes in watch(folder, events, debounce=50, step=50,
-                             watch_filter=lambda _, path: path.startswith(mine) or path == events):
+        for _ in watch(folder, events, debounce=50, step=50,
+                       watch_filter=lambda _, path: path.startswith(mine) or path == events):
             _emit(tail, files(), as_json)
-            if any(path == events for _, path in changes) and _finished(project, issue_id):
-                _emit(tail, files(), as_json)
+            if _finished(project, issue_id, tail):
                 return
     except KeyboardInterrupt:
         return

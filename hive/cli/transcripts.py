@@ -100,6 +100,13 @@ class Tail:
         self.files: dict[Path, BinaryIO] = {}
         self.partial: dict[Path, bytes] = {}
         self.starts: dict[Path, float] = {}
+        self.last: dict[Path, str] = {}         # the type of each file's last entry
+        self.roles: dict[Path, str] = {}
+
+    def ended(self) -> bool:
+        """Whether every worker session seen so far was ended by hive (its `end` entry is in; the
+        refinery's session may live on, for the project's next merge)."""
+        return all(kind == "end" for path, kind in self.last.items() if self.roles.get(path) != "refinery")
 
     def new(self, paths: list[Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
         for path in paths:
@@ -119,6 +126,8 @@ class Tail:
                     continue
                 if entry.get("type") == "session" and isinstance(entry.get("at"), (int, float)):
                     self.starts.setdefault(path, entry["at"])
+                    self.roles.setdefault(path, str(entry.get("role")))
+                self.last[path] = str(entry.get("type"))
                 yield path, entry
 
     def line(self, path: Path, entry: dict[str, Any]) -> str:
