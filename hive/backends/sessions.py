@@ -1,8 +1,9 @@
 """The session half every backend shares: the event bus, the session table, turns, the end.
 
 A backend keeps its sessions in `self._sessions` (id → its own session record). Each record has
-`id`, `spec` (its `SessionSpec`), `state()`, `usage`, `proc` (an `AgentProcess`, or None), `last_activity`, `messages` (the
-transcript), `permissions` (requests waiting for an answer) and `deleted`. `SessionBackend`
+`id`, `spec` (its `SessionSpec`), `state()`, `usage`, `proc` (an `AgentProcess`, or None),
+`last_activity`, `messages` (the recent history), `permissions` (requests waiting for an answer)
+and `deleted`. `SessionBackend`
 answers from them the protocol's status call and the introspection calls tests and debugging use
 (`list_sessions`, `get_messages`, `get_pending_permissions`: not part of the protocol), and holds
 the plumbing that does not depend on the CLI:
