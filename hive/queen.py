@@ -25,6 +25,7 @@ import pygit2
 from hive import git
 from hive.agents.jails import queen_jail
 from hive.backends.base import PERMISSION, Backend, Event, SessionSpec, TurnResult
+from hive.backends.transcripts import new_transcript, plan_folder
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.prompts import load, material, render
@@ -405,6 +406,7 @@ def _trailer(message: str, key: str) -> str:
 
 def reject(project: Project, slug: str) -> None:
     remove_plan_worktree(project, slug)
+    shutil.rmtree(plan_folder(project.paths.hive_dir, slug), ignore_errors=True)   # the Queen's transcripts
     ref = project.store.repo.references.get(plan_ref(slug))
     if ref is not None:
         ref.delete()
@@ -452,6 +454,8 @@ class Queen:
         self.log = log
         self.directory = plan_dir(project, slug)
         self.session_id = ""
+        # the session's transcript (`git hive plan` shows it live)
+        self.transcript = Path(new_transcript(plan_folder(project.paths.hive_dir, slug), "queen"))
         backend.on(PERMISSION, self._on_permission)
 
     async def _on_permission(self, event: Event) -> None:
@@ -469,7 +473,8 @@ class Queen:
             config = self.project.config
             spec = SessionSpec(role="queen", cwd=str(self.directory),
                                model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT,
-                               jail=queen_jail(config, self.project.paths, self.directory))
+                               jail=queen_jail(config, self.project.paths, self.directory),
+                               transcript=str(self.transcript))
             self.session_id = await self.backend.create_session(spec)
         return await self.backend.run_turn(self.session_id, text)
 

@@ -872,6 +872,47 @@ def test_run_denies_a_write_outside_the_worktree(api: FakeAnthropic, repo: Path,
 
 
 @needs_claude
+def test_logs_shows_the_claude_workers_transcript(api: FakeAnthropic, repo: Path, hive: Callable[..., Any],
+                                                  tmp_path: Path) -> None:
+    """`git hive logs` through the real CLI: hive's prompt, each tool call with hive's answer,
+    the results, what Claude said, the turn's tokens and cost; shown escaped."""
+    issue_id = hive("create", "Touch a file").stdout.strip()
+    target = tmp_path / "elsewhere" / "passwd"
+    target.parent.mkdir()
+    api.script(tool("Write", {"file_path": str(target), "content": "root::0:0::/:/bin/sh\n"}),
+               write("note.txt", "inside\n"),
+               bash('git add note.txt && git commit -q -m "Add note"'),
+               write(".hive-result.jsonl", '{"status": "success", "summary": "note added"}\n'),
+               text("Done \x1b]0;pwned\x07 note added."))
+    run_daemon(repo, daemon_env(api, tmp_path / "claude-config"))
+    sessions = json.loads(hive("logs", issue_id, "--json").stdout)
+    assert len(sessions) == 1
+    entries = sessions[0]["entries"]
+    head = entries[0]
+    assert head["type"] == "session" and head["backend"] == "claude" and head["role"] == "worker"
+    assert head["issue"] == issue_id and head["model"] == "claude-sonnet-4-6" and len(head["session"]) == 36
+    prompts = [e["text"] for e in entries if e["type"] == "prompt"]
+    assert len(prompts) == 1 and prompts[0].startswith(f"# Issue {issue_id}: Touch a file")
+    asked = [(e["tool"], e["allow"]) for e in entries if e["type"] == "permission"]
+    assert asked == [("Write", False), ("Write", True), ("Bash", True), ("Write", True)]
+    denied = next(e for e in entries if e["type"] == "permission")
+    assert denied["paths"] == [str(target)] and "outside the worktree" in denied["reason"]
+    calls = [e["text"] for e in entries if e["type"] == "message" and e.get("tool")]
+    assert calls[0] == f"[Write] {target}" and 'git add note.txt && git commit -q -m "Add note"' in calls[2]
+    results = [e["text"] for e in entries if e["type"] == "message" and e["role"] == "tool"]
+    assert results[0].startswith("[error] ") and "outside the worktree" in results[0]
+    said = [e["text"] for e in entries if e["type"] == "message" and e["role"] == "assistant" and not e.get("tool")]
+    assert said[-1] == "Done \x1b]0;pwned\x07 note added."
+    turn = next(e for e in entries if e["type"] == "turn")
+    assert turn["ok"] and turn["usage"]["input_tokens"] > 0 and turn["usage"]["output_tokens"] > 0
+    assert turn["usage"]["cost_usd"] > 0 and turn["total"] == turn["usage"]
+
+    shown = hive("logs", issue_id).stdout
+    assert "\x1b" not in shown and "Done \\x1b]0;pwned\\x07 note added." in shown
+    assert f"DENIED   Write: {target} — " in shown and "allowed  Bash: git add note.txt" in shown
+
+
+@needs_claude
 def test_run_rides_out_an_overloaded_api(api: FakeAnthropic, repo: Path, hive: Callable[..., Any],
                                          tmp_path: Path, git: Callable[..., Any]) -> None:
     """529 → provider_error → degraded (no retry budget burned) → health probe → the work resumes."""

@@ -952,3 +952,37 @@ def test_sigkill_of_the_daemon_during_a_merge_test_merges_once_on_restart(
     assert git("show", "main:hello.txt", cwd=project_repo).stdout == "hello from the codex worker\n"
     assert tests.alive == [False]                             # one new test, with the old one already gone
     assert not still_running(old)
+
+
+@needs_codex
+def test_logs_shows_the_codex_workers_transcript(project_repo: Path, fake: FakeOpenAI, hive: Any):
+    """`git hive logs` through the real CLI: hive's prompt, each command and patch with hive's
+    answer, what Codex said, and the turn's tokens; shown escaped."""
+    issue_id = hive("create", "Add hello.txt", cwd=project_repo, check=True).stdout.strip()
+    fake.script(fake_api.exec_command("echo pwned > ../../../../outside.txt"), *finish_steps()[:-1],
+                fake_api.text("Done \x1b]0;pwned\x07 hello.txt is committed."))
+    finish(start_run(project_repo))
+
+    sessions = json.loads(hive("logs", issue_id, "--json", cwd=project_repo).stdout)
+    assert len(sessions) == 1
+    entries = sessions[0]["entries"]
+    head = entries[0]
+    assert head["type"] == "session" and head["backend"] == "codex" and head["role"] == "worker"
+    assert head["model"] == "gpt-5.5" and head["issue"] == issue_id and head["label"].startswith("worker-w-")
+    prompts = [e["text"] for e in entries if e["type"] == "prompt"]
+    assert prompts and prompts[0].startswith(f"# Issue {issue_id}: Add hello.txt")
+    asked = [(e["tool"], e["allow"]) for e in entries if e["type"] == "permission"]
+    assert asked[0] == ("commandExecution", False) and ("fileChange", True) in asked
+    assert ("commandExecution", True) in asked
+    denied = next(e for e in entries if e["type"] == "permission" and not e["allow"])
+    assert denied["command"] == "echo pwned > ../../../../outside.txt" and "outside the worktree" in denied["reason"]
+    said = [e["text"] for e in entries if e["type"] == "message"]
+    assert "Done \x1b]0;pwned\x07 hello.txt is committed." in said
+    assert any(text.startswith("$ git add -A") for text in said)
+    turns = [e for e in entries if e["type"] == "turn"]
+    assert turns[0]["ok"] and turns[0]["usage"]["input_tokens"] + turns[0]["usage"]["cache_read_tokens"] > 0
+    assert "cost_usd" in turns[0]["usage"]
+
+    shown = hive("logs", issue_id, cwd=project_repo).stdout
+    assert "\x1b" not in shown and "Done \\x1b]0;pwned\\x07 hello.txt" in shown
+    assert "DENIED   commandExecution: echo pwned > ../../../../outside.txt" in shown

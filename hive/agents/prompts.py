@@ -37,7 +37,8 @@ def one_line(text: str) -> str:
 
 def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes: list[dict[str, Any]],
                   project_notes: list[dict[str, Any]], previous_failure: str = "",
-                  combined_blockers: list[str] | None = None, skipped_blockers: list[str] | None = None) -> str:
+                  combined_blockers: list[str] | None = None, skipped_blockers: list[str] | None = None,
+                  told: list[str] | None = None) -> str:
     parts = [f"# Issue {issue.id}: {one_line(issue.title)}", ""]
     meta = [f"type {issue.type}", f"priority {issue.priority}"]
     if issue.labels:
@@ -66,8 +67,20 @@ def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes:
         parts += ["", "## Notes from other agents", _format_notes(notes[-MAX_NOTES:])]
     if previous_failure:
         parts += ["", render("worker-previous-failure", failure=previous_failure.strip())]
+    if told:
+        parts += ["", render("worker-told", text=_told_text(told))]
     parts += ["", render("worker-done", result_file=RESULT_FILE)]
     return "\n".join(parts) + "\n"
+
+
+def _told_text(told: list[str]) -> str:
+    return "\n\n".join(text.strip() for text in told)
+
+
+def told_message(told: list[str]) -> str:
+    """A person's messages (`git hive tell`) to a session at work; it starts `FYI:` like the notes
+    relayed between workers: an aside to the work in progress, not a new task."""
+    return render("told", text=_told_text(told))
 
 
 def fyi_message(note: dict[str, Any]) -> str:

@@ -101,6 +101,7 @@ class SessionSpec:
     # hive's record of `resume`'s usage totals: a backend that does not know the session (a daemon
     # restart) carries its totals on from these, so USAGE events stay totals of the whole session
     usage: Usage = field(default_factory=Usage)
+    transcript: str = ""              # the file the session's transcript goes to ("": none; transcripts.py)
 
 
 @dataclass

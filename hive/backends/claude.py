@@ -336,8 +336,8 @@ class ClaudeBackend(SessionBackend):
             raise RuntimeError(f"claude session {session_id} has exited") from e
 
     # -- permissions ---------------------------------------------------------------------------
-    async def reply_permission(self, session_id: str, request_id: str, allow: bool,
-                               message: str = "") -> None:
+    async def _reply_permission(self, session_id: str, request_id: str, allow: bool,
+                                message: str) -> None:
         s = self._sessions.get(session_id)
         request = s.permissions.pop(request_id, None) if s is not None else None
         if s is None or request is None:

@@ -212,8 +212,8 @@ class ScriptedBackend(SessionBackend):
             raise RuntimeError(f"scripted session {session_id} has exited") from e
 
     # -- permissions ---------------------------------------------------------------------------
-    async def reply_permission(self, session_id: str, request_id: str, allow: bool,
-                               message: str = "") -> None:
+    async def _reply_permission(self, session_id: str, request_id: str, allow: bool,
+                                message: str) -> None:
         s = self._sessions.get(session_id)
         if s is None or s.permissions.pop(request_id, None) is None:
             return

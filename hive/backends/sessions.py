@@ -1,8 +1,9 @@
 """The session half every backend shares: the event bus, the session table, turns, the end.
 
 A backend keeps its sessions in `self._sessions` (id → its own session record). Each record has
-`id`, `state()`, `usage`, `proc` (an `AgentProcess`, or None), `last_activity`, `messages` (the
-transcript), `permissions` (requests waiting for an answer) and `deleted`. `SessionBackend`
+`id`, `spec` (its `SessionSpec`), `state()`, `usage`, `proc` (an `AgentProcess`, or None),
+`last_activity`, `messages` (the recent history), `permissions` (requests waiting for an answer)
+and `deleted`. `SessionBackend`
 answers from them the protocol's status call and the introspection calls tests and debugging use
 (`list_sessions`, `get_messages`, `get_pending_permissions`: not part of the protocol), and holds
 the plumbing that does not depend on the CLI:
@@ -11,10 +12,13 @@ the plumbing that does not depend on the CLI:
 * `send_message_async` / `run_turn` around the backend's `_send_turn`: each turn sent gets exactly
   one `idle`, turns end in the order they were sent, so `run_turn` returns its own turn's result
   (the one `idle` that ends it, or a failure when the process exits or the session is deleted);
-* `delete_session`, `stop` and the record of deleted sessions kept for a later resume.
+* `delete_session`, `stop` and the record of deleted sessions kept for a later resume;
+* the session's transcript (`hive/backends/transcripts.py`), written here for every backend from
+  what passes through: the turns sent, the events emitted, the permission answers.
 
-A backend implements `_send_turn`, `_shut_down` (end the process of a forgotten session) and
-`_remember` (what a later resume of a deleted session carries on), and drives its CLI.
+A backend implements `_send_turn`, `_reply_permission`, `_shut_down` (end the process of a
+forgotten session) and `_remember` (what a later resume of a deleted session carries on), and
+drives its CLI.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hive.backends.base import (
-    EVENT_TYPES, EXITED, IDLE, Event, Handler, PermissionRequest, SessionStatus, TurnResult,
+    EVENT_TYPES, EXITED, IDLE, MESSAGE, PROVIDER_ERROR, Event, Handler, PermissionRequest, SessionStatus,
+    TurnResult,
 )
+from hive.backends.transcripts import Recorder, cut
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,7 @@ class SessionBackend:
         self._sessions: dict[str, Any] = {}
         self._past: dict[str, Any] = {}       # deleted sessions (id → `_remember`'s record)
         self._turns: dict[str, collections.deque[_Turn]] = {}   # per session: turns sent, not ended
+        self._recorder = Recorder(self.name)
 
     async def _reader_done(self, reader: "asyncio.Task[None] | None") -> None:
         """Wait (a little) for a session's stdout reader to deliver its last events."""
@@ -86,6 +93,9 @@ class SessionBackend:
 
     # -- to implement ------------------------------------------------------------------------------
     async def _send_turn(self, session_id: str, text: str) -> None:
+        raise NotImplementedError
+
+    async def _reply_permission(self, session_id: str, request_id: str, allow: bool, message: str) -> None:
         raise NotImplementedError
 
     async def _shut_down(self, s: Any, patient: bool) -> None:
@@ -103,6 +113,7 @@ class SessionBackend:
     async def _emit(self, s: Any, type_: str, data: Any = None) -> None:
         if s.deleted or not s.id:
             return
+        self._record_event(s, type_, data)
         try:
             await self._bus.emit(Event(type_, s.id, data))
         except Exception:                               # a bad handler must not kill the reader
@@ -111,6 +122,18 @@ class SessionBackend:
             self._turn_ended(s.id, data)
         elif type_ == EXITED:
             self._end_turns(s.id, TurnResult(ok=False, error=f"{self.name} process exited"))
+
+    def _record_event(self, s: Any, type_: str, data: Any) -> None:
+        if type_ == MESSAGE and isinstance(data, dict):
+            tool = {"tool": str(data["tool"])} if data.get("tool") else {}
+            self._recorder.record(s, "message", role=str(data.get("role", "")), text=cut(data.get("text")), **tool)
+        elif type_ == IDLE and isinstance(data, TurnResult):
+            self._recorder.turn_ended(s, data.ok, data.error)
+        elif type_ == PROVIDER_ERROR and isinstance(data, dict):
+            self._recorder.record(s, "error", status=data.get("status"), message=cut(data.get("message")))
+        elif type_ == EXITED:
+            self._recorder.record(s, "exit", code=(data or {}).get("exit_code"))
+            self._recorder.pause(s)
 
     def _turn_ended(self, session_id: str, result: TurnResult) -> None:
         turns = self._turns.get(session_id)
@@ -136,6 +159,7 @@ class SessionBackend:
         turns = self._turns.setdefault(session_id, collections.deque())
         turn = _Turn(waiter)
         turns.append(turn)
+        self._recorder.record(self._get(session_id), "prompt", text=cut(text))
         try:
             await self._send_turn(session_id, text)
         except BaseException:
@@ -143,6 +167,17 @@ class SessionBackend:
             if turn in turns:
                 turns.remove(turn)
             raise
+
+    # -- permissions -------------------------------------------------------------------------------
+    async def reply_permission(self, session_id: str, request_id: str, allow: bool,
+                               message: str = "") -> None:
+        s = self._sessions.get(session_id)
+        request = s.permissions.get(request_id) if s is not None else None
+        if request is not None:
+            self._recorder.record(s, "permission", tool=request.tool, command=cut(request.command),
+                                  paths=[cut(p) for p in request.paths[:20]], allow=bool(allow),
+                                  reason=cut(message))
+        await self._reply_permission(session_id, request_id, allow, message)
 
     # -- the end -----------------------------------------------------------------------------------
     async def delete_session(self, session_id: str) -> None:
@@ -164,6 +199,7 @@ class SessionBackend:
             self._past.pop(next(iter(self._past)))
         self._end_turns(s.id, TurnResult(ok=False, error="session deleted"))
         await self._shut_down(s, patient)
+        self._recorder.close(s)
 
     # -- status and introspection ------------------------------------------------------------------
     def _get(self, session_id: str) -> Any:

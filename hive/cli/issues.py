@@ -7,7 +7,7 @@ import subprocess
 
 import click
 
-from hive.cli.output import ISSUE_HEADERS, issue_rows, print_json, print_json_text, show_issue, table
+from hive.cli.output import ISSUE_HEADERS, issue_rows, one_line, print_json, print_json_text, show_issue, table
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.state import issue_file
@@ -118,6 +118,9 @@ def show(issue_id: str, as_json: bool) -> None:
         data = issue.to_json(with_body=True)
         data["path"] = project.index.path_of(issue.id)
         data["dependents"] = project.index.dependents_of(issue.id)
+        needs = attention(project, issue)
+        if needs is not None:
+            data["attention"] = needs
         print_json(data)
         return
     show_issue(issue)
@@ -128,19 +131,35 @@ def show(issue_id: str, as_json: bool) -> None:
         click.echo(line)
 
 
-def recovery_steps(project: Project, issue: issue_file.Issue) -> list[str]:
-    """How a person takes an escalated or failed issue on from here (README: "When hive asks
-    for you")."""
+def attention(project: Project, issue: issue_file.Issue) -> dict | None:
+    """Why an escalated or failed issue needs a person, the kept worktree, the commands that go
+    on from here (README: "When hive asks for you"); None for other statuses."""
     if issue.status not in ("escalated", "failed"):
-        return []
+        return None
+    from hive.state import history
     from hive.workspace import worktrees
 
+    event = history.last_event(project.paths, issue.id, issue.status)
     worktree = worktrees.worktree_path(project.paths, issue.id)
-    steps = [f"\n{issue.status}: hive needs you (`git hive log {issue.id}` says why). To recover:"]
-    if worktree.exists():
-        steps.append(f"  - fix it yourself: the work is in {worktree} (branch {worktrees.branch_name(issue.id)});"
+    kept = worktree.exists()
+    return {"reason": (event.trailers.get("Hive-Reason", "") if event else "") or "(no reason recorded)",
+            "worktree": str(worktree) if kept else None,
+            "branch": worktrees.branch_name(issue.id) if kept else None,
+            "next": ([f"git hive update {issue.id} --status done"] if kept else [])
+            + [f"git hive retry {issue.id}", f"git hive cancel {issue.id}", f"git hive logs {issue.id}"]}
+
+
+def recovery_steps(project: Project, issue: issue_file.Issue) -> list[str]:
+    """`attention` as lines for a person."""
+    found = attention(project, issue)
+    if found is None:
+        return []
+    steps = [f"\n{issue.status}: hive needs you. Why: {one_line(found['reason'])}",
+             f"What its agents did: `git hive logs {issue.id}`. To recover:"]
+    if found["worktree"]:
+        steps.append(f"  - fix it yourself: the work is in {found['worktree']} (branch {found['branch']});"
                      f" commit there, then `git hive update {issue.id} --status done` queues the merge")
-    more = "or " if len(steps) > 1 else ""
+    more = "or " if found["worktree"] else ""
     steps += [f"  - {more}give it back to the agents with a fresh budget: `git hive retry {issue.id}`",
               f"  - or drop it: `git hive cancel {issue.id}`"]
     return steps

@@ -8,6 +8,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 
 import click
 
@@ -77,7 +78,57 @@ def _unfinished(project, slug: str, keep: bool, directory) -> str:
     return f"nothing kept: hive/plan/{slug} and its worktree removed (--keep keeps them)"
 
 
-async def _converse(queen, project, slug: str, text: str, headless: bool):
+class _QueenStream:
+    """What the Queen says and does, shown while she works (her transcript, followed by
+    watchfiles), each line with the time since she started; her tokens and cost at the end."""
+
+    def __init__(self, path) -> None:
+        from hive.cli.transcripts import Tail
+
+        self.path = path
+        self.tail = Tail()
+        self.total: dict = {}
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def flush(self) -> None:
+        for path, entry in self.tail.new([self.path]):
+            if entry.get("type") in ("turn", "end") and isinstance(entry.get("total"), dict):
+                self.total = entry["total"]
+            click.echo(self.tail.line(path, entry))
+
+    async def _follow(self) -> None:
+        from watchfiles import awatch
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.flush()
+        async for _ in awatch(self.path.parent, stop_event=self.stop, debounce=50, step=50,
+                              watch_filter=lambda _, changed: changed == str(self.path)):
+            self.flush()
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._follow())
+
+    def summary(self, what: str = "the Queen") -> None:
+        from hive.cli.transcripts import elapsed, usage_line
+
+        self.flush()
+        started = self.tail.starts.get(self.path)
+        took = f" in {elapsed(time.time() - started)}" if started else ""
+        click.echo(f"{what}: {usage_line(self.total)}{took}")
+
+    def so_far(self) -> None:
+        """Before the plan is shown: what the Queen did until now and what it cost."""
+        self.summary("the Queen so far")
+
+    async def end(self) -> None:
+        self.stop.set()
+        if self.task is not None:
+            await asyncio.gather(self.task, return_exceptions=True)
+        self.summary()
+
+
+async def _converse(queen, project, slug: str, text: str, headless: bool, before_show=lambda: None):
     """Propose, then (interactive) show, ask and revise until approved; None when rejected."""
     from hive import queen as queen_mod
 
@@ -89,6 +140,7 @@ async def _converse(queen, project, slug: str, text: str, headless: bool):
             raise HiveError(f"the plan is not valid after {queen_mod.MAX_ROUNDS} rounds: {result.errors[0]}")
         if headless:
             return result
+        before_show()
         _show(result, slug)
         choice = _prompt("\n[a]pprove, [f]eedback, [e]dit in $EDITOR, [r]eject",
                          type=click.Choice(["a", "f", "e", "r"]), default="a")
@@ -143,9 +195,14 @@ def plan(spec: str | None, headless: bool, prompt: str | None, no_approve: bool,
     log = (lambda line: click.echo(line, err=True)) if as_json else click.echo
     queen = queen_mod.Queen(project, _queen_backend(project, backend), text, slug, log=log)
 
+    stream = None if headless else _QueenStream(queen.transcript)
+
     async def session() -> None:
+        if stream is not None:
+            stream.start()
         try:
-            result = await _converse(queen, project, slug, text, headless)
+            result = await _converse(queen, project, slug, text, headless,
+                                     stream.so_far if stream is not None else lambda: None)
         except HiveError as exc:
             await queen.close(abort=True)
             exc.args = (f"{exc} ({_unfinished(project, slug, keep, queen.directory)})",)
@@ -162,14 +219,23 @@ def plan(spec: str | None, headless: bool, prompt: str | None, no_approve: bool,
             click.echo(f"git hive: plan stopped: {_unfinished(project, slug, keep, queen.directory)}", err=True)
             raise
         await queen.close()
+        if stream is not None:
+            await stream.end()
         if result is None:
             queen_mod.reject(project, slug)
             click.echo(f"plan {slug} rejected; its branch is deleted")
             sys.exit(1)
         _conclude(project, queen_mod, result, slug, headless and no_approve, as_json, headless, start)
 
+    async def watched_session() -> None:
+        try:
+            await session()
+        finally:
+            if stream is not None:
+                stream.stop.set()
+
     try:
-        asyncio.run(session())
+        asyncio.run(watched_session())
     except KeyboardInterrupt:     # said above; exit as an interrupted command does (no click "Aborted!")
         sys.exit(130)
 

@@ -92,5 +92,5 @@ def finalize(issue_id: str) -> None:
         lifecycle.finalize(project, runtime, issue_id, landing.commit, config.target_branch)
     finally:
         runtime.close()
-    worktrees.remove(project.paths, issue_id)
+    worktrees.retire(project.paths, issue_id)
     click.echo(f"{issue_id}: merged into {config.target_branch} ({landing.commit[:10]}) and finalized")

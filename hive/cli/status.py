@@ -67,7 +67,8 @@ def agents_section(project: Project, runtime: Runtime) -> list[dict]:
         agents.append({"issue": a["issue_id"], "agent": a["id"], "role": a["role"], "state": a["state"],
                        "age_seconds": round(now - (a["started_at"] or now)), "tokens": a["tokens"] or 0,
                        "title": issue.title if issue is not None else "",
-                       "cost_usd": round(_agent_cost(runtime, a), 4)})
+                       "cost_usd": round(_agent_cost(runtime, a), 4),
+                       "last_message": a.get("last_message") or ""})
     return agents
 
 
@@ -145,7 +146,8 @@ def render_agents(data: dict) -> None:
 
 def agent_line(agent: dict) -> str:
     return (f"  {agent['issue'] or '-':<9}  {agent['agent'][:17]:<10} {agent['role']:<8} "
-            f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens  ${agent['cost_usd']:.4f}  {agent['title']}")
+            f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens  ${agent['cost_usd']:.4f}  {agent['title']}"
+            + (f"  — {one_line(agent['last_message'])[:80]}" if agent.get("last_message") else ""))
 
 
 def render_merge_queue(data: dict) -> None:

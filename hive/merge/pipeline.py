@@ -315,7 +315,7 @@ class MergeProcessor:
             return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
-        await asyncio.to_thread(worktrees.remove, self.project.paths, issue.id)
+        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id)
         if self.host.shared_target is not None:
             self.host.shared_target.request_push()
         self.merged += 1

@@ -16,6 +16,7 @@ from pathlib import Path
 from hive import cost, git
 from hive.agents import jails, protocol
 from hive.backends.base import USAGE, Backend, Event, SessionSpec, Usage
+from hive.backends.transcripts import issue_folder, new_transcript
 from hive.merge.host import RefineryHost
 from hive.prompts import load, material, render
 from hive.runtime import process_start_time
@@ -92,7 +93,7 @@ class Refinery:
         return cost.usage_trailers(usage, usage.counted_tokens, role="refinery",
                                    model=self.host.config.model_for("refinery"), backend=self.backend.name)
 
-    async def _session(self, worktree: Path) -> str:
+    async def _session(self, worktree: Path, issue_id: str) -> str:
         if self.session_id and self.cwd != str(worktree):
             await self.close()                 # a session starts in (and may write only) its worktree
         if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
@@ -109,7 +110,9 @@ class Refinery:
             spec = SessionSpec(role="refinery", cwd=str(worktree),
                                model=config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
                                env=git.agent_git_env(),
-                               jail=jails.worktree_jail(config, self.host.project.paths, worktree))
+                               jail=jails.worktree_jail(config, self.host.project.paths, worktree),
+                               transcript=new_transcript(issue_folder(self.host.project.paths.hive_dir, issue_id),
+                                                         "refinery"))
             self.session_id = await self.backend.create_session(spec)
             self.cwd = str(worktree)
             self.messages = 0
@@ -123,7 +126,7 @@ class Refinery:
         """One refinery task; the verdict comes from the result file the session writes."""
         (worktree / protocol.RESULT_FILE).unlink(missing_ok=True)
         try:
-            session = await self._session(worktree)
+            session = await self._session(worktree, issue.id)
         except Exception as exc:  # noqa: BLE001 - a refinery that cannot start counts as a crash
             return Verdict("crashed", f"could not start a refinery session: {exc}")
         self.root, self.issue_id = str(worktree), issue.id

@@ -32,11 +32,13 @@ from hive.merge.pipeline import MergeProcessor
 from hive.orchestrator import recovery
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.progress import PROGRESS_KEY, RunProgress, RunSummary, summarize
+from hive.orchestrator.logfile import LogFile, log_path
 from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.watchers import watch_state
 from hive.orchestrator.worker import Outcome, Worker
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
+from hive.runtime.tells import Tell
 from hive.state.issue_file import Issue
 from hive.workspace import worktrees
 
@@ -76,6 +78,7 @@ class Daemon:
         self.run_usage = Usage()
         self.token_cap_reached = False
         self._log = log or (lambda line: print(line, flush=True))
+        self._log_file = LogFile(log_path(project.paths.hive_dir))
         self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
         self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
         self._problems_seen: set[str] = set()
@@ -112,7 +115,9 @@ class Daemon:
     # -- logging --------------------------------------------------------------------------------
 
     def log(self, message: str) -> None:
-        self._log(f"{time.strftime('%H:%M:%S')} {message}")
+        line = f"{time.strftime('%H:%M:%S')} {message}"
+        self._log(line)
+        self._log_file.write(line)
 
     # -- main loop ------------------------------------------------------------------------------
 
@@ -162,6 +167,7 @@ class Daemon:
             self.runtime.delete(PROGRESS_KEY)
             self.health.stop()
             self.lock.release()
+            self._log_file.close()
         return 0
 
     def request_stop(self) -> None:
@@ -175,6 +181,7 @@ class Daemon:
             self.wake.clear()
             self._refresh_state()
             await self._stop_canceled()
+            await self._deliver_tells()
             await self._spawn()
             if self.merge is not None:
                 self.merge.poke()
@@ -317,7 +324,7 @@ class Daemon:
                 await worker.abort(what)
                 if worker.task is not None:
                     await asyncio.gather(worker.task, return_exceptions=True)
-                await asyncio.to_thread(worktrees.remove, self.project.paths, issue_id)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id)
 
     # -- wake sources ---------------------------------------------------------------------------
 
@@ -360,6 +367,7 @@ class Daemon:
         self.backend.on(USAGE, self._on_usage)
         self.backend.on(PERMISSION, self.answer_permission)
         self.backend.on(MESSAGE, self._on_activity)
+        self.backend.on(MESSAGE, self._on_message)
         self.backend.on(BUSY, self._on_activity)
         self.backend.on(EXITED, self._on_activity)
         self.backend.on(PROVIDER_ERROR, self._on_provider_error)
@@ -379,6 +387,20 @@ class Daemon:
         worker = self._worker_of(event)
         if worker is not None:
             worker.on_activity()
+
+    def _on_message(self, event: Event) -> None:
+        """What an agent (a worker, the refinery) said last, for `status`."""
+        data = event.data if isinstance(event.data, dict) else {}
+        if data.get("role") == "assistant":
+            self.runtime.set_last_message(event.session_id, str(data.get("text", "")))
+
+    async def _deliver_tells(self) -> None:
+        """A person's messages (`git hive tell`) to the sessions working their issues now; the
+        others wait for their issue's next prompt (`Worker`)."""
+        for issue_id, waiting in _by_issue(self.runtime.pending_tells()).items():
+            worker = self.running.get(issue_id)
+            if worker is not None and worker.in_turn and await worker.send_told(waiting):
+                self.log(f"{issue_id}: {len(waiting)} message(s) from you passed to its agent")
 
     def _on_usage(self, event: Event) -> None:
         worker = self._worker_of(event)
@@ -514,3 +536,9 @@ class Daemon:
         except Exception:  # noqa: BLE001
             pass
 
+
+def _by_issue(tells: list[Tell]) -> dict[str, list[Tell]]:
+    grouped: dict[str, list[Tell]] = {}
+    for tell in tells:
+        grouped.setdefault(tell.issue_id, []).append(tell)
+    return grouped

@@ -14,6 +14,7 @@ from typing import Any, Callable, Collection
 from hive import lifecycle
 from hive.agents import protocol
 from hive.agents.ids import is_agent_id
+from hive.backends import transcripts
 from hive.backends.processes import group_alive, killpg
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
@@ -83,7 +84,8 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
 
 
 def clean_leftovers(project: Project, running: Collection[str]) -> None:
-    """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge)."""
+    """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge),
+    and the transcripts of issues finished with (finalized, canceled, gone)."""
     keep = {issue.id for issue in project.index.list(["done", "escalated", "failed"])}
     for issue_id in worktrees.leftover_worktrees(project.paths):
         if issue_id in running:
@@ -94,3 +96,7 @@ def clean_leftovers(project: Project, running: Collection[str]) -> None:
                 worktrees.remove(project.paths, issue_id, delete_branch=False)
             continue
         worktrees.remove(project.paths, issue_id)
+    for issue_id in transcripts.issues_with_transcripts(project.paths.hive_dir):
+        issue = project.index.get(issue_id)
+        if issue_id not in running and (issue is None or issue.status in ("finalized", "canceled")):
+            transcripts.remove_issue(project.paths.hive_dir, issue_id)

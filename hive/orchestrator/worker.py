@@ -18,14 +18,16 @@ from typing import Any, ContextManager, Protocol
 from hive import git, lifecycle
 from hive.agents import jails, protocol
 from hive.agents.ids import new_agent_id
-from hive.agents.prompts import WORKER_SYSTEM_PROMPT, worker_prompt
+from hive.agents.prompts import WORKER_SYSTEM_PROMPT, told_message, worker_prompt
 from hive.backends.base import Backend, SessionSpec, TurnResult, Usage
+from hive.backends.transcripts import issue_folder, new_transcript
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.watchers import watch_worker_files
 from hive.project import Project
 from hive.runtime import Runtime, process_start_time
+from hive.runtime.tells import Tell
 from hive import issues
 from hive.state.issue_file import Issue
 from hive.workspace import worktrees
@@ -288,7 +290,9 @@ class Worker:
                            env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id,
                                 **git.agent_git_env()},
                            jail=jails.worktree_jail(self.config, self.project.paths, self.worktree.path),
-                           usage=replace(self.session_usage) if previous else Usage())
+                           usage=replace(self.session_usage) if previous else Usage(),
+                           transcript=new_transcript(issue_folder(self.project.paths.hive_dir, self.issue_id),
+                                                     f"worker-{self.agent_id}"))
         new_id = await self.backend.create_session(spec)
         if new_id != previous:
             self.session_usage = Usage()  # a fresh session counts its usage from zero
@@ -307,10 +311,15 @@ class Worker:
         project_notes = index.notes(limit=15)
         context_file = self.project.store.snapshot().read("context.md") or b""
         assert self.worktree is not None
-        return worker_prompt(issue, context=context_file.decode("utf-8", "replace"), epic=epic,
-                             epic_notes=epic_notes, project_notes=project_notes,
-                             previous_failure=previous_failure, combined_blockers=self.worktree.combined,
-                             skipped_blockers=self.worktree.skipped)
+        told = self.host.runtime.pending_tells(issue.id)
+        prompt = worker_prompt(issue, context=context_file.decode("utf-8", "replace"), epic=epic,
+                               epic_notes=epic_notes, project_notes=project_notes,
+                               previous_failure=previous_failure, combined_blockers=self.worktree.combined,
+                               skipped_blockers=self.worktree.skipped, told=[t.text for t in told])
+        if told:
+            self.host.runtime.tells_delivered(told, "prompt")
+            self._log(f"{len(told)} message(s) from you in its prompt")
+        return prompt
 
     def _judge(self, turn: TurnResult) -> Outcome:
         assert self.worktree is not None
@@ -417,6 +426,18 @@ class Worker:
             await self.backend.send_message_async(self.session_id, text)
         except (KeyError, RuntimeError):
             pass
+
+    async def send_told(self, told: list[Tell]) -> bool:
+        """A person's messages to the session at work (queued behind its turn); whether it took them."""
+        session = self.session_id
+        if not session:
+            return False
+        try:
+            await self.backend.send_message_async(session, told_message([t.text for t in told]))
+        except (KeyError, RuntimeError):
+            return False
+        self.host.runtime.tells_delivered(told, f"session {session}")
+        return True
 
     def on_usage(self, usage: Usage) -> Usage:
         """The session's usage totals grew: spend the growth from the issue's budget; the growth."""

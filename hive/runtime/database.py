@@ -19,6 +19,7 @@ from hive.runtime.agents import Agents
 from hive.runtime.budgets import Budget, Budgets
 from hive.runtime.kv import KeyValues
 from hive.runtime.merge_queue import MergeQueue
+from hive.runtime.tells import Tell, Tells
 from hive.sqlite import connect
 
 
@@ -93,7 +94,22 @@ class Runtime:
         Agents(self.db).remove(agent_id)
 
     def agents(self, role: str | None = None) -> list[dict[str, Any]]:
+        """The agent rows (`last_message`, `last_message_at` included: see `hive/runtime/agents.py`)."""
         return Agents(self.db).all(role)
+
+    def set_last_message(self, session_id: str, text: str) -> None:
+        Agents(self.db).set_last_message(session_id, text)
+
+    # -- messages from a person (`git hive tell`) ------------------------------------------------
+
+    def tell(self, issue_id: str, text: str) -> int:
+        return Tells(self.db).add(issue_id, text)
+
+    def pending_tells(self, issue_id: str | None = None) -> list[Tell]:
+        return Tells(self.db).pending(issue_id)
+
+    def tells_delivered(self, tells: list[Tell], to: str) -> None:
+        Tells(self.db).delivered([t.seq for t in tells], to)
 
     # -- budgets ------------------------------------------------------------------------------
 

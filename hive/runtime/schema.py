@@ -14,7 +14,7 @@ from typing import Callable
 
 from hive.sqlite import transaction
 
-TABLES = ("agents", "budgets", "merge_queue", "kv")
+TABLES = ("agents", "budgets", "merge_queue", "kv", "tells")
 
 _FIRST_TABLES = {
     "agents": "id TEXT PRIMARY KEY, issue_id TEXT, session_id TEXT, backend TEXT, role TEXT, worktree TEXT, "
@@ -49,10 +49,22 @@ def _budgets_usage_split(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE budgets ADD COLUMN [{column}] INTEGER DEFAULT 0")
 
 
+def _agents_last_message_and_tells(db: sqlite3.Connection) -> None:
+    """What each agent said last (for `status`), and the messages a person sent (`tell`)."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(agents)")}
+    if "last_message" not in present:
+        db.execute("ALTER TABLE agents ADD COLUMN last_message TEXT DEFAULT ''")
+    if "last_message_at" not in present:
+        db.execute("ALTER TABLE agents ADD COLUMN last_message_at FLOAT")
+    db.execute("CREATE TABLE IF NOT EXISTS tells (seq INTEGER PRIMARY KEY, issue_id TEXT, text TEXT, "
+               "sent_at FLOAT, delivered_at FLOAT, delivered_to TEXT)")
+
+
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _create_tables,
     _merge_queue_test_and_result,
     _budgets_usage_split,
+    _agents_last_message_and_tells,
 )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pygit2
 
 from hive import git
+from hive.backends import transcripts
 from hive.errors import HiveError
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
@@ -186,6 +187,14 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
             # for each (~2 ms apiece with 8 agents); hive sets no `branch.hive/work/*` config for
             # delete() to clean up
             repo.references.delete(ref)
+
+
+def retire(paths: git.RepoPaths, issue_id: str) -> None:
+    """The issue is finished with (finalized, canceled): its worktree, branch and session
+    transcripts go. Worktrees removed on the way (a fresh agent, a rejection) keep the
+    transcripts: the next attempt's join them."""
+    remove(paths, issue_id)
+    transcripts.remove_issue(paths.hive_dir, issue_id)
 
 
 def checked_out(paths: git.RepoPaths, ref: str) -> bool:

@@ -384,8 +384,8 @@ class CodexBackend(SessionBackend):
             task.add_done_callback(s.tasks.discard)
 
     # -- permissions ---------------------------------------------------------------------------
-    async def reply_permission(self, session_id: str, request_id: str, allow: bool,
-                               message: str = "") -> None:
+    async def _reply_permission(self, session_id: str, request_id: str, allow: bool,
+                                message: str) -> None:
         s = self._sessions.get(session_id)
         if s is None or s.permissions.pop(request_id, None) is None:
             log.debug("codex backend: no pending permission %s/%s", session_id, request_id)

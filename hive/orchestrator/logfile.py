@@ -1,0 +1,47 @@
+"""The daemon's own log as a file, `<git-common-dir>/hive/daemon.log` (`git hive logs` shows it).
+
+Every line the daemon logs is appended there, whether it runs in the foreground or detached. A
+detached daemon (`git hive run --detach`) already has that file as its stdout: then the lines are
+not written a second time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LOG_NAME = "daemon.log"
+
+
+def log_path(hive_dir: Path) -> Path:
+    return hive_dir / LOG_NAME
+
+
+class LogFile:
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd = -1
+        self._off = _is_stdout(path)
+
+    def write(self, line: str) -> None:
+        if self._off:
+            return
+        try:
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            os.write(self._fd, (line + "\n").encode("utf-8", "replace"))
+        except OSError:
+            self._off = True           # the log on stdout still has it
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _is_stdout(path: Path) -> bool:
+    try:
+        out, there = os.fstat(1), os.stat(path)
+    except OSError:
+        return False
+    return (out.st_dev, out.st_ino) == (there.st_dev, there.st_ino)
