@@ -21,14 +21,12 @@ from typing import Any
 
 # A basic string without escapes: no quote, no backslash, no control character but tab (TOML).
 _PLAIN = r'"[^"\\\x00-\x08\x0a-\x1f\x7f]*"'
-_LINE = re.compile(
-    r'([A-Za-z0-9_-]+) = (?:'
-    rf'(?P<string>{_PLAIN})'
-    r'|(?P<integer>0|[1-9][0-9]{0,17})'
-    r'|(?P<time>(?P<y>[0-9]{4})-(?P<mo>[0-9]{2})-(?P<d>[0-9]{2})T(?P<h>[0-9]{2}):(?P<mi>[0-9]{2}):(?P<s>[0-9]{2})Z)'
-    rf'|(?P<array>\[\]|\[{_PLAIN}(?:, {_PLAIN})*\])'
-    r')')
-_ITEM = re.compile(_PLAIN)
+_KEY = re.compile(r"[A-Za-z0-9_-]+").fullmatch
+_STRING = re.compile(_PLAIN).fullmatch
+_INTEGER = re.compile(r"0|[1-9][0-9]{0,17}").fullmatch
+_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})Z").fullmatch
+_ARRAY = re.compile(rf"\[\]|\[{_PLAIN}(?:, {_PLAIN})*\]").fullmatch
+_ITEMS = re.compile(_PLAIN).findall
 
 
 def read(front: str) -> dict[str, Any] | None:
@@ -37,30 +35,28 @@ def read(front: str) -> dict[str, Any] | None:
     if not front:
         return None
     for line in front.split("\n"):
-        found = _LINE.fullmatch(line)
-        if found is None:
+        key, equals, text = line.partition(" = ")
+        if not equals or not _KEY(key) or key in result:   # a key set twice: tomllib's error to report
             return None
-        key = found.group(1)
-        if key in result:
-            return None          # a key set twice: tomllib's error to report
-        value = _value(found)
+        value = _value(text)
         if value is None:
             return None
         result[key] = value
     return result
 
 
-def _value(found: re.Match[str]) -> Any:
-    if found.group("string") is not None:
-        return found.group("string")[1:-1]
-    if found.group("integer") is not None:
-        return int(found.group("integer"))
-    if found.group("time") is not None:
-        try:
-            return datetime(int(found.group("y")), int(found.group("mo")), int(found.group("d")),
-                            int(found.group("h")), int(found.group("mi")), int(found.group("s")),
-                            tzinfo=timezone.utc)
-        except ValueError:
-            return None           # not a real date (month 13, hour 25, second 60...): tomllib's to judge
-    array = found.group("array")
-    return [item[1:-1] for item in _ITEM.findall(array)]
+def _value(text: str) -> Any:
+    first = text[:1]
+    if first == '"':
+        return text[1:-1] if _STRING(text) else None
+    if first == "[":
+        return [item[1:-1] for item in _ITEMS(text)] if _ARRAY(text) else None
+    if _INTEGER(text):
+        return int(text)
+    found = _TIME(text)
+    if found is None:
+        return None
+    try:
+        return datetime(*map(int, found.groups()), tzinfo=timezone.utc)   # type: ignore[misc]
+    except ValueError:
+        return None               # not a real date (month 13, hour 25, second 60...): tomllib's to judge

@@ -62,6 +62,7 @@ ORDER BY i.priority ASC, i.chain DESC, i.dependents DESC, i.created_at ASC, i.id
 # the query stops after LIMIT rows.
 READY_INDEX = ("CREATE INDEX IF NOT EXISTS issues_ready ON issues(priority, chain DESC, dependents DESC, "
                "created_at, id) WHERE status = 'open' AND assignee IS NULL")
+WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole graph first
 WAITING = f"status NOT IN ({', '.join(repr(s) for s in SATISFIED)})"
 
 
@@ -458,13 +459,24 @@ class Index:
         for row in unknown:
             problems.append(Problem(row["path"], self._depends_on_at(repo, row["path"]),
                                     f"{row['issue_id']} depends on unknown issue {row['blocker_id']}"))
-        cycle = find_cycle(changed_ids if walk_ids is None else walk_ids, self.blockers_of)
+        starts = changed_ids if walk_ids is None else walk_ids
+        cycle = find_cycle(starts, self._blockers_lookup(len(starts)))
         if cycle:
             path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
             problems.append(Problem(path, self._depends_on_at(repo, path), "dependency cycle: " + " -> ".join(cycle)))
         return problems
 
     # -- queries ----------------------------------------------------------------------------
+
+    def _blockers_lookup(self, starts: int) -> Callable[[str], list[str]]:
+        """`blockers_of` for a walk from `starts` issues: one query per node for a few, the whole
+        graph read at once for many (a walk may visit most of it: ~90k queries at 100k issues)."""
+        if starts < WHOLE_GRAPH_WALK:
+            return self.blockers_of
+        graph: dict[str, list[str]] = {}
+        for issue_id, blocker_id in self.db.execute("SELECT issue_id, blocker_id FROM deps"):
+            graph.setdefault(issue_id, []).append(blocker_id)
+        return lambda issue_id: graph.get(issue_id, [])
 
     def blockers_of(self, issue_id: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT blocker_id FROM deps WHERE issue_id = ?", (issue_id,))]

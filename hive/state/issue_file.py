@@ -80,6 +80,9 @@ def now() -> datetime:
 
 
 def format_time(value: datetime) -> str:
+    if value.tzinfo is timezone.utc:   # tomllib's and the fast reader's `Z`: strftime's text, faster
+        return (f"{value.year}-{value.month:02d}-{value.day:02d}T"
+                f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}Z")
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
