@@ -15,12 +15,13 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import Benchmark, Context, Result, Sizes, fmt
-from bench import commands, jail, pipeline, state
+from bench import commands, intake, jail, pipeline, schedule, state
 from bench.fixtures import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "PERFORMANCE.md"
-ALL: list[Benchmark] = [*commands.BENCHMARKS, *state.BENCHMARKS, *pipeline.BENCHMARKS, *jail.BENCHMARKS]
+ALL: list[Benchmark] = [*commands.BENCHMARKS, *intake.BENCHMARKS, *state.BENCHMARKS, *schedule.BENCHMARKS,
+                        *pipeline.BENCHMARKS, *jail.BENCHMARKS]
 
 
 def machine() -> dict[str, str]:
@@ -172,6 +173,20 @@ METHOD = """## How it is measured
 - **Watch**: a real `git-hive watch` subprocess; an issue file in `.hive/` is rewritten in place
   and the index database is polled every 2 ms until it shows the new title; 0.2–0.35 s between
   edits; the last edit is also checked in `git-hive list --json`.
+- **Intake** (`bench/intake.py`): `hive/state` moved by `git update-ref` from a skeleton state to
+  the full generated one (as a `git pull` of a shared queue or `init` in a fresh clone does), then
+  the next real `git-hive list --json` is timed: trust check, `.hive/` checkout of every file,
+  index catch-up of every issue, the listing. Between runs the ref goes back to the skeleton and
+  an untimed `list` empties the checkout and the index.
+- **Schedule** (`bench/schedule.py`): a simulation of the daemon's claim loop (a free agent claims
+  the first ready issue; it is `done` after its duration) over a real `Index`: the real
+  `READY_SQL` with the ranks recomputed by the real `Index.refresh_ranks` after each `done`,
+  against the same query ordered by creation time (the order before). Seeded random DAGs mixing
+  independent issues, chains and fans, created in an order unrelated to the graph, durations
+  1–10 units that hive does not know; each figure is the makespan's excess over the lower bound
+  max(critical path, total work / agents), median and p95 over 2, 4 and 8 agents × 3 seeds.
+  Issue 20's case (3 agents, 12 independent issues created first, then 2 chains of 6, 2 s each)
+  is compared with its best schedule, 8 rounds.
 - **Jail** (`bench/jail.py`): what the OS jail adds to an agent's start — the same `echo` started
   through `hive.jail.prepare` with and without a worker's jail in a real worktree, timed to its
   first output (the jail's spec, bwrap's namespaces and mounts, the process bound; its teardown

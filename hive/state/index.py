@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from hive import git
 from hive.errors import BadInput
 from hive.sqlite import connect
-from hive.state import issue_file, layout, trust
+from hive.state import issue_file, layout, ranks, trust
 from hive.state.issue_file import Issue
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     OwnChanges = Callable[[str, str], "Changes | None"]
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 CONFLICT_MESSAGE = ("conflict markers in the description (both sides changed the same lines): "
                     "keep what is right, remove the <<<<<<< ======= >>>>>>> lines")
 REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
@@ -53,8 +53,17 @@ WHERE i.status = 'open' AND i.assignee IS NULL AND i.type != 'epic'
     WHERE d.issue_id = i.id
       AND (b.id IS NULL OR b.status NOT IN ({", ".join(f"'{s}'" for s in SATISFIED)}))
   )
-ORDER BY i.priority ASC, i.created_at ASC, i.id ASC
+ORDER BY i.priority ASC, i.chain DESC, i.dependents DESC, i.created_at ASC, i.id ASC
 """
+# The queue's order (DESIGN §3, issue 20): a person's priority first; among equal priorities the
+# issue with the most work waiting behind it — the longest chain of dependents, then the most
+# dependents (`hive/state/ranks.py`) — so that long chains start early; then age. The daemon
+# claims in this order and `git hive list --ready` shows it. `issues_ready` holds the same order:
+# the query stops after LIMIT rows.
+READY_INDEX = ("CREATE INDEX IF NOT EXISTS issues_ready ON issues(priority, chain DESC, dependents DESC, "
+               "created_at, id) WHERE status = 'open' AND assignee IS NULL")
+WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole graph first
+WAITING = f"status NOT IN ({', '.join(repr(s) for s in SATISFIED)})"
 
 
 @dataclass
@@ -208,7 +217,9 @@ class Index:
             "id": str, "path": str, "blob": str, "title": str, "status": str, "priority": int,
             "type": str, "parent": str, "assignee": str, "depends_on": str, "labels": str,
             "created_at": str, "updated_at": str, "body": str, "extra": str,
-        }, pk="id", not_null={"path", "status", "title"}, if_not_exists=True)
+            "chain": int, "dependents": int,
+        }, pk="id", not_null={"path", "status", "title", "chain", "dependents"},
+            defaults={"chain": 0, "dependents": 0}, if_not_exists=True)
         sdb["deps"].create({"issue_id": str, "blocker_id": str}, pk=("issue_id", "blocker_id"),
                            if_not_exists=True)
         sdb["notes"].create({"file": str, "line": int, "issue": str, "category": str,
@@ -221,8 +232,7 @@ class Index:
         sdb["issues"].create_index(["parent"], if_not_exists=True)
         sdb["notes"].create_index(["issue"], if_not_exists=True)
         # The ready query scans only open, unassigned issues in queue order.
-        db.execute("CREATE INDEX IF NOT EXISTS issues_ready ON issues(priority, created_at) "
-                   "WHERE status = 'open' AND assignee IS NULL")
+        db.execute(READY_INDEX)
         sdb["meta"].upsert_all([
             {"key": "schema_version", "value": SCHEMA_VERSION},
             {"key": "repo", "value": str(self.paths.common_dir)},
@@ -341,23 +351,25 @@ class Index:
                               "(SELECT value FROM json_each(?))", (json.dumps(touched),)):
             old_blockers.setdefault(row[0], set()).add(row[1])
         reported = {row[0] for row in db.execute("SELECT path FROM problems")}
+        shape_before = self._shape(touched)
         walk_ids: set[str] = set()
         # Deletions first, so an issue moved into the archive is not deleted after being re-added.
         for path, old, new in sorted(changes, key=lambda c: c[2] is not None):
             issue_id = layout.issue_id_of(path)
             if issue_id is not None:
-                if new is None:
+                if path in reported:   # a taken-in queue has none: no statement per file
                     db.execute("DELETE FROM problems WHERE path = ?", (path,))
+                if new is None:
                     if db.execute("DELETE FROM issues WHERE id = ? AND path = ?", (issue_id, path)).rowcount:
                         db.execute("DELETE FROM deps WHERE issue_id = ?", (issue_id,))
                     continue
+                data = repo[new].data
                 try:
-                    issue = parse_blob(repo[new].data, path)
+                    issue = parse_blob(data, path)
                 except BadInput as exc:
                     problems.append(Problem(path, exc.where or path, str(exc).split(": ", 1)[-1]))
                     continue  # the last good version, if any, stays indexed
-                db.execute("DELETE FROM problems WHERE path = ?", (path,))
-                conflict = issue_file.conflict_line(repo[new].data)
+                conflict = issue_file.conflict_line(data)
                 if conflict:   # indexed all the same (the front matter is sound), flagged until resolved
                     problems.append(Problem(path, f"{path}:{conflict}", CONFLICT_MESSAGE))
                 rows.append(_issue_row(issue, path, new))
@@ -376,6 +388,8 @@ class Index:
                         "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
         if rows:
             self._store_rows(rows, deps, changed_ids)
+        if self._shape(touched) != shape_before:
+            self.refresh_ranks()
         problems.extend(self._graph_problems(changed_ids, walk_ids, repo))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
@@ -390,8 +404,36 @@ class Index:
         else:
             db.executemany("DELETE FROM deps WHERE issue_id = ?", [(i,) for i in ids])
         named = ", ".join(f":{c}" for c in ISSUE_COLUMNS)
-        db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({named})", rows)
+        # an upsert, not a replace: an issue's rank stays unless the graph changed (refresh_ranks)
+        updates = ", ".join(f"{c} = excluded.{c}" for c in ISSUE_COLUMNS if c != "id")
+        db.executemany(f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({named}) "
+                       f"ON CONFLICT(id) DO UPDATE SET {updates}", rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
+
+    def _shape(self, ids: list[str]) -> dict[str, tuple[int, list[str]]]:
+        """What of `ids` the ranks depend on: each waiting issue's weight and blockers."""
+        found = {row[0]: (0 if row[1] == "epic" else 1, []) for row in self.db.execute(
+            f"SELECT id, type FROM issues WHERE {WAITING} AND id IN (SELECT value FROM json_each(?))",
+            (json.dumps(ids),))}
+        if found:
+            for row in self.db.execute("SELECT issue_id, blocker_id FROM deps WHERE issue_id IN "
+                                       "(SELECT value FROM json_each(?)) ORDER BY issue_id, blocker_id",
+                                       (json.dumps(sorted(found)),)):
+                found[row[0]][1].append(row[1])
+        return found
+
+    def refresh_ranks(self) -> None:
+        """Recompute the work waiting behind every waiting issue (`ranks.compute`) and store
+        what changed: the queue's order among equal priorities."""
+        db = self.db
+        stored = {row[0]: (row[1], row[2], 0 if row[3] == "epic" else 1) for row in db.execute(
+            f"SELECT id, chain, dependents, type FROM issues WHERE {WAITING}")}
+        edges = db.execute(f"SELECT d.issue_id, d.blocker_id FROM deps d JOIN issues i ON i.id = d.issue_id "
+                           f"WHERE i.{WAITING}").fetchall()
+        found = ranks.compute({issue: weight for issue, (_, _, weight) in stored.items()}, edges)
+        db.executemany("UPDATE issues SET chain = ?, dependents = ? WHERE id = ?",
+                       [(rank.chain, rank.dependents, issue) for issue, rank in found.items()
+                        if (rank.chain, rank.dependents) != stored[issue][:2]])
 
     def _depends_on_at(self, repo: "pygit2.Repository | None", path: str) -> str:
         """`path:line` of the `depends_on` line of the indexed version of an issue file."""
@@ -417,13 +459,24 @@ class Index:
         for row in unknown:
             problems.append(Problem(row["path"], self._depends_on_at(repo, row["path"]),
                                     f"{row['issue_id']} depends on unknown issue {row['blocker_id']}"))
-        cycle = find_cycle(changed_ids if walk_ids is None else walk_ids, self.blockers_of)
+        starts = changed_ids if walk_ids is None else walk_ids
+        cycle = find_cycle(starts, self._blockers_lookup(len(starts)))
         if cycle:
             path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
             problems.append(Problem(path, self._depends_on_at(repo, path), "dependency cycle: " + " -> ".join(cycle)))
         return problems
 
     # -- queries ----------------------------------------------------------------------------
+
+    def _blockers_lookup(self, starts: int) -> Callable[[str], list[str]]:
+        """`blockers_of` for a walk from `starts` issues: one query per node for a few, the whole
+        graph read at once for many (a walk may visit most of it: ~90k queries at 100k issues)."""
+        if starts < WHOLE_GRAPH_WALK:
+            return self.blockers_of
+        graph: dict[str, list[str]] = {}
+        for issue_id, blocker_id in self.db.execute("SELECT issue_id, blocker_id FROM deps"):
+            graph.setdefault(issue_id, []).append(blocker_id)
+        return lambda issue_id: graph.get(issue_id, [])
 
     def blockers_of(self, issue_id: str) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT blocker_id FROM deps WHERE issue_id = ?", (issue_id,))]

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from hive.errors import BadInput
+from hive.state import front_matter
 
 STATUSES = ("open", "in_progress", "done", "finalized", "failed", "escalated", "canceled")
 TERMINAL_STATUSES = frozenset({"finalized", "canceled"})
@@ -79,6 +80,9 @@ def now() -> datetime:
 
 
 def format_time(value: datetime) -> str:
+    if value.tzinfo is timezone.utc:   # tomllib's and the fast reader's `Z`: strftime's text, faster
+        return (f"{value.year}-{value.month:02d}-{value.day:02d}T"
+                f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}Z")
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -132,6 +136,8 @@ def line_of(data: str | bytes, key: str) -> int:
 def conflict_line(data: str | bytes) -> int:
     """The line of the first conflict block (`<<<<<<<` … `=======` … `>>>>>>>`, as a merge of
     both sides' changes to the same lines leaves it) in an issue file's body; 0 if none."""
+    if (b"\n<<<<<<<" if isinstance(data, bytes) else "\n<<<<<<<") not in data:
+        return 0   # no line starts a block (the first line is the front matter's `+++`)
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
     try:
         _, body, _ = split(text, "")
@@ -173,8 +179,10 @@ def _line_of_key(front: str, key: str, first_line: int) -> int:
 def _load_front(front: str) -> dict[str, Any]:
     """tomllib's reading of a front matter, remembered: one state commit reads the same front
     matter up to five times (the issue at the tip, the rewrite's check before and after, the
-    new file, the index). The dict is shared: read it, never change it."""
-    return tomllib.loads(front)
+    new file, the index). The dict is shared: read it, never change it. What hive wrote itself
+    is read by `front_matter.read` (~10× faster); anything else by tomllib."""
+    fast = front_matter.read(front)
+    return fast if fast is not None else tomllib.loads(front)
 
 
 def toml_depth(text: str) -> int:

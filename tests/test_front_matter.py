@@ -1,0 +1,183 @@
+"""The fast front-matter reader reads exactly what tomllib reads, or hands the text to tomllib.
+
+The corpus: front matters `issue_file.render` writes (titles with quotes, backslashes, tabs,
+non-ASCII, extra keys), hand-written ones in every TOML shape hive does not write itself, and
+thousands of seeded mutations of both (bytes dropped, doubled, swapped, replaced by TOML's
+special characters) — fetched state is hostile, so the odd inputs are the point.
+"""
+
+from __future__ import annotations
+
+import random
+import tomllib
+from datetime import datetime, timezone
+
+import pytest
+
+from hive.errors import BadInput
+from hive.state import front_matter, issue_file
+from hive.state.issue_file import Issue
+
+TITLES = ["Add JWT login", 'Quote " inside', "Back\\slash", "Tab\there", "Ünïcödé ✓ 日本語",
+          "'single' quotes", "#not a comment", "= sign = here", "[brackets]", "{braces}", "trailing space "]
+
+
+def rendered_fronts() -> list[str]:
+    rng = random.Random(20)
+    fronts = []
+    for k in range(300):
+        issue = Issue(
+            id=f"hv-{k:06d}", title=rng.choice(TITLES) + f" {k}", status=rng.choice(issue_file.STATUSES),
+            priority=rng.randrange(5), type=rng.choice(issue_file.TYPES),
+            parent=rng.choice(["", "hv-aaaaaa"]), depends_on=rng.sample(["hv-bbbbbb", "hv-cccccc", "hv-dddddd"], rng.randrange(4)),
+            labels=rng.sample(["auth", "api", 'we"ird', "ta\tb", "ünï"], rng.randrange(4)),
+            assignee=rng.choice(["", "w-123abc"]), created="2026-11-30T10:00:00Z",
+            updated=f"2026-12-{rng.randint(1, 28):02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00Z",
+            extra=rng.choice([{}, {"estimate": 3}, {"owner": "someone"}, {"ratio": 0.5}, {"flag": True}]))
+        front, _, _ = issue_file.split(issue_file.render(issue), "x")
+        fronts.append(front)
+    return fronts
+
+
+HAND_WRITTEN = [
+    'title = "x"\n# a comment\nstatus = "open"',
+    'title = "x"  # trailing comment',
+    'title="x"',
+    'title = "x"\n\nstatus = "open"',
+    'title = "x"\ntitle = "y"',
+    'title = """multi\nline"""',
+    "title = 'literal'",
+    'title = "x"\npriority = -1',
+    'title = "x"\npriority = +1',
+    'title = "x"\npriority = 01',
+    'title = "x"\npriority = 1_000',
+    'title = "x"\npriority = 0x1f',
+    'title = "x"\npriority = 99999999999999999999999',
+    'title = "x"\ncreated = 2026-13-01T10:00:00Z',
+    'title = "x"\ncreated = 2026-02-30T10:00:00Z',
+    'title = "x"\ncreated = 2026-11-30T25:00:00Z',
+    'title = "x"\ncreated = 2026-11-30T10:00:60Z',
+    'title = "x"\ncreated = 2026-11-30 10:00:00Z',
+    'title = "x"\ncreated = 2026-11-30T10:00:00+02:00',
+    'title = "x"\ncreated = 2026-11-30T10:00:00.5Z',
+    'title = "x"\ncreated = 2026-11-30T10:00:00z',
+    'title = "x"\ncreated = 2026-11-30',
+    'title = "x"\nlabels = ["a","b"]',
+    'title = "x"\nlabels = ["a", "b",]',
+    'title = "x"\nlabels = [ "a" ]',
+    'title = "x"\nlabels = ["a", 1]',
+    'title = "x"\nlabels = [["a"]]',
+    'title = "x"\nlabels = ["a",\n"b"]',
+    'title = "x"\nlabels = []',
+    'title = "x"\nlabels = [ ]',
+    'title = "x"\n[table]\nkey = 1',
+    'title = "x"\ninline = {a = 1}',
+    'title = "x"\nflag = true',
+    'title = "x"\nratio = 1.5',
+    '"title" = "quoted key"',
+    'a.b = "dotted"',
+    'title = "x\\u00e9"',
+    'title = "x\\"y"',
+    'title = "x\x01y"',
+    'title = "x\x7fy"',
+    'title = "x\ry"',
+    'title = "x"\r\nstatus = "open"',
+    'title = "unterminated',
+    'title = ',
+    ' = "no key"',
+    'title = "x" extra',
+    'title = "x"\n',
+    '',
+    '\n',
+    'ti tle = "x"',
+    'tïtle = "x"',
+    'title = "x"\nstatus = "open"\nstatus = "done"',
+]
+
+SPECIALS = ['"', "'", "\\", "\n", "\r", "\t", "\x00", "#", "=", "[", "]", "{", "}", ",", " ", "T", "Z", ":", "-", "0", "9", "é"]
+
+
+def mutations(fronts: list[str], count: int) -> list[str]:
+    rng = random.Random(21)
+    found = []
+    for _ in range(count):
+        text = rng.choice(fronts)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(text) + 1)
+            kind = rng.randrange(4)
+            if kind == 0:
+                text = text[:at] + text[at + 1:]
+            elif kind == 1:
+                text = text[:at] + rng.choice(SPECIALS) + text[at:]
+            elif kind == 2:
+                text = text[:at] + rng.choice(SPECIALS) + text[at + 1:]
+            else:
+                text = text[:at] + text[at:at + 8] + text[at:]
+        found.append(text)
+    return found
+
+
+def tomllib_reading(text: str) -> dict | None:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, and of the same types all the way down (1 == True, and naive == aware fails)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)   # type: ignore[union-attr,index]
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))   # type: ignore[arg-type]
+    if isinstance(a, datetime):
+        return a == b and a.tzinfo == b.tzinfo and a.utcoffset() == b.utcoffset()   # type: ignore[union-attr]
+    return a == b
+
+
+def check(text: str) -> bool:
+    """Whether the fast reader took `text`; fails the test if it read it otherwise than tomllib."""
+    fast = front_matter.read(text)
+    if fast is None:
+        return False
+    expected = tomllib_reading(text)
+    assert expected is not None, f"fast reader accepted what tomllib refuses: {text!r}"
+    assert same(fast, expected), f"fast reader differs from tomllib on {text!r}: {fast!r} != {expected!r}"
+    return True
+
+
+def test_hive_written_front_matter_is_read_fast_and_equal_to_tomllib() -> None:
+    fronts = rendered_fronts()
+    taken = [check(f) for f in fronts]
+    # what render writes for plain values is the reader's whole point: most must take the fast way
+    plain = [f for f in fronts if "\\" not in f and "ratio" not in f and "flag" not in f]
+    assert all(check(f) for f in plain) and sum(taken) >= len(plain) > 50
+
+
+@pytest.mark.parametrize("text", HAND_WRITTEN)
+def test_other_shapes_are_left_to_tomllib_or_read_the_same(text: str) -> None:
+    check(text)
+
+
+def test_shapes_hive_does_not_write_go_to_tomllib() -> None:
+    for text in ('title = "x"\n# c', 'title = "x"\ntitle = "y"', 'title = "x"\ncreated = 2026-02-30T10:00:00Z',
+                 'title = "x\\"y"', "title = 'x'", 'title = "x"\nflag = true'):
+        assert front_matter.read(text) is None, text
+
+
+def test_mangled_front_matters_never_read_otherwise_than_tomllib() -> None:
+    fronts = rendered_fronts() + [t for t in HAND_WRITTEN if t]
+    corpus = mutations(fronts, 4000)
+    taken = sum(check(text) for text in corpus)
+    assert 0 < taken < len(corpus)     # both ways were exercised
+
+
+def test_parse_reports_the_same_problems_either_way() -> None:
+    # a file tomllib refuses still fails with file:line, whichever reader looked first
+    with pytest.raises(BadInput, match=r"issues/hv-aaaaaa.md:3: broken TOML front matter"):
+        issue_file.parse('+++\ntitle = "x"\ntitle = "y"\n+++\n', "hv-aaaaaa")
+    issue = issue_file.parse('+++\ntitle = "x"\ncreated = 2026-11-30T10:00:00Z\n+++\nbody\n', "hv-aaaaaa")
+    assert issue.created == "2026-11-30T10:00:00Z" and issue.title == "x"
+    assert front_matter.read('created = 2026-11-30T10:00:00Z')["created"].tzinfo is timezone.utc

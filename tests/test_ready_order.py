@@ -1,0 +1,134 @@
+"""The ready queue's order: priority, then the most work waiting behind an issue, then age.
+
+Real repositories, the real index, the real CLI; the daemon's order from a real scripted run.
+Issues made in one test share their creation second, so age ties are broken by id: the tests
+assert the order only where priority or the work behind decides it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from hive import issues
+from hive.state.ranks import Rank, compute
+
+
+def chain(new_issue: Callable[..., str], length: int, title: str, **fields: Any) -> list[str]:
+    ids: list[str] = []
+    for k in range(length):
+        ids.append(new_issue(f"{title} {k + 1}", depends_on=ids[-1:], **fields))
+    return ids
+
+
+def ready_ids(project: Any) -> list[str]:
+    project.sync(warn=False)
+    return [i.id for i in project.index.ready()]
+
+
+def test_longest_chain_first_then_most_dependents_then_priority_over_both(project: Any, new_issue: Callable[..., str],
+                                                                         hive: Callable[..., Any]) -> None:
+    loose = [new_issue(f"independent {k}") for k in range(3)]      # created first: the oldest
+    fan = new_issue("fan head")
+    for k in range(3):
+        new_issue(f"fan leaf {k}", depends_on=[fan])                  # chain 1, 3 dependents
+    pair = chain(new_issue, 2, "pair")                                # chain 1, 1 dependent
+    long = chain(new_issue, 4, "long")                                # chain 3, 3 dependents
+    urgent = new_issue("urgent, nothing behind it", priority=1)
+
+    order = ready_ids(project)
+    assert order[:4] == [urgent, long[0], fan, pair[0]]
+    assert set(order[4:]) == set(loose)
+    ranks = {i: (r["chain"], r["dependents"]) for i, r in _ranks(project).items()}
+    assert ranks[long[0]] == (3, 3) and ranks[fan] == (1, 3) and ranks[pair[0]] == (1, 1) and ranks[loose[0]] == (0, 0)
+    # what `git hive list --ready` shows is that order, the table and the JSON alike
+    listed = [i["id"] for i in json.loads(hive("list", "--ready", "--json").stdout)]
+    assert listed == order
+    table = [line.split()[0] for line in hive("list", "--ready").stdout.splitlines()[1:] if line.strip()]
+    assert table == order
+
+
+def _ranks(project: Any) -> dict[str, dict[str, int]]:
+    rows = project.index.db.execute("SELECT id, chain, dependents FROM issues")
+    return {row[0]: {"chain": row[1], "dependents": row[2]} for row in rows}
+
+
+def test_order_follows_the_graph_as_it_changes(project: Any, new_issue: Callable[..., str],
+                                               hive: Callable[..., Any]) -> None:
+    early = new_issue("early, nothing behind it")
+    long = chain(new_issue, 3, "long")
+    assert ready_ids(project)[0] == long[0]
+    # the head is done: the next of the chain has the chain behind it now
+    issues.set_status(project, long[0], "done")
+    assert ready_ids(project)[0] == long[1]
+    # work added behind the early issue (a dependency edited by a person) moves it up...
+    late = chain(new_issue, 3, "behind early")
+    hive("dep", "add", late[0], early)
+    project.sync(warn=False)
+    assert ready_ids(project)[0] == early
+    # ...and removed again, back below the chain
+    hive("dep", "rm", late[0], early)
+    order = ready_ids(project)
+    assert order.index(late[0]) < order.index(early) and order.index(long[1]) < order.index(early)
+    # finished work is no work waiting: a canceled chain leaves nothing behind its head
+    for issue_id in late[1:]:
+        hive("cancel", issue_id)
+    project.sync(warn=False)
+    assert _ranks(project)[late[0]] == {"chain": 0, "dependents": 0}
+
+
+def test_a_rebuilt_index_gives_the_same_order(project: Any, new_issue: Callable[..., str]) -> None:
+    [new_issue(f"loose {k}") for k in range(2)]
+    chain(new_issue, 3, "a")
+    fan = new_issue("fan")
+    new_issue("leaf", depends_on=[fan])
+    before = ready_ids(project)
+    project.index.rebuild()
+    assert ready_ids(project) == before
+
+
+def test_the_ready_query_stops_after_its_limit(project: Any, new_issue: Callable[..., str]) -> None:
+    new_issue("one")
+    plan = " ".join(row[3] for row in project.index.db.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM (" + _ready_sql() + ") LIMIT 5"))
+    assert "issues_ready" in plan and "TEMP B-TREE" not in plan   # read in order: no sort of them all
+
+
+def _ready_sql() -> str:
+    from hive.state.index import READY_SQL
+
+    return READY_SQL
+
+
+def test_ranks_of_a_graph() -> None:
+    weights = {"a": 1, "b": 1, "c": 1, "d": 1, "epic": 0, "e": 1}
+    edges = [("b", "a"), ("c", "b"), ("d", "a"), ("epic", "e"), ("x", "a"), ("a", "y")]  # x, y: not waiting
+    found = compute(weights, edges)
+    assert found["a"] == Rank(2, 3)          # a <- b <- c and a <- d
+    assert found["b"] == Rank(1, 1) and found["c"] == Rank(0, 0)
+    assert found["e"] == Rank(0, 0)          # an epic behind it is no agent's work
+    # a diamond counts the shared dependent once
+    assert compute({"t": 1, "l": 1, "r": 1, "z": 1},
+                   [("l", "t"), ("r", "t"), ("z", "l"), ("z", "r")])["t"] == Rank(2, 3)
+    # a cycle (reported by the index, never written by hive) still ends
+    assert set(compute({"p": 1, "q": 1}, [("p", "q"), ("q", "p")])) == {"p", "q"}
+
+
+def test_the_daemon_claims_in_the_order_list_ready_shows(repo: Path, project: Any, new_issue: Callable[..., str],
+                                                          hive: Callable[..., Any], state_log: Callable[..., Any]) -> None:
+    loose = [new_issue(f"independent {k}") for k in range(3)]     # the oldest: first in creation order
+    long = chain(new_issue, 3, "chain")
+    shown = [i["id"] for i in json.loads(hive("list", "--ready", "--json").stdout)]
+    assert shown[0] == long[0]
+    proc = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "scripted", "--until-idle",
+                           "--max-agents", "1"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "HIVE_MERGE_MODE": "manual"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    claims = [c.issue for c in state_log(cwd=repo) if c.event == "claimed"]
+    # one agent: the head of the chain first (its list --ready place), then the next of the chain
+    # (one issue behind it beats none), then the rest, the chain's last among them
+    assert claims[:2] == long[:2] and set(claims[2:]) == {*loose, long[2]} and len(claims) == 6
