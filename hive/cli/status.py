@@ -31,6 +31,10 @@ def collect(project: Project) -> dict:
     for entry in queue:
         if entry["state"] == "waiting":
             attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"]})
+    # who holds what: in shared mode a claim names its machine and its lease (any machine's)
+    claims = [{"issue": i.id, "agent": i.assignee, "machine": str(i.extra.get("machine", ""))[:80],
+               "lease_expires": str(i.extra.get("lease_expires", ""))[:40]}
+              for i in project.index.list(["in_progress"])]
     degraded = runtime.get("degraded")
     remote_state = runtime.get("remote_state") if daemon_pid else ""
     runtime.close()
@@ -38,6 +42,7 @@ def collect(project: Project) -> dict:
         "daemon": {"running": bool(daemon_pid), "pid": daemon_pid or None,
                    "degraded": degraded or None, "remote": remote_state or None},
         "agents": agents,
+        "claims": claims,
         "merge_queue": queue,
         "counts": {s: counts.get(s, 0) for s in STATUSES},
         "total": sum(counts.values()),
@@ -66,6 +71,11 @@ def render(data: dict) -> None:
                        f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens")
     else:
         click.echo("agents: none")
+    if any(claim["machine"] or claim["lease_expires"] for claim in data["claims"]):
+        click.echo("claims:")
+        for claim in data["claims"]:
+            click.echo(one_line(f"  {claim['issue']}  {claim['agent']:<10} on {claim['machine'] or '?'}"
+                                f"  lease until {claim['lease_expires'] or '?'}"))
     if data["merge_queue"]:
         click.echo("merge queue:")
         for entry in data["merge_queue"]:
