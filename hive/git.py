@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from hive.errors import HiveError
 
@@ -258,16 +258,77 @@ def config_get(cwd: Path | str, key: str) -> str | None:
 
 
 # A git lock file (`<ref>.lock`, `index.lock`) lives for the milliseconds of one update. One that
-# is older than this was left by a process killed mid-update (SIGKILL, OOM, power loss): nothing
-# will ever remove it, and every later update of that ref or index would fail.
+# is older than this, with no live owner (`lock_owner_alive`), was left by a process killed
+# mid-update (SIGKILL, OOM, power loss): nothing will ever remove it, and every later update of
+# that ref or index — a fetch into remote-tracking refs included — would fail on it.
 STALE_LOCK_SECONDS = 5.0
 
 
+def is_stale_lock(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> bool:
+    """The one rule for a git lock file: stale when older than `stale_after` seconds and no live
+    process may own it. Git lock files hold no pid, so ownership is judged from `/proc`."""
+    try:
+        modified = lock.stat().st_mtime
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return time.time() - modified >= stale_after and not lock_owner_alive(lock, modified)
+
+
+def lock_owner_alive(lock: Path, modified: float) -> bool:
+    """Whether a live process may still own `lock`: one that has it open (libgit2 and git keep
+    an index or packed-refs lock open until they rename it), or a `git` process working in the
+    same repository that started before the lock was last written (git closes a ref lock after
+    writing it, before renaming it). Processes of other users cannot be read: their locks are
+    judged by age alone, as the repository is not theirs to write."""
+    repository = _repository_of(lock)
+    roots = [str(repository), str(repository.parent)] if repository is not None else []
+    target = str(lock)
+    boot, ticks = _boot_time(), os.sysconf("SC_CLK_TCK")
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = entry.name
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")):
+                return True
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)
+            if not fields[0].endswith("(git") or not roots:
+                continue
+            started = boot + int(fields[1].split()[19]) / ticks
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except (OSError, IndexError, ValueError):
+            continue
+        if started <= modified + 1 and any(cwd == root or cwd.startswith(root + os.sep) for root in roots):
+            return True
+    return False
+
+
+def _boot_time() -> float:
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            for line in stat:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return 0.0
+
+
+def _repository_of(lock: Path) -> Path | None:
+    """The git dir holding `lock` (its nearest ancestor that looks like one)."""
+    for folder in lock.parents:
+        if _looks_like_git_dir(folder):
+            return folder
+    return None
+
+
 def release_stale_lock(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> bool:
-    """Wait while `lock` is held; remove it once it is older than `stale_after` seconds.
+    """Wait while `lock` is held; remove it once it is stale (`is_stale_lock`).
 
     Returns at once when there is no lock, within milliseconds when a live writer releases it, and
-    after at most `stale_after` seconds otherwise. True if a stale lock was removed.
+    after about `stale_after` seconds otherwise (a lock whose owner is still alive is left). True
+    if a stale lock was removed.
     """
     while True:
         try:
@@ -275,12 +336,32 @@ def release_stale_lock(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> b
         except (FileNotFoundError, NotADirectoryError):
             return False
         if age >= stale_after:
-            try:
-                lock.unlink()
-            except FileNotFoundError:
-                return False
-            return True
+            return _remove_if_stale(lock, stale_after)
         time.sleep(min(0.02, stale_after - age + 0.001))
+
+
+def _remove_if_stale(lock: Path, stale_after: float) -> bool:
+    if not is_stale_lock(lock, stale_after):
+        return False
+    try:
+        lock.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def clear_stale_locks(common_dir: Path, log: Callable[[str], None] = lambda _: None,
+                      stale_after: float = STALE_LOCK_SECONDS) -> list[Path]:
+    """Remove every stale git lock of a repository — its refs (remote-tracking ones included),
+    packed-refs, HEAD, config, the index of every worktree — without waiting for any, each told
+    to `log`. Called at daemon start and before each fetch or push; returns the locks removed."""
+    candidates = [*common_dir.glob("*.lock"), *common_dir.glob("worktrees/*/*.lock")]
+    for folder, _, names in os.walk(common_dir / "refs"):
+        candidates.extend(Path(folder, name) for name in names if name.endswith(".lock"))
+    removed = [lock for lock in candidates if _remove_if_stale(lock, stale_after)]
+    for lock in removed:
+        log(f"removed a stale git lock left by a killed process: {lock}")
+    return removed
 
 
 def ref_lock(common_dir: Path, ref: str) -> Path:

@@ -26,6 +26,7 @@ from hive.runtime import Budget, Runtime
 from hive.state import issue_file
 from hive.state.issue_file import Issue
 from hive.state.store import Snapshot
+from hive.workspace import landings
 
 IN_PROGRESS = "in_progress"
 # what `retry` puts back in the queue
@@ -85,13 +86,13 @@ def lease_until(seconds: int) -> str:
     return issue_file.format_time(issue_file.now() + timedelta(seconds=seconds))
 
 
-def claim(project: Project, issue_id: str, agent_id: str, lease_seconds: int = 0) -> bool:
+def claim(project: Project, issue_id: str, agent_id: str, lease_seconds: int = 0, machine: str = "") -> bool:
     """open → in_progress for `agent_id`; False when the issue is not claimable on the tip
     (taken, blocked, an epic, canceled...).
 
     Shared mode claims inside `StateStore.draft`: the claim commit is pushed before it is published.
     With `lease_seconds` (a queue shared between machines) the claim carries `lease_expires`, so
-    that another machine can reclaim the issue if this one dies.
+    that another machine can reclaim the issue if this one dies, and `machine` (who holds it).
     """
 
     def claimable(snap: Snapshot, current: Issue) -> None:
@@ -106,6 +107,8 @@ def claim(project: Project, issue_id: str, agent_id: str, lease_seconds: int = 0
     fields: dict[str, object] = {"status": IN_PROGRESS, "assignee": agent_id}
     if lease_seconds:
         fields["lease_expires"] = lease_until(lease_seconds)
+    if machine:
+        fields["machine"] = machine
     try:
         issues.update(project, issue_id, fields, event="claimed", agent=agent_id,
                       summary=f"claim {issue_id} for {agent_id}", check_snapshot=claimable)
@@ -128,7 +131,8 @@ def expire_lease(project: Project, issue_id: str, holder: str, lease: str) -> Is
         if str(current.extra.get("lease_expires", "")) >= now:
             raise TransitionRefused(issue_id, "lease-expired", current, "an expired lease")
 
-    return _move(project, issue_id, expired, {"status": "open", "lease_expires": None}, event="lease-expired",
+    return _move(project, issue_id, expired, {"status": "open", "lease_expires": None, "machine": None},
+                 event="lease-expired",
                  summary=f"reopen {issue_id}: the lease of {holder} expired at {lease}",
                  trailers={"Hive-Previous-Agent": holder, "Hive-Reason": f"lease expired {lease}"})
 
@@ -187,7 +191,10 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
     """done → finalized once its work is in `target` at `merged`; its budget ends; an epic whose
     issues are now all finished is finalized too. `usage` (here and in the merge step's other
     endings): the refinery's spend on this merge, its `cost.usage_trailers`."""
-    issue = _move(project, issue_id, _status_in(_DONE, "finalize"), {"status": "finalized"}, event="finalized",
+    # the landed commit stays in the file: whether a dependent may start from, or land on, a
+    # target tip is then one ancestry check (`hive.workspace.landings.on_target`)
+    issue = _move(project, issue_id, _status_in(_DONE, "finalize"), {"status": "finalized", landings.MERGED_FIELD: merged},
+                  event="finalized",
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it

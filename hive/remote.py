@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, field
+from typing import Callable
 
 from hive import git
 from hive.errors import HiveError
 from hive.project import Project
-from hive.state import layout, trust
+from hive.state import issue_file, layout, trust
 from hive.state.store import Change
 
 MAX_PUSH_ROUNDS = 8
@@ -23,6 +24,20 @@ NETWORK_TIMEOUT = 60
 
 REJECTED_MARKERS = ("[rejected]", "non-fast-forward", "fetch first", "stale info", "[remote rejected]",
                     "failed to update ref", "cannot lock ref")
+# git's words for a failure on this side (a lock, a ref it could not write): the remote may be
+# perfectly reachable, and saying "unreachable" would send a person looking in the wrong place
+LOCAL_FAILURE_MARKERS = ("cannot lock ref", ".lock': File exists", "unable to update local ref",
+                         "Unable to create", "cannot update ref")
+
+
+@dataclass
+class FetchResult:
+    ok: bool
+    reason: str = ""        # git's last words when not ok
+    local: bool = False     # failed on this side (see LOCAL_FAILURE_MARKERS), not the remote's
+
+    def __bool__(self) -> bool:
+        return self.ok
 
 
 @dataclass
@@ -63,6 +78,7 @@ class Remote:
     def __init__(self, project: Project, name: str):
         self.project = project
         self.name = name
+        self.log: Callable[[str], None] = lambda _: None   # where lock removals are told
         known = git.run(["remote"], project.paths.worktree).stdout.split()
         if name not in known:
             raise HiveError(f"no remote named {name!r} (git remote add {name} URL)")
@@ -85,20 +101,33 @@ class Remote:
 
     # -- the network ------------------------------------------------------------------------
 
-    def fetch(self, *branches: str, work_branches: bool = False) -> bool:
-        """Fetch branches (and with `work_branches`, hive/work/*) into remote-tracking refs, in
-        one round trip. False when offline."""
+    def clear_stale_locks(self) -> None:
+        """Remove git locks a killed process left (`git.is_stale_lock`): one on a remote-tracking
+        ref would fail every later fetch. Each removal is told to `self.log`."""
+        git.clear_stale_locks(self.project.paths.common_dir, self.log)
+
+    def fetch(self, *branches: str, work_branches: bool = False) -> FetchResult:
+        """Fetch branches (and with `work_branches`, hive/work/*, pruning the tracking refs of
+        deleted ones) into remote-tracking refs, in one round trip. Falsy when it failed, with
+        git's reason and whether the failure was on this side."""
+        self.clear_stale_locks()
         specs = [f"+refs/heads/{b}:{self.tracking_ref(b)}" for b in (branches or (git.STATE_BRANCH,))]
+        prune = []
         if work_branches:
             specs.append(f"+refs/heads/hive/work/*:refs/remotes/{self.name}/hive/work/*")
-        proc = _git(self.project, ["fetch", "--quiet", "--no-tags", self.name, *specs])
+            prune = ["--prune"]
+        proc = _git(self.project, ["fetch", "--quiet", "--no-tags", *prune, self.name, *specs])
         if proc.returncode != 0 and "couldn't find remote ref" in proc.stderr:
-            return True  # the branch does not exist there yet
-        return proc.returncode == 0
+            return FetchResult(True)  # the branch does not exist there yet
+        if proc.returncode == 0:
+            return FetchResult(True)
+        local = any(marker in proc.stderr for marker in LOCAL_FAILURE_MARKERS)
+        return FetchResult(False, _reason(proc.stderr, f"git fetch exited {proc.returncode}"), local)
 
     def push(self, local_ref: str, branch: str, expected: str | None, *, lease: bool = True) -> PushResult:
         """Push `local_ref` to the remote's `branch`, only if the remote still has `expected`
         (None: only if the branch does not exist there). `lease=False` forces."""
+        self.clear_stale_locks()
         guard = f"--force-with-lease=refs/heads/{branch}:{expected or ''}" if lease else "--force"
         proc = _git(self.project, ["push", "--quiet", "--porcelain", guard, self.name,
                                    f"{local_ref}:refs/heads/{branch}"])
@@ -107,10 +136,45 @@ class Remote:
             return PushResult(True, message=text)
         if any(marker in text for marker in REJECTED_MARKERS):
             return PushResult(False, rejected=True, message=text)
-        return PushResult(False, offline=True, message=text.splitlines()[-1] if text else "push failed")
+        return PushResult(False, offline=True, message=_reason(text, "push failed"))
 
-    def delete_branch(self, branch: str) -> None:
-        _git(self.project, ["push", "--quiet", self.name, f":refs/heads/{branch}"])
+    def delete_branches(self, branches: list[str]) -> bool:
+        """Delete `branches` on the remote (one push) and their remote-tracking refs here."""
+        if not branches:
+            return True
+        self.clear_stale_locks()
+        proc = _git(self.project, ["push", "--quiet", self.name, *(f":refs/heads/{b}" for b in branches)])
+        if proc.returncode != 0 and "remote ref does not exist" not in proc.stderr:
+            return False
+        for branch in branches:
+            git.run(["update-ref", "-d", self.tracking_ref(branch)], self.project.paths.worktree, check=False)
+        return True
+
+    def work_branches(self) -> list[str]:
+        """The `hive/work/*` branches the remote has now (None-safe: [] when unreachable)."""
+        proc = _git(self.project, ["ls-remote", "--heads", self.name, "refs/heads/hive/work/*"])
+        return [line.split("\trefs/heads/", 1)[1] for line in proc.stdout.splitlines()
+                if "\trefs/heads/" in line] if proc.returncode == 0 else []
+
+    def tracked_work_branches(self) -> list[str]:
+        """The remote's `hive/work/*` branches as of the last fetch (its remote-tracking refs)."""
+        prefix = f"refs/remotes/{self.name}/"
+        proc = git.run(["for-each-ref", "--format=%(refname)", prefix + "hive/work/"], self.project.paths.worktree,
+                       check=False)
+        return [ref.removeprefix(prefix) for ref in proc.stdout.split()]
+
+    def prune_work_branches(self, listed: list[str] | None = None) -> list[str]:
+        """Delete the remote's `hive/work/*` branches whose issue is finalized or canceled here
+        (left by a machine that ended, or pushed late, after the issue was finalized); the ones
+        deleted. `listed`: the branches known to be there (default: ask the remote)."""
+        self.project.update_index()
+        finished = []
+        for branch in self.work_branches() if listed is None else listed:
+            issue_id = branch.removeprefix("hive/work/")
+            issue = self.project.index.get(issue_id) if issue_file.is_valid_id(issue_id) else None
+            if issue is not None and issue.status in ("finalized", "canceled"):
+                finished.append(branch)
+        return finished if self.delete_branches(finished) else []
 
     # -- hive/state -------------------------------------------------------------------------
 
@@ -182,6 +246,18 @@ class Remote:
                 return report
         raise HiveError(f"could not push {git.STATE_BRANCH} to {self.name}: it kept moving "
                         f"({MAX_PUSH_ROUNDS} rounds)")
+
+
+def _reason(text: str, fallback: str) -> str:
+    """git's reason for a failure: its first line naming a local failure, else its first
+    `fatal:`/`error:` line, else its first line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for wanted in (lambda line: any(m in line for m in LOCAL_FAILURE_MARKERS),
+                   lambda line: line.startswith(("fatal:", "error:")), lambda line: True):
+        found = next((line for line in lines if wanted(line)), "")
+        if found:
+            return found
+    return fallback
 
 
 def _count(project: Project, exclude: str | None, include: str) -> int:

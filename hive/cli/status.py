@@ -38,6 +38,7 @@ def collect(project: Project, runtime: Runtime | None = None) -> dict:
     counts = project.index.counts()
     return {
         **data,
+        "claims": claims_section(project),
         "counts": {s: counts.get(s, 0) for s in STATUSES},
         "total": sum(counts.values()),
         "ready": [i.id for i in project.index.ready()],
@@ -81,6 +82,13 @@ def _agent_cost(runtime: Runtime, agent: dict) -> float:
     return 0.0
 
 
+def claims_section(project: Project) -> list[dict]:
+    """Who holds what: in shared mode a claim names its machine and its lease (any machine's)."""
+    return [{"issue": i.id, "agent": i.assignee, "machine": str(i.extra.get("machine", ""))[:80],
+             "lease_expires": str(i.extra.get("lease_expires", ""))[:40]}
+            for i in project.index.list(["in_progress"])]
+
+
 def run_section(runtime: Runtime) -> dict | None:
     """The daemon's run so far, as it publishes it."""
     progress = RunProgress.from_json(runtime.get(PROGRESS_KEY))
@@ -107,7 +115,7 @@ def attention_section(project: Project, queue: list[dict]) -> list[dict]:
 
 
 def render(data: dict) -> None:
-    for section in (render_issues, render_daemon, render_run, render_agents, render_merge_queue,
+    for section in (render_issues, render_daemon, render_run, render_agents, render_claims, render_merge_queue,
                     render_attention, render_problems):
         section(data)
 
@@ -148,6 +156,14 @@ def agent_line(agent: dict) -> str:
     return (f"  {agent['issue'] or '-':<9}  {agent['agent'][:17]:<10} {agent['role']:<8} "
             f"{_age(agent['age_seconds']):>6}  {agent['tokens']:>8} tokens  ${agent['cost_usd']:.4f}  {agent['title']}"
             + (f"  — {one_line(agent['last_message'])[:80]}" if agent.get("last_message") else ""))
+
+
+def render_claims(data: dict) -> None:
+    if any(claim["machine"] or claim["lease_expires"] for claim in data["claims"]):
+        click.echo("claims:")
+        for claim in data["claims"]:
+            click.echo(one_line(f"  {claim['issue']}  {claim['agent']:<10} on {claim['machine'] or '?'}"
+                                f"  lease until {claim['lease_expires'] or '?'}"))
 
 
 def render_merge_queue(data: dict) -> None:

@@ -11,7 +11,8 @@ from hive.errors import HiveError
 @click.command()
 @click.argument("remote", required=False)
 @click.option("--json", "as_json", is_flag=True)
-def sync(remote: str | None, as_json: bool) -> None:
+@click.option("--prune", is_flag=True, help="Also delete the remote's hive/work/* branches of finished issues.")
+def sync(remote: str | None, as_json: bool, prune: bool) -> None:
     """Fetch hive/state from REMOTE, merge it with the hive rules, push; retried if someone pushed."""
     from hive.project import Project
     from hive.remote import Remote
@@ -19,9 +20,12 @@ def sync(remote: str | None, as_json: bool) -> None:
     project = Project.open()
     project.sync()
     name = remote or project.config.sync_remote or "origin"
-    report = Remote(project, name).sync()
+    shared = Remote(project, name)
+    shared.log = lambda line: click.echo(line, err=True)
+    report = shared.sync()
+    pruned = shared.prune_work_branches() if prune and not report.offline else []
     if as_json:
-        print_json(report.to_json())
+        print_json(report.to_json() | ({"pruned": pruned} if prune else {}))
     else:
         for decision in report.decisions:
             click.echo(f"merged: {decision}")
@@ -31,5 +35,7 @@ def sync(remote: str | None, as_json: bool) -> None:
             raise HiveError(f"{name} is unreachable: nothing was exchanged (local state is intact)")
         changed = f" ({len(report.changed_issues)} issue(s) changed)" if report.changed_issues else ""
         click.echo(f"{name}: {report.incoming} commit(s) in{changed}, {report.outgoing} out")
+        if prune:
+            click.echo(f"pruned {len(pruned)} finished work branch(es)" + (f": {', '.join(pruned)}" if pruned else ""))
     if report.offline:
         raise SystemExit(1)

@@ -39,6 +39,10 @@ class SharedTarget(Protocol):
     @property
     def target_ref(self) -> str: ...
 
+    @property
+    def trouble(self) -> str:
+        """Why the last exchange with the remote failed, in git's words."""
+
     def fetch_target(self) -> bool: ...
 
     def publish_target(self, repo: pygit2.Repository, old: str, new: str) -> FastForward: ...
@@ -46,6 +50,9 @@ class SharedTarget(Protocol):
     def catch_up_local_target(self, repo: pygit2.Repository) -> str: ...
 
     def request_push(self) -> None: ...
+
+    def finalized(self, issue_id: str) -> None:
+        """An issue this machine landed is finalized: push the state, drop its remote work branch."""
 
 
 class MergeHost(RefineryHost, Protocol):

@@ -19,7 +19,8 @@ import pygit2
 from hive import git
 from hive.jail import JailSpec, prepare
 from hive.jail.environment import jail_environment
-from hive.workspace import worktrees
+from hive.state.issue_file import Issue
+from hive.workspace import landings, worktrees
 from hive.workspace.fastforward import FastForward, checkout_waiting, fast_forward
 from hive.workspace.replay import replay
 
@@ -87,7 +88,8 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
          trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
          test_started: Callable[[int], None] = lambda _: None,
-         jail: Callable[[Path], JailSpec | None] = lambda _: None) -> Landing:
+         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, created: str = "",
+         blockers: dict[str, Issue | None] | None = None) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
     `record(commit)` is called before the target moves, so that an interrupted merge can tell
@@ -95,6 +97,11 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
     replayed from its merge base (used after the refinery rewrote the branch). A shared daemon
     replays onto its remote-tracking `target_ref` and moves the remote with `publish`. The tests
     run in `jail(worktree)`.
+
+    Landing is idempotent and in order, on every target tip it tries: an issue whose trailer is
+    already on the target's first-parent history (landed by another machine, or before a crash;
+    the walk stops at its `created` time) is only finalized; one whose `blockers` are not all on
+    the target waits for them (`hive.workspace.landings`).
     """
     repo = worktrees.open_repo(paths)
     local = not target_ref and publish is None
@@ -105,14 +112,20 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
         if ref is None:
             return Landing("waiting", detail=f"target branch {target} does not exist")
         tip = str(ref.target)
-        if head == tip or repo.descendant_of(head, tip):
+        landed = landings.landed_commit(repo, tip, issue_id, created)
+        if landed:
+            return Landing("merged", commit=landed, detail=f"already on {target}")
+        late = landings.blockers_off_target(repo, tip, blockers or {})
+        if late:
+            return Landing("waiting", detail=f"waits for its blocker(s) {', '.join(late)} to be on {target}")
+        if head == tip:
             candidate = head
         else:
-            start = "" if trust_head else base
+            start = tip if repo.descendant_of(head, tip) else "" if trust_head else base
             if not start or not _is_commit(repo, start):
                 merge_base = repo.merge_base(head, tip)
                 start = str(merge_base) if merge_base else ""
-            replayed = replay(repo, head, start, tip)
+            replayed = replay(repo, head, start, tip, issue_id)
             if not replayed.ok:
                 return Landing("conflict", detail=replayed.detail)
             candidate = replayed.head

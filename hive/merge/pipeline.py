@@ -31,7 +31,7 @@ from hive.runtime import process_start_time
 from hive.runtime.merge_queue import Entry
 from hive.state import history
 from hive.state.issue_file import Issue
-from hive.workspace import worktrees
+from hive.workspace import landings, worktrees
 
 
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
@@ -198,7 +198,7 @@ class MergeProcessor:
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
         if shared is not None and not await asyncio.to_thread(shared.fetch_target):
-            self._update(entry, state="waiting", detail=f"remote {shared.name} unreachable: the merge waits")
+            self._update(entry, state="waiting", detail=f"{shared.trouble}: the merge waits")
             return False
         repo = worktrees.open_repo(paths)
         target_ref = repo.references.get(shared.target_ref if shared is not None else f"refs/heads/{target}")
@@ -207,6 +207,11 @@ class MergeProcessor:
             return False
         if entry.merged_commit and _contains(repo, str(target_ref.target), entry.merged_commit):
             await self._finalize(issue, entry, entry.merged_commit)
+            return True
+        landed = landings.landed_commit(repo, str(target_ref.target), issue.id, issue.created)
+        if landed:   # landed before (another machine, or before a crash): finalized, never landed twice
+            self.host.log(f"{issue.id} already on {target} ({landed[:10]}): finalized, not landed again")
+            await self._finalize(issue, entry, landed)
             return True
         head = worktrees.head_of(paths, entry.issue_id)
         if head is None:
@@ -238,11 +243,14 @@ class MergeProcessor:
                 self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
                 from_refinery, shared.target_ref if shared is not None else "",
                 shared.publish_target if shared is not None else None, test_started,
-                lambda worktree: jails.worktree_jail(self.config, paths, worktree))
+                lambda worktree: jails.worktree_jail(self.config, paths, worktree),
+                created=issue.created, blockers={b: self.project.index.get(b) for b in issue.depends_on})
         finally:
             if tested:
                 self.host.runtime.remove_agent(test_agent)
         if landing.status == "merged":
+            if landing.detail:
+                self.host.log(f"{issue.id} {landing.detail}: finalized, not landed again")
             await self._finalize(issue, entry, landing.commit)
             return True
         if landing.status == "waiting":
@@ -317,7 +325,7 @@ class MergeProcessor:
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
         await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id)
         if self.host.shared_target is not None:
-            self.host.shared_target.request_push()
+            await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
         self.merged += 1
         self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 

@@ -40,7 +40,7 @@ from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
 from hive.runtime.tells import Tell
 from hive.state.issue_file import Issue
-from hive.workspace import worktrees
+from hive.workspace import landings, worktrees
 
 SAFETY_TICK_SECONDS = 2.0
 FULL_SWEEP_SECONDS = 30.0
@@ -100,6 +100,13 @@ class Daemon:
     def shared_target(self) -> SharedTarget | None:
         return self.shared
 
+    @property
+    def target_ref(self) -> str:
+        """Where workers start from: the remote's target once fetched (shared mode), else the local one."""
+        if self.shared is not None and git.read_ref(self.project.paths.common_dir, self.shared.target_ref):
+            return self.shared.target_ref
+        return f"refs/heads/{self.config.target_branch}"
+
     def wake_up(self) -> None:
         self.wake.set()
 
@@ -133,6 +140,7 @@ class Daemon:
         if not self.lock.acquire():
             raise HiveError(f"a hive daemon is already running for this repository "
                             f"(pid {self.lock.holder()}); `git hive stop` stops it")
+        git.clear_stale_locks(self.project.paths.common_dir, self.log)   # left by a killed process
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.request_stop)
@@ -147,6 +155,8 @@ class Daemon:
             self._subscribe()
             await self.backend.connect_with_reconnect()
             self.project.sync(warn=False)
+            if self.shared is not None:
+                await asyncio.to_thread(self.shared.catch_up)
             await self.recover()
             if self.shared is not None:
                 self.shared.start()
@@ -259,7 +269,7 @@ class Daemon:
                 if not await self.shared.claim(issue.id, agent_id, lease):
                     self.project.sync(warn=False)
                     if not self.shared.online:
-                        self.log(f"{issue.id} not claimed: remote {self.shared.name} unreachable")
+                        self.log(f"{issue.id} not claimed: {self.shared.trouble or 'the remote cannot be reached'}")
                         break
                     self.log(f"{issue.id} lost to another machine's claim")
                     continue
@@ -270,15 +280,24 @@ class Daemon:
             self.start_worker(issue.id, agent_id)
 
     def _waits_for_work_elsewhere(self, issue: Issue) -> bool:
-        """Whether a blocker is done but its work is neither on the target nor on a local work
-        branch, which only this machine's agents make (done on another machine; a fetched branch
-        is `refs/remotes/*`, never built on): code lands only from agents run here, so the
-        dependent starts once that blocker is finalized, from the target."""
+        """Whether a blocker's work is not where this machine may start from: done but neither on
+        the target nor on a local work branch, which only this machine's agents make (done on
+        another machine; a fetched branch is `refs/remotes/*`, never built on), or finalized but
+        its landing not yet on the target workers start from (`target_ref`: fetched first in
+        shared mode). Code lands only from agents run here, so the dependent waits — it is
+        neither claimed nor failed — and starts from the target once the blocker is there."""
+        common = self.project.paths.common_dir
         for blocker_id in issue.depends_on:
             blocker = self.project.index.get(blocker_id)
-            if blocker is not None and blocker.status == "done" and git.read_ref(
-                    self.project.paths.common_dir, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None:
+            if blocker is None:
+                continue
+            if blocker.status == "done" and git.read_ref(
+                    common, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None:
                 return True
+            if blocker.status == "finalized":
+                tip = git.read_ref(common, self.target_ref)
+                if tip is None or not landings.on_target(worktrees.open_repo(self.project.paths), tip, blocker):
+                    return True
         return False
 
     def start_worker(self, issue_id: str, agent_id: str) -> Worker:

@@ -19,6 +19,7 @@ All network work runs in a worker thread with its own repository handles, one op
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from typing import Protocol
 
@@ -27,7 +28,7 @@ import pygit2
 from hive import git, lifecycle
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
-from hive.remote import Remote
+from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
 from hive.state import issue_file, trust
 from hive.state.store import Draft
@@ -37,6 +38,11 @@ from hive.workspace.worktrees import branch_name
 SYNC_SECONDS = 2.0
 MAX_BACKOFF = 60.0
 CLAIM_ROUNDS = 6
+
+
+def machine_name(paths: git.RepoPaths) -> str:
+    """How a claim names the machine holding it: the host and the clone's folder name."""
+    return f"{socket.gethostname()}:{paths.main_worktree.name}"
 
 
 class SharedHost(Protocol):
@@ -61,12 +67,17 @@ class SharedQueue:
         self.host = host
         self.project = Project(host.project.paths)   # handles for the network thread only
         self.remote = Remote(self.project, remote_name)
+        self.remote.log = host.log
+        self.machine = machine_name(host.project.paths)
         self.target = target_branch
         self.online = True
+        self.trouble = ""       # why the last exchange failed: git's words ("" while it works)
         self._announced = True
         self._stopped = False
         self.push_needed = asyncio.Event()
         self._lock = threading.Lock()
+        self._pushed_branches: set[str] = set()   # work branches pushed by this process
+        self._finalized_branches: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -116,8 +127,8 @@ class SharedQueue:
                 self.host.log(f"warning: sync with {self.name} failed: {type(exc).__name__}: {exc}")
                 online = self.online
             if online != self._announced:   # (a failed claim push may have set self.online)
-                self.host.log(f"remote {self.name} " + ("reachable again: catching up" if online else
-                                                          "unreachable: working locally, no new claims"))
+                self.host.log(f"remote {self.name} reachable again: catching up" if online else
+                              f"{self.trouble}: working locally, no new claims")
                 self.host.runtime.put("remote_state", "online" if online else "offline")
                 self._announced = online
             changed = online != self.online or self.host.project.store.tip() != before
@@ -138,6 +149,16 @@ class SharedQueue:
             if self.push_needed.is_set():
                 await asyncio.sleep(0.05)  # let a burst of state changes go out in one push
 
+    def catch_up(self) -> None:
+        """Fetch and merge the remote's state, pushing nothing: at start, before recovery, so
+        that claims another machine took over meanwhile are seen as theirs (and left alone)."""
+        with self._lock:
+            try:
+                if self._fetched(self.remote.fetch(git.STATE_BRANCH, self.target, work_branches=True)):
+                    self.remote.merge_remote_state()
+            except trust.Untrusted as exc:
+                self.host.log(f"warning: {exc}")
+
     def local_changed(self) -> None:
         """Ask for a push if `hive/state` has commits that the remote has not seen yet."""
         if self.host.project.store.tip() != self.remote.remote_tip():
@@ -148,11 +169,24 @@ class SharedQueue:
         remote is unreachable."""
         with self._lock:
             if pull:
-                if not self.remote.fetch(git.STATE_BRANCH, self.target, work_branches=True):
+                if not self._fetched(self.remote.fetch(git.STATE_BRANCH, self.target, work_branches=True)):
                     return False
                 self.remote.merge_remote_state()
                 self._reclaim_expired(ours)
+                self.remote.prune_work_branches(self.remote.tracked_work_branches())
             return self._push_state()
+
+    def _fetched(self, result: FetchResult) -> bool:
+        """Record why a fetch failed: "unreachable" only for the remote's own errors."""
+        if not result.ok:
+            self.trouble = (f"cannot fetch from remote {self.name} (a problem on this machine): {result.reason}"
+                            if result.local else f"remote {self.name} unreachable: {result.reason}")
+        return result.ok
+
+    def _pushed(self, result: PushResult) -> PushResult:
+        if result.offline:
+            self.trouble = f"remote {self.name} unreachable: {result.message}"
+        return result
 
     def _push_state(self) -> bool:
         for _ in range(CLAIM_ROUNDS):
@@ -164,14 +198,14 @@ class SharedQueue:
             if not self.remote.contains(local, remote_tip):
                 self.remote.merge_remote_state()   # never push over commits not merged here
                 continue
-            result = self.remote.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
+            result = self._pushed(self.remote.push(git.STATE_REF, git.STATE_BRANCH, remote_tip))
             if result.ok:
                 git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), local],
                         self.project.paths.worktree, check=False)
                 return True
             if result.offline:
                 return False
-            if not self.remote.fetch(git.STATE_BRANCH):
+            if not self._fetched(self.remote.fetch(git.STATE_BRANCH)):
                 return False
             self.remote.merge_remote_state()
         return True
@@ -219,16 +253,17 @@ class SharedQueue:
                     self.remote.merge_remote_state()   # build on what the remote has
                     continue
                 with store.draft(base) as draft:
-                    claimed = lifecycle.claim(self.project, issue_id, agent_id, lease_seconds=lease_seconds)
+                    claimed = lifecycle.claim(self.project, issue_id, agent_id, lease_seconds=lease_seconds,
+                                              machine=self.machine)
                 if not claimed:
                     return False   # not claimable (any more) on what this machine knows
-                result = self.remote.push(draft.made, git.STATE_BRANCH, remote_tip)
+                result = self._pushed(self.remote.push(draft.made, git.STATE_BRANCH, remote_tip))
                 if result.ok:
                     git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), draft.made],
                             self.project.paths.worktree, check=False)
                     self._adopt(draft, f"claim {issue_id} for {agent_id}")
                     return True
-                if result.offline or not self.remote.fetch(git.STATE_BRANCH):
+                if result.offline or not self._fetched(self.remote.fetch(git.STATE_BRANCH)):
                     self.online = False
                     return False
                 self.remote.merge_remote_state()
@@ -258,26 +293,54 @@ class SharedQueue:
 
         def push() -> None:
             with self._lock:  # only the machine that owns the issue pushes its branch: no lease
-                self.remote.push(f"refs/heads/{branch}", branch, None, lease=False)
+                if branch not in self._finalized_branches and \
+                        self.remote.push(f"refs/heads/{branch}", branch, None, lease=False).ok:
+                    self._pushed_branches.add(branch)
 
         await asyncio.to_thread(push)
 
     def fetch_target(self) -> bool:
         with self._lock:
-            return self.remote.fetch(self.target)
+            return self._fetched(self.remote.fetch(self.target))
+
+    def state_out(self) -> bool:
+        """Whether this machine's `hive/state` has reached the remote (pushed now if it can):
+        only then may anything else be pushed — a machine whose state commits cannot reach the
+        remote must not move the remote's target (its finalize would never follow, and another
+        machine would land the issue again)."""
+        local = self.project.store.tip()   # everything committed here up to now must be out
+        if not self.online or not self._push_state():
+            return False
+        remote_tip = self.remote.remote_tip()
+        return local is None or (remote_tip is not None and self.remote.contains(remote_tip, local))
 
     def publish_target(self, repo: pygit2.Repository, old: str, new: str) -> FastForward:
-        """Move the remote target from `old` to `new` (lease), then catch the local one up."""
+        """Move the remote target from `old` to `new` (lease), then catch the local one up —
+        only while this machine's state reaches the remote (`state_out`)."""
         with self._lock:
-            result = self.remote.push(new, self.target, old)
+            if not self.state_out():
+                why = self.trouble or f"hive/state does not reach remote {self.name}"
+                return FastForward(False, waiting=f"{why}: the merge waits")
+            result = self._pushed(self.remote.push(new, self.target, old))
             if result.offline:
-                return FastForward(False, waiting=f"remote {self.name} unreachable: the merge waits")
+                return FastForward(False, waiting=f"{self.trouble}: the merge waits")
             if not result.ok:
                 self.remote.fetch(self.target)
                 return FastForward(False)
             git.run(["update-ref", self.target_ref, new], self.project.paths.worktree, check=False)
         self.catch_up_local_target(repo)
         return FastForward(True, moved=True)
+
+    def finalized(self, issue_id: str) -> None:
+        """An issue of this machine is finalized: its state goes out, its work branch leaves
+        the remote (no one builds on it; `git hive sync --prune` removes any left behind)."""
+        self.push_needed.set()
+        branch = branch_name(issue_id)
+        with self._lock:
+            self._finalized_branches.add(branch)   # a push of it still to come is not made
+            if self.remote.remote_tip(branch) is not None or branch in self._pushed_branches:
+                if self.remote.delete_branches([branch]):
+                    self._pushed_branches.discard(branch)
 
     def catch_up_local_target(self, repo: pygit2.Repository) -> str:
         """Fast-forward the local target to the remote one, sparing a person's checkout."""

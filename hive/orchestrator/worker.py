@@ -30,7 +30,7 @@ from hive.runtime import Runtime, process_start_time
 from hive.runtime.tells import Tell
 from hive import issues
 from hive.state.issue_file import Issue
-from hive.workspace import worktrees
+from hive.workspace import landings, worktrees
 
 
 @dataclass
@@ -65,6 +65,10 @@ class WorkerHost(Protocol):
     @property
     def health(self) -> ProviderHealth:
         """The provider's health: degraded mode is entered, and waited out, there."""
+
+    @property
+    def target_ref(self) -> str:
+        """The ref of the target branch workers start from (the remote's, in shared mode)."""
 
     def log(self, message: str) -> None: ...
 
@@ -182,11 +186,11 @@ class Worker:
             blocker = self.project.index.get(blocker_id)
             if blocker is not None and blocker.status == "done":
                 blockers.append((blocker_id, worktrees.branch_name(blocker_id)))
-        paths, target = self.project.paths, self.config.target_branch
+        paths, target, target_ref = self.project.paths, self.config.target_branch, self.host.target_ref
 
         def build() -> worktrees.Worktree:
             repo = worktrees.open_repo(paths)
-            base, combined, skipped = worktrees.compute_base(repo, target, blockers)
+            base, combined, skipped = worktrees.compute_base(repo, target, blockers, target_ref)
             tree = worktrees.create(paths, self.issue_id, base)
             tree.combined, tree.skipped = combined, skipped
             return tree
@@ -201,6 +205,9 @@ class Worker:
             watch_worker_files(self.worktree.path, self.notes_changed, self.on_activity))
 
     async def _attempt(self, previous_failure: str, resume: bool) -> Outcome:
+        landed = self._landed_already()
+        if landed:   # never done twice: the pipeline finalizes it from the landing it finds
+            return Outcome(True, summary=f"already on {self.config.target_branch} at {landed[:10]}")
         with self.host.agent_starting():
             setup_error, issue, prompt = await self._prepare_turn(previous_failure, resume)
         if setup_error:
@@ -345,10 +352,18 @@ class Worker:
 
     # -- endings ----------------------------------------------------------------------------
 
+    def _landed_already(self) -> str:
+        """The target commit that already holds this issue's work ('' if none): a machine landed
+        it and lost the issue before finalizing (its lease expired), and it was reopened."""
+        issue = self.project.index.get(self.issue_id)
+        tip = git.read_ref(self.project.paths.common_dir, self.host.target_ref)
+        if issue is None or tip is None:
+            return ""
+        return landings.landed_commit(worktrees.open_repo(self.project.paths), tip, self.issue_id, issue.created)
+
     def _finish_done(self, outcome: Outcome) -> None:
-        assert self.worktree is not None
         # the record outlives the runtime budget
-        trailers = lifecycle.done_trailers(self.worktree.base_commit,
+        trailers = lifecycle.done_trailers(self.worktree.base_commit if self.worktree else "",
                                            worktrees.head_of(self.project.paths, self.issue_id) or "",
                                            outcome.test_command, self.host.runtime.budget(self.issue_id),
                                            self.config.model_for("worker"), self.backend.name)

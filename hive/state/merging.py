@@ -183,7 +183,7 @@ def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str,
     if not (mine.status == other.status == "in_progress" and mine.assignee != other.assignee):
         return merged
     fields = {"status": other.status, "assignee": other.assignee,
-              "lease_expires": other.extra.get("lease_expires")}
+              "lease_expires": other.extra.get("lease_expires"), "machine": other.extra.get("machine")}
     decisions.append(f"{issue_id}: claimed on both sides ({mine.assignee} here, {other.assignee} there): "
                      f"kept {other.assignee}, the claim pushed first")
     return update_text(merged.decode("utf-8"), fields, ours[0]).encode()

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import pygit2
 
+from hive.workspace.landings import carries, landing_message
+
 
 @dataclass
 class Replay:
@@ -28,11 +30,13 @@ def own_commits(repo: pygit2.Repository, head: str, base: str) -> list[pygit2.Co
     return [c for c in walker]
 
 
-def replay(repo: pygit2.Repository, head: str, base: str, onto: str) -> Replay:
-    """Replay the commits base..head onto `onto` in memory; no ref or file is touched."""
+def replay(repo: pygit2.Repository, head: str, base: str, onto: str, issue_id: str = "") -> Replay:
+    """Replay the commits base..head onto `onto` in memory; no ref or file is touched. With
+    `issue_id`, the replayed commits are a landing: the last one carries the issue's trailer
+    (`landings.landing_message`)."""
     current = repo[onto].peel(pygit2.Commit)
     commits = own_commits(repo, head, base)
-    for commit in commits:
+    for n, commit in enumerate(commits):
         parent_tree = commit.parents[0].tree if commit.parents else repo[repo.TreeBuilder().write()]
         index = repo.merge_trees(parent_tree, current.tree, commit.tree)
         if index.conflicts is not None:
@@ -43,6 +47,13 @@ def replay(repo: pygit2.Repository, head: str, base: str, onto: str) -> Replay:
         tree = index.write_tree(repo)
         if tree == current.tree.id:
             continue  # already contained (e.g. a blocker's change that reached the target)
-        new = repo.create_commit(None, commit.author, commit.committer, commit.message, tree, [current.id])
+        message = landing_message(commit.message, issue_id, n == len(commits) - 1) if issue_id else commit.message
+        new = repo.create_commit(None, commit.author, commit.committer, message, tree, [current.id])
+        current = repo[new]
+    if issue_id and str(current.id) != str(repo[onto].peel(pygit2.Commit).id) and not carries(current, issue_id):
+        # its last commit was already contained: the trailer goes on the last one that landed
+        new = repo.create_commit(None, current.author, current.committer,
+                                 landing_message(current.message, issue_id, True), current.tree.id,
+                                 [p.id for p in current.parents])
         current = repo[new]
     return Replay(True, head=str(current.id))

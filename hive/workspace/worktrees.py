@@ -53,17 +53,18 @@ def open_repo(paths: git.RepoPaths) -> pygit2.Repository:
     return git.repository(paths.common_dir)
 
 
-def target_tip(repo: pygit2.Repository, target_branch: str) -> pygit2.Commit:
-    ref = repo.references.get(f"refs/heads/{target_branch}")
+def target_tip(repo: pygit2.Repository, target_branch: str, target_ref: str = "") -> pygit2.Commit:
+    ref = repo.references.get(target_ref or f"refs/heads/{target_branch}")
     if ref is None:
         raise HiveError(f"target branch {target_branch!r} does not exist")
     return ref.peel(pygit2.Commit)
 
 
 def compute_base(repo: pygit2.Repository, target_branch: str,
-                 blocker_branches: list[tuple[str, str]]) -> tuple[str, list[str], list[str]]:
-    """The commit to start from: target + unmerged blocker work. Returns (oid, combined, skipped)."""
-    base = target_tip(repo, target_branch)
+                 blocker_branches: list[tuple[str, str]], target_ref: str = "") -> tuple[str, list[str], list[str]]:
+    """The commit to start from: target (at `target_ref`: the remote's, in shared mode) + unmerged
+    blocker work. Returns (oid, combined, skipped)."""
+    base = target_tip(repo, target_branch, target_ref)
     combined, skipped = [], []
     for blocker_id, branch in blocker_branches:
         ref = repo.references.get(f"refs/heads/{branch}")   # never refs/remotes/*: not run here

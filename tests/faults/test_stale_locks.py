@@ -1,0 +1,122 @@
+"""Git locks left by a killed process (issue 18): judged by one rule (`hive.git.is_stale_lock`),
+cleared at daemon start and before each fetch or push; a fetch that fails on this side is never
+called "unreachable".
+
+The rule: a lock is stale when it is older than the margin and no live process may own it — none
+has it open, and no `git` process working in the same repository started before it was written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hive import git as hive_git
+from tests.daemon_helpers import start_daemon, stop_daemon
+
+from .helpers import daemon_env, wait_until
+
+
+def _plant(path: Path, age: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("0" * 40 + "\n", encoding="ascii")
+    then = time.time() - age
+    os.utime(path, (then, then))
+    return path
+
+
+def _holder(command: list[str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def test_the_lock_rule_age_open_files_and_git_processes_of_the_repository(repo: Path):
+    common = repo / ".git"
+    lock = _plant(common / "refs" / "remotes" / "origin" / "hive" / "work" / "hv-abc123.lock", age=60)
+    fresh = _plant(common / "packed-refs.lock", age=0)
+    assert hive_git.is_stale_lock(lock)
+    assert not hive_git.is_stale_lock(fresh)          # younger than the margin: a live update
+    assert not hive_git.is_stale_lock(common / "refs" / "nothing.lock")
+
+    # a process that has the lock open owns it, however old it is
+    opener = _holder([sys.executable, "-c", f"f = open({str(lock)!r}); print('open', flush=True); input()"], repo)
+    try:
+        assert opener.stdout.readline().strip() == "open"
+        assert not hive_git.is_stale_lock(lock)
+    finally:
+        opener.communicate("\n", timeout=10)
+    assert hive_git.is_stale_lock(lock)
+
+    # a git process working in this repository, started before the lock was written, may own it
+    # (git closes a ref lock before renaming it); one started after it cannot
+    index_lock = common / "index.lock"
+    worker = _holder(["git", "hash-object", "--stdin"], repo)
+    try:
+        wait_until(lambda: Path(f"/proc/{worker.pid}/cwd").exists(), 5)
+        _plant(index_lock, age=0)
+        os.utime(index_lock, (time.time() + 2, time.time() + 2))  # written after git started
+        assert not hive_git.is_stale_lock(index_lock, stale_after=-10)
+        os.utime(index_lock, (time.time() - 60, time.time() - 60))  # older than that git
+        assert hive_git.is_stale_lock(index_lock)
+    finally:
+        worker.communicate("x", timeout=10)
+
+    removed = hive_git.clear_stale_locks(common)
+    assert sorted(removed) == sorted([lock, index_lock])
+    assert fresh.exists() and not lock.exists() and not index_lock.exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_stale_tracking_ref_lock_is_cleared_and_a_live_one_is_not_called_unreachable(
+        clones, cli, git, tmp_path: Path):
+    remote, (a,) = clones("A")
+    ids = [cli("create", f"issue {n}", cwd=a).stdout.strip() for n in range(3)]
+    cli("sync", cwd=a)
+    lock = a / ".git" / "refs" / "remotes" / "origin" / "hive" / "state.lock"
+    # held open by a live process: not stale, so every fetch fails — on this side
+    holder = _holder([sys.executable, "-c",
+                      f"f = open({str(lock)!r}, 'w'); print('held', flush=True); input()"], a)
+    assert holder.stdout.readline().strip() == "held"
+    old = time.time() - 60
+    os.utime(lock, (old, old))
+    log = tmp_path / "daemon.log"
+    proc = start_daemon(a, daemon_env(), "--remote", "origin", "--until-idle", "--max-agents", "2", log=log)
+    try:
+        text = wait_until(lambda: "a problem on this machine" in log.read_text() and log.read_text(), 30)
+        assert "cannot lock ref" in text and "unreachable" not in text, text
+        assert lock.exists()                       # its owner lives: left alone
+        holder.communicate("\n", timeout=10)       # the owner dies; its (old) lock stays behind
+        assert proc.wait(90) == 0, log.read_text()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        stop_daemon(proc)
+    text = log.read_text()
+    assert f"removed a stale git lock left by a killed process: {lock}" in text
+    assert "unreachable" not in text
+    assert not lock.exists()
+    states = {i["id"]: i["status"] for i in json.loads(cli("list", "--json", cwd=a).stdout)}
+    assert states == {i: "finalized" for i in ids}
+    assert git("rev-parse", "hive/state", cwd=a).stdout == git("rev-parse", "hive/state", cwd=remote).stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_daemon_clears_stale_locks_at_start(repo: Path, hive, tmp_path: Path):
+    hive("init", cwd=repo)
+    lock = _plant(repo / ".git" / "refs" / "heads" / "hive" / "state.lock", age=60)
+    packed = _plant(repo / ".git" / "packed-refs.lock", age=60)
+    log = tmp_path / "daemon.log"
+    proc = start_daemon(repo, daemon_env(), "--until-idle", log=log)
+    try:
+        assert proc.wait(60) == 0, log.read_text()
+    finally:
+        stop_daemon(proc)
+    text = log.read_text()
+    assert f"removed a stale git lock left by a killed process: {lock}" in text
+    assert f"removed a stale git lock left by a killed process: {packed}" in text
+    assert not lock.exists() and not packed.exists()
