@@ -31,6 +31,7 @@ from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
 from hive.state import issue_file, trust
+from hive.state.issue_file import Issue
 from hive.state.store import Draft
 from hive.workspace.fastforward import FastForward, fast_forward
 from hive.workspace.worktrees import branch_name
@@ -83,6 +84,13 @@ class SharedQueue:
     @property
     def name(self) -> str:
         return self.remote.name
+
+    def worked_here(self, issue: Issue) -> bool:
+        """Whether this machine's agent did the issue's work (its claim names this machine; a
+        claim made before claims named machines counts as here). Only such work is merged here or
+        built on: a local work branch of an issue another machine took over is stale."""
+        machine = str(issue.extra.get("machine", ""))
+        return not machine or machine == self.machine
 
     @property
     def target_ref(self) -> str:
