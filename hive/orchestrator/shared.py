@@ -9,10 +9,12 @@ Protocol (docs/ARCHITECTURE.md, "Several machines"):
   no new claim is made; agents already working go on, and their merges wait.
 * Claims carry `lease_expires`, extended while the agent works; an issue whose lease expired (its
   machine died) is reopened by any other machine.
-* Work branches are pushed when done, so any machine — or a person — sees them; no machine builds
-  on or merges another's (code lands only from agents run here: a dependent on another machine
-  starts once its blocker is finalized, from the target). The target branch moves on the remote by a push
-  with a lease on the tip it was replayed onto; a push that loses is replayed and tested again.
+* Work branches are pushed when done, so any machine — or a person — sees them, and deleted once
+  finalized; no machine builds on or merges another's (code lands only from agents run here: a
+  dependent on another machine starts once its blocker is finalized and on the fetched target).
+  The target branch moves on the remote by a push with a lease on the tip it was replayed onto,
+  only once this machine's state is on the remote (no split brain); a push that loses is replayed
+  and tested again, and finds an issue already landed (its trailer) instead of landing it twice.
 All network work runs in a worker thread with its own repository handles, one operation at a time.
 """
 
