@@ -15,12 +15,13 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import Benchmark, Context, Result, Sizes, fmt
-from bench import commands, jail, pipeline, state
+from bench import commands, jail, multi, pipeline, state
 from bench.fixtures import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "PERFORMANCE.md"
-ALL: list[Benchmark] = [*commands.BENCHMARKS, *state.BENCHMARKS, *pipeline.BENCHMARKS, *jail.BENCHMARKS]
+ALL: list[Benchmark] = [*commands.BENCHMARKS, *state.BENCHMARKS, *pipeline.BENCHMARKS, *jail.BENCHMARKS,
+                         *multi.BENCHMARKS]
 
 
 def machine() -> dict[str, str]:
