@@ -15,13 +15,13 @@ from importlib import metadata
 from pathlib import Path
 
 from bench import Benchmark, Context, Result, Sizes, fmt
-from bench import commands, intake, jail, pipeline, schedule, state
+from bench import commands, intake, jail, multi, pipeline, schedule, state
 from bench.fixtures import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "PERFORMANCE.md"
 ALL: list[Benchmark] = [*commands.BENCHMARKS, *intake.BENCHMARKS, *state.BENCHMARKS, *schedule.BENCHMARKS,
-                        *pipeline.BENCHMARKS, *jail.BENCHMARKS]
+                        *pipeline.BENCHMARKS, *jail.BENCHMARKS, *multi.BENCHMARKS]
 
 
 def machine() -> dict[str, str]:

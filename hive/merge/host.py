@@ -14,6 +14,7 @@ from hive.backends.base import Backend, Event
 from hive.config import Config
 from hive.project import Project
 from hive.runtime import Runtime
+from hive.state.issue_file import Issue
 from hive.workspace.fastforward import FastForward
 
 
@@ -44,6 +45,9 @@ class SharedTarget(Protocol):
         """Why the last exchange with the remote failed, in git's words."""
 
     def fetch_target(self) -> bool: ...
+
+    def worked_here(self, issue: Issue) -> bool:
+        """Whether this machine's agent did the issue's work (only that is merged here)."""
 
     def publish_target(self, repo: pygit2.Repository, old: str, new: str) -> FastForward: ...
 

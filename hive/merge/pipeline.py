@@ -69,6 +69,7 @@ class MergeProcessor:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
+        self._told: dict[str, str] = {}   # the last waiting reason logged, per issue
         self.merged = 0
 
     # -- the queue ------------------------------------------------------------------------------
@@ -99,11 +100,20 @@ class MergeProcessor:
         return [e for e in self.entries() if e.state == "waiting"]
 
     def scan(self) -> None:
-        """Queue every done issue whose branch exists but is not queued (a person's, or after a restart)."""
+        """Queue every done issue whose branch exists but is not queued (a person's, or after a
+        restart) — in shared mode only work done here; remove the work of issues finished
+        elsewhere meanwhile (another machine took the issue over and landed its own)."""
         queued = {e.issue_id for e in self.entries()}
+        shared = self.host.shared_target
         for issue in self.project.index.list(["done"]):
-            if issue.id not in queued and worktrees.head_of(self.project.paths, issue.id) is not None:
+            if issue.id not in queued and worktrees.head_of(self.project.paths, issue.id) is not None and (
+                    shared is None or shared.worked_here(issue)):
                 self.enqueue(issue.id, done_base(self.project, issue.id))
+        if shared is not None:
+            for issue_id in worktrees.leftover_worktrees(self.project.paths):
+                issue = self.project.index.get(issue_id)
+                if issue is not None and issue.status in ("finalized", "canceled") and issue_id not in queued:
+                    worktrees.remove(self.project.paths, issue_id)
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -194,6 +204,10 @@ class MergeProcessor:
         issue = self.project.index.get(entry.issue_id)
         if issue is None or issue.status != "done":
             self._drop(entry)
+            if issue is not None and issue.status in ("finalized", "canceled"):
+                # finished elsewhere (another machine landed its own agent's work, or a person
+                # canceled it): this copy of the work is obsolete and nothing will come back to it
+                await asyncio.to_thread(worktrees.remove, self.project.paths, issue.id)
             return True
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
@@ -254,7 +268,8 @@ class MergeProcessor:
             await self._finalize(issue, entry, landing.commit)
             return True
         if landing.status == "waiting":
-            if entry.detail != landing.detail:
+            if self._told.get(issue.id) != landing.detail:   # said once, not on every retry
+                self._told[issue.id] = landing.detail
                 self.host.log(f"{issue.id} {landing.detail}")
             self._update(entry, state="waiting", detail=landing.detail, merged_commit="")
             return False

@@ -291,8 +291,9 @@ class Daemon:
             blocker = self.project.index.get(blocker_id)
             if blocker is None:
                 continue
-            if blocker.status == "done" and git.read_ref(
-                    common, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None:
+            if blocker.status == "done" and (git.read_ref(
+                    common, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None or (
+                    self.shared is not None and not self.shared.worked_here(blocker))):
                 return True
             if blocker.status == "finalized":
                 tip = git.read_ref(common, self.target_ref)

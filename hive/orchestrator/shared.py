@@ -9,10 +9,12 @@ Protocol (docs/ARCHITECTURE.md, "Several machines"):
   no new claim is made; agents already working go on, and their merges wait.
 * Claims carry `lease_expires`, extended while the agent works; an issue whose lease expired (its
   machine died) is reopened by any other machine.
-* Work branches are pushed when done, so any machine — or a person — sees them; no machine builds
-  on or merges another's (code lands only from agents run here: a dependent on another machine
-  starts once its blocker is finalized, from the target). The target branch moves on the remote by a push
-  with a lease on the tip it was replayed onto; a push that loses is replayed and tested again.
+* Work branches are pushed when done, so any machine — or a person — sees them, and deleted once
+  finalized; no machine builds on or merges another's (code lands only from agents run here: a
+  dependent on another machine starts once its blocker is finalized and on the fetched target).
+  The target branch moves on the remote by a push with a lease on the tip it was replayed onto,
+  only once this machine's state is on the remote (no split brain); a push that loses is replayed
+  and tested again, and finds an issue already landed (its trailer) instead of landing it twice.
 All network work runs in a worker thread with its own repository handles, one operation at a time.
 """
 
@@ -31,6 +33,7 @@ from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
 from hive.state import issue_file, trust
+from hive.state.issue_file import Issue
 from hive.state.store import Draft
 from hive.workspace.fastforward import FastForward, fast_forward
 from hive.workspace.worktrees import branch_name
@@ -83,6 +86,13 @@ class SharedQueue:
     @property
     def name(self) -> str:
         return self.remote.name
+
+    def worked_here(self, issue: Issue) -> bool:
+        """Whether this machine's agent did the issue's work (its claim names this machine; a
+        claim made before claims named machines counts as here). Only such work is merged here or
+        built on: a local work branch of an issue another machine took over is stale."""
+        machine = str(issue.extra.get("machine", ""))
+        return not machine or machine == self.machine
 
     @property
     def target_ref(self) -> str:

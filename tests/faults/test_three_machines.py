@@ -63,10 +63,11 @@ def state_of(git: Callable[..., Any], clone: Path) -> dict[str, dict[str, Any]]:
     """Every issue file of `hive/state` read from git: id → front matter."""
     import tomllib
 
-    names = git("ls-tree", "-r", "--name-only", "hive/state", "issues/", cwd=clone).stdout.split()
+    tip = git("rev-parse", "hive/state", cwd=clone).stdout.strip()   # one commit: the ref moves
+    names = git("ls-tree", "-r", "--name-only", tip, "issues/", cwd=clone).stdout.split()
     issues = {}
     for name in (n for n in names if n.endswith(".md")):
-        text = git("show", f"hive/state:{name}", cwd=clone).stdout
+        text = git("show", f"{tip}:{name}", cwd=clone).stdout
         issues[Path(name).stem] = tomllib.loads(text.split("+++")[1])
     return issues
 
@@ -199,6 +200,14 @@ def test_three_machines_kill_lock_unreachable_lease(seed: int, clones, cli, git,
         for blocker in deps:
             assert position[blocker] < position[issue_id], (blocker, issue_id, on_target)
     assert git("for-each-ref", "refs/heads/hive/work/", cwd=remote).stdout == ""
+    # every dependent started from its blockers' work (their unmerged branch on the same machine,
+    # the target once they were on it when done on another): its recorded base holds their files
+    last_done = {c.issue: c for c in state_log(remote) if c.event == "done"}
+    for issue_id, deps in blockers.items():
+        base = last_done[issue_id].trailers.get("Hive-Base", "")
+        for blocker in deps:
+            assert git("cat-file", "-e", f"{base}:hive-work/{blocker}.txt", cwd=machines[0],
+                       check=False).returncode == 0, (issue_id, blocker, base)
     # the victim's lost agents are gone
     for clone in machines:
         for sessions in (clone / ".git" / "hive" / "scripted").glob("*.sessions.jsonl"):

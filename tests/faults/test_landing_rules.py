@@ -1,0 +1,144 @@
+"""The rules that keep several machines' landings exactly once and in order (issue 18), each shown
+on its own, deterministically: the `Hive-Issue` trailer a landing carries and how it is found
+again, a dependent held back until its blockers are on the target, no target push while
+`hive/state` cannot reach the remote, remote work branches pruned, claims shown with their
+machine and lease.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_helpers import start_daemon, stop_daemon
+
+from .helpers import daemon_env, wait_until, work_steps, write_json
+
+
+def _branch_with_commit(git, repo: Path, issue_id: str, message: str, name: str | None = None) -> str:
+    git("checkout", "-q", "-b", f"hive/work/{issue_id}", "main", cwd=repo)
+    (repo / "hive-work").mkdir(exist_ok=True)
+    (repo / "hive-work" / f"{name or issue_id}.txt").write_text(f"work of {issue_id}\n")
+    git("add", "hive-work", cwd=repo)
+    git("commit", "-q", "-m", message, cwd=repo)
+    head = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    git("checkout", "-q", "main", cwd=repo)
+    return head
+
+
+def _trailers(git, repo: Path, ref: str = "main") -> list[str]:
+    out = git("log", "--first-parent", "--format=%(trailers:key=Hive-Issue,valueonly)%x1e", ref, cwd=repo).stdout
+    return [r.strip() for r in out.split("\x1e") if r.strip()]
+
+
+def test_a_landing_carries_its_issue_trailer_and_an_agents_own_is_dropped(repo, new_issue, hive, git):
+    other = new_issue("someone else's issue")
+    issue = new_issue("the work", status="done")
+    _branch_with_commit(git, repo, issue, f"the work\n\nHive-Issue: {other}\n")
+    hive("finalize", issue, cwd=repo)
+    assert _trailers(git, repo) == [issue]          # the forged trailer of `other` is gone
+    shown = json.loads(hive("show", issue, "--json", cwd=repo).stdout)
+    assert shown["status"] == "finalized" and shown["merged"] == git("rev-parse", "main", cwd=repo).stdout.strip()
+
+
+def test_an_issue_already_on_the_target_is_finalized_not_landed_again(repo, new_issue, hive, git):
+    issue = new_issue("landed before its finalize was lost", status="done")
+    _branch_with_commit(git, repo, issue, "the work, again")
+    # the same issue's landing already on main (another machine, or before a crash)
+    (repo / "landed.txt").write_text("landed\n")
+    git("add", "landed.txt", cwd=repo)
+    git("commit", "-q", "-m", f"the work\n\nHive-Issue: {issue}", cwd=repo)
+    tip = git("rev-parse", "main", cwd=repo).stdout.strip()
+    out = hive("finalize", issue, cwd=repo).stdout
+    assert tip[:10] in out
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == tip     # nothing landed twice
+    assert not (repo / "hive-work").exists()
+    assert json.loads(hive("show", issue, "--json", cwd=repo).stdout)["merged"] == tip
+
+
+def test_a_dependent_never_lands_before_its_blocker(repo, new_issue, hive, git):
+    blocker = new_issue("the blocker", status="done")
+    dependent = new_issue("the dependent", status="done", depends_on=[blocker])
+    _branch_with_commit(git, repo, blocker, "blocker work")
+    _branch_with_commit(git, repo, dependent, "dependent work")
+    before = git("rev-parse", "main", cwd=repo).stdout.strip()
+    refused = hive("finalize", dependent, cwd=repo, check=False)
+    assert refused.returncode == 1
+    assert f"waits for its blocker(s) {blocker} to be on main" in refused.stderr
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == before
+    hive("finalize", blocker, cwd=repo)
+    hive("finalize", dependent, cwd=repo)
+    assert _trailers(git, repo) == [dependent, blocker]   # newest first: the blocker landed first
+
+
+PRE_RECEIVE = """#!/bin/sh
+# refuse hive/state while the flag file exists: this machine's state commits cannot reach us
+while read old new ref; do
+  if [ "$ref" = refs/heads/hive/state ] && [ -e "{flag}" ]; then
+    echo "state refused for the test" >&2; exit 1
+  fi
+done
+exit 0
+"""
+
+
+@pytest.mark.timeout(120)
+def test_no_target_push_while_the_state_cannot_reach_the_remote(clones, cli, git, tmp_path: Path):
+    remote, (a,) = clones("A")
+    ids = [cli("create", f"issue {n}", "-l", "slow", cwd=a).stdout.strip() for n in range(2)]
+    cli("sync", cwd=a)
+    flag = tmp_path / "refuse-state"
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(PRE_RECEIVE.replace("{flag}", str(flag)))
+    hook.chmod(0o755)
+    script = write_json(tmp_path / "script.json", {"labels": {"slow": work_steps([{"sleep": 2}])}})
+    log = tmp_path / "daemon.log"
+    main_before = git("rev-parse", "main", cwd=remote).stdout.strip()
+    proc = start_daemon(a, daemon_env(script), "--remote", "origin", "--until-idle", "--max-agents", "2", log=log)
+    try:
+        def claimed_on_the_remote() -> bool:
+            out = git("log", "--format=%s", "hive/state", cwd=remote).stdout
+            return all(f"claim {i}" in out for i in ids)
+
+        assert wait_until(claimed_on_the_remote, 60), log.read_text()
+        flag.touch()
+        # both done here, their merges waiting: main on the remote never moves meanwhile
+        waits = [f"{i} hive/state does not reach remote origin: the merge waits" for i in ids]
+        assert wait_until(lambda: all(w in log.read_text() for w in waits), 60), log.read_text()
+        assert git("rev-parse", "main", cwd=remote).stdout.strip() == main_before
+        flag.unlink()
+        assert proc.wait(90) == 0, log.read_text()
+    finally:
+        stop_daemon(proc)
+    assert sorted(_trailers(git, remote)) == sorted(ids)
+    assert git("for-each-ref", "refs/heads/hive/work/", cwd=remote).stdout == ""
+
+
+def test_sync_prune_removes_the_remote_work_branches_of_finished_issues(clones, cli, git):
+    remote, (a,) = clones("A")
+    finished = cli("create", "finished", cwd=a).stdout.strip()
+    live = cli("create", "still open", cwd=a).stdout.strip()
+    cli("update", finished, "--status", "finalized", "--force", cwd=a)
+    for issue_id in (finished, live):
+        git("push", "-q", "origin", f"main:refs/heads/hive/work/{issue_id}", cwd=a)
+    git("push", "-q", "origin", "main:refs/heads/hive/work/not-an-issue", cwd=a)
+    out = cli("sync", "--prune", cwd=a).stdout
+    assert f"pruned 1 finished work branch(es): hive/work/{finished}" in out
+    left = git("for-each-ref", "--format=%(refname)", "refs/heads/hive/work/", cwd=remote).stdout.split()
+    assert left == [f"refs/heads/hive/work/{live}", "refs/heads/hive/work/not-an-issue"]
+
+
+def test_status_shows_which_machine_holds_which_claim_and_its_lease(project, new_issue, cli, repo):
+    from hive import lifecycle
+
+    issue = new_issue("held on another machine")
+    assert lifecycle.claim(project, issue, "w-abc123", lease_seconds=600, machine="box:clone2")
+    data = json.loads(cli("status", "--json", cwd=repo).stdout)
+    [claim] = data["claims"]
+    assert claim["issue"] == issue and claim["agent"] == "w-abc123" and claim["machine"] == "box:clone2"
+    assert claim["lease_expires"] > time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    text = cli("status", cwd=repo).stdout
+    assert f"{issue}  w-abc123   on box:clone2  lease until {claim['lease_expires']}" in text
