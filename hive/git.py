@@ -376,6 +376,15 @@ def private_objects(common_dir: Path, worktree_name: str) -> Path:
     return common_dir / "worktrees" / worktree_name / "hive-objects"
 
 
+def private_stores_env(common_dir: Path) -> dict[str, str]:
+    """The agents' private stores as alternates, for a git that walks every ref, worktrees' HEADs
+    included (fetch's connectivity check, push): a jailed agent's HEAD names objects that are only
+    there until hive absorbs them, and without them such a git fails on a "bad object"."""
+    stores = [str(path) for path in sorted((common_dir / "worktrees").glob("*/hive-objects"))
+              if path.is_dir() and not path.is_symlink() and not path.parent.is_symlink()]
+    return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(stores)} if stores else {}
+
+
 def agent_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for the git an agent runs: no automatic gc or maintenance.
 

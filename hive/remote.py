@@ -27,7 +27,7 @@ REJECTED_MARKERS = ("[rejected]", "non-fast-forward", "fetch first", "stale info
 # git's words for a failure on this side (a lock, a ref it could not write): the remote may be
 # perfectly reachable, and saying "unreachable" would send a person looking in the wrong place
 LOCAL_FAILURE_MARKERS = ("cannot lock ref", ".lock': File exists", "unable to update local ref",
-                         "Unable to create", "cannot update ref")
+                         "Unable to create", "cannot update ref", "bad object")
 
 
 @dataclass
@@ -69,7 +69,7 @@ class SyncReport:
 def _git(project: Project, args: list[str], timeout: float = NETWORK_TIMEOUT) -> subprocess.CompletedProcess[str]:
     try:
         return git.run(args, project.paths.worktree, check=False, timeout=timeout,
-                       env={"GIT_TERMINAL_PROMPT": "0"})
+                       env={"GIT_TERMINAL_PROMPT": "0", **git.private_stores_env(project.paths.common_dir)})
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, "", "timed out talking to the remote")
 

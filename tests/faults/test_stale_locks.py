@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from hive import git as hive_git
+from hive.project import Project
+from hive.remote import Remote
 from tests.daemon_helpers import start_daemon, stop_daemon
 
 from .helpers import daemon_env, wait_until
@@ -120,3 +122,28 @@ def test_the_daemon_clears_stale_locks_at_start(repo: Path, hive, tmp_path: Path
     assert f"removed a stale git lock left by a killed process: {lock}" in text
     assert f"removed a stale git lock left by a killed process: {packed}" in text
     assert not lock.exists() and not packed.exists()
+
+
+def test_fetch_and_push_see_a_jailed_agents_unabsorbed_objects(clones, git, tmp_path: Path):
+    """A jailed agent's commit lives in its private store until hive absorbs it, and its worktree's
+    HEAD names it; fetch's connectivity check and push walk every worktree's HEAD. Without the
+    private stores as alternates both fail on a "bad object" (and the remote was called
+    unreachable): hive's fetch and push read them."""
+    _, [clone] = clones("one")
+    admin_name = "hv-jail01"
+    worktree = tmp_path / admin_name
+    git("worktree", "add", "-q", "--detach", str(worktree), cwd=clone)
+    private = clone / ".git" / "worktrees" / admin_name / "hive-objects"
+    private.mkdir()
+    jailed = {**os.environ, "GIT_OBJECT_DIRECTORY": str(private),
+              "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(clone / ".git" / "objects")}
+    (worktree / "work.txt").write_text("the agent's work\n")
+    for args in (["add", "work.txt"], ["commit", "-q", "-m", "agent work"]):
+        subprocess.run(["git", *args], cwd=worktree, env=jailed, check=True, capture_output=True)
+    plain = subprocess.run(["git", "fetch", "origin"], cwd=clone, capture_output=True, text=True)
+    assert plain.returncode != 0 and "bad object" in plain.stderr        # the failure this guards
+
+    remote = Remote(Project.open(clone), "origin")
+    assert remote.fetch().ok, "hive's fetch failed on the agent's unabsorbed objects"
+    git("commit", "-q", "--allow-empty", "-m", "moved", cwd=clone)
+    assert remote.push("refs/heads/main", "main", None, lease=False).ok

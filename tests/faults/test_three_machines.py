@@ -205,8 +205,13 @@ def test_three_machines_kill_lock_unreachable_lease(seed: int, clones, cli, git,
     last_done = {c.issue: c for c in state_log(remote) if c.event == "done"}
     for issue_id, deps in blockers.items():
         base = last_done[issue_id].trailers.get("Hive-Base", "")
+        # a base combined from unmerged work is made by the machine that ran the dependent and
+        # reaches the others only while its work branch is on the remote: read it where it is
+        holders = [clone for clone in machines
+                   if git("cat-file", "-e", f"{base}^{{commit}}", cwd=clone, check=False).returncode == 0]
+        assert holders, (issue_id, base)
         for blocker in deps:
-            assert git("cat-file", "-e", f"{base}:hive-work/{blocker}.txt", cwd=machines[0],
+            assert git("cat-file", "-e", f"{base}:hive-work/{blocker}.txt", cwd=holders[0],
                        check=False).returncode == 0, (issue_id, blocker, base)
     # the victim's lost agents are gone
     for clone in machines:
