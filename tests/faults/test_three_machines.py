@@ -121,6 +121,20 @@ class Machines:
         return "\n".join(f"--- {c.name}\n{tail(self.log(c), 60)}" for c in self.clones)
 
 
+def git_children(pid: int) -> list[int]:
+    """The `git` processes `pid` has started and not yet reaped (its fetches and pushes)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and name.startswith("git"):
+            found.append(int(stat.parent.name))
+    return found
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("seed", [18, 1800])
 def test_three_machines_kill_lock_unreachable_lease(seed: int, clones, cli, git, state_log, daemons,
@@ -150,8 +164,11 @@ def test_three_machines_kill_lock_unreachable_lease(seed: int, clones, cli, git,
     # 1. the victim is SIGKILLed at a random moment while it holds a claim
     assert wait_until(lambda: run.holding(git, victim), 60), run.tails()
     time.sleep(rng.uniform(0.0, 0.8))   # a seeded moment within the claim, not a wait for a state
+    in_flight = git_children(run.procs[victim].pid)
     run.procs[victim].send_signal(signal.SIGKILL)
     run.procs[victim].wait(10)
+    # a push the victim had started goes on without it (a `done` may still land): wait it out
+    assert wait_until(lambda: not any(alive(pid) for pid in in_flight), 60), in_flight
     held = run.holding(git, victim, remote)   # pushed claims: those are what a lease can expire
     # 2. a git lock left behind, as a kill in the middle of a fetch leaves one
     lock = victim / ".git" / "refs" / "remotes" / "origin" / "hive" / "work" / f"{ids[0]}.lock"
