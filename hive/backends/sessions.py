@@ -23,6 +23,7 @@ drives its CLI.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import collections
 import logging
@@ -69,7 +70,7 @@ class _Turn:
             self.waiter.set_result(result)
 
 
-class SessionBackend:
+class SessionBackend(abc.ABC):
     """The shared base of the backends; see the module docstring."""
 
     name: str
@@ -91,16 +92,18 @@ class SessionBackend:
         except (asyncio.TimeoutError, asyncio.CancelledError):
             pass
 
-    # -- to implement ------------------------------------------------------------------------------
+    # -- what each backend writes ------------------------------------------------------------------
+    @abc.abstractmethod
     async def _send_turn(self, session_id: str, text: str) -> None:
-        raise NotImplementedError
+        """Deliver one user turn to the session's process, in the backend's own protocol."""
 
+    @abc.abstractmethod
     async def _reply_permission(self, session_id: str, request_id: str, allow: bool, message: str) -> None:
-        raise NotImplementedError
+        """Answer a permission request of the agent CLI (recorded by `reply_permission`)."""
 
+    @abc.abstractmethod
     async def _shut_down(self, s: Any, patient: bool) -> None:
         """End the process of a session that is forgotten already (see `_end`)."""
-        raise NotImplementedError
 
     def _remember(self, s: Any) -> Any:
         """The record of a deleted session that a later resume carries on."""

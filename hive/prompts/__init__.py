@@ -1,6 +1,6 @@
 """The texts hive sends to agents, kept as Markdown files in this package (shipped as package data).
 
-`render("worker-system", result_file=...)` reads `worker-system.md` and fills in its `$placeholders`
+`render("worker-system", result_file=...)` reads `worker-system.md` and fills in its `$name` fields
 (`string.Template`: `$$` is a dollar sign; braces are plain text, so JSON examples need no escaping).
 Every file ends with a newline that is not part of the prompt: a prompt that ends with a newline is
 a file that ends with an empty line.
@@ -22,7 +22,7 @@ def load(name: str) -> str:
 
 
 def render(name: str, **values: object) -> str:
-    """`<name>.md` with every `$name` replaced by str(value); a placeholder without a value raises KeyError."""
+    """`<name>.md` with every `$name` replaced by str(value); a field without a value raises KeyError."""
     return Template(load(name)).substitute({key: str(value) for key, value in values.items()})
 
 
