@@ -12,7 +12,11 @@ file (`merged`), so whether a blocker is on a given target tip is one ancestry c
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import datetime
+
 import pygit2
 
 from hive.state.issue_file import Issue
@@ -24,6 +28,7 @@ CLOCK_SKEW_SECONDS = 24 * 3600
 MAX_WALK = 200_000
 
 _TRAILER_LINE = re.compile(rf"^{ISSUE_TRAILER}:.*$\n?", re.MULTILINE | re.IGNORECASE)
+_TRAILER_ID = re.compile(rf"^{ISSUE_TRAILER}: (.+)$", re.MULTILINE)   # the lines `carries` matches
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
 
 
@@ -44,14 +49,54 @@ def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, created: str
     """The commit of `tip`'s first-parent history that landed `issue_id` ('' if none). The walk
     stops at commits older than the issue (`created`, less the clock skew allowed)."""
     since = _epoch(created) - CLOCK_SKEW_SECONDS if created else 0.0
+    return _landings_on(repo, tip, since).get(issue_id, "")
+
+
+@dataclass(frozen=True)
+class _Scan:
+    landed: dict[str, str]   # issue id -> the newest first-parent commit carrying its trailer
+    since: float             # the walk went down to the first commit older than this
+
+
+_SCANS: OrderedDict[tuple[str, str], _Scan] = OrderedDict()
+_SCANS_LOCK = threading.Lock()
+MAX_SCANS = 32
+
+
+def _landings_on(repo: pygit2.Repository, tip: str, since: float) -> dict[str, str]:
+    """The landings on `tip`'s first-parent history down to `since`. Every merge step asks this
+    of a target that moved by a commit or two since it last asked, so a scan is kept per tip
+    (commits never change) and the next one walks only down to a tip already scanned."""
+    def known(commit_id: str) -> _Scan | None:
+        with _SCANS_LOCK:
+            scan = _SCANS.get((repo.path, commit_id))
+            if scan is not None and scan.since <= since:
+                _SCANS.move_to_end((repo.path, commit_id))
+                return scan
+            return None
+
+    cached = known(tip)
+    if cached is not None:
+        return cached.landed
+    landed: dict[str, str] = {}
+    reached = since
     walker = repo.walk(tip, pygit2.GIT_SORT_NONE)
     walker.simplify_first_parent()
     for count, commit in enumerate(walker):
         if commit.commit_time < since or count >= MAX_WALK:
             break
-        if carries(commit, issue_id):
-            return str(commit.id)
-    return ""
+        below = known(str(commit.id)) if count else None
+        if below is not None:
+            landed.update((k, v) for k, v in below.landed.items() if k not in landed)
+            reached = below.since
+            break
+        for issue_id in _TRAILER_ID.findall(commit.message or ""):
+            landed.setdefault(issue_id, str(commit.id))
+    with _SCANS_LOCK:
+        _SCANS[(repo.path, tip)] = _Scan(landed, reached)
+        while len(_SCANS) > MAX_SCANS:
+            _SCANS.popitem(last=False)
+    return landed
 
 
 def on_target(repo: pygit2.Repository, tip: str, blocker: Issue) -> bool:

@@ -74,6 +74,35 @@ def test_a_dependent_never_lands_before_its_blocker(repo, new_issue, hive, git):
     assert _trailers(git, repo) == [dependent, blocker]   # newest first: the blocker landed first
 
 
+def test_landings_are_found_on_a_target_that_moves_and_a_narrow_scan_is_not_reused_for_a_wide_one(repo, git):
+    """`landed_commit` keeps what it scanned per tip; on a target moved by new commits it walks only
+    those, and a scan bounded by a recent issue's creation time never answers for an older one."""
+    import pygit2
+
+    from hive.workspace import landings
+
+    def commit(message: str, days_ago: int = 0) -> str:
+        stamp = f"@{int(time.time()) - days_ago * 86400} +0000"
+        git("commit", "-q", "--allow-empty", "-m", message, cwd=repo,
+            env={"GIT_COMMITTER_DATE": stamp, "GIT_AUTHOR_DATE": stamp})
+        return git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+
+    old = commit("an old landing\n\nHive-Issue: hv-old001", days_ago=3)
+    first = commit("a landing\n\nHive-Issue: hv-aaa001")
+    pygit2_repo = pygit2.Repository(str(repo))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    assert landings.landed_commit(pygit2_repo, first, "hv-aaa001", now) == first
+    assert landings.landed_commit(pygit2_repo, first, "hv-old001", now) == ""      # older than the bound
+    assert landings.landed_commit(pygit2_repo, first, "hv-old001") == old          # no bound: found
+    second = commit("another landing\n\nHive-Issue: hv-bbb002\nHive-Issue: hv-ccc003")
+    third = commit("a person's commit, no trailer")
+    assert landings.landed_commit(pygit2_repo, third, "hv-aaa001", now) == first   # through first's scan
+    assert landings.landed_commit(pygit2_repo, third, "hv-bbb002", now) == second
+    assert landings.landed_commit(pygit2_repo, third, "hv-ccc003", now) == second
+    assert landings.landed_commit(pygit2_repo, third, "hv-old001") == old
+    assert landings.landed_commit(pygit2_repo, third, "hv-aaa00") == ""             # whole lines only
+
+
 PRE_RECEIVE = """#!/bin/sh
 # refuse hive/state while the flag file exists: this machine's state commits cannot reach us
 while read old new ref; do
