@@ -7,7 +7,6 @@ pygit2 costs ~170 ms, and most commands only need to know whether `hive/state` m
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from collections import OrderedDict
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING, Callable
 from hive.errors import HiveError
 
 if TYPE_CHECKING:
+    import subprocess
+
     import pygit2
 
 STATE_BRANCH = "hive/state"
@@ -242,6 +243,7 @@ def read_ref(common_dir: Path, name: str) -> str | None:
 def run(args: list[str], cwd: Path | str, *, check: bool = True, input: str | None = None,
         env: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """Run the git CLI. Used only where a person's own git setup must apply (network, config)."""
+    import subprocess   # loaded when used: `git hive list` starts without it
     proc = subprocess.run(
         ["git", *args], cwd=cwd, input=input, capture_output=True, text=True,
         env={**os.environ, **env} if env else None, timeout=timeout,

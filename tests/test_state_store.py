@@ -252,6 +252,41 @@ def test_a_save_in_the_same_clock_tick_as_hives_write_is_not_missed(repo, projec
     assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
 
 
+def test_a_clean_scan_is_remembered_until_a_file_or_a_record_changes(repo, project, git, new_issue, monkeypatch):
+    """A look that found every file as recorded is remembered by the files' stats, so the next
+    `git hive list` reads no record; any change of a file, or of a record (another process's
+    write), makes the next look compare file by file again — a racy save included."""
+    import os
+    import sqlite3
+
+    issue = new_issue("twelve chars")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    hive_wrote = os.stat(path)
+    checkout = project.checkout
+    assert project.absorb().committed == []      # hive's own file, too young: not remembered clean
+    assert checkout._meta("clean_scan") == ""
+    path.write_text(path.read_text().replace("twelve chars", "twelve CHARS"))   # saved in the same tick
+    os.utime(path, ns=(hive_wrote.st_atime_ns, hive_wrote.st_mtime_ns))
+    assert project.absorb().committed == [f"issues/{issue}.md"]
+    assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
+
+    old = hive_wrote.st_mtime_ns - 10_000_000_000      # files older than a tick: recorded as they are
+    for file in [*(repo / ".hive" / "issues").glob("*.md"), repo / ".hive" / "context.md"]:
+        os.utime(file, ns=(old, old))
+    project.absorb()
+    assert project.absorb().committed == [] and checkout._meta("clean_scan") != ""
+    monkeypatch.setattr(type(checkout), "_records", lambda self, only=None: pytest.fail("records read"))
+    assert checkout.find_edits() == []
+    monkeypatch.undo()
+
+    with sqlite3.connect(project.paths.hive_dir / "checkout.db") as other_process:
+        other_process.execute("UPDATE files SET mtime_ns = mtime_ns + 1 WHERE path = ?", (f"issues/{issue}.md",))
+    assert checkout._meta("clean_scan") == ""     # a record changed: the next look compares again
+    path.write_text(path.read_text().replace("twelve CHARS", "twelve chaRS"))
+    assert project.absorb().committed == [f"issues/{issue}.md"]
+    assert 'title = "twelve chaRS"' in on_branch(git, repo, f"issues/{issue}.md")
+
+
 def test_a_save_between_hives_write_and_its_index_update_is_not_taken_for_staged(repo, project, git, new_issue,
                                                                                  monkeypatch):
     """hive writes a file of `.hive/`, then records it in that worktree's git index: a person's

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hive.cli.output import print_json
+from hive.cli.listing import print_json
 
 
 def _paths():

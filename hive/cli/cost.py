@@ -6,7 +6,8 @@ import click
 
 from hive import cost
 from hive.backends.base import Usage
-from hive.cli.output import one_line, print_json, table
+from hive.cli.listing import print_json
+from hive.cli.output import one_line, table
 from hive.project import Project
 
 

@@ -7,7 +7,9 @@ import subprocess
 
 import click
 
-from hive.cli.output import ISSUE_HEADERS, issue_rows, one_line, print_json, print_json_text, show_issue, table
+from hive.cli import listing
+from hive.cli.listing import open_project, print_json
+from hive.cli.output import ISSUE_HEADERS, issue_rows, one_line, show_issue, table
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.state import issue_file
@@ -15,12 +17,6 @@ from hive.state import issue_file
 STATUS = click.Choice(issue_file.STATUSES)
 TYPE = click.Choice(issue_file.TYPES)
 PRIORITY = click.IntRange(min(issue_file.PRIORITIES), max(issue_file.PRIORITIES))
-
-
-def open_project() -> Project:
-    project = Project.open()
-    project.sync()
-    return project
 
 
 def checked_title(title: str) -> str:
@@ -84,7 +80,7 @@ def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_j
     project = open_project()
     parent_id = resolve(project, parent) if parent else None
     if as_json and not ready:
-        print_json_text(project.index.list_json(statuses or None, parent=parent_id))
+        listing.list_json(project, statuses, parent_id)
         return
     if ready:
         found = [i for i in project.index.ready() if not statuses or i.status in statuses]

@@ -17,7 +17,8 @@ from typing import Callable
 import click
 
 from hive.backends.transcripts import FOLDER, issue_transcripts, read_entries
-from hive.cli.output import escaped, print_json
+from hive.cli.listing import print_json
+from hive.cli.output import escaped
 from hive.cli.transcripts import Tail
 from hive.project import Project
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import sys
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import click
 
@@ -26,21 +24,6 @@ def escaped(text: str) -> str:
 def one_line(text: str) -> str:
     """`escaped`, newlines and tabs included: for one cell or one line of output."""
     return escaped(text).replace("\n", "\\n").replace("\t", " ")
-
-
-def print_json(data: Any) -> None:
-    """Indented for a person at a terminal; compact for a script (json's indenting encoder is
-    pure Python, ~4x slower on a 10k-issue listing)."""
-    indent = 2 if sys.stdout.isatty() else None
-    click.echo(json.dumps(data, indent=indent, ensure_ascii=False))
-
-
-def print_json_text(text: str) -> None:
-    """JSON already serialized (compact), printed as `print_json` would print its value."""
-    if sys.stdout.isatty():
-        print_json(json.loads(text))
-    else:
-        click.echo(text)
 
 
 def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:

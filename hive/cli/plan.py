@@ -12,7 +12,8 @@ import time
 
 import click
 
-from hive.cli.output import ISSUE_HEADERS, escaped, issue_rows, print_json, table
+from hive.cli.listing import print_json
+from hive.cli.output import ISSUE_HEADERS, escaped, issue_rows, table
 from hive.errors import BadInput, HiveError
 
 

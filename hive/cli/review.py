@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from hive.cli.issues import open_project, resolve
-from hive.cli.output import print_json, table
+from hive.cli.issues import resolve
+from hive.cli.listing import open_project, print_json
+from hive.cli.output import table
 from hive.errors import HiveError
 
 

@@ -26,7 +26,7 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     """Run the agents: claim ready issues, work them in worktrees, merge the results."""
     import asyncio
 
-    from hive.cli import enter_directory
+    from hive.cli.group import enter_directory
 
     enter_directory(directories)
 

@@ -7,7 +7,8 @@ import time
 import click
 
 from hive import cost
-from hive.cli.output import one_line, print_json
+from hive.cli.listing import print_json
+from hive.cli.output import one_line
 from hive.orchestrator.progress import PROGRESS_KEY, RunProgress
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hive.cli.output import print_json
+from hive.cli.listing import print_json
 from hive.errors import HiveError
 
 

@@ -20,9 +20,9 @@ hands `absorb` a function that commits an edit: see state/edits.py).
 
 from __future__ import annotations
 
+import array
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import sqlite3
@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 
 def blob_id(data: bytes) -> str:
     """git's object id of a blob, without loading pygit2."""
+    import hashlib   # loaded when used: `git hive list` starts without it
+
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
@@ -59,6 +61,7 @@ class Record:
 
 RACY_NS = 2_000_000_000   # younger than this (1 s timestamps exist, e.g. on network file systems)
 RACY_MTIME = -1
+CLEAN_SCAN = "clean_scan"   # meta key: the `_fingerprint` of the last scan that found no edit
 
 
 @dataclass
@@ -114,6 +117,9 @@ class Checkout:
             db.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, blob TEXT, "
                        "mtime_ns INTEGER, size INTEGER)")
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            for change in ("INSERT", "UPDATE", "DELETE"):   # any record changed: scan file by file again
+                db.execute(f"CREATE TRIGGER IF NOT EXISTS files_{change.lower()} AFTER {change} ON files "
+                           f"BEGIN DELETE FROM meta WHERE key = '{CLEAN_SCAN}'; END")
             self._db = db
         return self._db
 
@@ -150,11 +156,17 @@ class Checkout:
 
     @property
     def commit(self) -> str:
-        row = self.db.execute("SELECT value FROM meta WHERE key = 'commit'").fetchone()
-        return row[0] if row else ""
+        return self._meta("commit")
 
     def _set_commit(self, oid: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('commit', ?)", (oid,))
+        self._set_meta("commit", oid)
+
+    def _meta(self, key: str) -> str:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else ""
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -236,13 +248,18 @@ class Checkout:
         if not self.exists or self.git_operation_in_progress():
             return []
         self._git_index = None
-        records = self._records(only)
         on_disk = self._scan(full) if only is None else self._stat_only(only)
+        fingerprint = _fingerprint(on_disk) if only is None and not full else ""
+        if fingerprint and fingerprint == self._meta(CLEAN_SCAN):
+            return []
+        records = self._records(only)
         edits: list[Edit] = []
         tip = None
+        unchanged = 0
         for path, st in sorted(on_disk.items()):
             record = records.get(path)
             if record and record.mtime_ns == st.st_mtime_ns and record.size == st.st_size:
+                unchanged += 1
                 continue
             if tip is None:
                 tip = self._store().snapshot()
@@ -276,6 +293,8 @@ class Checkout:
                 path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
             if in_scope and not (self.root / path).exists():
                 edits.append(Edit(path, None, record.blob))
+        if fingerprint and not edits and unchanged == len(on_disk):
+            self._set_meta(CLEAN_SCAN, fingerprint)
         return edits
 
     def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None) -> None:
@@ -530,11 +549,25 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
         data = handle.read(MAX_ISSUE_BYTES + 1)
         if size not in sizes:
             return f"oversize:{size}", data
+        import hashlib   # loaded when used: `git hive list` starts without it
+
         digest = hashlib.sha1(b"blob %d\0" % size)
         digest.update(data)
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest(), data
+
+
+def _fingerprint(on_disk: dict[str, os.stat_result]) -> str:
+    """A digest of the files' paths and stats, in the order they were found: equal to the last
+    scan's that found every file as recorded, the checkout holds no edit (whatever changes a
+    record forgets that scan; a folder listed in another order only costs a file-by-file look)."""
+    import hashlib   # loaded when used: `git hive list` starts without it
+
+    stats = array.array("q", [n for st in on_disk.values() for n in (st.st_mtime_ns, st.st_size, st.st_ino)])
+    digest = hashlib.blake2b("\0".join(on_disk).encode(), digest_size=20)
+    digest.update(stats.tobytes())
+    return digest.hexdigest()
 
 
 def _through_symlink(root: Path, path: str) -> bool:

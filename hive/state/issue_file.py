@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import re
-import secrets
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from datetime import datetime, timezone
@@ -89,6 +87,8 @@ def format_time(value: datetime) -> str:
 
 
 def new_id(prefix: str = "hv") -> str:
+    import secrets   # loaded when used: `git hive list` starts without it
+
     return prefix + "-" + "".join(secrets.choice(ID_ALPHABET) for _ in range(6))
 
 
@@ -182,7 +182,11 @@ def _load_front(front: str) -> dict[str, Any]:
     new file, the index). The dict is shared: read it, never change it. What hive wrote itself
     is read by `front_matter.read` (~10× faster); anything else by tomllib."""
     fast = front_matter.read(front)
-    return fast if fast is not None else tomllib.loads(front)
+    if fast is not None:
+        return fast
+    import tomllib   # loaded when used: `git hive list` starts without it
+
+    return tomllib.loads(front)
 
 
 def toml_depth(text: str) -> int:
@@ -241,7 +245,7 @@ def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
         raise BadInput(f"TOML nested deeper than {MAX_TOML_DEPTH}", f"{where}:{first_line}")
     try:
         meta = _load_front(front)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:   # tomllib.TOMLDecodeError
         line = getattr(exc, "lineno", None) or _toml_error_line(str(exc), front)
         reason = getattr(exc, "msg", None) or re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
         raise BadInput(f"broken TOML front matter: {reason}", f"{where}:{first_line + line - 1}") from None
@@ -414,7 +418,7 @@ def _replace_in_place(front: str, changes: dict[str, Any]) -> str | None:
     new_front = "\n".join(lines)
     try:
         before, after = _load_front(front), _load_front(new_front)
-    except tomllib.TOMLDecodeError:
+    except ValueError:   # tomllib.TOMLDecodeError
         return None
     if after != {**before, **expected} or any(type(after[k]) is not type(v) for k, v in expected.items()):
         return None
