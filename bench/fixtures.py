@@ -28,6 +28,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import subprocess
 import tempfile
 import time
@@ -382,6 +383,11 @@ class Workspace:
 
 
 def git_hive_executable() -> str:
+    """This interpreter's own `git-hive` script; the one on PATH only if it has none (a version
+    manager's shim there, such as pyenv's, adds its own start-up to every figure)."""
+    beside = Path(sys.executable).with_name("git-hive")
+    if beside.is_file():
+        return str(beside)
     exe = shutil.which("git-hive")
     if exe is None:
         raise SystemExit("git-hive is not on PATH: run `pip install -e '.[dev]'` first")
