@@ -52,6 +52,8 @@ def killpg(pgid: int, sig: int) -> bool:
 
 def group_alive(pgid: int) -> bool:
     """Whether a live (not zombie) process is left in the group."""
+    if not killpg(pgid, 0):
+        return False   # no process at all, zombies included: no need to read /proc
     try:
         entries = os.listdir("/proc")
     except OSError:
