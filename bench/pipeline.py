@@ -560,6 +560,10 @@ def unblock(ctx: Context) -> list[Result]:
         Result(f"unblock latency: blocker's `done` commit → dependent's agent has its prompt, {label}",
                to_agent, 0.100, stat="median", note=split, error=error),
         Result(f"unblock latency (p95 target): same runs, {label}", to_agent, 0.300, stat="p95", error=error),
+        Result(f"claim → agent process started (jailed), the same runs' dependents, {label}",
+               [w + s for w, s in zip(parts["worktree"], parts["session"])], 0.100, stat="median", error=error,
+               note="the `claimed` commit → worktree made from the target and the blockers' work → the "
+                    "agent's session started in its jail (issue 20: ≤ 100 ms with the jail)"),
     ]
 
 
