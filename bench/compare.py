@@ -40,8 +40,8 @@ def medians(report: str) -> dict[str, tuple[float, str]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 7 and cells[0] not in ("figure", "---"):
             value = _value(cells[2])
-            if value is not None:
-                found[cells[0]] = value
+            if value is not None:   # a figure's name without what it measured ("— 333 finalized/min")
+                found[cells[0].split(" — ")[0]] = value
     return found
 
 
