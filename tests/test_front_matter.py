@@ -226,3 +226,13 @@ def test_format_time_writes_what_strftime_writes() -> None:
                          rng.randrange(24), rng.randrange(60), rng.randrange(60),
                          rng.choice([0, 0, 1, 999999]), tzinfo=timezone.utc)
         assert issue_file.format_time(value) == value.strftime("%Y-%m-%dT%H:%M:%SZ"), value
+
+
+def test_toml_depth_of_bytes_is_that_of_their_replacement_decoding() -> None:
+    deep = "+++\ntitle = \"x\"\nnested = " + "[" * 20 + "]" * 20 + "\n+++\n"
+    texts = [deep, deep.replace("[", "{", 5), "+++\na = \"[[[[\"\n+++\n" + "[" * 40, "[" * 30]
+    corpus = [t.encode() for t in mutations(texts, 2000)]
+    corpus += [b"\xff[" * 20, b"+++\n" + b"\xe2[" * 17 + b"\n+++\n", b"\xf0\x9f[[" * 10, b"\xc3" + b"[" * 17]
+    assert any(issue_file.toml_depth(data) > issue_file.MAX_TOML_DEPTH for data in corpus)
+    for data in corpus:
+        assert issue_file.toml_depth(data) == issue_file.toml_depth(data.decode("utf-8", "replace")), data

@@ -209,10 +209,18 @@ def _load_front(front: str) -> dict[str, Any]:
     return fast if fast is not None else tomllib.loads(front)
 
 
-def toml_depth(text: str) -> int:
+def toml_depth(text: str | bytes) -> int:
     """How deep arrays and inline tables nest in an issue file's front matter (up to its closing
     `+++`); brackets in strings and comments are not counted (strings are followed well enough
-    for a limit far above what a person writes and far below what makes tomllib recurse out)."""
+    for a limit far above what a person writes and far below what makes tomllib recurse out).
+    Bytes are read as UTF-8 with replacement, decoded only if they hold enough brackets to
+    nest that deep (a replacement never swallows an ASCII byte: the counts are the same)."""
+    if isinstance(text, bytes):
+        end = text.find(b"\n+++", 3)
+        head = text if end < 0 else text[:end]
+        if head.count(b"[") + head.count(b"{") <= MAX_TOML_DEPTH:
+            return 0
+        text = text.decode("utf-8", "replace")
     end = text.find("\n+++", 3)
     text = text if end < 0 else text[:end]
     if text.count("[") + text.count("{") <= MAX_TOML_DEPTH:
