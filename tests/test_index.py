@@ -262,3 +262,12 @@ def test_a_bulk_rebuild_gives_the_rows_and_indexes_of_incremental_catch_ups(repo
     assert project.index.rebuild() == []
     assert inserted == [6]
     assert contents() == incremental
+    # a queue taken in whole (hive/state moved by git from a state without issues): the same
+    tip = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    root = git("rev-list", "--max-parents=0", "hive/state", cwd=repo).stdout.split()[0]
+    git("update-ref", "refs/heads/hive/state", root, cwd=repo)
+    assert project.index.ensure_current() == [] and project.index.list() == []
+    git("update-ref", "refs/heads/hive/state", tip, cwd=repo)
+    assert project.index.ensure_current() == []
+    assert inserted == [6, 6]
+    assert contents() == incremental

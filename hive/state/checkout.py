@@ -98,6 +98,7 @@ class Checkout:
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
         self._git_index = None   # the checkout's git index, read at most once per scan
+        self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh
 
     @property
     def exists(self) -> bool:
@@ -143,8 +144,11 @@ class Checkout:
             # timestamps are coarse) at the same size — the same stat, so an edit no stat check
             # would see. Its record asks for a look at the content next time (as git does).
             racy = time.time_ns() - st.st_mtime_ns < RACY_NS
-            self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
-                            (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size))
+            row = (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size)
+            if self._pending is not None:
+                self._pending.append(row)
+            else:
+                self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", row)
         except FileNotFoundError:
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
 
@@ -384,9 +388,15 @@ class Checkout:
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
         with transaction(self.db):
             records = self._records([path for path, _, _ in changes])
-            for path, old_oid, new_oid in changes:
-                record = records.get(path)
-                self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
+            # each path changes once: its record may wait for the end (one statement for all)
+            self._pending = []
+            try:
+                for path, old_oid, new_oid in changes:
+                    record = records.get(path)
+                    self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
+                self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", self._pending)
+            finally:
+                self._pending = None
             git_dir = self._git_dir()
             if git_dir is not None:
                 # held for milliseconds by a live git; older than that, left by a killed process

@@ -73,7 +73,7 @@ SECONDARY_INDEXES = {
     # the ready query scans only open, unassigned issues in queue order
     "issues_ready": READY_INDEX,
 }
-BULK_ROWS = 1000    # more new rows than this into emptied tables: the indexes are made afterwards
+BULK_ROWS = 1000    # more new rows than this into an empty issues table: the indexes are made afterwards
 WHOLE_GRAPH_WALK = 50
 INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"    # cycle walks from this many issues read the whole graph first
 WAITING = f"status NOT IN ({', '.join(repr(s) for s in SATISFIED)})"
@@ -292,7 +292,7 @@ class Index:
                 db.execute("COMMIT")
                 return []
             changes = own_changes(indexed, tip) if own_changes is not None else None
-            fresh, blobs = False, {}
+            blobs: dict[str, bytes] = {}
             if changes is None:
                 refused = self._refuse_untrusted(repo, indexed, tip, blobs)
                 if refused is not None:
@@ -301,8 +301,8 @@ class Index:
                     db.execute("COMMIT")
                     return [refused]
                 db.execute("DELETE FROM problems WHERE path = ?", (REFUSED,))
-                changes, fresh = self._changes_since(repo, db, indexed, tip)
-            problems = self._apply(repo, changes, fresh, blobs)
+                changes = self._changes_since(repo, db, indexed, tip)
+            problems = self._apply(repo, changes, blobs)
             db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))
             db.execute("COMMIT")
         except BaseException:
@@ -336,9 +336,8 @@ class Index:
         return None
 
     def _changes_since(self, repo: "pygit2.Repository", db: sqlite3.Connection, indexed: str,
-                       tip: str) -> tuple[list[tuple[str, str | None, str | None]], bool]:
-        """The files that differ between the indexed commit and `tip` (all of them: no index yet),
-        and whether the tables were emptied for them."""
+                       tip: str) -> list[tuple[str, str | None, str | None]]:
+        """The files that differ between the indexed commit and `tip` (all of them: no index yet)."""
         import pygit2
 
         old_tree = None
@@ -353,13 +352,15 @@ class Index:
         new_tree = repo[tip].peel(pygit2.Commit).tree if tip else None
         from hive.state import trees   # pygit2: not imported by commands that only read the index
 
-        return list(trees.walk_changes(repo, old_tree, new_tree)), not indexed
+        return list(trees.walk_changes(repo, old_tree, new_tree))
 
     def _apply(self, repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]],
-               fresh: bool = False, blobs: dict[str, bytes] | None = None) -> list[Problem]:
-        """Index `changes`; `fresh`: into emptied tables; `blobs`: issue files already read."""
+               blobs: dict[str, bytes] | None = None) -> list[Problem]:
+        """Index `changes`; `blobs`: issue files already read (by blob id)."""
         db = self.db
         blobs = blobs or {}
+        # a rebuild, or a queue taken in whole into a state without issues (a fresh clone's init)
+        empty = len(changes) > BULK_ROWS and db.execute("SELECT NOT EXISTS (SELECT 1 FROM issues)").fetchone()[0]
         problems: list[Problem] = []
         rows: list[dict[str, Any]] = []
         deps: list[tuple[str, str]] = []
@@ -410,7 +411,7 @@ class Index:
                         "INSERT INTO notes (file, line, issue, category, content, agent, at) "
                         "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
         if rows:
-            self._store_rows(rows, deps, changed_ids, bulk=fresh and len(rows) > BULK_ROWS)
+            self._store_rows(rows, deps, changed_ids, bulk=bool(empty) and len(rows) > BULK_ROWS)
         if self._shape(touched) != shape_before:
             self.refresh_ranks()
         problems.extend(self._graph_problems(changed_ids, walk_ids, repo))
@@ -422,22 +423,22 @@ class Index:
     def _store_rows(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]], ids: set[str],
                     bulk: bool = False) -> None:
         db = self.db
-        if bulk:
-            self._store_bulk(rows, deps)
-            return
         if len(ids) > 1000:
             db.execute("DELETE FROM deps WHERE issue_id IN (SELECT value FROM json_each(?))",
                        (json.dumps(sorted(ids)),))
         else:
             db.executemany("DELETE FROM deps WHERE issue_id = ?", [(i,) for i in ids])
+        if bulk:
+            self._store_bulk(rows, deps)
+            return
         # an upsert, not a replace: an issue's rank stays unless the graph changed (refresh_ranks)
         updates = ", ".join(f"{c} = excluded.{c}" for c in ISSUE_COLUMNS if c != "id")
         db.executemany(f"{INSERT_ISSUE} ON CONFLICT(id) DO UPDATE SET {updates}", rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
 
     def _store_bulk(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> None:
-        """Many rows into emptied tables: in key order, the other indexes made afterwards (a full
-        rebuild and a taken-in queue spent ~3 s at 100k issues keeping five indexes in order)."""
+        """Many rows into an empty issues table: in key order, the other indexes made afterwards
+        (a full rebuild and a taken-in queue spent ~3 s at 100k issues keeping five in order)."""
         db = self.db
         for name in SECONDARY_INDEXES:
             db.execute(f"DROP INDEX IF EXISTS {name}")
