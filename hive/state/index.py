@@ -74,8 +74,8 @@ SECONDARY_INDEXES = {
     "issues_ready": READY_INDEX,
 }
 BULK_ROWS = 1000    # more new rows than this into an empty issues table: the indexes are made afterwards
-WHOLE_GRAPH_WALK = 50
-INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"    # cycle walks from this many issues read the whole graph first
+WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole graph first
+INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"
 WAITING = f"status NOT IN ({', '.join(repr(s) for s in SATISFIED)})"
 
 
@@ -362,7 +362,7 @@ class Index:
         # a rebuild, or a queue taken in whole into a state without issues (a fresh clone's init)
         empty = len(changes) > BULK_ROWS and db.execute("SELECT NOT EXISTS (SELECT 1 FROM issues)").fetchone()[0]
         problems: list[Problem] = []
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[Any, ...]] = []
         deps: list[tuple[str, str]] = []
         changed_ids: set[str] = set()
         # Only an issue whose blockers changed can close a new cycle: only those (and any issue
@@ -444,8 +444,7 @@ class Index:
             db.execute(f"DROP INDEX IF EXISTS {name}")
         rows.sort(key=lambda row: row[0])
         # an id twice (an issue file both live and archived): the later one, as the upsert keeps
-        db.executemany(f"INSERT OR REPLACE INTO issues ({', '.join(ISSUE_COLUMNS)}) "
-                       f"VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})", rows)
+        db.executemany(INSERT_ISSUE.replace("INSERT", "INSERT OR REPLACE", 1), rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", sorted(deps))
         for create in SECONDARY_INDEXES.values():
             db.execute(create)
