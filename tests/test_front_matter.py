@@ -181,3 +181,58 @@ def test_parse_reports_the_same_problems_either_way() -> None:
     issue = issue_file.parse('+++\ntitle = "x"\ncreated = 2026-11-30T10:00:00Z\n+++\nbody\n', "hv-aaaaaa")
     assert issue.created == "2026-11-30T10:00:00Z" and issue.title == "x"
     assert front_matter.read('created = 2026-11-30T10:00:00Z')["created"].tzinfo is timezone.utc
+
+
+def test_the_layout_render_writes_is_matched_whole_and_read_as_tomllib_reads_it() -> None:
+    whole = [f for f in rendered_fronts() if front_matter._RENDERED(f) is not None]
+    assert len(whole) > 10 and all(check(f) for f in whole)
+    # the one-match way and the line-by-line way give the same dict, key order included
+    for front in whole:
+        assert list(front_matter.read(front).items()) == list(tomllib.loads(front).items())
+
+
+def reference_split(text: str) -> tuple[str, str, int] | None:
+    """`issue_file.split` as it was written before its fast path: line by line."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if lines[0].rstrip("\r") != "+++":
+        return None
+    for number in range(1, len(lines)):
+        if lines[number].rstrip("\r") == "+++":
+            return "\n".join(lines[1:number]), "\n".join(lines[number + 1:]).lstrip("\n"), 2
+    return None
+
+
+def test_split_finds_the_same_front_matter_and_body_as_a_line_by_line_reading() -> None:
+    files = [issue_file.render(Issue(id="hv-aaaaaa", title=f"t {k}", body=body))
+             for k, body in enumerate(["", "one line\n", "+++\n", "a\n+++x\n+++\r\nb", "\n\n\nb\r\n"])]
+    files += ["+++\n+++", "+++\n+++\r", "+++\n+++\r\r\nx", "+++\n+++ \nx\n+++\ny", "+++\r\na = 1\n+++\n",
+              "\ufeff+++\na = 1\n+++\nbody", "+++\na = 1\n++++\n", "+++\na = 1", "+++", "+++\n", "x\n+++\n+++\n"]
+    corpus = files + [text for text in mutations(files, 3000) if text]
+    for text in corpus:
+        expected = reference_split(text)
+        if expected is None:
+            with pytest.raises(BadInput):
+                issue_file.split(text, "x")
+        else:
+            assert issue_file.split(text, "x") == expected, repr(text)
+
+
+def test_format_time_writes_what_strftime_writes() -> None:
+    rng = random.Random(23)
+    for _ in range(3000):
+        value = datetime(rng.choice([1, 999, 1000, 2026, 9999]), rng.randint(1, 12), rng.randint(1, 28),
+                         rng.randrange(24), rng.randrange(60), rng.randrange(60),
+                         rng.choice([0, 0, 1, 999999]), tzinfo=timezone.utc)
+        assert issue_file.format_time(value) == value.strftime("%Y-%m-%dT%H:%M:%SZ"), value
+
+
+def test_toml_depth_of_bytes_is_that_of_their_replacement_decoding() -> None:
+    deep = "+++\ntitle = \"x\"\nnested = " + "[" * 20 + "]" * 20 + "\n+++\n"
+    texts = [deep, deep.replace("[", "{", 5), "+++\na = \"[[[[\"\n+++\n" + "[" * 40, "[" * 30]
+    corpus = [t.encode() for t in mutations(texts, 2000)]
+    corpus += [b"\xff[" * 20, b"+++\n" + b"\xe2[" * 17 + b"\n+++\n", b"\xf0\x9f[[" * 10, b"\xc3" + b"[" * 17]
+    assert any(issue_file.toml_depth(data) > issue_file.MAX_TOML_DEPTH for data in corpus)
+    for data in corpus:
+        assert issue_file.toml_depth(data) == issue_file.toml_depth(data.decode("utf-8", "replace")), data

@@ -225,3 +225,49 @@ def test_the_json_listing_built_by_sqlite_is_the_issues_to_json(repo, project, n
     shown = {d["id"]: d for d in json.loads(project.index.list_json())}
     assert shown[first]["reviewer"] == "pat" and shown[first]["nested"] == {"depth": [1, 2]}
     assert shown[first]["due"] == "2026-12-01T10:00:00Z" and shown[epic]["title"] == "An épic ✓"
+
+
+def test_a_bulk_rebuild_gives_the_rows_and_indexes_of_incremental_catch_ups(repo, project, new_issue, monkeypatch, git):
+    """A rebuild (or a queue taken in whole) into emptied tables inserts in key order and makes
+    the other indexes afterwards (`_store_bulk`); the result must be what the one-by-one
+    catch-ups gave: every row and column (ranks included), the same indexes, the same queries."""
+    epic = new_issue("epic", type="epic")
+    first = new_issue("first", parent=epic, labels=["b", "a", "b"], priority=1)
+    second = new_issue("second", depends_on=[first])
+    new_issue("third", depends_on=[first, second], status="done")
+    new_issue("gone", status="canceled")                                      # archived
+    new_issue("quoted \"title\" ✓", labels=['we"ird'])
+    path = repo / ".hive" / "issues" / f"{second}.md"
+    path.write_text(path.read_text().replace('title = "second"', 'title = "second"\nreviewer = "pat"'))
+    project.sync(warn=False)
+    db = project.index.db
+
+    def contents() -> tuple:
+        tables = tuple(sorted(map(tuple, db.execute(f"SELECT * FROM {table}").fetchall()))
+                       for table in ("issues", "deps", "notes", "problems"))
+        indexes = sorted(map(tuple, db.execute("SELECT name, tbl_name FROM sqlite_master WHERE type = 'index'")))
+        return tables, indexes, [i.id for i in project.index.ready()], project.index.list_json()
+
+    incremental = contents()
+    assert db.execute("SELECT chain FROM issues WHERE id = ?", (first,)).fetchone()[0] == 1
+    inserted: list[int] = []
+    real = index_module.Index._store_bulk
+
+    def counting(self, rows, deps):
+        inserted.append(len(rows))
+        return real(self, rows, deps)
+
+    monkeypatch.setattr(index_module, "BULK_ROWS", 0)
+    monkeypatch.setattr(index_module.Index, "_store_bulk", counting)
+    assert project.index.rebuild() == []
+    assert inserted == [6]
+    assert contents() == incremental
+    # a queue taken in whole (hive/state moved by git from a state without issues): the same
+    tip = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    root = git("rev-list", "--max-parents=0", "hive/state", cwd=repo).stdout.split()[0]
+    git("update-ref", "refs/heads/hive/state", root, cwd=repo)
+    assert project.index.ensure_current() == [] and project.index.list() == []
+    git("update-ref", "refs/heads/hive/state", tip, cwd=repo)
+    assert project.index.ensure_current() == []
+    assert inserted == [6, 6]
+    assert contents() == incremental

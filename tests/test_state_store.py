@@ -681,3 +681,39 @@ def test_a_conflicting_edit_of_an_issue_archived_meanwhile_is_kept_and_reported(
     problems = project.sync(warn=False)
     assert any(p.path == f".hive/issues/{issue}.md" for p in problems), problems
     assert live.read_text() == mine
+
+
+def test_a_bulk_refresh_writes_every_file_as_on_the_branch_and_leaves_a_persons_file(repo, project, git,
+                                                                                     new_issue, monkeypatch):
+    """A queue taken in by plain git (many paths: `BULK_PATHS`, here 0) is written file by file
+    without pathlib or per-file records: the same bytes as the branch, `git status` clean in
+    `.hive/`, and a file a person put in the way is theirs."""
+    from hive.state import checkout as checkout_module
+
+    monkeypatch.setattr(checkout_module, "BULK_PATHS", 0)
+    ids = [new_issue(f"issue {n}", labels=["x"]) for n in range(4)]
+    archived = new_issue("finished", status="canceled")
+    issues.add_notes(project, [issues.note_line("a note", "gotcha")], file_id=ids[0])
+    project.sync(warn=False)
+    tip = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    root = git("rev-list", "--max-parents=0", "hive/state", cwd=repo).stdout.split()[0]
+    git("update-ref", "refs/heads/hive/state", root, cwd=repo)
+    project.sync(warn=False)
+    checkout = repo / ".hive"
+    assert not (checkout / layout.archive_path(archived)).exists()
+    in_the_way = checkout / layout.live_path(ids[1])
+    in_the_way.write_text("+++\ntitle = \"mine\"\n+++\n")     # a person's, not yet committed
+    git("update-ref", "refs/heads/hive/state", tip, cwd=repo)
+    project.checkout.refresh()
+    listed = git("ls-tree", "-r", "--name-only", "hive/state", cwd=repo).stdout.split()
+    assert layout.archive_path(archived) in listed and layout.notes_path(ids[0]) in listed
+    for path in listed:
+        if path == layout.live_path(ids[1]):
+            continue
+        assert (checkout / path).read_text() == git("cat-file", "blob", f"hive/state:{path}", cwd=repo).stdout, path
+    assert in_the_way.read_text() == "+++\ntitle = \"mine\"\n+++\n"
+    assert git("status", "--porcelain", cwd=checkout).stdout.split() == ["M", f"issues/{ids[1]}.md"]
+    records = dict(project.checkout.db.execute("SELECT path, blob FROM files"))
+    blob = {path: git("rev-parse", f"hive/state:{path}", cwd=repo).stdout.strip() for path in listed}
+    assert all(records[path] == blob[path] for path in listed if path != layout.live_path(ids[1]))
+    assert records.get(layout.live_path(ids[1])) != blob[layout.live_path(ids[1])]   # never recorded as hive's

@@ -101,6 +101,7 @@ class Checkout:
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
         self._git_index = None   # the checkout's git index, read at most once per scan
+        self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh
 
     @property
     def exists(self) -> bool:
@@ -149,8 +150,11 @@ class Checkout:
             # timestamps are coarse) at the same size — the same stat, so an edit no stat check
             # would see. Its record asks for a look at the content next time (as git does).
             racy = time.time_ns() - st.st_mtime_ns < RACY_NS
-            self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
-                            (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size))
+            row = (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size)
+            if self._pending is not None:
+                self._pending.append(row)
+            else:
+                self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", row)
         except FileNotFoundError:
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
 
@@ -403,9 +407,15 @@ class Checkout:
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
         with transaction(self.db):
             records = self._records([path for path, _, _ in changes])
-            for path, old_oid, new_oid in changes:
-                record = records.get(path)
-                self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
+            # each path changes once: its record may wait for the end (one statement for all)
+            self._pending = []
+            try:
+                for path, old_oid, new_oid in changes:
+                    record = records.get(path)
+                    self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
+                self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", self._pending)
+            finally:
+                self._pending = None
             git_dir = self._git_dir()
             if git_dir is not None:
                 # held for milliseconds by a live git; older than that, left by a killed process
@@ -421,9 +431,10 @@ class Checkout:
 
         if _through_symlink(self.root, path):
             return  # never followed: a fetched state may point one anywhere
-        target = self.root / path
+        where = f"{self.root}/{path}"   # no pathlib on the way of a new file: ~100k of them at once
         try:
-            current = blob_id(target.read_bytes())
+            with open(where, "rb") as handle:
+                current = blob_id(handle.read())
         except FileNotFoundError:
             current = None
         except (IsADirectoryError, NotADirectoryError):
@@ -438,14 +449,15 @@ class Checkout:
             if clean:
                 written = None
                 if new_oid is None:
+                    target = Path(where)
                     target.unlink(missing_ok=True)
                     _prune_empty_dirs(target.parent, self.root)
                 else:
-                    data = follow.repo[new_oid].data
+                    data = follow.repo.odb.read(new_oid)[1]
                     # no file there: created in place, refused if one appeared meanwhile (a
                     # person's); one there: swapped in only if it still holds what was read
-                    written = _create_new(target, data) if current is None else \
-                        _replace_if_unchanged(target, data, current)
+                    written = _create_new(where, data) if current is None else \
+                        _replace_if_unchanged(Path(where), data, current)
                     clean = written is not None   # a person saved it meanwhile: theirs
                 if clean:
                     self._record(path, new_oid, written)
@@ -581,8 +593,11 @@ def _through_symlink(root: Path, path: str) -> bool:
     current = str(root)
     for part in parts:
         current = f"{current}/{part}"
-        if os.path.islink(current):
-            return True
+        try:   # os.path.islink, without its layers: a taken-in queue asks this of 400k names
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return True
+        except (OSError, ValueError):
+            pass
     return False
 
 
@@ -604,7 +619,7 @@ def _write_temp(target: Path, data: bytes) -> tuple[Path, os.stat_result]:
         return tmp, os.fstat(out.fileno())
 
 
-def _create_new(target: Path, data: bytes) -> os.stat_result | None:
+def _create_new(target: str, data: bytes) -> os.stat_result | None:
     """Write `data` to a new file `target` (folders made) unless a file (or a symlink) appeared
     there meanwhile: then None, the file is left to the person. One file created, no rename: a
     pull of 10k issues creates 10k files, and each creation is most of the cost."""
@@ -613,7 +628,7 @@ def _create_new(target: Path, data: bytes) -> os.stat_result | None:
         try:
             fd = os.open(target, flags, 0o666)
         except FileNotFoundError:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
             fd = os.open(target, flags, 0o666)
     except FileExistsError:
         return None

@@ -1,7 +1,7 @@
 """A fast reader for the front matter hive itself writes; anything else is tomllib's to read.
 
 Taking in a large queue parses every issue file, and tomllib spent ~0.5 ms on each (most of a
-full index rebuild). The files hive writes (`issue_file.render`, tomlkit's layout) use a handful
+full index rebuild); this reads one in ~5-15 µs. The files hive writes (`issue_file.render`, tomlkit's layout) use a handful
 of shapes: one `key = value` per line, the value a plain basic string, a small non-negative
 integer, an offset date-time in UTC (`2026-11-30T10:00:00Z`) or an array of plain strings.
 `read` parses exactly those and returns None for anything else — a comment, an escape, a float,
@@ -16,47 +16,80 @@ runs (`issue_file.parse`, `trust.py`).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 # A basic string without escapes: no quote, no backslash, no control character but tab (TOML).
 _PLAIN = r'"[^"\\\x00-\x08\x0a-\x1f\x7f]*"'
-_KEY = re.compile(r"[A-Za-z0-9_-]+").fullmatch
-_STRING = re.compile(_PLAIN).fullmatch
-_INTEGER = re.compile(r"0|[1-9][0-9]{0,17}").fullmatch
-_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})Z").fullmatch
-_ARRAY = re.compile(rf"\[\]|\[{_PLAIN}(?:, {_PLAIN})*\]").fullmatch
+# The values hive writes, each one group: a plain string (its text), a small non-negative
+# integer, an offset date-time in UTC (without the `Z`), an array of plain strings.
+_STRING_VALUE = r'"([^"\\\x00-\x08\x0a-\x1f\x7f]*)"'
+_INTEGER_VALUE = r"(0|[1-9][0-9]{0,17})"
+_TIME_VALUE = r"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})Z"
+_ARRAY_VALUE = rf"(\[\]|\[{_PLAIN}(?:, {_PLAIN})*\])"
+# One line: a bare key, ` = `, one of those values.
+_LINE = rf"([A-Za-z0-9_-]+) = (?:{_STRING_VALUE}|{_INTEGER_VALUE}|{_TIME_VALUE}|{_ARRAY_VALUE})"
+_UNGROUPED = _LINE.replace("(", "(?:").replace("(?:?:", "(?:")
+# The whole front matter checked in one call, then its lines' values taken in one more: a Python
+# step per line cost most of the time (~30 µs a file, 3 s of a 100k rebuild).
+_WHOLE = re.compile(rf"{_UNGROUPED}(?:\n{_UNGROUPED})*").fullmatch
+_LINES = re.compile(_LINE + r"(?:\n|\Z)").findall
 _ITEMS = re.compile(_PLAIN).findall
+
+
+def _time(text: str) -> datetime:
+    """`YYYY-MM-DDTHH:MM:SS` (the regex's) in UTC, with datetime()'s range checks (ValueError);
+    the offset parsed, not `replace`d in: ~5× faster, and the same `timezone.utc`."""
+    return datetime.fromisoformat(text + "+00:00")
+
+
+# The very layout `issue_file.render` writes for an issue without extra keys, matched at once:
+# the values go straight into the dict, no step per line (~3× faster than the general way).
+_RENDERED = re.compile(
+    rf"title = {_STRING_VALUE}\nstatus = {_STRING_VALUE}\npriority = {_INTEGER_VALUE}\n"
+    rf"type = {_STRING_VALUE}\n(?:parent = {_STRING_VALUE}\n)?depends_on = {_ARRAY_VALUE}\n"
+    rf"labels = {_ARRAY_VALUE}\nassignee = {_STRING_VALUE}\ncreated = {_TIME_VALUE}\nupdated = {_TIME_VALUE}"
+).fullmatch
 
 
 def read(front: str) -> dict[str, Any] | None:
     """The front matter as tomllib would read it, if it has only the shapes hive writes; else None."""
-    result: dict[str, Any] = {}
-    if not front:
+    rendered = _RENDERED(front)
+    if rendered is not None:
+        return _read_rendered(rendered.groups())
+    if not front or _WHOLE(front) is None:
         return None
-    for line in front.split("\n"):
-        key, equals, text = line.partition(" = ")
-        if not equals or not _KEY(key) or key in result:   # a key set twice: tomllib's error to report
-            return None
-        value = _value(text)
-        if value is None:
-            return None
-        result[key] = value
+    lines = _LINES(front)
+    result: dict[str, Any] = {}
+    for key, string, integer, time, array in lines:
+        if integer:
+            result[key] = int(integer)
+        elif time:
+            try:
+                result[key] = _time(time)
+            except ValueError:
+                return None       # not a real date (month 13, hour 25, second 60...): tomllib's to judge
+        elif array:
+            result[key] = [item[1:-1] for item in _ITEMS(array)]
+        else:
+            result[key] = string
+    if len(result) != len(lines):
+        return None               # a key set twice: tomllib's error to report
     return result
 
 
-def _value(text: str) -> Any:
-    first = text[:1]
-    if first == '"':
-        return text[1:-1] if _STRING(text) else None
-    if first == "[":
-        return [item[1:-1] for item in _ITEMS(text)] if _ARRAY(text) else None
-    if _INTEGER(text):
-        return int(text)
-    found = _TIME(text)
-    if found is None:
-        return None
+def _read_rendered(values: tuple[str | None, ...]) -> dict[str, Any] | None:
+    title, status, priority, kind, parent, depends_on, labels, assignee, created, updated = values
     try:
-        return datetime(*map(int, found.groups()), tzinfo=timezone.utc)   # type: ignore[misc]
+        created_at, updated_at = _time(created), _time(updated)   # type: ignore[arg-type]
     except ValueError:
-        return None               # not a real date (month 13, hour 25, second 60...): tomllib's to judge
+        return None
+    result: dict[str, Any] = {"title": title, "status": status, "priority": int(priority), "type": kind}   # type: ignore[arg-type]
+    if parent is not None:
+        result["parent"] = parent
+    result["depends_on"] = [item[1:-1] for item in _ITEMS(depends_on)] if depends_on != "[]" else []   # type: ignore[arg-type]
+    result["labels"] = [item[1:-1] for item in _ITEMS(labels)] if labels != "[]" else []   # type: ignore[arg-type]
+    result["assignee"] = assignee
+    result["created"] = created_at
+    result["updated"] = updated_at
+    return result

@@ -35,6 +35,7 @@ MAX_TOML_DEPTH = 16   # arrays and inline tables in a front matter: tomllib recu
 # Front-matter keys hive knows, in the order a new file lists them.
 KNOWN_FIELDS = ("title", "status", "priority", "type", "parent", "depends_on", "labels",
                 "assignee", "created", "updated")
+_KNOWN_KEYS = frozenset(KNOWN_FIELDS)
 
 
 @dataclass
@@ -79,6 +80,8 @@ def now() -> datetime:
 
 def format_time(value: datetime) -> str:
     if value.tzinfo is timezone.utc:   # tomllib's and the fast reader's `Z`: strftime's text, faster
+        if value.year >= 1000 and not value.microsecond:
+            return value.isoformat()[:19] + "Z"      # the same text, ~10× faster than formatting
         return (f"{value.year}-{value.month:02d}-{value.day:02d}T"
                 f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}Z")
     if value.tzinfo is None:
@@ -100,6 +103,10 @@ def split(text: str, where: str) -> tuple[str, str, int]:
     """Split a file into (front matter, body, line number where the front matter starts)."""
     if text.startswith("\ufeff"):
         text = text[1:]
+    if text.startswith(DELIMITER + "\n"):
+        found = _split_fast(text)
+        if found is not None:
+            return found
     lines = text.split("\n")
     if not lines or lines[0].rstrip("\r") != DELIMITER:
         raise BadInput("missing front matter: the file must start with a '+++' line", f"{where}:1")
@@ -109,6 +116,23 @@ def split(text: str, where: str) -> tuple[str, str, int]:
             body = "\n".join(lines[number + 1:])
             return front, body.lstrip("\n"), 2
     raise BadInput("front matter is not closed: no second '+++' line", f"{where}:1")
+
+
+def _split_fast(text: str) -> tuple[str, str, int] | None:
+    """`split` of a file whose first line is exactly `+++`, without splitting all of it into
+    lines (the body is most of a file): the closing line is the first that is `+++` followed
+    only by carriage returns. None if there is none (split's error to raise)."""
+    at = 3
+    while True:
+        at = text.find("\n" + DELIMITER, at)
+        if at < 0:
+            return None
+        end = text.find("\n", at + 4)
+        rest = text[at + 4:] if end < 0 else text[at + 4:end]
+        if not rest.strip("\r"):
+            body = "" if end < 0 else text[end + 1:]
+            return text[4:at], body.lstrip("\n"), 2
+        at += 1
 
 
 def human_size(size: int) -> str:
@@ -189,10 +213,18 @@ def _load_front(front: str) -> dict[str, Any]:
     return tomllib.loads(front)
 
 
-def toml_depth(text: str) -> int:
+def toml_depth(text: str | bytes) -> int:
     """How deep arrays and inline tables nest in an issue file's front matter (up to its closing
     `+++`); brackets in strings and comments are not counted (strings are followed well enough
-    for a limit far above what a person writes and far below what makes tomllib recurse out)."""
+    for a limit far above what a person writes and far below what makes tomllib recurse out).
+    Bytes are read as UTF-8 with replacement, decoded only if they hold enough brackets to
+    nest that deep (a replacement never swallows an ASCII byte: the counts are the same)."""
+    if isinstance(text, bytes):
+        end = text.find(b"\n+++", 3)
+        head = text if end < 0 else text[:end]
+        if head.count(b"[") + head.count(b"{") <= MAX_TOML_DEPTH:
+            return 0
+        text = text.decode("utf-8", "replace")
     end = text.find("\n+++", 3)
     text = text if end < 0 else text[:end]
     if text.count("[") + text.count("{") <= MAX_TOML_DEPTH:
@@ -263,68 +295,82 @@ def _toml_error_line(message: str, front: str = "") -> int:
 
 def from_meta(meta: dict[str, Any], body: str, issue_id: str, where: str,
               front: str = "", first_line: int = 2) -> Issue:
-    def fail(key: str, message: str) -> BadInput:
-        return BadInput(message, f"{where}:{_line_of_key(front, key, first_line)}")
-
-    def text_field(key: str, default: str = "") -> str:
-        value = meta.get(key, default)
-        if not isinstance(value, str):
-            raise fail(key, f"field '{key}' must be a string, not {type(value).__name__}")
-        return value
-
-    def list_field(key: str) -> list[str]:
-        value = meta.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise fail(key, f"field '{key}' must be a list of strings")
-        return list(value)
-
-    def time_field(key: str) -> str:
-        value = meta.get(key, "")
-        if isinstance(value, datetime):
-            return format_time(value)
-        if isinstance(value, str):
-            if value:
-                try:
-                    return format_time(datetime.fromisoformat(value.replace("Z", "+00:00")))
-                except ValueError:
-                    raise fail(key, f"field '{key}' is not a date-time: {value!r}") from None
-            return ""
-        raise fail(key, f"field '{key}' must be a date-time like 2026-11-30T10:00:00Z")
-
+    # the field helpers are module functions, not closures made per call: a rebuild calls this
+    # 100k times; `at` is only read to name the line of a problem
+    at = (where, front, first_line)
     if "title" not in meta:
         raise BadInput("missing field 'title'", f"{where}:{first_line}")
-    title = text_field("title").strip()
+    title = _text_field(meta, "title", "", at).strip()
     if not title:
-        raise fail("title", "field 'title' is empty")
+        raise _fail(at, "title", "field 'title' is empty")
     if "\n" in title or "\r" in title:
-        raise fail("title", "field 'title' must be one line")
-    status = text_field("status", "open")
+        raise _fail(at, "title", "field 'title' must be one line")
+    status = _text_field(meta, "status", "open", at)
     if status not in STATUSES:
-        raise fail("status", f"bad status {status!r} (one of: {', '.join(STATUSES)})")
+        raise _fail(at, "status", f"bad status {status!r} (one of: {', '.join(STATUSES)})")
     priority = meta.get("priority", DEFAULT_PRIORITY)
     if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITIES:
-        raise fail("priority", f"bad priority {priority!r} (an integer 0-4, 0 = highest)")
-    kind = text_field("type", "task")
+        raise _fail(at, "priority", f"bad priority {priority!r} (an integer 0-4, 0 = highest)")
+    kind = _text_field(meta, "type", "task", at)
     if kind not in TYPES:
-        raise fail("type", f"bad type {kind!r} (one of: {', '.join(TYPES)})")
-    parent = text_field("parent")
+        raise _fail(at, "type", f"bad type {kind!r} (one of: {', '.join(TYPES)})")
+    parent = _text_field(meta, "parent", "", at)
     if parent and not ID_RE.match(parent):
-        raise fail("parent", f"parent is not a valid issue id: {parent!r}")
-    depends_on = list_field("depends_on")
+        raise _fail(at, "parent", f"parent is not a valid issue id: {parent!r}")
+    depends_on = _list_field(meta, "depends_on", at)
     for blocker in depends_on:
         if not ID_RE.match(blocker):
-            raise fail("depends_on", f"depends_on holds an invalid issue id: {blocker!r}")
+            raise _fail(at, "depends_on", f"depends_on holds an invalid issue id: {blocker!r}")
     if issue_id in depends_on:
-        raise fail("depends_on", f"{issue_id} depends on itself")
+        raise _fail(at, "depends_on", f"{issue_id} depends on itself")
     if parent == issue_id:
-        raise fail("parent", f"{issue_id} is its own parent")
-    extra = {k: copy.deepcopy(v) for k, v in meta.items() if k not in KNOWN_FIELDS}   # meta is shared
+        raise _fail(at, "parent", f"{issue_id} is its own parent")
+    extra = {} if _KNOWN_KEYS.issuperset(meta) else {   # meta is shared
+        k: copy.deepcopy(v) for k, v in meta.items() if k not in KNOWN_FIELDS}
     return Issue(
         id=issue_id, title=title, status=status, priority=priority, type=kind, parent=parent,
-        depends_on=list(dict.fromkeys(depends_on)), labels=list(dict.fromkeys(list_field("labels"))),
-        assignee=text_field("assignee"), created=time_field("created"),
-        updated=time_field("updated"), body=body, extra=extra,
+        depends_on=list(dict.fromkeys(depends_on)) if depends_on else depends_on,
+        labels=_unique(_list_field(meta, "labels", at)),
+        assignee=_text_field(meta, "assignee", "", at), created=_time_field(meta, "created", at),
+        updated=_time_field(meta, "updated", at), body=body, extra=extra,
     )
+
+
+def _fail(at: tuple[str, str, int], key: str, message: str) -> BadInput:
+    where, front, first_line = at
+    return BadInput(message, f"{where}:{_line_of_key(front, key, first_line)}")
+
+
+def _text_field(meta: dict[str, Any], key: str, default: str, at: tuple[str, str, int]) -> str:
+    value = meta.get(key, default)
+    if not isinstance(value, str):
+        raise _fail(at, key, f"field '{key}' must be a string, not {type(value).__name__}")
+    return value
+
+
+def _list_field(meta: dict[str, Any], key: str, at: tuple[str, str, int]) -> list[str]:
+    value = meta.get(key, [])
+    if not isinstance(value, list) or (value and not all(isinstance(v, str) for v in value)):
+        raise _fail(at, key, f"field '{key}' must be a list of strings")
+    return list(value)
+
+
+def _unique(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(values)) if len(values) > 1 else values
+
+
+def _time_field(meta: dict[str, Any], key: str, at: tuple[str, str, int]) -> str:
+    value = meta.get(key, "")
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, str):
+        if value:
+            try:
+                return format_time(datetime.fromisoformat(value.replace("Z", "+00:00")))
+            except ValueError:
+                raise _fail(at, key, f"field '{key}' is not a date-time: {value!r}") from None
+        return ""
+    raise _fail(at, key, f"field '{key}' must be a date-time like 2026-11-30T10:00:00Z")
 
 
 def _toml_value(key: str, value: Any) -> Any:

@@ -76,16 +76,19 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
-def check_commit(repo: "pygit2.Repository", commit: str, trusted: str | None, *, source: str) -> None:
+def check_commit(repo: "pygit2.Repository", commit: str, trusted: str | None, *, source: str,
+                 read: dict[str, bytes] | None = None) -> None:
     """Raise Untrusted unless the tree of `commit` keeps every rule; `trusted`: a commit whose
-    tree was adopted already (its equal parts are not looked at again)."""
+    tree was adopted already (its equal parts are not looked at again). `read`, when given, gets
+    the bytes of every issue file the check read (by blob id), for a caller that reads them next:
+    once is enough."""
     try:
         tree = _tree_of(repo, commit)
         base = _tree_of(repo, trusted) if trusted else None
     except Exception as exc:  # noqa: BLE001 - pygit2's errors: an unknown or broken object
         raise Untrusted(source, commit, TreeRefused("", f"not a readable commit ({exc})")) from None
     try:
-        check_tree(repo, tree, base)
+        check_tree(repo, tree, base, read)
     except TreeRefused as refused:
         raise Untrusted(source, commit, refused) from None
 
@@ -101,11 +104,13 @@ def _tree_of(repo: "pygit2.Repository", commit: str) -> str:
 class _Budget:
     bytes: int = 0
     entries: int = 0
+    read: dict[str, bytes] | None = None   # the issue files read, kept for the caller
 
 
-def check_tree(repo: "pygit2.Repository", tree: str, trusted: str | None = None) -> None:
+def check_tree(repo: "pygit2.Repository", tree: str, trusted: str | None = None,
+               read: dict[str, bytes] | None = None) -> None:
     """Raise TreeRefused at the first entry of `tree` that breaks a rule (module docstring)."""
-    _check_folder(repo, "", tree, trusted, _Budget())
+    _check_folder(repo, "", tree, trusted, _Budget(read=read))
 
 
 def _entries(repo: "pygit2.Repository", path: str, tree: str) -> list[tuple[bytes, bytes, bytes]]:
@@ -223,7 +228,10 @@ def _check_file(repo: "pygit2.Repository", path: str, oid: str, budget: _Budget)
     if budget.bytes > MAX_INCOMING_BYTES:
         raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
     if limit == MAX_ISSUE_BYTES:
-        depth = toml_depth(repo.odb.read(oid)[1].decode("utf-8", "replace"))
+        data = repo.odb.read(oid)[1]
+        if budget.read is not None:
+            budget.read[oid] = data
+        depth = toml_depth(data)
         if depth > MAX_TOML_DEPTH:
             raise TreeRefused(path, f"TOML nested {depth} deep (at most {MAX_TOML_DEPTH})")
     if path == layout.ATTRIBUTES_FILE and repo.odb.read(oid)[1] != layout.ATTRIBUTES.encode():
