@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", action="append", default=[], metavar="NAME")
     args = parser.parse_args(argv)
+    # a SIGTERM (`timeout`) unwinds like Ctrl-C, so the worktrees below are removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="hive-bench-compare-") as scratch:
         trees = {}
         for label, rev in (("A", args.a), ("B", args.b)):
