@@ -37,11 +37,14 @@ NONE = Rank(0, 0)
 def compute(weights: Mapping[str, int], edges: Iterable[tuple[str, str]]) -> dict[str, Rank]:
     """`weights`: each waiting issue's work (1, an epic 0); `edges`: (issue, blocker) pairs.
     Edges from or to issues not in `weights` are ignored; a cycle (reported by the index, never
-    adopted by hive's own writes) is cut where the walk meets it, so this always ends."""
+    adopted by hive's own writes) is cut where the walk meets it, so this always ends. The walk
+    goes in id order, so where it cuts a cycle does not depend on the order rows come in."""
     dependents_of: dict[str, list[str]] = {}
     for issue, blocker in edges:
         if issue in weights and blocker in weights and issue != blocker:
             dependents_of.setdefault(blocker, []).append(issue)
+    for dependents in dependents_of.values():
+        dependents.sort()
     bit = {issue: 1 << n for n, issue in enumerate(weights)}
     working = 0   # the bits of issues that are work (weight > 0), to count a set's work at once
     for issue, weight in weights.items():
@@ -49,7 +52,7 @@ def compute(weights: Mapping[str, int], edges: Iterable[tuple[str, str]]) -> dic
             working |= bit[issue]
     chain: dict[str, int] = {}
     behind: dict[str, int] = {}        # the bitset of everything waiting behind an issue
-    for start in weights:
+    for start in sorted(weights):
         if start in chain:
             continue
         # iterative post-order: an issue is finished once all its dependents are

@@ -376,3 +376,62 @@ def test_a_fetched_work_branch_is_never_built_on_or_merged(repo: Path, shared: S
     assert statuses[dependent] == "open", statuses              # waits for the blocker on the target
     assert "evil.txt" not in git("ls-tree", "-r", "--name-only", "main", cwd=repo).stdout
     assert git("branch", "--list", f"hive/work/{dependent}", cwd=repo).stdout.strip() == ""
+
+
+def test_a_hostile_queue_taken_in_whole_is_indexed_as_the_file_by_file_catch_up_indexes_it(
+        repo: Path, project, git, monkeypatch):
+    """A fetched state with many issues, taken into a state without any (a fresh clone's init, a
+    pull), goes the index's bulk way (`Index._store_bulk`: key order, indexes made afterwards).
+    Its invalid and hostile files must come out exactly as one-by-one catch-ups make them: the
+    same problems, rows, ready order and a listing that is valid JSON."""
+    from hive.state import index as index_module
+
+    def write(issue_id: str, data: bytes, archived: bool = False) -> None:
+        folder = repo / ".hive" / "issues" / ("archive/" + issue_id[3:5] if archived else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{issue_id}.md").write_bytes(data)
+
+    write("hv-aaa001", issue("ordinary"))
+    write("hv-cyc001", issue("cycle one", extra='depends_on = ["hv-cyc002"]\n').replace(b"depends_on = []\n", b""))
+    write("hv-cyc002", issue("cycle two", extra='depends_on = ["hv-cyc001"]\n').replace(b"depends_on = []\n", b""))
+    write("hv-slf001", issue("itself", extra='depends_on = ["hv-slf001"]\n').replace(b"depends_on = []\n", b""))
+    write("hv-unk001", issue("unknown blocker", extra='depends_on = ["hv-zzz999"]\n').replace(b"depends_on = []\n", b""))
+    write("hv-quo001", issue("quote in a blocker", extra='depends_on = ["hv-a\\"]"]\n').replace(b"depends_on = []\n", b""))
+    write("hv-brk001", b'+++\ntitle = "unterminated\n+++\n')
+    write("hv-sta001", issue(status="pwned"))
+    write("hv-esc001", issue("\\u001b]52;c;cHduZWQ=\\u0007 \\\"quoted\\\" ✓", extra='labels = ["a\\"b"]\n'
+                             ).replace(b"labels = []\n", b""))
+    write("hv-dup001", issue("live copy"))
+    write("hv-dup001", issue("archived copy", status="finalized"), archived=True)
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "a person's plain commit", cwd=repo / ".hive")
+    db = project.index.db
+
+    def contents() -> tuple:
+        problems = project.index.ensure_current()
+        tables = tuple(sorted(map(tuple, db.execute(f"SELECT * FROM {table}").fetchall()))
+                       for table in ("issues", "deps", "problems"))
+        listing = json.loads(project.index.list_json())
+        return sorted(map(str, problems)), tables, [i.id for i in project.index.ready()], listing
+
+    incremental = contents()
+    problems, tables, ready, listing = incremental
+    assert any("hv-brk001" in p for p in problems) and any("hv-sta001" in p for p in problems)
+    assert any("hv-quo001" in p for p in problems) and any("cycle" in p for p in problems)
+    assert "hv-aaa001" in ready and not {"hv-cyc001", "hv-cyc002", "hv-unk001"} & set(ready)
+    assert {i["id"] for i in listing} >= {"hv-aaa001", "hv-esc001", "hv-dup001"}
+
+    stored: list[int] = []
+    real = index_module.Index._store_bulk
+    monkeypatch.setattr(index_module, "BULK_ROWS", 0)
+    monkeypatch.setattr(index_module.Index, "_store_bulk",
+                        lambda self, rows, deps: (stored.append(len(rows)), real(self, rows, deps))[1])
+    tip = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    root = git("rev-list", "--max-parents=0", "hive/state", cwd=repo).stdout.split()[0]
+    git("update-ref", "refs/heads/hive/state", root, cwd=repo)
+    assert project.index.ensure_current() == [] and project.index.list() == []
+    git("update-ref", "refs/heads/hive/state", tip, cwd=repo)
+    assert contents() == incremental                   # the ranks of a cycle's issues included
+    assert stored and stored[0] >= 6                   # it went the bulk way
+    assert sorted(map(str, project.index.rebuild())) == incremental[0]   # a full rebuild: the same
+    assert contents()[1:] == incremental[1:]
