@@ -31,6 +31,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from hive import git
@@ -45,11 +46,16 @@ if TYPE_CHECKING:
     from hive.state.store import Snapshot, StateStore
 
 
+def _hashlib() -> ModuleType:
+    """hashlib, loaded when first used: `git hive list` starts without it."""
+    import hashlib
+
+    return hashlib
+
+
 def blob_id(data: bytes) -> str:
     """git's object id of a blob, without loading pygit2."""
-    import hashlib   # loaded when used: `git hive list` starts without it
-
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    return _hashlib().sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @dataclass
@@ -561,9 +567,7 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
         data = handle.read(MAX_ISSUE_BYTES + 1)
         if size not in sizes:
             return f"oversize:{size}", data
-        import hashlib   # loaded when used: `git hive list` starts without it
-
-        digest = hashlib.sha1(b"blob %d\0" % size)
+        digest = _hashlib().sha1(b"blob %d\0" % size)
         digest.update(data)
         while chunk := handle.read(1 << 20):
             digest.update(chunk)
@@ -574,10 +578,8 @@ def _fingerprint(on_disk: dict[str, os.stat_result]) -> str:
     """A digest of the files' paths and stats, in the order they were found: equal to the last
     scan's that found every file as recorded, the checkout holds no edit (whatever changes a
     record forgets that scan; a folder listed in another order only costs a file-by-file look)."""
-    import hashlib   # loaded when used: `git hive list` starts without it
-
     stats = array.array("q", [n for st in on_disk.values() for n in (st.st_mtime_ns, st.st_size, st.st_ino)])
-    digest = hashlib.blake2b("\0".join(on_disk).encode(), digest_size=20)
+    digest = _hashlib().blake2b("\0".join(on_disk).encode(), digest_size=20)
     digest.update(stats.tobytes())
     return digest.hexdigest()
 
