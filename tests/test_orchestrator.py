@@ -509,9 +509,12 @@ def test_cancel_mid_run_kills_the_agent_and_the_daemon_goes_on(repo: Path, tmp_p
 
 def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_path: Path, new_issue, git,
                                                                state_log, list_json, wait_for, procs):
-    # the first is quick; the others take 3 s on their first attempt (a re-run after the kill is quick)
-    ids = [new_issue("quick")] + [new_issue(f"slow {i}", labels=["slow"]) for i in range(3)]
-    script = {"labels": {"slow": work_steps([{"sleep": 3.0, "on_attempts": [1]}])}}
+    # the first is quick, and goes first (priority 0; issues made in the same second are otherwise
+    # in id order). The others take 30 s in the killed run, long enough that none of its agents
+    # finishes before the restart's recovery ends it (one that did would rightly be taken as done,
+    # not recovered); the restart's agents read a script without the sleep.
+    ids = [new_issue("quick", priority=0)] + [new_issue(f"slow {i}", labels=["slow"]) for i in range(3)]
+    script = {"labels": {"slow": work_steps([{"sleep": 30.0}])}}
     # no retry, no switch, the anomaly detector at its tightest: a crash charged to an issue escalates it
     env = daemon_env(write_script(tmp_path, script), stall_seconds=60, max_retries=0, max_agent_switches=0,
                      anomaly_failure_threshold=1, sandbox="off")   # host pids
@@ -529,6 +532,7 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     procs.pids.update(pid for pids in before.values() for pid in pids)
     interrupted = [i for i, s in statuses(list_json, repo).items() if s == "in_progress"]
     assert interrupted
+    write_script(tmp_path, {"labels": {"slow": work_steps([])}})
 
     run_until_idle(repo, env, max_agents=2)
 
