@@ -135,6 +135,30 @@ def test_a_fast_forward_killed_after_writing_the_files_finishes_on_the_next_atte
     assert porcelain(git, checkout) == " M keep.txt\n"
 
 
+def test_a_fast_forward_killed_before_the_index_was_written_finishes_on_the_next_attempt(
+        checkout: Path, git: Callable[..., Any]):
+    """libgit2 writes a checkout's files, then its index: killed in between, the files hold the
+    merge's version unstaged. The next attempt takes them and stages them; a file of the person's
+    that differs from the merge still makes it wait."""
+    repo = pygit2.Repository(str(checkout))
+    old = str(repo.head.target)
+    new = commit_on(repo, old, {"a.txt": b"changed\n", "added.txt": b"new\n", "b.txt": None})
+    (checkout / "a.txt").write_text("changed\n", encoding="utf-8")       # written, never staged
+    (checkout / "added.txt").write_text("new\n", encoding="utf-8")
+    assert porcelain(git, checkout) == " M a.txt\n?? added.txt\n"        # then the daemon was killed
+
+    (checkout / "added.txt").write_text("new, and mine\n", encoding="utf-8")
+    waiting = fastforward.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
+    assert not waiting.ok and "uncommitted changes in added.txt" in waiting.waiting
+    (checkout / "added.txt").write_text("new\n", encoding="utf-8")
+
+    moved = fastforward.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
+    assert moved.ok, moved.waiting
+    assert git("rev-parse", "main", cwd=checkout).stdout.strip() == new
+    assert porcelain(git, checkout) == ""
+    assert not (checkout / "b.txt").exists()
+
+
 def test_a_staged_change_that_differs_from_the_merge_still_waits(checkout: Path, git: Callable[..., Any]):
     (checkout / "a.txt").write_text("changed\n", encoding="utf-8")   # the merge's content, staged…
     git("add", "a.txt", cwd=checkout)

@@ -8,6 +8,7 @@ touched paths only, and only when none of them holds a person's uncommitted chan
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +81,8 @@ def _inspect(root: Path, paths: list[str], checkout: pygit2.Repository | None,
             continue
         if status == FileStatus.CURRENT:
             continue
-        (written if _holds_merged(checkout, path, status, merged) else dirty).append(path)
+        held = _holds_merged(checkout, path, status, merged) or _file_holds_merged(root, path, status, merged)
+        (written if held else dirty).append(path)
     return dirty, written
 
 
@@ -101,6 +103,28 @@ def _holds_merged(checkout: pygit2.Repository, path: str, status: int, merged: p
     if staged is None or wanted is None:
         return staged is None and wanted is None
     return staged.id == wanted.id and staged.mode == wanted.filemode
+
+
+def _file_holds_merged(root: Path, path: str, status: int, merged: pygit2.Tree | None) -> bool:
+    """Whether the file alone (not its index entry) already holds `merged`'s version, with nothing
+    staged: libgit2 writes the files of a checkout before its index, so a fast-forward killed in
+    between leaves them so. Taking them loses nothing (`fast_forward` stages them)."""
+    if merged is None or status & ~(FileStatus.WT_NEW | FileStatus.WT_MODIFIED):
+        return False
+    try:
+        wanted = merged[path]
+    except KeyError:
+        return False
+    full = root / path
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return False
+    executable = wanted.filemode == pygit2.GIT_FILEMODE_BLOB_EXECUTABLE
+    if not stat.S_ISREG(st.st_mode) or wanted.filemode not in (pygit2.GIT_FILEMODE_BLOB,
+                                                                 pygit2.GIT_FILEMODE_BLOB_EXECUTABLE):
+        return False
+    return bool(st.st_mode & 0o111) == executable and str(pygit2.hashfile(str(full))) == str(wanted.id)
 
 
 def _needs_git_checkout(work: pygit2.Repository, touched: list[str]) -> bool:
@@ -157,6 +181,7 @@ def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old
             work.checkout_tree(work[new].peel(pygit2.Tree), strategy=strategy, paths=to_write)
         except pygit2.GitError as exc:
             return FastForward(False, waiting=f"{checkout}: cannot update {target}: {exc}")
+    _stage_written(work, written, work[new].peel(pygit2.Tree))
     if cas_update(repo, f"refs/heads/{target}", old, new, "hive merge: fast-forward"):
         return FastForward(True, moved=True)
     if touched:  # someone moved the target meanwhile: give back the files hive just wrote
@@ -164,6 +189,23 @@ def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old
         work.checkout_tree(work.head.peel(pygit2.Tree), paths=touched,
                            strategy=CheckoutStrategy.FORCE | CheckoutStrategy.DISABLE_PATHSPEC_MATCH)
     return FastForward(False)
+
+
+def _stage_written(work: pygit2.Repository, written: list[str], merged: pygit2.Tree) -> None:
+    """Stage the paths an interrupted fast-forward wrote but did not stage (their files hold
+    `merged`'s version already, see `_file_holds_merged`)."""
+    def staged(path: str) -> bool:
+        try:
+            wanted = merged[path]
+        except KeyError:
+            return True                      # a deletion: nothing to stage
+        return path in work.index and work.index[path].id == wanted.id
+
+    unstaged = [p for p in written if not staged(p)]
+    if unstaged:
+        for path in unstaged:
+            work.index.add(path)
+        work.index.write()
 
 
 def _waiting_message(checkout: Path, target: str, dirty: list[str]) -> str:
