@@ -159,6 +159,24 @@ def test_a_fast_forward_killed_before_the_index_was_written_finishes_on_the_next
     assert not (checkout / "b.txt").exists()
 
 
+@pytest.mark.parametrize("there", ["new\n", "the person's\n"])
+def test_a_merge_never_writes_through_a_persons_symlinked_folder(
+        checkout: Path, git: Callable[..., Any], tmp_path: Path, there: str):
+    """A person's untracked `lib` symlink to a folder outside the checkout, and a merge (an
+    agent's commit) that adds `lib/x.txt`: libgit2 would write through the link, outside. The
+    fast-forward waits for the person instead, whatever the file there holds (even the merge's
+    own bytes: it is not a file of this checkout), and stages nothing through it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.txt").write_text(there, encoding="utf-8")
+    (checkout / "lib").symlink_to(elsewhere, target_is_directory=True)
+    repo, old, new, moved = move(checkout, {"lib/x.txt": b"new\n"})
+    assert not moved.ok and "uncommitted changes in lib/x.txt" in moved.waiting
+    assert git("rev-parse", "main", cwd=checkout).stdout.strip() == old
+    assert (elsewhere / "x.txt").read_text(encoding="utf-8") == there
+    assert "lib/x.txt" not in pygit2.Repository(str(checkout)).index
+
+
 def test_a_staged_change_that_differs_from_the_merge_still_waits(checkout: Path, git: Callable[..., Any]):
     (checkout / "a.txt").write_text("changed\n", encoding="utf-8")   # the merge's content, staged…
     git("add", "a.txt", cwd=checkout)

@@ -38,6 +38,7 @@ from hive import git
 from hive.errors import BadInput
 from hive.sqlite import connect, transaction
 from hive.state import layout
+from hive.state.layout import leads_outside
 from hive.state.issue_file import MAX_ISSUE_BYTES
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ class Checkout:
         roots = [layout.ISSUES_DIR] + ([layout.NOTES_DIR] if full else [])
 
         def visit(rel: str, recurse: bool) -> None:
-            if _through_symlink(self.root, rel):
+            if leads_outside(self.root, rel):
                 return  # `issues` or `notes` as a symlink (a fetched state can hold one): not ours
             try:
                 entries = list(os.scandir(self.root / rel))
@@ -228,7 +229,7 @@ class Checkout:
             in_scope = path == layout.CONTEXT_FILE or (
                 parts[0] in (layout.ISSUES_DIR, layout.NOTES_DIR) and len(parts) > 1
                 and path.endswith((".md", ".jsonl")) and not any(p.startswith(".") for p in parts))
-            if not in_scope or _through_symlink(self.root, path):
+            if not in_scope or leads_outside(self.root, path):
                 continue
             try:
                 st = os.lstat(self.root / path)
@@ -308,7 +309,7 @@ class Checkout:
         return edits
 
     def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None) -> None:
-        if _through_symlink(self.root, path):
+        if leads_outside(self.root, path):
             return
         target = self.root / path
         written = None
@@ -435,7 +436,7 @@ class Checkout:
         """Bring one changed path of the checkout to the tip, unless a person's edit is there."""
         import pygit2
 
-        if _through_symlink(self.root, path):
+        if leads_outside(self.root, path):
             return  # never followed: a fetched state may point one anywhere
         where = f"{self.root}/{path}"   # no pathlib on the way of a new file: ~100k of them at once
         try:
@@ -582,25 +583,6 @@ def _fingerprint(on_disk: dict[str, os.stat_result]) -> str:
     digest = _hashlib().blake2b("\0".join(on_disk).encode(), digest_size=20)
     digest.update(stats.tobytes())
     return digest.hexdigest()
-
-
-def _through_symlink(root: Path, path: str) -> bool:
-    """Whether `path` (relative to `root`) could lead outside it: a symlink or under one, or a
-    name that climbs or is not one (`..`, `.`, empty, NUL, `.git`). Hive never reads or writes
-    through those in `.hive/` (the trust check refuses them on the branch; this is the second
-    lock on the door)."""
-    parts = path.split("/")
-    if any(part in ("", ".", "..") or "\0" in part or part.casefold() == ".git" for part in parts):
-        return True
-    current = str(root)
-    for part in parts:
-        current = f"{current}/{part}"
-        try:   # os.path.islink, without its layers: a taken-in queue asks this of 400k names
-            if stat.S_ISLNK(os.lstat(current).st_mode):
-                return True
-        except (OSError, ValueError):
-            pass
-    return False
 
 
 def _write_atomic(target: Path, data: bytes) -> os.stat_result:

@@ -11,6 +11,10 @@ Any valid issue file anywhere under `issues/` is read, whatever its status.
 
 from __future__ import annotations
 
+import os
+import stat
+from pathlib import Path
+
 from hive.state.issue_file import TERMINAL_STATUSES
 
 ISSUES_DIR = "issues"
@@ -55,3 +59,22 @@ def issue_id_of(path: str) -> str | None:
         return None
     name = path.rsplit("/", 1)[-1]
     return name[:-3]
+
+
+def leads_outside(root: Path | str, path: str) -> bool:
+    """Whether `path` (relative to `root`) could lead outside it: a symlink or under one, or a
+    name that climbs or is not one (`..`, `.`, empty, NUL, `.git`). Hive never reads or writes
+    through those: in `.hive/` (the trust check refuses them on the branch; this is the second
+    lock on the door), nor in a person's checkout of the target branch."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") or "\0" in part or part.casefold() == ".git" for part in parts):
+        return True
+    current = str(root)
+    for part in parts:
+        current = f"{current}/{part}"
+        try:   # os.path.islink, without its layers: a taken-in queue asks this of 400k names
+            if stat.S_ISLNK(os.lstat(current).st_mode):
+                return True
+        except (OSError, ValueError):
+            pass
+    return False

@@ -16,6 +16,7 @@ import pygit2
 from pygit2.enums import CheckoutStrategy, FileStatus
 
 from hive import git
+from hive.state.layout import leads_outside
 from hive.state.store import cas_update
 
 
@@ -72,6 +73,9 @@ def _inspect(root: Path, paths: list[str], checkout: pygit2.Repository | None,
         return sorted({e[3:] for e in proc.stdout.split("\0") if len(e) > 3}), []
     dirty, written = [], []
     for path in paths:
+        if leads_outside(root, path):
+            dirty.append(path)  # a person's symlink on the way: libgit2 would write through it
+            continue
         try:
             status = checkout.status_file(path)
         except KeyError:
