@@ -3,7 +3,8 @@
 Absolute figures only compare within one run: this machine's speed changes from one hour (and one
 host) to the next. This checks each revision out into a temporary worktree, runs
 `python -m bench --only ...` of each in turn, A B A B ..., so both see the same load, and prints
-per figure the median over the rounds of each one's median, and B / A.
+per figure the median over the rounds of each one's median, and B / A: of those medians, and of
+each round (their spread tells a change from noise).
 """
 
 from __future__ import annotations
@@ -82,14 +83,15 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
-    print(f"| figure | A = {args.a} | B = {args.b} | B / A |\n|---|---:|---:|---:|")
+    print(f"| figure | A = {args.a} | B = {args.b} | B / A | B / A per round |\n|---|---:|---:|---:|---|")
     for figure, (_, unit) in runs["A"][0].items():
-        a = statistics.median(r[figure][0] for r in runs["A"] if figure in r)
-        b_values = [r[figure][0] for r in runs["B"] if figure in r]
-        if b_values:
-            b = statistics.median(b_values)
-            print(f"| {figure} | {fmt(a, unit)} | {fmt(b, unit)} | {b / a:.2f} |" if a else
-                  f"| {figure} | {fmt(a, unit)} | {fmt(b, unit)} | — |")
+        pairs = [(a[figure][0], b[figure][0]) for a, b in zip(runs["A"], runs["B"]) if figure in a and figure in b]
+        if not pairs:
+            continue
+        a, b = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+        # each round's own ratio: the spread says whether a median's ratio is more than noise
+        rounds = ", ".join(f"{pb / pa:.2f}" if pa else "—" for pa, pb in pairs)
+        print(f"| {figure} | {fmt(a, unit)} | {fmt(b, unit)} | {f'{b / a:.2f}' if a else '—'} | {rounds} |")
     return 0
 
 
