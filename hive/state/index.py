@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from hive import git
 from hive.errors import BadInput
 from hive.sqlite import connect
-from hive.state import issue_file, layout, ranks, trust
+from hive.state import halves, issue_file, layout, ranks, trust
 from hive.state.issue_file import Issue
 
 if TYPE_CHECKING:
@@ -131,6 +131,33 @@ def _ids_json(ids: list[str]) -> str:
 def parse_blob(data: bytes, path: str) -> Issue:
     issue_id = layout.issue_id_of(path) or path
     return issue_file.parse(data, issue_id, path)
+
+
+@dataclass
+class Parsed:
+    """An issue file made into its row (what a forked parser sends back: plain values only)."""
+
+    row: tuple[Any, ...]
+    depends_on: list[str]
+    conflict: int             # the line of the first conflict marker in its description (0: none)
+
+
+def _parse_one(item: tuple[str, str, bytes]) -> Parsed | Problem:
+    path, blob, data = item
+    try:
+        issue = parse_blob(data, path)
+    except BadInput as exc:
+        return Problem(path, exc.where or path, str(exc).split(": ", 1)[-1])
+    return Parsed(_issue_row(issue, path, blob), issue.depends_on, issue_file.conflict_line(data))
+
+
+def _parse_all(repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]],
+               blobs: dict[str, bytes]) -> dict[str, Parsed | Problem]:
+    """Every changed issue file that is there at the tip, parsed (in two processes when many);
+    `blobs`: the ones read already, by blob id."""
+    items = [(path, new, blobs.pop(new, None) or repo.odb.read(new)[1])
+             for path, _, new in changes if new is not None and layout.issue_id_of(path) is not None]
+    return {item[0]: result for item, result in zip(items, halves.map_halves(_parse_one, items))}
 
 
 def _id_from_notes_path(path: str) -> str:
@@ -380,6 +407,7 @@ class Index:
         reported = {row[0] for row in db.execute("SELECT path FROM problems")}
         shape_before = self._shape(touched)
         walk_ids: set[str] = set()
+        parsed = _parse_all(repo, changes, blobs)
         # Deletions first, so an issue moved into the archive is not deleted after being re-added.
         for path, old, new in sorted(changes, key=lambda c: c[2] is not None):
             issue_id = layout.issue_id_of(path)
@@ -390,20 +418,18 @@ class Index:
                     if db.execute("DELETE FROM issues WHERE id = ? AND path = ?", (issue_id, path)).rowcount:
                         db.execute("DELETE FROM deps WHERE issue_id = ?", (issue_id,))
                     continue
-                data = blobs.pop(new, None) or repo.odb.read(new)[1]
-                try:
-                    issue = parse_blob(data, path)
-                except BadInput as exc:
-                    problems.append(Problem(path, exc.where or path, str(exc).split(": ", 1)[-1]))
+                result = parsed[path]
+                if isinstance(result, Problem):
+                    problems.append(result)
                     continue  # the last good version, if any, stays indexed
-                conflict = issue_file.conflict_line(data)
-                if conflict:   # indexed all the same (the front matter is sound), flagged until resolved
-                    problems.append(Problem(path, f"{path}:{conflict}", CONFLICT_MESSAGE))
-                rows.append(_issue_row(issue, path, new))
-                deps.extend((issue.id, blocker) for blocker in issue.depends_on)
-                changed_ids.add(issue.id)
-                if set(issue.depends_on) != old_blockers.get(issue.id, set()) or path in reported:
-                    walk_ids.add(issue.id)
+                if result.conflict:   # indexed all the same (the front matter is sound), flagged until resolved
+                    problems.append(Problem(path, f"{path}:{result.conflict}", CONFLICT_MESSAGE))
+                rows.append(result.row)
+                issue_id = result.row[0]
+                deps.extend((issue_id, blocker) for blocker in result.depends_on)
+                changed_ids.add(issue_id)
+                if set(result.depends_on) != old_blockers.get(issue_id, set()) or path in reported:
+                    walk_ids.add(issue_id)
             elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
                 db.execute("DELETE FROM notes WHERE file = ?", (path,))
                 db.execute("DELETE FROM problems WHERE path = ?", (path,))

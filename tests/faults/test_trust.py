@@ -381,10 +381,11 @@ def test_a_fetched_work_branch_is_never_built_on_or_merged(repo: Path, shared: S
 def test_a_hostile_queue_taken_in_whole_is_indexed_as_the_file_by_file_catch_up_indexes_it(
         repo: Path, project, git, monkeypatch):
     """A fetched state with many issues, taken into a state without any (a fresh clone's init, a
-    pull), goes the index's bulk way (`Index._store_bulk`: key order, indexes made afterwards).
+    pull), goes the index's bulk way (`Index._store_bulk`: key order, indexes made afterwards),
+    its files parsed in two processes (`hive.state.halves`).
     Its invalid and hostile files must come out exactly as one-by-one catch-ups make them: the
     same problems, rows, ready order and a listing that is valid JSON."""
-    from hive.state import index as index_module
+    from hive.state import halves, index as index_module
 
     def write(issue_id: str, data: bytes, archived: bool = False) -> None:
         folder = repo / ".hive" / "issues" / ("archive/" + issue_id[3:5] if archived else "")
@@ -424,6 +425,10 @@ def test_a_hostile_queue_taken_in_whole_is_indexed_as_the_file_by_file_catch_up_
     stored: list[int] = []
     real = index_module.Index._store_bulk
     monkeypatch.setattr(index_module, "BULK_ROWS", 0)
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(halves, "MIN_ITEMS", 2)         # parsed in two processes, as 4,000 files or more are
+    monkeypatch.setattr(os, "fork", lambda: (forks.append(1), real_fork())[1])
     monkeypatch.setattr(index_module.Index, "_store_bulk",
                         lambda self, rows, deps: (stored.append(len(rows)), real(self, rows, deps))[1])
     tip = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
@@ -433,5 +438,42 @@ def test_a_hostile_queue_taken_in_whole_is_indexed_as_the_file_by_file_catch_up_
     git("update-ref", "refs/heads/hive/state", tip, cwd=repo)
     assert contents() == incremental                   # the ranks of a cycle's issues included
     assert stored and stored[0] >= 6                   # it went the bulk way
+    assert len(forks) >= 2, "the files were not read (trust check) and parsed (index) in two processes"
     assert sorted(map(str, project.index.rebuild())) == incremental[0]   # a full rebuild: the same
     assert contents()[1:] == incremental[1:]
+
+
+@pytest.mark.parametrize("deep_at", [None, 1, 8])   # none; one in this process's half; one in the child's
+def test_a_big_tree_s_issue_files_are_read_in_two_processes_and_a_deep_one_in_either_half_refused(
+        tmp_path: Path, monkeypatch, deep_at: int | None):
+    """A queue taken in whole has its issue files read (for the TOML depth, and handed to the
+    index) in two processes (`hive.state.halves`): every file's bytes come back, and a file
+    nested too deep is refused by name whichever process read it."""
+    import pygit2
+
+    from hive.state import halves, trust
+    from hive.state.issue_file import MAX_TOML_DEPTH
+
+    repo = pygit2.init_repository(str(tmp_path / "fetched.git"), bare=True)
+    issues_tree, blobs, ids = repo.TreeBuilder(), {}, [f"hv-aaa{n:03d}" for n in range(10)]
+    for n, issue_id in enumerate(ids):
+        nested = "x = " + "[" * (MAX_TOML_DEPTH + 1) + "]" * (MAX_TOML_DEPTH + 1) + "\n"
+        data = issue(f"issue {n}", extra=nested if n == deep_at else "")
+        oid = repo.create_blob(data)
+        blobs[str(oid)] = data
+        issues_tree.insert(f"{issue_id}.md", oid, pygit2.GIT_FILEMODE_BLOB)
+    root = repo.TreeBuilder()
+    root.insert("issues", issues_tree.write(), pygit2.GIT_FILEMODE_TREE)
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(halves, "MIN_ITEMS", 4)
+    monkeypatch.setattr(os, "fork", lambda: (forks.append(1), real_fork())[1])
+    read: dict[str, bytes] = {}
+    if deep_at is None:
+        trust.check_tree(repo, str(root.write()), read=read)
+        assert read == blobs
+    else:
+        with pytest.raises(trust.TreeRefused) as refused:
+            trust.check_tree(repo, str(root.write()), read=read)
+        assert refused.value.path == f"issues/{ids[deep_at]}.md" and "TOML nested" in refused.value.rule
+    assert forks == [1]
