@@ -97,6 +97,28 @@ def test_a_pull_in_the_checkout_stays_clean_and_the_next_refresh_removes_what_gi
         assert on_branch(git, repo, layout.archive_path(issue))
 
 
+def test_a_persons_merge_in_the_checkout_merges_an_archived_issue_and_leaves_no_file(
+        repo, project, git, new_issue):
+    """Both sides changed an archived issue: git's merge in `.hive/` runs the hive driver on it
+    (writing the merged file there); the next sync takes the file out, the merge kept."""
+    checkout = repo / ".hive"
+    issue = new_issue("finished", status="finalized")
+    path = layout.archive_path(issue)
+    start = tip(git, repo)
+    issues.update(project, issue, {"priority": 0})
+    git("branch", "side", tip(git, repo), cwd=repo)
+    git("update-ref", "refs/heads/hive/state", start, cwd=repo)
+    project.sync(warn=False)
+    issues.update(project, issue, {"labels": ["ours"]})
+    git("merge", "-q", "--no-edit", "side", cwd=checkout)
+    merged = on_branch(git, repo, path)
+    assert "priority = 0" in merged and '"ours"' in merged
+    assert (checkout / path).read_text() == merged and git("status", "--porcelain", cwd=checkout).stdout == ""
+    project.sync(warn=False)
+    assert not (checkout / path).exists() and archived_tags(git, checkout) == {path: "S"}
+    assert git("status", "--porcelain", cwd=checkout).stdout == "" and on_branch(git, repo, path) == merged
+
+
 def test_reset_and_restore_in_the_checkout_write_no_archived_file(repo, project, git, new_issue):
     checkout = repo / ".hive"
     archived = new_issue("finished", status="finalized")

@@ -593,6 +593,8 @@ class Checkout:
         entry without the skip-worktree bit. Where it is; a file already there is left as it is."""
         if leads_outside(self.root, path):
             raise HiveError(f".hive/{path} leads outside the checkout (a symlink on the way?): not written")
+        if self.git_operation_in_progress():
+            raise HiveError("git is at work in .hive/ (a merge, a rebase...): finish it, then edit again")
         self.refresh()
         target = self.root / path
         with self.locked():
