@@ -21,7 +21,7 @@ from hive.project import Project
 from hive.state import layout, lost, trust
 from hive.state.store import Change, StateStore
 
-CHECKOUT_WORKTREE_NAME = "hive-state"
+CHECKOUT_WORKTREE_NAME = "hive-state"   # what an older hive named `.hive/`'s worktree (git names it now)
 HOOK_MARKER = "git-hive hook"
 CHAINED_SUFFIX = ".hive-chained"
 EXCLUDES = ("/.hive/", ".hive-result.jsonl", ".hive-notes.jsonl")
@@ -240,9 +240,12 @@ def _create_checkout(repo: pygit2.Repository, paths: git.RepoPaths, done: list[s
     if checkout.exists() and any(checkout.iterdir()):
         raise HiveError(f"{checkout} exists and is not hive's checkout: move it away, then re-run init")
     for name in repo.list_worktrees():   # registered, its folder gone: git refuses to add it again
-        worktree = repo.lookup_worktree(name)
-        if name == CHECKOUT_WORKTREE_NAME or os.path.normpath(worktree.path) == os.path.normpath(checkout):
-            worktree.prune(True)
+        try:
+            worktree = repo.lookup_worktree(name)
+            if name == CHECKOUT_WORKTREE_NAME or os.path.normpath(worktree.path) == os.path.normpath(checkout):
+                worktree.prune(True)
+        except pygit2.GitError:
+            continue   # another worktree, broken: not ours to mend
     if checkout.exists():
         checkout.rmdir()
     git.run(["worktree", "add", "--no-checkout", "--quiet", str(checkout), git.STATE_BRANCH], paths.worktree)

@@ -256,3 +256,24 @@ def test_the_archive_is_never_written_through_a_symlink(repo, project, git, new_
     assert "changed while archived" in on_branch(git, repo, layout.archive_path(issue))
     assert decoy.read_text() == original
     assert sorted(p.name for p in elsewhere.rglob("*")) == sorted([shard, decoy.name])
+
+
+def test_a_removed_checkout_is_made_again_without_the_archive(repo, project, git, new_issue, hive):
+    """`.hive/` deleted (made by an older hive, with libgit2's worktree name): init prunes the
+    registration and makes it again, the archive left out."""
+    import shutil
+
+    import pygit2
+
+    archived, live = new_issue("finished", status="canceled"), new_issue("open one")
+    checkout = repo / ".hive"
+    git("worktree", "remove", "--force", str(checkout), cwd=repo)
+    pygit2.Repository(str(repo)).add_worktree("hive-state", str(checkout),
+                                              pygit2.Repository(str(repo)).references["refs/heads/hive/state"])
+    assert (checkout / layout.archive_path(archived)).is_file()          # an older hive's: all files
+    shutil.rmtree(checkout)
+    hive("init", cwd=repo)
+    assert (checkout / layout.live_path(live)).is_file() and not (checkout / layout.ARCHIVE_DIR).exists()
+    assert archived_tags(git, checkout) == {layout.archive_path(archived): "S"}
+    assert git("status", "--porcelain", cwd=checkout).stdout == ""
+    assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 2

@@ -664,6 +664,8 @@ def test_an_edit_saved_while_the_issue_is_archived_is_carried_to_its_new_path(re
     project.sync(warn=False)
     assert project.absorb(full=True).committed == []
     assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    # checked out in the archive (the person was editing it): a normal file, not skip-worktree
+    assert git("ls-files", "-v", archived, cwd=repo / ".hive").stdout == f"H {archived}\n"
     # a later edit of the archived file is an ordinary edit
     path = repo / ".hive" / archived
     path.write_text(path.read_text().replace("afterthought", "second thought"))

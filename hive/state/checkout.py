@@ -420,14 +420,16 @@ class Checkout:
 
     def _carried(self, edit: Edit, committed: Committed) -> None:
         """The edit of a file that moved meanwhile (an issue archived) is committed at its new
-        path: the checkout shows it there, and the old file goes — unless saved again since,
-        then that save is an edit of the bytes committed from it."""
+        path: the checkout shows it there (checked out, the archive too: the person was editing
+        it), and the old file goes — unless saved again since, then that save is an edit of the
+        bytes committed from it."""
         assert edit.data is not None and committed.data is not None
         target = self.root / committed.path
-        expected = self._recorded_blob(committed.path) if target.exists() else None
-        written = _replace_if_unchanged(target, committed.data, expected)
-        if written is not None:
-            self._record(committed.path, blob_id(committed.data), written)
+        if not leads_outside(self.root, committed.path):
+            expected = self._recorded_blob(committed.path) if target.exists() else None
+            written = _replace_if_unchanged(target, committed.data, expected)
+            if written is not None:
+                self._record(committed.path, blob_id(committed.data), written)
         old = self.root / edit.path
         try:
             unchanged = blob_id(old.read_bytes()) == blob_id(edit.data)
