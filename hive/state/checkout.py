@@ -611,7 +611,10 @@ class Checkout:
                     return target   # hive's already, or a person's own: as it is
                 written: os.stat_result | None = target.stat()   # a copy git wrote: hive's from now on
             else:
-                written = _create_new(str(target), tip.read(path) or b"")
+                try:
+                    written = _create_new(str(target), tip.read(path) or b"")
+                except OSError as exc:
+                    raise HiveError(f"cannot write .hive/{path}: {exc.strerror or exc}") from None
             if written is not None:
                 self._record(path, tip_oid, written)
                 git_index = self._checkout_index()
