@@ -460,7 +460,8 @@ class Checkout:
             return
         changes = store.changes(self.commit, tip.oid)
         follow = _Following(store.repo, self.commit, tip.oid or "", self._checkout_index(),
-                            bulk=len(changes) > BULK_PATHS)
+                            bulk=len(changes) > BULK_PATHS,
+                            archive_on_disk=os.path.lexists(self.root / layout.ARCHIVE_DIR))
         # One transaction for the bookkeeping (each autocommit is an fsync), and the records of
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
         with transaction(self.db):
@@ -540,14 +541,12 @@ class Checkout:
         import pygit2
 
         where = f"{self.root}/{path}"
-        try:
-            os.lstat(where)   # one call: the way there is looked at only if a file is there
-        except (FileNotFoundError, NotADirectoryError):
+        # (one call: the way there is looked at only if a file is there; a name this file system
+        # cannot hold is not there either)
+        if not (follow.archive_on_disk and os.path.lexists(where)):
             if recorded is not None:
                 self._record(path, None)   # a checked-out copy the person removed
             return self._stage(follow.git_index, path, new_oid)
-        except (OSError, ValueError):
-            return True   # a name this file system cannot hold: it is not in the checkout
         if leads_outside(self.root, path):
             return True
         if recorded is not None:
@@ -683,6 +682,7 @@ class _Following:
     new: str
     git_index: "pygit2.Index"
     bulk: bool
+    archive_on_disk: bool = True   # False (as it should be): no archived file to look for
 
 
 def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, limit: int = 1000) -> set[str]:
