@@ -277,3 +277,20 @@ def test_a_removed_checkout_is_made_again_without_the_archive(repo, project, git
     assert archived_tags(git, checkout) == {layout.archive_path(archived): "S"}
     assert git("status", "--porcelain", cwd=checkout).stdout == ""
     assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 2
+
+
+def test_removing_an_older_checkouts_whole_archive_folder_deletes_no_issue(repo, project, git, new_issue):
+    import shutil
+
+    checkout = repo / ".hive"
+    finished = [new_issue(f"finished {n}", status="finalized") for n in range(3)]
+    for issue in finished:   # as an older hive left them: on disk, recorded
+        project.checkout.check_out(layout.archive_path(issue))
+    before = tip(git, repo)
+    shutil.rmtree(checkout / layout.ARCHIVE_DIR)
+    assert project.absorb(full=True).committed == []
+    assert tip(git, repo) == before and all(on_branch(git, repo, layout.archive_path(i)) for i in finished)
+    assert archived_tags(git, checkout) == {layout.archive_path(i): "S" for i in finished}
+    assert git("status", "--porcelain", cwd=checkout).stdout == ""
+    issues.update(project, finished[0], {"title": "changed since"})   # and a refresh writes none back
+    assert not (checkout / layout.ARCHIVE_DIR).exists() and git("status", "--porcelain", cwd=checkout).stdout == ""
