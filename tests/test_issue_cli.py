@@ -183,14 +183,26 @@ def test_cancel_archives_the_file_and_retry_brings_it_back(repo, hive, git, new_
     hive("cancel", issue)
     assert not has_path(git, repo, live)
     assert 'status = "canceled"' in blob(git, repo, archive(issue))
-    assert (repo / ".hive" / archive(issue)).is_file() and not (repo / ".hive" / live).exists()
-    data = show(hive, issue)
-    assert (data["status"], data["path"]) == ("canceled", archive(issue))
+    # the archive is not checked out: nothing written there, git told so (status clean)
+    assert not (repo / ".hive" / "issues" / "archive").exists() and not (repo / ".hive" / live).exists()
+    assert git("ls-files", "-v", cwd=repo / ".hive").stdout.count(f"S {archive(issue)}\n") == 1
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    data = show(hive, issue)   # read from the branch
+    assert (data["status"], data["path"], data["title"]) == ("canceled", archive(issue), "to cancel")
+    assert "to cancel" in hive("show", issue).stdout and "canceled" in hive("log", issue).stdout
+    listed = json.loads(hive("list", "--json", "--status", "canceled").stdout)
+    assert [i["id"] for i in listed] == [issue]
     assert (state_log()[-1].event, state_log()[-1].issue) == ("canceled", issue)
     hive("retry", issue)
     assert has_path(git, repo, live) and not has_path(git, repo, archive(issue))
-    assert (repo / ".hive" / live).is_file() and not (repo / ".hive" / archive(issue)).exists()
+    assert (repo / ".hive" / live).read_text() == blob(git, repo, live)
+    assert not (repo / ".hive" / archive(issue)).exists()
     assert show(hive, issue)["status"] == "open"
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    hive("cancel", issue)
+    hive("update", issue, "--status", "open")
+    assert (repo / ".hive" / live).read_text() == blob(git, repo, live) and 'status = "open"' in blob(git, repo, live)
+    assert not (repo / ".hive" / "issues" / "archive").exists()
     assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
 
 

@@ -218,8 +218,11 @@ def test_the_checkout_follows_the_branch_when_the_daemon_ends(repo: Path, projec
 
     assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
     for issue_id in ids:
-        archived = repo / ".hive" / layout_path(issue_id, "finalized")
-        assert 'status = "finalized"' in archived.read_text()
+        # finalized: in the archive, which .hive/ does not check out (its index entry does, skip-worktree)
+        archived = layout_path(issue_id, "finalized")
+        assert 'status = "finalized"' in git("show", f"hive/state:{archived}", cwd=repo).stdout
+        assert not (repo / ".hive" / archived).exists()
+        assert git("ls-files", "-v", archived, cwd=repo / ".hive").stdout == f"S {archived}\n"
         assert not (repo / ".hive" / "issues" / f"{issue_id}.md").exists()
 
 

@@ -146,14 +146,23 @@ def test_terminal_issues_move_to_the_archive_and_back(repo, project, git, new_is
     assert layout.archive_path(issue) == archived
     assert on_branch(git, repo, f"issues/{issue}.md") is None
     assert 'status = "finalized"' in on_branch(git, repo, archived)
-    assert (repo / ".hive" / archived).is_file() and not (repo / ".hive" / "issues" / f"{issue}.md").exists()
+    # not checked out: no file in .hive/, the live one gone; git knows (skip-worktree), status clean
+    assert not (repo / ".hive" / archived).exists() and not (repo / ".hive" / "issues" / f"{issue}.md").exists()
+    assert not (repo / ".hive" / layout.ARCHIVE_DIR).exists()
+    assert git("ls-files", "-v", archived, cwd=repo / ".hive").stdout == f"S {archived}\n"
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
     project.sync(warn=False)
     assert project.index.get(issue).status == "finalized" and project.index.path_of(issue) == archived
     # the archived file is edited where it is, and moves back when the issue is live again
     issues.update(project, issue, {"title": "renamed while archived"})
     assert "renamed while archived" in on_branch(git, repo, archived)
+    assert not (repo / ".hive" / archived).exists()
+    assert git("ls-files", "-v", archived, cwd=repo / ".hive").stdout == f"S {archived}\n"
     issues.set_status(project, issue, "open")
     assert on_branch(git, repo, archived) is None and on_branch(git, repo, f"issues/{issue}.md")
+    assert (repo / ".hive" / "issues" / f"{issue}.md").read_text() == on_branch(git, repo, f"issues/{issue}.md")
+    assert git("ls-files", archived, cwd=repo / ".hive").stdout == ""
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
 
 
 def test_any_valid_issue_file_under_issues_is_read_whatever_its_status(repo, git, list_json, issue_text):
@@ -655,6 +664,8 @@ def test_an_edit_saved_while_the_issue_is_archived_is_carried_to_its_new_path(re
     project.sync(warn=False)
     assert project.absorb(full=True).committed == []
     assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    # checked out in the archive (the person was editing it): a normal file, not skip-worktree
+    assert git("ls-files", "-v", archived, cwd=repo / ".hive").stdout == f"H {archived}\n"
     # a later edit of the archived file is an ordinary edit
     path = repo / ".hive" / archived
     path.write_text(path.read_text().replace("afterthought", "second thought"))
@@ -708,12 +719,17 @@ def test_a_bulk_refresh_writes_every_file_as_on_the_branch_and_leaves_a_persons_
     listed = git("ls-tree", "-r", "--name-only", "hive/state", cwd=repo).stdout.split()
     assert layout.archive_path(archived) in listed and layout.notes_path(ids[0]) in listed
     for path in listed:
-        if path == layout.live_path(ids[1]):
+        if path == layout.live_path(ids[1]) or layout.is_archived(path):
             continue
         assert (checkout / path).read_text() == git("cat-file", "blob", f"hive/state:{path}", cwd=repo).stdout, path
+    assert not (checkout / layout.ARCHIVE_DIR).exists()   # the archive is not checked out
     assert in_the_way.read_text() == "+++\ntitle = \"mine\"\n+++\n"
     assert git("status", "--porcelain", cwd=checkout).stdout.split() == ["M", f"issues/{ids[1]}.md"]
+    assert git("ls-files", "-v", layout.archive_path(archived), cwd=checkout).stdout.split() == [
+        "S", layout.archive_path(archived)]
     records = dict(project.checkout.db.execute("SELECT path, blob FROM files"))
     blob = {path: git("rev-parse", f"hive/state:{path}", cwd=repo).stdout.strip() for path in listed}
-    assert all(records[path] == blob[path] for path in listed if path != layout.live_path(ids[1]))
+    assert layout.archive_path(archived) not in records
+    assert all(records[path] == blob[path] for path in listed
+               if path != layout.live_path(ids[1]) and not layout.is_archived(path))
     assert records.get(layout.live_path(ids[1])) != blob[layout.live_path(ids[1])]   # never recorded as hive's

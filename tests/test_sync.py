@@ -137,6 +137,10 @@ def test_same_field_on_both_sides_resolves_by_the_driver_rule(clones, cli, git, 
 
     files = git("ls-tree", "-r", "--name-only", "hive/state", cwd=a).stdout.split()
     assert [f for f in files if f.endswith(f"{y}.md")] == [layout.archive_path(y)]
+    for clone in (a, b):   # which neither checkout has on disk; git there knows (skip-worktree)
+        assert not (clone / ".hive" / layout.archive_path(y)).exists()
+        assert git("ls-files", "-v", layout.archive_path(y), cwd=clone / ".hive").stdout.startswith("S ")
+        assert git("status", "--porcelain", cwd=clone / ".hive").stdout == ""
 
 
 def test_json_reports_what_came_in_and_went_out(clones, cli, git):

@@ -67,6 +67,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     results.append((not problems, f"issue files: {len(problems)} problem(s)" if problems else "issue files"))
     for problem in problems:
         results.append((False, f"  {problem}"))
+    results.append(_archive_check(project, fix))
     results.append(_runtime_check(paths, fix))
     from hive.state.history import double_claims
 
@@ -106,6 +107,25 @@ def _check_jail(config) -> tuple[bool, str]:
     if found.ok:
         return True, f"jail: {found.describe()}"
     return True, f"jail: none here, the scripted agents run unjailed: {found.reason} — {found.fix}"
+
+
+def _archive_check(project, fix: bool) -> tuple[bool, str]:
+    """The archive is not checked out in .hive/: what an older hive (or git) left there, and
+    missing archived files git would take for deleted (no skip-worktree bit)."""
+    state = project.checkout.tidy_archive(fix)
+    kept = state.on_disk - state.removed
+    if fix:
+        done = [f"removed {state.removed} clean archived issue file(s)"] if state.removed else []
+        done += [f"marked {state.unmarked} as not checked out"] if state.unmarked else []
+        done += [f"kept {kept} checked out (edited, or a person's)"] if kept else []
+        return True, ".hive/ archive: " + ("; ".join(done) if done else "not checked out")
+    if state.unmarked:
+        return False, (f".hive/ archive: {state.unmarked} archived issue file(s) not checked out and not "
+                       "marked so: `git status` in .hive/ shows them deleted (doctor --fix marks them)")
+    if state.on_disk:
+        return True, (f".hive/ archive: {state.on_disk} archived issue file(s) checked out (by an older "
+                      "hive, `git hive edit` or git; doctor --fix removes the clean ones)")
+    return True, ".hive/ archive: not checked out"
 
 
 def _runtime_check(paths, fix: bool) -> tuple[bool, str]:

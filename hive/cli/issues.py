@@ -12,7 +12,7 @@ from hive.cli.listing import open_project, print_json
 from hive.cli.output import ISSUE_HEADERS, issue_rows, one_line, show_issue, table
 from hive.errors import BadInput, HiveError
 from hive.project import Project
-from hive.state import issue_file
+from hive.state import issue_file, layout
 
 STATUS = click.Choice(issue_file.STATUSES)
 TYPE = click.Choice(issue_file.TYPES)
@@ -187,13 +187,18 @@ def edit(issue_id: str) -> None:
     """Open the issue's file in $EDITOR; on save it is validated and committed.
 
     An invalid file is left exactly as you wrote it in .hive/ (nothing is lost) and the command
-    exits 2 naming the file and line; run `git hive edit` again to fix it.
+    exits 2 naming the file and line; run `git hive edit` again to fix it. A finished issue's
+    file (the archive, not checked out in .hive/) is checked out first, and stays.
     """
     project = open_project()
     issue_id = resolve(project, issue_id)
     if not project.checkout.exists:
         raise HiveError("the .hive/ checkout is missing: run `git hive doctor --fix`")
-    path = project.paths.state_checkout / project.index.path_of(issue_id)
+    relative = project.index.path_of(issue_id)
+    if layout.is_archived(relative):
+        path = project.checkout.check_out(relative)
+    else:
+        path = project.paths.state_checkout / relative
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     while True:
         try:
@@ -203,8 +208,8 @@ def edit(issue_id: str) -> None:
                             f"{exc.strerror or exc}; {path} is left as it is") from None
         if code != 0:
             raise HiveError(f"{editor} exited with an error; {path} is left as it is")
-        problems = project.absorb().problems
-        mine = [p for p in problems if (p.where or "").startswith(f".hive/{path.relative_to(project.paths.state_checkout)}")]
+        problems = project.absorb(only=[relative]).problems
+        mine = [p for p in problems if (p.where or "").startswith(f".hive/{relative}")]
         if not mine:
             project.checkout.refresh()
             click.echo(f"saved {issue_id}")

@@ -10,6 +10,16 @@ Two directions, both careful with a person's work:
   has not touched are rewritten to the tip and the checkout's git index follows; a file with an
   unsaved-to-branch edit is never overwritten.
 
+The archive (`layout.is_archived`: finalized and canceled issues, most of a big queue) is not
+checked out: a refresh writes none of its files, and their entries in the checkout's git index
+carry git's skip-worktree bit, so `git status` in `.hive/` stays clean and a person's
+`git commit -a` or `git add -A` there deletes nothing. An archived file that is missing is never
+taken for a person's deletion of the issue. One archived file is checked out on demand
+(`check_out`, for `git hive edit`; an edit carried to the archive when the issue moved meanwhile,
+too): from then on it is a normal recorded file. Copies git itself writes there (a person's
+`git pull` in `.hive/` writes the archived files the pull changed) are removed by the next refresh,
+and `tidy_archive` (`git hive doctor --fix`) removes the clean ones an older hive checked out.
+
 What each file was last known as (blob id and stat) lives in `<git-common-dir>/hive/checkout.db`,
 not in the index database, so that deleting the index never makes a stale file look like an edit.
 A lock file serialises absorb/refresh between processes.
@@ -35,7 +45,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Collection, Iterator
 
 from hive import git
-from hive.errors import BadInput
+from hive.errors import BadInput, HiveError
 from hive.sqlite import connect, transaction
 from hive.state import layout
 from hive.state.layout import leads_outside
@@ -83,6 +93,15 @@ class Edit:
     data: bytes | None        # None: the person deleted the file
     base: str | None          # blob id the person's copy started from
     stat: os.stat_result | None = None   # the file's stat taken before `data` was read
+
+
+@dataclass
+class ArchiveState:
+    """How much of the archive is in `.hive/` (see `Checkout.tidy_archive`)."""
+
+    on_disk: int        # archived files checked out (by an older hive, `check_out`, git)
+    removed: int        # of those, clean ones removed now
+    unmarked: int       # missing from `.hive/` but without skip-worktree: `git status` says deleted
 
 
 @dataclass
@@ -289,7 +308,8 @@ class Checkout:
                     self._record(path, oid, st)
                 continue
             if oid == tip_oid:
-                self._record(path, oid, st)
+                if record or not layout.is_archived(path):
+                    self._record(path, oid, st)   # (an archived copy git wrote is not recorded: the next refresh removes it)
                 continue
             staged = self._git_index_blob(path)
             if staged == oid:
@@ -297,16 +317,46 @@ class Checkout:
             base = record.blob if record else staged or tip_oid
             edits.append(Edit(path, data, base, st))
         scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
+        gone: list[str] = []
         for path, record in records.items():
             if path in on_disk:
                 continue
             in_scope = only is not None or path == layout.CONTEXT_FILE or (
                 path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
             if in_scope and not (self.root / path).exists():
-                edits.append(Edit(path, None, record.blob))
+                if layout.is_archived(path):
+                    gone.append(path)   # not checked out any more: no deletion of the issue
+                else:
+                    edits.append(Edit(path, None, record.blob))
+        if gone:
+            self._leave_out(gone)
         if fingerprint and not edits and unchanged == len(on_disk):
             self._set_meta(CLEAN_SCAN, fingerprint)
         return edits
+
+    def _leave_out(self, paths: list[str]) -> None:
+        """Archived files a person removed from `.hive/`: no longer checked out (their git index
+        entries get the skip-worktree bit back), never deleted from the branch."""
+        import pygit2
+
+        git_index = self._checkout_index()
+        with transaction(self.db):   # one: `rm -r .hive/issues/archive` of an older hive's 90k files
+            for path in paths:
+                self._record(path, None)
+                try:
+                    if path in git_index:
+                        _stage_left_out(git_index, path, str(git_index[path].id))
+                except (pygit2.GitError, ValueError):
+                    continue
+            self._write_git_index(git_index)
+
+    def _write_git_index(self, git_index: "pygit2.Index") -> None:
+        git_dir = self._git_dir()
+        if git_dir is not None:
+            # held for milliseconds by a live git; older than that, left by a killed process
+            # (hive's own refresh included), and every later write would fail on it
+            git.release_stale_lock(git_dir / "index.lock")
+        git_index.write()
 
     def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None) -> None:
         if leads_outside(self.root, path):
@@ -371,14 +421,16 @@ class Checkout:
 
     def _carried(self, edit: Edit, committed: Committed) -> None:
         """The edit of a file that moved meanwhile (an issue archived) is committed at its new
-        path: the checkout shows it there, and the old file goes — unless saved again since,
-        then that save is an edit of the bytes committed from it."""
+        path: the checkout shows it there (checked out, the archive too: the person was editing
+        it), and the old file goes — unless saved again since, then that save is an edit of the
+        bytes committed from it."""
         assert edit.data is not None and committed.data is not None
         target = self.root / committed.path
-        expected = self._recorded_blob(committed.path) if target.exists() else None
-        written = _replace_if_unchanged(target, committed.data, expected)
-        if written is not None:
-            self._record(committed.path, blob_id(committed.data), written)
+        if not leads_outside(self.root, committed.path):
+            expected = self._recorded_blob(committed.path) if target.exists() else None
+            written = _replace_if_unchanged(target, committed.data, expected)
+            if written is not None:
+                self._record(committed.path, blob_id(committed.data), written)
         old = self.root / edit.path
         try:
             unchanged = blob_id(old.read_bytes()) == blob_id(edit.data)
@@ -409,7 +461,8 @@ class Checkout:
             return
         changes = store.changes(self.commit, tip.oid)
         follow = _Following(store.repo, self.commit, tip.oid or "", self._checkout_index(),
-                            bulk=len(changes) > BULK_PATHS)
+                            bulk=len(changes) > BULK_PATHS,
+                            archive_on_disk=os.path.lexists(self.root / layout.ARCHIVE_DIR))
         # One transaction for the bookkeeping (each autocommit is an fsync), and the records of
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
         with transaction(self.db):
@@ -423,12 +476,7 @@ class Checkout:
                 self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", self._pending)
             finally:
                 self._pending = None
-            git_dir = self._git_dir()
-            if git_dir is not None:
-                # held for milliseconds by a live git; older than that, left by a killed process
-                # (hive's own refresh included), and every later refresh would fail on it
-                git.release_stale_lock(git_dir / "index.lock")
-            follow.git_index.write()
+            self._write_git_index(follow.git_index)
             self._set_commit(tip.oid or "")
 
     def _follow(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,
@@ -436,6 +484,8 @@ class Checkout:
         """Bring one changed path of the checkout to the tip, unless a person's edit is there."""
         import pygit2
 
+        if layout.is_archived(path) and self._follow_archived(follow, path, old_oid, new_oid, recorded):
+            return
         if leads_outside(self.root, path):
             return  # never followed: a fetched state may point one anywhere
         where = f"{self.root}/{path}"   # no pathlib on the way of a new file: ~100k of them at once
@@ -483,6 +533,51 @@ class Checkout:
             # the way...): that file is not in the checkout; the index reports it if bad
             return
 
+    def _follow_archived(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,
+                         recorded: str | None) -> bool:
+        """Keep an archived path out of the checkout: no file written, its git index entry at
+        the tip with the skip-worktree bit. True when so done; False for a checked-out file (by
+        `check_out` or an older hive: recorded) or a person's own, which follow the branch like
+        any other file."""
+        import pygit2
+
+        where = f"{self.root}/{path}"
+        # (one call: the way there is looked at only if a file is there; a name this file system
+        # cannot hold is not there either)
+        if not (follow.archive_on_disk and os.path.lexists(where)):
+            if recorded is not None:
+                self._record(path, None)   # a checked-out copy the person removed
+            return self._stage(follow.git_index, path, new_oid)
+        if leads_outside(self.root, path):
+            return True
+        if recorded is not None:
+            return False
+        try:
+            with open(where, "rb") as handle:
+                current = blob_id(handle.read())
+        except OSError:
+            return True   # a folder in the way: the person's
+        if current not in (old_oid, new_oid) and current not in _blobs_between(
+                follow.repo, follow.old, follow.new, path):
+            return False  # not what git or hive wrote: a person's file, theirs
+        # git's copy (a person's `git pull` in .hive/ writes the archived files it changes)
+        os.unlink(where)
+        _prune_empty_dirs(Path(where).parent, self.root)
+        return self._stage(follow.git_index, path, new_oid)
+
+    @staticmethod
+    def _stage(git_index: "pygit2.Index", path: str, oid: str | None) -> bool:
+        import pygit2
+
+        try:
+            if oid is not None:
+                _stage_left_out(git_index, path, oid)
+            elif path in git_index:
+                git_index.remove(path)
+        except (pygit2.GitError, ValueError):
+            pass   # a name git's index cannot hold
+        return True
+
     def _recorded_blob(self, path: str) -> str | None:
         row = self.db.execute("SELECT blob FROM files WHERE path = ?", (path,)).fetchone()
         return row[0] if row else None
@@ -492,13 +587,84 @@ class Checkout:
         self.db.execute("DELETE FROM files")
         self.db.execute("DELETE FROM meta")
 
-    def record_all(self, commit: str) -> None:
-        """Record every file of a checkout that was just made from `commit`."""
-        with transaction(self.db):  # one transaction: 100k autocommits (fsyncs) took 25 s
-            for path in _all_files(self.root):
-                if not (self.root / path).is_symlink():   # never read through one (/dev/zero...)
-                    self._record(path, blob_id((self.root / path).read_bytes()))
-            self._set_commit(commit)
+    # -- the archive, not checked out ---------------------------------------------------------
+
+    def check_out(self, path: str) -> Path:
+        """Bring one archived file into `.hive/` (a person is about to edit it), at the version
+        the checkout follows (trust-checked): from then on a normal recorded file, its git index
+        entry without the skip-worktree bit. Where it is; a file already there is left as it is."""
+        if leads_outside(self.root, path):
+            raise HiveError(f".hive/{path} leads outside the checkout (a symlink on the way?): not written")
+        if self.git_operation_in_progress():
+            raise HiveError("git is at work in .hive/ (a merge, a rebase...): finish it, then edit again")
+        self.refresh()
+        target = self.root / path
+        with self.locked():
+            if not self.commit:
+                raise HiveError("the .hive/ checkout follows no commit yet: run `git hive doctor --fix`")
+            tip = self._store().snapshot(self.commit)
+            tip_oid = tip.blob_id(path)
+            if tip_oid is None:
+                raise HiveError(f"{path} is not on {git.STATE_BRANCH}")
+            if target.is_file():
+                if self._recorded_blob(path) is not None or blob_id(target.read_bytes()) != tip_oid:
+                    return target   # hive's already, or a person's own: as it is
+                written: os.stat_result | None = target.stat()   # a copy git wrote: hive's from now on
+            else:
+                try:
+                    written = _create_new(str(target), tip.read(path) or b"")
+                except OSError as exc:
+                    raise HiveError(f"cannot write .hive/{path}: {exc.strerror or exc}") from None
+            if written is not None:
+                self._record(path, tip_oid, written)
+                git_index = self._checkout_index()
+                git_index.add(path)   # from the file: its stat, no skip-worktree bit
+                self._write_git_index(git_index)
+        return target
+
+    def tidy_archive(self, fix: bool) -> ArchiveState:
+        """How much of the archive is in `.hive/` (left by an older hive, `check_out`, git), and
+        how many missing archived files lack the skip-worktree bit (a `git read-tree`: `git status`
+        shows them deleted). `fix`: remove the copies that are as on the branch (an edit stays)
+        and mark every missing one."""
+        state = ArchiveState(0, 0, 0)
+        if not self.exists or not self.commit or self.git_operation_in_progress():
+            return state
+        with self.locked(), transaction(self.db):   # one transaction: each autocommit is an fsync
+            tip = self._store().snapshot(self.commit)
+            removed: set[str] = set()
+            for path in self._archived_on_disk():
+                state.on_disk += 1
+                try:
+                    clean = fix and blob_id((self.root / path).read_bytes()) == tip.blob_id(path)
+                except OSError:
+                    continue
+                if clean:
+                    (self.root / path).unlink()
+                    _prune_empty_dirs((self.root / path).parent, self.root)
+                    self._record(path, None)
+                    removed.add(path)
+            state.removed = len(removed)
+            git_index = self._checkout_index()
+            unmarked = [entry for entry in git_index if layout.is_archived(entry.path)
+                        and not os.path.lexists(self.root / entry.path) and not _is_left_out(git_index, entry.path)]
+            state.unmarked = len([entry for entry in unmarked if entry.path not in removed])
+            if fix and unmarked:
+                for entry in unmarked:
+                    _stage_left_out(git_index, entry.path, str(entry.id))
+                self._write_git_index(git_index)
+        return state
+
+    def _archived_on_disk(self) -> list[str]:
+        if leads_outside(self.root, layout.ARCHIVE_DIR):
+            return []
+        found = []
+        for dirpath, _, filenames in os.walk(self.root / layout.ARCHIVE_DIR):   # symlinked folders: not entered
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                if name.endswith(".md") and not name.startswith(".") and not os.path.islink(full):
+                    found.append(os.path.relpath(full, self.root))
+        return sorted(found)
 
 
 # More changed paths than this in one refresh (a pull of a large queue, `init` in a fresh clone):
@@ -517,6 +683,7 @@ class _Following:
     new: str
     git_index: "pygit2.Index"
     bulk: bool
+    archive_on_disk: bool = True   # False (as it should be): no archived file to look for
 
 
 def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, limit: int = 1000) -> set[str]:
@@ -540,12 +707,35 @@ def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, lim
     return found
 
 
-def _all_files(root: Path) -> Iterator[str]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for name in filenames:
-            if name != ".git":
-                yield os.path.relpath(os.path.join(dirpath, name), root)
+# git_index_entry.flags_extended: the file is not in the worktree, and git knows it (GIT_INDEX_ENTRY_SKIP_WORKTREE)
+SKIP_WORKTREE = 1 << 14
+
+
+def _stage_left_out(git_index: "pygit2.Index", path: str, oid: str) -> None:
+    """Stage `path` at blob `oid` with git's skip-worktree bit. pygit2's IndexEntry carries no
+    flags, so the entry goes to libgit2's `git_index_add` (which copies it) the way pygit2's own
+    `Index.add` hands one over, the bit set: written with every other change of the same index
+    write — no second write (`git update-index --skip-worktree`: ~0.1 s at 100k entries, and a
+    process) and no moment when the index names archived files as deleted, which a person's
+    `git commit -a` would commit. Built in place: 90k of them cost ~0.6 s, through IndexEntry ~0.9 s."""
+    import pygit2
+    from pygit2.errors import check_error
+
+    entry = pygit2.ffi.new("git_index_entry *")
+    pygit2.ffi.buffer(pygit2.ffi.addressof(entry, "id"))[:] = bytes.fromhex(oid)   # ValueError if no id
+    entry.mode = pygit2.GIT_FILEMODE_BLOB
+    entry.flags_extended = SKIP_WORKTREE
+    c_path = pygit2.ffi.new("char[]", os.fsencode(path))   # alive until git_index_add has copied it
+    entry.path = c_path
+    check_error(pygit2.C.git_index_add(git_index._index, entry), io=True)
+
+
+def _is_left_out(git_index: "pygit2.Index", path: str) -> bool:
+    """Whether the index entry of `path` carries the skip-worktree bit."""
+    import pygit2
+
+    entry = pygit2.C.git_index_get_bypath(git_index._index, os.fsencode(path), 0)
+    return entry != pygit2.ffi.NULL and bool(entry.flags_extended & SKIP_WORKTREE)
 
 
 def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: str | None,

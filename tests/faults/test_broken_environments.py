@@ -123,13 +123,17 @@ def test_a_garbage_index_db_is_rebuilt(setup, hive, list_json):
 
 def test_a_damaged_checkout_index_is_reported_and_repaired(setup, hive, git, list_json):
     repo, ids = setup
-    _garbage(".git/worktrees/hive-state/index")(repo)
+    archived = hive("create", "finished", cwd=repo).stdout.strip()
+    hive("cancel", archived, cwd=repo)   # in the archive, which .hive/ does not check out
+    admin = (repo / ".hive" / ".git").read_text().split("gitdir:", 1)[1].strip()
+    _garbage(str(Path(admin, "index").relative_to(repo)))(repo)
     created = hive("create", "third", cwd=repo, check=False)
     assert created.returncode == 0 and "doctor --fix" in created.stderr and "Traceback" not in created.stderr
     checked = hive("doctor", cwd=repo, check=False)
     assert checked.returncode == 1 and "git index" in checked.stdout and "is damaged" in checked.stdout
     fixed = hive("doctor", "--fix", cwd=repo, check=False)
     assert "rebuilt the damaged git index of .hive/" in fixed.stdout and "Traceback" not in fixed.stderr
-    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
-    assert len(list_json(cwd=repo)) == 3
+    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""   # the archive marked skip-worktree again
+    assert not (repo / ".hive" / "issues" / "archive").exists()
+    assert len(list_json(cwd=repo)) == 4
     assert (repo / ".hive" / "issues" / f"{created.stdout.strip()}.md").is_file()
