@@ -112,6 +112,6 @@ def recover(store: "StateStore") -> Trace | None:
 def lost_message(paths: git.RepoPaths) -> str:
     """What to tell a person when `hive/state` is gone and nothing names a commit to recover."""
     return (f"{git.STATE_BRANCH} is missing and no stored commit of it was found; git hive will not "
-            f"start an empty one over your issues. They may still be in {paths.state_checkout} "
-            f"(copy it away), a remote's {git.STATE_BRANCH} (`git fetch`), or `git fsck --lost-found`; "
+            f"start an empty one over your issues. The live ones may still be in {paths.state_checkout} "
+            f"(copy it away; the finished ones are not checked out there), a remote's {git.STATE_BRANCH} (`git fetch`), or `git fsck --lost-found`; "
             f"to start afresh, remove {paths.state_checkout} and {paths.hive_dir}, then `git hive init`")
