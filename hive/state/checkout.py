@@ -348,7 +348,10 @@ class Checkout:
                         _stage_left_out(git_index, path, str(git_index[path].id))
                 except (pygit2.GitError, ValueError):
                     continue
-            self._write_git_index(git_index)
+            try:
+                self._write_git_index(git_index)
+            except pygit2.GitError:
+                pass   # git at work in .hive/ (its index locked): `git hive doctor --fix` marks them later
 
     def _write_git_index(self, git_index: "pygit2.Index") -> None:
         git_dir = self._git_dir()
