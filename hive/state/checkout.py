@@ -659,15 +659,8 @@ class Checkout:
         return state
 
     def _archived_on_disk(self) -> list[str]:
-        if leads_outside(self.root, layout.ARCHIVE_DIR):
-            return []
-        found = []
-        for dirpath, _, filenames in os.walk(self.root / layout.ARCHIVE_DIR):   # symlinked folders: not entered
-            for name in filenames:
-                full = os.path.join(dirpath, name)
-                if name.endswith(".md") and not name.startswith(".") and not os.path.islink(full):
-                    found.append(os.path.relpath(full, self.root))
-        return sorted(found)
+        """The archived issue files in `.hive/`, found as every scan finds files (no symlink entered)."""
+        return sorted(path for path in self._scan(full=True) if layout.is_archived(path) and path.endswith(".md"))
 
 
 # More changed paths than this in one refresh (a pull of a large queue, `init` in a fresh clone):
