@@ -11,34 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
-from contextlib import contextmanager
-from typing import Iterator
-
-
-@contextmanager
-def reaped_by_pidfds(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
-    """Within: the exit of an asyncio subprocess is an event of `loop` (a pidfd), as it is by
-    default from Python 3.12. Python 3.11 starts a thread per subprocess to wait for it: ~1 ms
-    of CPU for every agent started. Left as it is where pidfds are not available."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        yield
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:
-        yield
-        return
-    previous = asyncio.get_child_watcher()
-    watcher = asyncio.PidfdChildWatcher()
-    watcher.attach_loop(loop)
-    asyncio.set_child_watcher(watcher)
-    try:
-        yield
-    finally:
-        asyncio.set_child_watcher(previous)
-        watcher.close()
 
 
 def killpg(pgid: int, sig: int) -> bool:

@@ -23,7 +23,6 @@ from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
 from hive.backends.base import BUSY, EXITED, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend, Event, Usage
-from hive.backends.processes import reaped_by_pidfds
 from hive.config import Config
 from hive.errors import HiveError
 from hive.initialize import record_target_branch
@@ -131,8 +130,7 @@ class Daemon:
     async def run(self) -> int:
         self._event_loop = asyncio.get_running_loop()
         try:
-            with reaped_by_pidfds(self._event_loop):
-                return await self._run()
+            return await self._run()
         finally:
             self._event_loop = None
 

@@ -276,8 +276,9 @@ class CodexBackend(SessionBackend):
         dropped = len(s.queue)
         s.queue.clear()
         proc = s.proc
-        if s.turn_active and not s.turn_id and (proc is None or not proc.alive()):
-            # sent while the app-server (re)starts: it ends here, and is never started
+        if s.turn_active and not s.turn_id and (s.lock.locked() or proc is None or not proc.alive()):
+            # sent while the app-server (re)starts (the new one may be up, not yet ready): it
+            # ends here, and is never started
             await self._finish_turn(s, TurnResult(ok=False, error="aborted"))
         elif s.turn_active and proc is not None and proc.alive():
             s.aborting = True
