@@ -541,6 +541,29 @@ def test_a_malformed_tree_object_is_refused_not_misread(project):
             Folder.parse(broken)
 
 
+def test_a_tree_s_raw_records_tile_it_and_are_parsed_once_per_id(project):
+    from hive.state import raw_trees
+    from hive.state.trees import Folder
+
+    store = project.store
+    tree = str(store.snapshot().tree.id)
+    raw = store.repo.odb.read(tree)[1]
+    records = raw_trees.records(store.repo.odb, tree)
+    assert records == Folder.parse(raw).entries and b"".join(records) == raw
+
+    class Unreadable:
+        def read(self, oid: str) -> tuple[int, bytes]:
+            raise KeyError(oid)
+
+    assert raw_trees.records(Unreadable(), tree) is records        # kept: an id names one content
+    blob = str(store.repo.create_blob(b"not a tree"))
+    with pytest.raises(raw_trees.NotATree):
+        raw_trees.records(store.repo.odb, blob)
+    garbled = str(store.repo.odb.write(2, raw[:-3]))   # pygit2 writes any bytes as a tree object
+    with pytest.raises(raw_trees.MalformedTree):
+        raw_trees.records(store.repo.odb, garbled)
+
+
 def test_walk_changes_names_every_changed_file_as_git_diff_does(project, git, repo):
     """The tree walk behind every catch-up (index, `.hive/`, sync, plans) against git's own diff."""
     import pygit2

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hive.errors import HiveError
-from hive.state import halves, layout
+from hive.state import halves, layout, raw_trees
 from hive.state.issue_file import MAX_ISSUE_BYTES, MAX_TOML_DEPTH, is_valid_id, toml_depth
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ PLAN_FILE = "PLAN.md"
 KEEP_FILE = ".gitkeep"
 COMMIT, TREE, BLOB = 1, 2, 3   # git's object types (pygit2.enums.ObjectType): pygit2 not imported here
 
-_ENTRY = re.compile(rb"([0-9]+) ([^\0]*)\0(.{20})", re.DOTALL)
 _SHARD = re.compile(r"[0-9a-z]{2}\Z")
 _MODE_NAMES = {b"120000": "a symlink", b"160000": "a gitlink (submodule)", b"100755": "an executable file",
                b"100664": "a group-writable file mode"}
@@ -117,39 +116,40 @@ def check_tree(repo: "pygit2.Repository", tree: str, trusted: str | None = None,
     _check_depths(repo, budget)
 
 
-def _entries(repo: "pygit2.Repository", path: str, tree: str) -> list[tuple[bytes, bytes, bytes]]:
-    """(mode, name, raw id) of each entry of a tree object, parsed strictly."""
+def _records(repo: "pygit2.Repository", path: str, tree: str) -> list[bytes]:
+    """The entry records of a tree object (`raw_trees`), parsed strictly."""
     try:
-        kind, raw = repo.odb.read(tree)
+        return raw_trees.records(repo.odb, tree)
+    except raw_trees.MalformedTree:
+        raise TreeRefused(path, "a malformed tree object") from None
+    except raw_trees.NotATree:
+        raise TreeRefused(path, "a folder entry that is not a tree object") from None
     except Exception:  # noqa: BLE001 - pygit2's errors: missing or unreadable
         raise TreeRefused(path, "a folder whose tree object is missing") from None
-    if kind != TREE:
-        raise TreeRefused(path, "a folder entry that is not a tree object")
-    found = _ENTRY.findall(raw)
-    if sum(len(mode) + len(name) + 22 for mode, name, _ in found) != len(raw):
-        raise TreeRefused(path, "a malformed tree object")
-    return found
 
 
 def _check_folder(repo: "pygit2.Repository", folder: str, tree: str, trusted: str | None,
                   budget: _Budget) -> None:
     if tree == trusted:
         return
-    entries = _entries(repo, folder, tree)
-    known = {name: (mode, oid) for mode, name, oid in _entries(repo, folder, trusted)} if trusted else {}
+    entries = _records(repo, folder, tree)
     budget.entries += len(entries)
     if budget.entries > MAX_ENTRIES:
         raise TreeRefused(folder, f"more than {MAX_ENTRIES} entries")
-    for mode, raw_name, raw_id in entries:
-        if known.get(raw_name) == (mode, raw_id):
-            continue   # adopted before
+    changed, replaced = entries, {}
+    if trusted:   # only the entries not adopted before are looked at
+        before = set(_records(repo, folder, trusted))
+        changed = [record for record in entries if record not in before]
+        replaced = {name: (mode, raw_id) for mode, name, raw_id in map(raw_trees.split, before.difference(entries))}
+    for record in changed:
+        mode, raw_name, raw_id = raw_trees.split(record)
         name = _check_name(folder, raw_name)
         path = folder + name
         kind = _check_mode(path, mode)
         _check_place(folder, name, kind)
         oid = raw_id.hex()
         if kind == "tree":
-            was = known.get(raw_name)
+            was = replaced.get(raw_name)
             sub_trusted = was[1].hex() if was is not None and was[0] == TREE_MODE else None
             _check_folder(repo, path + "/", oid, sub_trusted, budget)
         else:

@@ -314,6 +314,30 @@ def test_a_hostile_state_moved_by_git_itself_is_taken_back(repo: Path, shared: S
     assert "refused hive/state" in cli("doctor", cwd=repo, check=False).stdout
 
 
+def _garbled_tree(raw: Raw) -> str:
+    """A tree object whose bytes do not parse as entries (an id cut short)."""
+    return raw._git("hash-object", "-w", "--literally", "-t", "tree", "--stdin",
+                    data=b"100644 hv-gar001.md\0" + bytes.fromhex(raw.blob(issue()))[:7])
+
+
+@pytest.mark.parametrize("folder, rule", [
+    (_garbled_tree, "a malformed tree object"),
+    (lambda raw: raw.blob(b"not a tree\n"), "a folder entry that is not a tree object")])
+def test_a_folder_no_fetch_could_bring_is_refused_too(repo: Path, git, cli, new_issue,
+                                                       folder: Callable[[Raw], str], rule: str) -> None:
+    """git itself refuses to send these (it cannot pack them), but the object store is not hive's
+    alone: a tree of hive/state made locally with them is refused, naming the folder."""
+    new_issue("an ordinary issue")
+    raw = Raw(repo)
+    before = raw._git("rev-parse", "hive/state")
+    tree = raw.put(raw._git("rev-parse", "hive/state^{tree}"), [b"issues", b"archive"], TREE, folder(raw))
+    commit = raw.commit(tree, before)
+    git("update-ref", "refs/heads/hive/state", commit, cwd=repo)
+    listed = cli("list", cwd=repo)
+    assert f"refused hive/state at {commit[:12]}: issues/archive/: {rule}" in listed.stderr
+    assert raw._git("rev-parse", "hive/state") == before
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_after_every_case_plan_and_run_still_work_and_run_nothing(repo: Path, shared: Shared, attack: Attack,
