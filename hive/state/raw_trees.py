@@ -43,13 +43,19 @@ def records(odb: Any, tree: str) -> list[bytes]:
     kind, raw = odb.read(tree)
     if kind != TREE:
         raise NotATree("an object that is not a tree")
-    found = RECORD.findall(raw)
-    if sum(map(len, found)) != len(raw):      # the matches did not tile the object
-        raise MalformedTree("a malformed tree object")
+    found = parse(raw)
     with _lock:
         _kept[tree] = found
         while len(_kept) > KEPT:
             _kept.popitem(last=False)
+    return found
+
+
+def parse(raw: bytes) -> list[bytes]:
+    """The entry records of a tree object's bytes, a new list; MalformedTree unless they tile it."""
+    found = RECORD.findall(raw)
+    if sum(map(len, found)) != len(raw):      # the matches did not tile the object
+        raise MalformedTree("a malformed tree object")
     return found
 
 
