@@ -76,6 +76,7 @@ SECONDARY_INDEXES = {
     # the ready query scans only open, unassigned issues in queue order
     "issues_ready": READY_INDEX,
 }
+BULK_CACHE_KIB = 64 * 1024    # SQLite's page cache while rows are taken in bulk
 BULK_ROWS = 1000    # more new rows than this into an empty issues table: the indexes are made afterwards
 WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole graph first
 INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"
@@ -181,6 +182,21 @@ def parse_notes(data: bytes, path: str) -> tuple[list[dict[str, Any]], list[Prob
         })
     return notes, problems
 
+
+
+@dataclass
+class Graph:
+    """The dependency graph of what an empty index was just given: each issue's path and blockers."""
+
+    paths: dict[str, str]
+    blockers: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> "Graph":
+        blockers: dict[str, list[str]] = {}
+        for issue_id, blocker in dict.fromkeys(deps):   # an id twice (live and archived): its edges once
+            blockers.setdefault(issue_id, []).append(blocker)
+        return cls({row[0]: row[1] for row in rows}, blockers)   # the later row, as the bulk insert keeps
 
 class Index:
     """The query index of one repository's `hive/state`."""
@@ -397,11 +413,14 @@ class Index:
         # made each catch-up (every claim) cost ~1 s.
         touched = sorted({i for i in (layout.issue_id_of(c[0]) for c in changes) if i})
         old_blockers: dict[str, set[str]] = {}
-        for row in db.execute("SELECT issue_id, blocker_id FROM deps WHERE issue_id IN "
-                              "(SELECT value FROM json_each(?))", (json.dumps(touched),)):
-            old_blockers.setdefault(row[0], set()).add(row[1])
-        reported = {row[0] for row in db.execute("SELECT path FROM problems")}
-        shape_before = self._shape(touched)
+        reported: set[str] = set()
+        shape_before: dict[str, tuple[int, list[str]]] = {}
+        if not empty:   # an empty index has none of these
+            for row in db.execute("SELECT issue_id, blocker_id FROM deps WHERE issue_id IN "
+                                  "(SELECT value FROM json_each(?))", (json.dumps(touched),)):
+                old_blockers.setdefault(row[0], set()).add(row[1])
+            reported = {row[0] for row in db.execute("SELECT path FROM problems")}
+            shape_before = self._shape(touched)
         walk_ids: set[str] = set()
         parsed = _parse_all(repo, changes, blobs)
         # Deletions first, so an issue moved into the archive is not deleted after being re-added.
@@ -436,11 +455,14 @@ class Index:
                     db.executemany(
                         "INSERT INTO notes (file, line, issue, category, content, agent, at) "
                         "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
+        bulk = bool(empty) and len(rows) > BULK_ROWS
         if rows:
-            self._store_rows(rows, deps, changed_ids, bulk=bool(empty) and len(rows) > BULK_ROWS)
-        if self._shape(touched) != shape_before:
+            self._store_rows(rows, deps, changed_ids, bulk=bulk)
+        if bulk or self._shape(touched) != shape_before:
             self.refresh_ranks()
-        problems.extend(self._graph_problems(changed_ids, walk_ids, repo))
+        # indexed whole into an empty index: the graph is what was just parsed, no need to read it back
+        graph = Graph.of(rows, deps) if bulk else None
+        problems.extend(self._graph_problems(changed_ids, walk_ids, repo, graph))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                        (problem.path, problem.location, problem.message))
@@ -469,11 +491,16 @@ class Index:
         for name in SECONDARY_INDEXES:
             db.execute(f"DROP INDEX IF EXISTS {name}")
         rows.sort(key=lambda row: row[0])
-        # an id twice (an issue file both live and archived): the later one, as the upsert keeps
-        db.executemany(INSERT_ISSUE.replace("INSERT", "INSERT OR REPLACE", 1), rows)
-        db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", sorted(deps))
-        for create in SECONDARY_INDEXES.values():
-            db.execute(create)
+        cache_pages = db.execute("PRAGMA cache_size").fetchone()[0]
+        db.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")   # the new pages stay in memory until the commit
+        try:
+            # an id twice (an issue file both live and archived): the later one, as the upsert keeps
+            db.executemany(INSERT_ISSUE.replace("INSERT", "INSERT OR REPLACE", 1), rows)
+            db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", sorted(deps))
+            for create in SECONDARY_INDEXES.values():
+                db.execute(create)
+        finally:
+            db.execute(f"PRAGMA cache_size={int(cache_pages)}")
 
     def _shape(self, ids: list[str]) -> dict[str, tuple[int, list[str]]]:
         """What of `ids` the ranks depend on: each waiting issue's weight and blockers."""
@@ -510,22 +537,28 @@ class Index:
         return f"{path}:{line}"
 
     def _graph_problems(self, changed_ids: set[str], walk_ids: set[str] | None = None,
-                        repo: "pygit2.Repository | None" = None) -> list[Problem]:
-        """Unknown blockers and cycles reachable from the changed issues (kept, but reported)."""
+                        repo: "pygit2.Repository | None" = None, graph: "Graph | None" = None) -> list[Problem]:
+        """Unknown blockers and cycles reachable from the changed issues (kept, but reported);
+        `graph`: the whole indexed graph, when it is known without reading it."""
         from hive.state.validate import find_cycle   # only when catching up: `list` never needs it
 
         if not changed_ids:
             return []
         problems = []
-        unknown = self.db.execute(
-            "SELECT d.issue_id, d.blocker_id, i.path FROM deps d JOIN issues i ON i.id = d.issue_id "
-            "LEFT JOIN issues b ON b.id = d.blocker_id WHERE b.id IS NULL AND d.issue_id IN "
-            "(SELECT value FROM json_each(?))", (json.dumps(sorted(changed_ids)),)).fetchall()
-        for row in unknown:
-            problems.append(Problem(row["path"], self._depends_on_at(repo, row["path"]),
-                                    f"{row['issue_id']} depends on unknown issue {row['blocker_id']}"))
+        if graph is not None:
+            unknown = [(issue_id, blocker, graph.paths[issue_id]) for issue_id, blockers in graph.blockers.items()
+                       if issue_id in changed_ids for blocker in blockers if blocker not in graph.paths]
+        else:
+            unknown = self.db.execute(
+                "SELECT d.issue_id, d.blocker_id, i.path FROM deps d JOIN issues i ON i.id = d.issue_id "
+                "LEFT JOIN issues b ON b.id = d.blocker_id WHERE b.id IS NULL AND d.issue_id IN "
+                "(SELECT value FROM json_each(?))", (json.dumps(sorted(changed_ids)),)).fetchall()
+        for issue_id, blocker, path in unknown:
+            problems.append(Problem(path, self._depends_on_at(repo, path),
+                                    f"{issue_id} depends on unknown issue {blocker}"))
         starts = changed_ids if walk_ids is None else walk_ids
-        cycle = find_cycle(starts, self._blockers_lookup(len(starts)))
+        lookup = (lambda issue_id: graph.blockers.get(issue_id, ())) if graph is not None else None
+        cycle = find_cycle(starts, lookup or self._blockers_lookup(len(starts)))
         if cycle:
             path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
             problems.append(Problem(path, self._depends_on_at(repo, path), "dependency cycle: " + " -> ".join(cycle)))
