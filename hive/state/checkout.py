@@ -542,8 +542,6 @@ class Checkout:
         the tip with the skip-worktree bit. True when so done; False for a checked-out file (by
         `check_out` or an older hive: recorded) or a person's own, which follow the branch like
         any other file."""
-        import pygit2
-
         where = f"{self.root}/{path}"
         # (one call: the way there is looked at only if a file is there; a name this file system
         # cannot hold is not there either)
