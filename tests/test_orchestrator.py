@@ -226,6 +226,25 @@ def test_the_checkout_follows_the_branch_when_the_daemon_ends(repo: Path, projec
         assert not (repo / ".hive" / "issues" / f"{issue_id}.md").exists()
 
 
+def test_what_stops_the_daemon_unexpectedly_is_kept_in_its_log_with_where(repo: Path, project, monkeypatch):
+    """The person sees one line (`git hive: ...`); daemon.log keeps the traceback for whoever
+    looks into it."""
+    from hive.orchestrator.assemble import build_daemon
+    from hive.orchestrator import daemon as daemon_module
+    from hive.orchestrator.logfile import log_path
+
+    def vanished(self: Any) -> None:
+        raise FileNotFoundError(2, "No such file or directory", str(repo / ".git" / "worktrees" / "hv-gone01"))
+
+    monkeypatch.setattr(daemon_module.Daemon, "_refresh_state", vanished)
+    daemon = build_daemon(project, backend="scripted", max_agents=1, until_idle=True, log=lambda _: None)
+    with pytest.raises(FileNotFoundError):
+        asyncio.run(asyncio.wait_for(daemon.run(), RUN_TIMEOUT))
+    logged = log_path(project.paths.hive_dir).read_text()
+    assert "daemon stopped by FileNotFoundError: [Errno 2] No such file or directory" in logged
+    assert "Traceback (most recent call last)" in logged and "in vanished" in logged
+
+
 def test_the_checkout_shows_a_claim_while_the_agent_works(repo: Path, project, new_issue, tmp_path: Path,
                                                           monkeypatch):
     """The daemon's own commits wake nothing (they are no news to it), yet `.hive/` shows each of

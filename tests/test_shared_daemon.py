@@ -72,8 +72,16 @@ class Daemons:
         assert code == 0, f"the daemon exited {code}\n{self.logs()}"
 
     def logs(self) -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}"
-                         for _, _, log in self.started if log.exists())
+        """Each daemon's output, and where an unexpected stop came from (its daemon.log)."""
+        parts = []
+        for _, clone, log in self.started:
+            if log.exists():
+                parts.append(f"--- {log.name}\n{log.read_text(errors='replace')[-6000:]}")
+            kept = clone / ".git" / "hive" / "daemon.log"
+            text = kept.read_text(errors="replace") if kept.exists() else ""
+            if "daemon stopped by" in text:
+                parts.append(f"--- {clone.name}/.git/hive/daemon.log\n{text[text.rindex('daemon stopped by'):][:4000]}")
+        return "\n".join(parts)
 
     def cleanup(self) -> None:
         for proc, _, _ in self.started:

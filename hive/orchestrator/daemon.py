@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import time
+import traceback
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -131,6 +132,13 @@ class Daemon:
         self._event_loop = asyncio.get_running_loop()
         try:
             return await self._run()
+        except (HiveError, asyncio.CancelledError, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            # what stops the daemon unexpectedly: the person sees one line; daemon.log keeps where
+            self._log_file.write(f"{time.strftime('%H:%M:%S')} daemon stopped by {type(exc).__name__}: {exc}\n"
+                                 + "".join(traceback.format_exception(exc)).rstrip())
+            raise
         finally:
             self._event_loop = None
 
