@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,36 @@ def test_the_queens_jail_writes_only_its_plan_directory(repo: Path, tmp_path: Pa
     assert done.stderr.count("Read-only file system") == 3, done.stderr
     assert "SECRET-SSH-KEY" not in done.stdout and "No such file" in done.stderr
     assert not (paths.hive_dir / "pwned").exists()
+
+
+def test_jail_cgroups_left_over_are_removed_by_a_later_jail_and_busy_ones_kept(monkeypatch) -> None:
+    """A hive killed mid-run, or a jail released while its last process was still leaving, leaves
+    an empty cgroup behind; the next jail made removes the old empty ones, never a busy one."""
+    from hive.jail import limits
+
+    probe = limits.ProcessCap.make(8)
+    if probe.cgroup is None:
+        pytest.skip("no pids cgroup hive may make here (not root, or not delegated)")
+    parent = probe.cgroup.parent
+    probe.release()
+    left = parent / f"{limits.PREFIX}leftover0001"
+    busy = parent / f"{limits.PREFIX}busy00000001"
+    left.mkdir()
+    busy.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (busy / "cgroup.procs").write_text(str(sleeper.pid))
+        an_hour_ago = time.time() - 3600                     # both old (other jails made now are not)
+        for group in (left, busy):
+            os.utime(group, (an_hour_ago, an_hour_ago))
+        monkeypatch.setattr(limits, "_last_sweep", {})
+        cap = limits.ProcessCap.make(8)
+        cap.release()
+        assert not left.exists()
+        assert busy.exists() and str(sleeper.pid) in (busy / "cgroup.procs").read_text()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for group in (left, busy):
+            if group.exists():
+                group.rmdir()

@@ -9,11 +9,15 @@ hierarchy), made per jailed command and removed when it has ended.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "hive-jail-"
+STALE_SECONDS = 60.0   # a jail's first process joins its cgroup at once: one this old and empty is left over
+_last_sweep: dict[Path, float] = {}
 # $1 the process bound, $2 the cgroup.procs to join ("" for none), then the command; a lower
 # limit already in force stays (only root may raise one)
 ENTER = ('n=$1; procs=$2; shift 2; '
@@ -59,7 +63,8 @@ class ProcessCap:
     def make(cls, max_processes: int) -> ProcessCap:
         if os.geteuid() == 0:
             for parent in _own_cgroup_dirs():
-                group = parent / f"hive-jail-{uuid.uuid4().hex[:12]}"
+                _sweep(parent)
+                group = parent / f"{PREFIX}{uuid.uuid4().hex[:12]}"
                 try:
                     group.mkdir()
                     (group / "pids.max").write_text(str(max_processes))
@@ -86,6 +91,28 @@ class ProcessCap:
         """Remove the cgroup once nothing runs in it (hive killed the jail's processes first)."""
         if self.cgroup is not None:
             _remove(self.cgroup)
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the jail cgroups left in `parent` (at most once a minute): by a hive that was
+    killed, or released while the jail's last process was still leaving (the cgroup was busy).
+    Only old ones are tried, and the kernel removes only an empty one."""
+    now = time.monotonic()
+    if now - _last_sweep.get(parent, -STALE_SECONDS) < STALE_SECONDS:
+        return
+    _last_sweep[parent] = now
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    oldest = time.time() - STALE_SECONDS
+    for entry in entries:
+        try:
+            if entry.name.startswith(PREFIX) and entry.is_dir(follow_symlinks=False) and \
+                    entry.stat(follow_symlinks=False).st_mtime < oldest:
+                os.rmdir(entry.path)
+        except OSError:
+            pass   # busy (processes in it), or gone meanwhile
 
 
 def _remove(group: Path) -> None:
