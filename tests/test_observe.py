@@ -49,9 +49,10 @@ def test_status_shows_each_agent_its_cost_the_run_and_why_issues_need_a_person(
     log = tmp_path / "daemon.log"
     daemon = start_daemon(repo, env, "--until-idle", "--max-agents", "2", log=log)
     try:
-        data = wait_for(lambda: (d := status_json(hive, repo)) and d["agents"] and d["agents"][0]["tokens"]
+        # the escalation is committed before the hopeless issue's agent has ended: wait for both
+        data = wait_for(lambda: (d := status_json(hive, repo)) and len(d["agents"]) == 1 and d["agents"][0]["tokens"]
                         and any(a["issue"] == hopeless for a in d["needs_attention"]) and d,
-                        "the slow agent to spend and the hopeless issue to escalate", timeout=60)
+                        "the slow agent to spend, the hopeless issue to escalate and its agent to end", timeout=60)
         [agent] = data["agents"]
         assert (agent["issue"], agent["title"], agent["role"]) == (slow, "Work slowly", "worker")
         assert agent["tokens"] == 550 and agent["cost_usd"] == 0.05 and agent["age_seconds"] >= 0
