@@ -300,3 +300,23 @@ def test_jail_cgroups_left_over_are_removed_by_a_later_jail_and_busy_ones_kept(m
         for group in (left, busy):
             if group.exists():
                 group.rmdir()
+
+
+def test_a_worktree_jail_never_makes_again_the_git_admin_folder_of_a_removed_worktree(tmp_path: Path, git) -> None:
+    """Removed meanwhile (another machine took the issue): building its jail fails; it does not
+    leave a half admin folder that git would take for a broken worktree."""
+    import shutil
+
+    from hive import git as hive_git
+    from hive.jail import roles
+
+    root = tmp_path / "repo"
+    git("init", "-q", "-b", "main", str(root), cwd=tmp_path)
+    git("commit", "-q", "--allow-empty", "-m", "initial", cwd=root)
+    worktree = root / ".git" / "hive" / "worktrees" / "hv-gone01"
+    git("worktree", "add", "-q", "--detach", str(worktree), cwd=root)
+    admin = root / ".git" / "worktrees" / "hv-gone01"
+    shutil.rmtree(admin)
+    with pytest.raises(FileNotFoundError):
+        roles.worktree_jail(hive_git.discover(root), worktree)
+    assert not admin.exists()

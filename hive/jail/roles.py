@@ -82,7 +82,10 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
         writable.append(str(admin))
         frozen += [str(admin / "gitdir"), str(admin / "commondir"), str(admin / "config.worktree")]
         objects = git.private_objects(paths.common_dir, admin.name)
-        (objects / "pack").mkdir(parents=True, exist_ok=True)
+        # not parents=True: an admin folder removed meanwhile (the worktree with it) is not made
+        # again half, as a folder git would take for a broken worktree
+        objects.mkdir(exist_ok=True)
+        (objects / "pack").mkdir(exist_ok=True)
         env += [("GIT_OBJECT_DIRECTORY", str(objects)),
                 ("GIT_ALTERNATE_OBJECT_DIRECTORIES", str(paths.common_dir / "objects"))]
     return JailSpec(writable=tuple(writable), readable=(str(paths.common_dir), *_system_readable()),
