@@ -85,7 +85,7 @@ class AgentProcess:
         return self._popen.returncode
 
     def alive(self) -> bool:
-        return self.returncode is None
+        return self.returncode is None and not self.stdout_done.is_set()
 
     # -- stdin -------------------------------------------------------------------------------------
     async def write_json(self, obj: dict[str, Any]) -> None:

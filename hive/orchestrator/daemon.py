@@ -132,9 +132,9 @@ class Daemon:
         self._event_loop = asyncio.get_running_loop()
         try:
             return await self._run()
-        except (HiveError, asyncio.CancelledError, KeyboardInterrupt):
+        except HiveError:
             raise
-        except BaseException as exc:
+        except Exception as exc:
             # what stops the daemon unexpectedly: the person sees one line; daemon.log keeps where
             self._log_file.write(f"{time.strftime('%H:%M:%S')} daemon stopped by {type(exc).__name__}: {exc}\n"
                                  + "".join(traceback.format_exception(exc)).rstrip())

@@ -183,7 +183,6 @@ def parse_notes(data: bytes, path: str) -> tuple[list[dict[str, Any]], list[Prob
     return notes, problems
 
 
-
 @dataclass
 class Graph:
     """The dependency graph of what an empty index was just given: each issue's path and blockers."""
@@ -197,6 +196,7 @@ class Graph:
         for issue_id, blocker in dict.fromkeys(deps):   # an id twice (live and archived): its edges once
             blockers.setdefault(issue_id, []).append(blocker)
         return cls({row[0]: row[1] for row in rows}, blockers)   # the later row, as the bulk insert keeps
+
 
 class Index:
     """The query index of one repository's `hive/state`."""
@@ -557,8 +557,8 @@ class Index:
             problems.append(Problem(path, self._depends_on_at(repo, path),
                                     f"{issue_id} depends on unknown issue {blocker}"))
         starts = changed_ids if walk_ids is None else walk_ids
-        lookup = (lambda issue_id: graph.blockers.get(issue_id, ())) if graph is not None else None
-        cycle = find_cycle(starts, lookup or self._blockers_lookup(len(starts)))
+        cycle = find_cycle(starts, self._blockers_lookup(len(starts)) if graph is None
+                           else lambda issue_id: graph.blockers.get(issue_id, ()))
         if cycle:
             path = self.db.execute("SELECT path FROM issues WHERE id = ?", (cycle[0],)).fetchone()[0]
             problems.append(Problem(path, self._depends_on_at(repo, path), "dependency cycle: " + " -> ".join(cycle)))
