@@ -176,11 +176,13 @@ METHOD = """## How it is measured
 - **Watch**: a real `git-hive watch` subprocess; an issue file in `.hive/` is rewritten in place
   and the index database is polled every 2 ms until it shows the new title; 0.2–0.35 s between
   edits; the last edit is also checked in `git-hive list --json`.
-- **Intake** (`bench/intake.py`): `hive/state` moved by `git update-ref` from a skeleton state to
-  the full generated one (as a `git pull` of a shared queue or `init` in a fresh clone does), then
-  the next real `git-hive list --json` is timed: trust check, `.hive/` checkout of every file,
-  index catch-up of every issue, the listing. Between runs the ref goes back to the skeleton and
-  an untimed `list` empties the checkout and the index.
+- **Intake** (`bench/intake.py`): each run in a fresh clone of the generated repository, its
+  `hive/state` at a skeleton state when `git-hive init` runs there; then `git update-ref` moves it
+  to the full generated one (as a `git pull` of a shared queue or `init` in a fresh clone does),
+  and the next real `git-hive list --json` is timed: trust check, index catch-up of every issue
+  (in a child process) beside the `.hive/` checkout of every live file, the listing. The clones
+  are deleted only after every run: on this journal-less ext4, files created within minutes of
+  many deletions cost up to ~1 ms each (the kernel steps over each recently deleted inode).
 - **Schedule** (`bench/schedule.py`): a simulation of the daemon's claim loop (a free agent claims
   the first ready issue; it is `done` after its duration) over a real `Index`: the real
   `READY_SQL` with the ranks recomputed by the real `Index.refresh_ranks` after each `done`,

@@ -219,6 +219,11 @@ def repository(path: Path | str) -> "pygit2.Repository":
     return repo
 
 
+def forget_repositories() -> None:
+    """Drop this thread's opened repositories (a forked child opens its own)."""
+    _opened.__dict__.pop("repositories", None)
+
+
 def read_ref(common_dir: Path, name: str) -> str | None:
     """The object id a ref points to, read from loose refs or packed-refs; None if absent."""
     try:

@@ -15,7 +15,7 @@ from hive import git
 from hive.errors import HiveError
 from hive.state import issue_file, layout, lost
 from hive.state.checkout import Absorbed, Checkout, Committed, Edit
-from hive.state.index import Index, Problem
+from hive.state.index import Adopting, Index, Problem
 
 if TYPE_CHECKING:
     from hive.config import Config
@@ -30,6 +30,7 @@ class Project:
         # Who brings `.hive/` up to date after this process's writes: None, each write itself; a
         # daemon sets a function that schedules its own refresh, batched (see after_write).
         self.defer_checkout: Callable[[], None] | None = None
+        self._adopting: Adopting | None = None   # a tip being indexed beside a sync's refresh
 
     @classmethod
     def open(cls, where: Path | str | None = None, *, require_init: bool = True) -> "Project":
@@ -76,12 +77,21 @@ class Project:
         Returns the problems (invalid files) found; they are also printed as warnings.
         """
         # first what moved the branch from outside: adopted, or refused and taken back, before
-        # an edit is committed on it or the checkout follows it
-        problems = self.update_index()
-        edit_problems = self.absorb(full=full, only=only).problems
-        if refresh:
-            self.checkout.refresh()
-        problems += self.update_index()
+        # an edit is committed on it or the checkout follows it. A big move (a pull of a large
+        # queue) is indexed by a child process while `.hive/` follows it here.
+        adopting = self._adopting = self.index.adopt() if refresh else None
+        try:
+            problems = self.update_index() if adopting is None else []
+            edit_problems = self.absorb(full=full, only=only).problems
+            if refresh:
+                self.checkout.refresh()
+            if adopting is not None:
+                problems += adopting.problems()
+            problems += self.update_index()
+        finally:
+            self._adopting = None
+            if adopting is not None:
+                adopting.close()
         known = {p.location for p in problems}
         for exc in edit_problems:
             where = exc.where or ""
@@ -103,6 +113,7 @@ class Project:
         # command with nothing to absorb never needs
         from hive.state.edits import commit_edit
 
+        self.update_index()   # the edit is checked against the branch as indexed
         committed = commit_edit(self.store, self.index, edit)
         self.update_index()
         issue_id = layout.issue_id_of(edit.path)
@@ -130,6 +141,8 @@ class Project:
 
     def _adopted_tip(self) -> str | None:
         """The newest commit of `hive/state` that passed the trust check: what `.hive/` follows."""
+        if self._adopting is not None:
+            return self._adopting.tip
         self.update_index()
         return self.index.indexed_commit or None
 
@@ -146,7 +159,11 @@ class Project:
 
     def update_index(self) -> list[Problem]:
         """Catch the index up with `hive/state` (from this process's last write when that is all
-        that happened since: no tree walk then)."""
+        that happened since: no tree walk then). A tip being adopted beside is waited for first
+        (its problems are the sync's to report)."""
+        if self._adopting is not None:
+            self._adopting.problems()
+            self._adopting = None   # indexed: what `.hive/` follows is the index's again
         store = self.__dict__.get("store")   # not opened just for this: pygit2 costs to import
         return self.index.ensure_current(store.changes_between if store is not None else None)
 

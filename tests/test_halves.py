@@ -81,3 +81,28 @@ def test_an_error_here_ends_the_child_and_is_raised(few):
     with pytest.raises(ValueError, match="bad item"):
         halves.map_halves(fails_here, range(10))
     assert not children()
+
+
+def where_am_i() -> int:
+    return os.getpid()
+
+
+def test_beside_computes_in_a_child_while_the_caller_goes_on(few):
+    with halves.Beside(where_am_i) as child:
+        assert len(children()) == 1                      # running now, not when asked
+        assert child.result() not in (os.getpid(), None)
+    assert not children()
+    assert halves.Beside(where_am_i, fork=False).result() == os.getpid()   # not worth a process
+
+
+def test_beside_redoes_here_what_a_failed_child_did_not_send(few):
+    PARENT[0] = os.getpid()
+    dies = halves.Beside(lambda: dies_in_the_child(7))
+    assert dies.result() == (49, os.getpid())
+    assert not children()
+
+
+def test_leaving_beside_without_its_result_ends_the_child(few):
+    with halves.Beside(lambda: [os.pause() for _ in iter(int, 1)]):   # a child that never ends
+        assert len(children()) == 1
+    assert not children()

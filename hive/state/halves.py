@@ -1,25 +1,26 @@
-"""CPU-bound work over many items, split between this process and one forked child.
+"""Work done in a forked child while this process does its own: two cores used where one
+interpreter would use one.
 
 A rebuild, or a queue taken in whole, parses every issue file: pure Python that one interpreter
 runs on one core. `map_halves` gives the second half of the items to a child made by `fork` (it
-inherits them, nothing is sent), does the first half itself meanwhile, and reads the child's
-results back through a pipe (pickled). The child only computes: it touches no file, database or
-lock and leaves by `os._exit`.
+inherits them, nothing is sent) and does the first half itself meanwhile. `Beside` runs any one
+function in a child while the caller goes on (taking a big queue in indexes it there while
+`.hive/` is written here). Results come back through a pipe, pickled.
 
-It forks only where that is safe and worth it: enough items, two cores or more, and this process
-running one thread (a fork copies only the calling thread; a lock another thread held would stay
-held in the child). Anything wrong with the child (killed, crashed, garbled results) costs only
-time: its half is then done here.
+It forks only where that is safe and worth it: two cores or more, and this process running one
+thread (a fork copies only the calling thread; a lock another thread held would stay held in the
+child). The child leaves by `os._exit`: nothing of the parent's (buffers, atexit handlers, open
+transactions) is flushed or closed twice. Anything wrong with the child (killed, crashed, garbled
+results) costs only time: its work is then done here.
 """
 
 from __future__ import annotations
 
 import gc
 import os
-import pickle
 import signal
 import threading
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -30,52 +31,99 @@ MIN_ITEMS = 4000   # fewer: the fork and the transfer cost more than the half th
 def map_halves(fn: Callable[[Item], Result], items: Sequence[Item]) -> list[Result]:
     """`[fn(item) for item in items]`, in that order, the second half computed in a child when
     there are MIN_ITEMS or more."""
-    if len(items) < max(MIN_ITEMS, 2) or not _may_fork():
+    if len(items) < max(MIN_ITEMS, 2) or not may_fork():
         return [fn(item) for item in items]
     half = len(items) // 2
-    read_end, write_end = os.pipe()
-    # Objects made before the fork are left out of garbage collection until the child has ended:
-    # a full collection writes to every object it visits, and each page written is copied (in
-    # the parent, in the child) — in a big process that cost more than the half saved.
-    gc.freeze()
-    pid = os.fork()
-    if pid == 0:   # the child: never returns into the caller's code
+    with Beside(lambda: [fn(item) for item in items[half:]]) as theirs:
+        mine = [fn(item) for item in items[:half]]
+        return mine + theirs.result()
+
+
+class Beside(Generic[Result]):
+    """`fn()` computed by a forked child from now on; `result()` waits for it and returns its
+    value. Where no fork may be made (or `fork=False`: not worth one), or when the child fails,
+    `result()` calls `fn()` here. Used as a context manager: leaving the block without the result
+    ends the child (killed)."""
+
+    def __init__(self, fn: Callable[[], Result], *, fork: bool = True):
+        self._fn = fn
+        self._pid = 0
+        self._read_end = -1
+        self._frozen = False
+        if fork and may_fork():
+            self._fork()
+
+    def _fork(self) -> None:
+        read_end, write_end = os.pipe()
+        # Objects made before the fork are left out of garbage collection until the child has
+        # ended: a full collection writes to every object it visits, and each page written is
+        # copied (in the parent, in the child) — in a big process that cost more than it saved.
+        gc.freeze()
+        self._frozen = True
         try:
+            pid = os.fork()
+        except OSError:   # no memory or processes left for a child: all of it is done here
             os.close(read_end)
-            payload = pickle.dumps([fn(item) for item in items[half:]], protocol=pickle.HIGHEST_PROTOCOL)
-            with os.fdopen(write_end, "wb") as out:
-                out.write(payload)
-        except BaseException:   # noqa: BLE001 - whatever happens here, the parent redoes the half
-            os._exit(1)
-        os._exit(0)
-    os.close(write_end)
-    try:
-        results = [fn(item) for item in items[:half]]
-        with os.fdopen(read_end, "rb") as pipe:
-            read_end = -1
-            payload = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        theirs = _unpickled(payload) if os.waitstatus_to_exitcode(status) == 0 else None
-        if theirs is None or len(theirs) != len(items) - half:
-            theirs = [fn(item) for item in items[half:]]
-        return results + theirs
-    finally:
-        if read_end >= 0:
-            os.close(read_end)
-        if pid:   # interrupted (Ctrl-C, an exception of fn here): the child goes too
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        gc.unfreeze()
+            os.close(write_end)
+            self.close()
+            return
+        if pid == 0:   # the child: never returns into the caller's code
+            try:
+                import pickle
+
+                os.close(read_end)
+                payload = pickle.dumps((True, self._fn()), protocol=pickle.HIGHEST_PROTOCOL)
+                with os.fdopen(write_end, "wb") as out:
+                    out.write(payload)
+            except BaseException:   # noqa: BLE001 - whatever happens here, the parent redoes it
+                os._exit(1)
+            os._exit(0)
+        os.close(write_end)
+        self._pid, self._read_end = pid, read_end
+
+    def result(self) -> Result:
+        if not self._pid:
+            return self._fn()
+        try:
+            with os.fdopen(self._read_end, "rb") as pipe:
+                self._read_end = -1
+                payload = pipe.read()
+            _, status = os.waitpid(self._pid, 0)
+            self._pid = 0
+        finally:
+            self.close()
+        found = _unpickled(payload) if os.waitstatus_to_exitcode(status) == 0 else None
+        return found[1] if found is not None else self._fn()
+
+    def close(self) -> None:
+        """End the child if it still runs (interrupted: Ctrl-C, an exception here)."""
+        if self._read_end >= 0:
+            os.close(self._read_end)
+            self._read_end = -1
+        if self._pid:
+            os.kill(self._pid, signal.SIGKILL)
+            os.waitpid(self._pid, 0)
+            self._pid = 0
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
+
+    def __enter__(self) -> "Beside[Result]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _may_fork() -> bool:
+def may_fork() -> bool:
     return hasattr(os, "fork") and (os.cpu_count() or 1) >= 2 and threading.active_count() == 1
 
 
-def _unpickled(payload: bytes) -> list | None:
+def _unpickled(payload: bytes) -> tuple[bool, object] | None:
+    import pickle
+
     try:
         found = pickle.loads(payload)
     except Exception:   # noqa: BLE001 - a child killed mid-write: a truncated pickle
         return None
-    return found if isinstance(found, list) else None
+    return found if isinstance(found, tuple) and len(found) == 2 and found[0] is True else None

@@ -80,6 +80,7 @@ BULK_CACHE_KIB = 64 * 1024    # SQLite's page cache while rows are taken in bulk
 BULK_ROWS = 1000    # more new rows than this into an empty issues table: the indexes are made afterwards
 WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole graph first
 INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"
+ASIDE_FILES = 2000   # issue files to index from which taking a tip in gets a process of its own
 WAITING = f"status NOT IN ({', '.join(repr(s) for s in SATISFIED)})"
 
 
@@ -91,6 +92,36 @@ class Problem:
 
     def __str__(self) -> str:
         return f"{self.location}: {self.message}"
+
+
+@dataclass
+class Checked:
+    """A tip of `hive/state` that passed the trust check against `base`, the commit indexed then,
+    and the issue files the check read (by blob id): its catch-up need not check it again."""
+    base: str
+    tip: str
+    blobs: dict[str, bytes]
+
+
+class Adopting:
+    """A checked tip being indexed, by a forked child when it brings many issue files (see
+    `Index.adopt`): what `.hive/` may follow meanwhile, and the problems once it is indexed."""
+
+    def __init__(self, tip: str, work: "halves.Beside[list[Problem]]"):
+        self.tip = tip
+        self._work = work
+        self._problems: list[Problem] | None = None
+
+    def problems(self) -> list[Problem]:
+        """Wait until the index holds the tip; its problems (the same list on every call)."""
+        if self._problems is None:
+            self._problems = self._work.result()
+        return self._problems
+
+    def close(self) -> None:
+        """Stop the child if the index was not waited for (interrupted): its transaction is
+        rolled back, the next command indexes the tip again."""
+        self._work.close()
 
 
 def row_to_issue(row: sqlite3.Row) -> Issue:
@@ -324,7 +355,34 @@ class Index:
         """Index the tip from scratch (in place: other processes may have the file open)."""
         return self.catch_up(git.read_ref(self.paths.common_dir, git.STATE_REF) or "", full=True)
 
-    def catch_up(self, tip: str, *, full: bool = False, own_changes: "OwnChanges | None" = None) -> list[Problem]:
+    def adopt(self) -> Adopting | None:
+        """What other writers moved `hive/state` to, trust-checked here and indexed beside the
+        caller's own work: a big queue taken in (a pull, a fresh clone's init) is indexed by a
+        forked child while the caller writes `.hive/` (`Adopting.tip` is what it may follow).
+        None when the tip is the indexed commit, when it is refused (`ensure_current` takes it
+        back and says why), or where no child may be forked (`ensure_current` does it all)."""
+        tip = git.read_ref(self.paths.common_dir, git.STATE_REF) or ""
+        indexed = self.indexed_commit
+        if not tip or tip == indexed or not halves.may_fork():
+            return None
+        blobs: dict[str, bytes] = {}
+        try:
+            trust.check_commit(git.repository(self.paths.common_dir), tip, indexed or None,
+                               source=git.STATE_BRANCH, read=blobs)
+        except trust.Untrusted:
+            return None
+        checked = Checked(indexed, tip, blobs)
+        if len(blobs) < ASIDE_FILES:   # not worth a process: indexed here, when waited for
+            return Adopting(tip, halves.Beside(lambda: self.catch_up(tip, checked=checked), fork=False))
+        self.close()   # no SQLite connection is carried across the fork: the child opens its own
+        return Adopting(tip, halves.Beside(lambda: self._catch_up_in_child(tip, checked)))
+
+    def _catch_up_in_child(self, tip: str, checked: Checked) -> list[Problem]:
+        git.forget_repositories()   # libgit2's handles are the parent's: the child opens its own
+        return self.catch_up(tip, checked=checked)
+
+    def catch_up(self, tip: str, *, full: bool = False, own_changes: "OwnChanges | None" = None,
+                 checked: Checked | None = None) -> list[Problem]:
         repo = git.repository(self.paths.common_dir)
         db = self.db
         db.execute("BEGIN IMMEDIATE")
@@ -335,13 +393,16 @@ class Index:
                 return []
             changes = own_changes(indexed, tip) if own_changes is not None else None
             blobs: dict[str, bytes] = {}
-            if changes is None:
+            if changes is None and checked is not None and (checked.base, checked.tip) == (indexed, tip):
+                blobs = checked.blobs
+            elif changes is None:
                 refused = self._refuse_untrusted(repo, indexed, tip, blobs)
                 if refused is not None:
                     db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                                (refused.path, refused.location, refused.message))
                     db.execute("COMMIT")
                     return [refused]
+            if changes is None:
                 db.execute("DELETE FROM problems WHERE path = ?", (REFUSED,))
                 changes = self._changes_since(repo, db, indexed, tip)
             problems = self._apply(repo, changes, blobs)

@@ -1,0 +1,124 @@
+"""A big queue that arrives by plain git (a pull, a fresh clone's init): the next command takes
+it in with both cores — the index is made by a forked child (`Index.adopt`) while `.hive/` is
+written here — and nothing changes in what it takes in: the same files, rows and problems as a
+catch-up in one process, a person's edit in `.hive/` committed on top."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hive.state import halves, index as index_module
+
+QUEUE = 12
+INVALID = ["issues/hv-new005.md", "issues/hv-new006.md"]   # broken; blocked by the broken one
+
+
+@pytest.fixture
+def arrived(repo: Path, project: Any, git, issue_text, monkeypatch) -> dict[str, Any]:
+    """`hive/state` moved by `update-ref` from a state of one issue to one of QUEUE more (a
+    chain, one invalid), `.hive/` still at the first; taking in 2 files or more goes beside."""
+    monkeypatch.setattr(halves, "MIN_ITEMS", 10**9)          # one process for the parse itself
+    monkeypatch.setattr(index_module, "ASIDE_FILES", 2)
+    issues = repo / ".hive" / "issues"
+    (issues / "hv-old001.md").write_text(issue_text("Here before"), encoding="utf-8")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "one issue", cwd=repo / ".hive")
+    before = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    ids = [f"hv-new{k:03d}" for k in range(QUEUE)]
+    for k, issue_id in enumerate(ids):
+        text = issue_text(f"Arrived {k}", depends_on=ids[k - 1:k])
+        (issues / f"{issue_id}.md").write_text(text if k != 5 else "+++\ntitle = \"broken\n+++\n", encoding="utf-8")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "a big queue", cwd=repo / ".hive")
+    after = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    files = {p.name: p.read_bytes() for p in issues.glob("*.md")}
+    project.sync(warn=False)                                   # the checkout follows it ...
+    git("update-ref", "refs/heads/hive/state", before, cwd=repo)   # ... back, then forward again
+    project.sync(warn=False)
+    assert sorted(p.name for p in issues.glob("*.md")) == ["hv-old001.md"]
+    git("update-ref", "refs/heads/hive/state", after, cwd=repo)
+    return {"ids": ids, "files": files, "tip": after}
+
+
+def children() -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        found |= {int(pid) for pid in (task / "children").read_text().split()}
+    return found
+
+
+def taken_in(project: Any, repo: Path, git) -> tuple:
+    rows = sorted(map(tuple, project.index.db.execute("SELECT id, title, status, blob FROM issues")))
+    files = {p.name: p.read_bytes() for p in (repo / ".hive" / "issues").glob("*.md")}
+    status = git("status", "--porcelain", cwd=repo / ".hive").stdout
+    return rows, files, status, [i.id for i in project.index.ready()]
+
+
+def test_the_index_is_made_in_a_child_while_hive_is_written_here(repo, project, git, arrived, monkeypatch, tmp_path):
+    seen = tmp_path / "seen"
+    last = repo / ".hive" / "issues" / f"{arrived['ids'][-1]}.md"
+    real = index_module.Index._catch_up_in_child
+
+    def in_child(self, tip, checked):
+        # waits for the parent to write `.hive/`: only a refresh made meanwhile lets it go on
+        deadline = time.monotonic() + 20
+        while not last.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.write_text(f"{os.getpid()} {last.exists()}")
+        return real(self, tip, checked)
+
+    monkeypatch.setattr(index_module.Index, "_catch_up_in_child", in_child)
+    problems = project.sync(warn=False)
+    pid, overlapped = seen.read_text().split()
+    assert int(pid) != os.getpid() and overlapped == "True", "the index was not made beside the refresh"
+    assert not children()
+    assert [p.path for p in problems] == INVALID                        # reported once
+    rows, files, status, ready = taken_in(project, repo, git)
+    assert files == arrived["files"] and status == ""
+    assert {r[0] for r in rows} == {"hv-old001", *arrived["ids"]} - {"hv-new005"}
+    assert set(ready) == {"hv-old001", "hv-new000"}                   # the rest wait on the chain
+    assert project.index.indexed_commit == arrived["tip"]
+
+
+def test_a_child_that_dies_costs_only_time(repo, project, git, arrived, monkeypatch):
+    parent = os.getpid()
+    real = index_module.Index.catch_up
+
+    def dies_in_child(self, *args, **kwargs):
+        if os.getpid() != parent:
+            os._exit(9)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(index_module.Index, "catch_up", dies_in_child)
+    problems = project.sync(warn=False)
+    assert [p.path for p in problems] == INVALID
+    rows, files, status, _ = taken_in(project, repo, git)
+    assert files == arrived["files"] and status == "" and len(rows) == QUEUE
+    assert project.index.indexed_commit == arrived["tip"] and not children()
+
+
+def test_the_same_is_taken_in_as_by_one_process(repo, project, git, arrived, monkeypatch):
+    beside = (project.sync(warn=False), taken_in(project, repo, git))
+    project.checkout.reset_records()
+    git("update-ref", "refs/heads/hive/state", arrived["tip"] + "^", cwd=repo)
+    project.sync(warn=False)
+    git("update-ref", "refs/heads/hive/state", arrived["tip"], cwd=repo)
+    monkeypatch.setattr(halves, "may_fork", lambda: False)
+    here = (project.sync(warn=False), taken_in(project, repo, git))
+    assert here == beside
+
+
+def test_a_persons_edit_in_hive_is_committed_on_top_of_the_queue(repo, project, git, arrived, issue_text):
+    (repo / ".hive" / "issues" / "hv-old001.md").write_text(issue_text("Edited meanwhile"), encoding="utf-8")
+    project.sync(warn=False)
+    assert project.index.get("hv-old001").title == "Edited meanwhile"
+    assert git("rev-parse", "hive/state^", cwd=repo).stdout.strip() == arrived["tip"]
+    rows, files, status, _ = taken_in(project, repo, git)
+    assert len(rows) == QUEUE and status == ""
+    assert {name: data for name, data in files.items() if name != "hv-old001.md"} == \
+        {name: data for name, data in arrived["files"].items() if name != "hv-old001.md"}
