@@ -52,6 +52,8 @@ from hive.state.layout import leads_outside
 from hive.state.issue_file import MAX_ISSUE_BYTES
 
 if TYPE_CHECKING:
+    import hashlib
+
     import pygit2
 
     from hive.state.store import Snapshot, StateStore
@@ -62,6 +64,16 @@ def _hashlib() -> ModuleType:
     import hashlib
 
     return hashlib
+
+
+def _blake2b(data: bytes, digest_size: int) -> "hashlib._Hash":
+    """hashlib's blake2b from its own module: every `git hive list` hashes its scan, and hashlib
+    loads OpenSSL to start (~3 ms); CPython always has `_blake2`, hashlib's fallback only."""
+    try:
+        from _blake2 import blake2b
+    except ImportError:
+        from hashlib import blake2b
+    return blake2b(data, digest_size=digest_size)
 
 
 def blob_id(data: bytes) -> str:
@@ -764,7 +776,7 @@ def _fingerprint(on_disk: dict[str, os.stat_result]) -> str:
     scan's that found every file as recorded, the checkout holds no edit (whatever changes a
     record forgets that scan; a folder listed in another order only costs a file-by-file look)."""
     stats = array.array("q", [n for st in on_disk.values() for n in (st.st_mtime_ns, st.st_size, st.st_ino)])
-    digest = _hashlib().blake2b("\0".join(on_disk).encode(), digest_size=20)
+    digest = _blake2b("\0".join(on_disk).encode(), digest_size=20)
     digest.update(stats.tobytes())
     return digest.hexdigest()
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from functools import cache
+from typing import Any, Callable
 
 # A basic string without escapes: no quote, no backslash, no control character but tab (TOML).
 _PLAIN = r'"[^"\\\x00-\x08\x0a-\x1f\x7f]*"'
@@ -32,9 +33,8 @@ _LINE = rf"([A-Za-z0-9_-]+) = (?:{_STRING_VALUE}|{_INTEGER_VALUE}|{_TIME_VALUE}|
 _UNGROUPED = _LINE.replace("(", "(?:").replace("(?:?:", "(?:")
 # The whole front matter checked in one call, then its lines' values taken in one more: a Python
 # step per line cost most of the time (~30 µs a file, 3 s of a 100k rebuild).
-_WHOLE = re.compile(rf"{_UNGROUPED}(?:\n{_UNGROUPED})*").fullmatch
-_LINES = re.compile(_LINE + r"(?:\n|\Z)").findall
-_ITEMS = re.compile(_PLAIN).findall
+_WHOLE = rf"{_UNGROUPED}(?:\n{_UNGROUPED})*"
+_LINES = _LINE + r"(?:\n|\Z)"
 
 
 def _time(text: str) -> datetime:
@@ -45,21 +45,30 @@ def _time(text: str) -> datetime:
 
 # The very layout `issue_file.render` writes for an issue without extra keys, matched at once:
 # the values go straight into the dict, no step per line (~3× faster than the general way).
-_RENDERED = re.compile(
+_RENDERED = (
     rf"title = {_STRING_VALUE}\nstatus = {_STRING_VALUE}\npriority = {_INTEGER_VALUE}\n"
     rf"type = {_STRING_VALUE}\n(?:parent = {_STRING_VALUE}\n)?depends_on = {_ARRAY_VALUE}\n"
     rf"labels = {_ARRAY_VALUE}\nassignee = {_STRING_VALUE}\ncreated = {_TIME_VALUE}\nupdated = {_TIME_VALUE}"
-).fullmatch
+)
+
+
+@cache
+def _matchers() -> tuple[Callable[[str], re.Match[str] | None], Callable[[str], re.Match[str] | None],
+                         Callable[[str], list[Any]], Callable[[str], list[str]]]:
+    """The regexes, compiled when first used (~2 ms): a command whose index is current parses no file."""
+    return (re.compile(_RENDERED).fullmatch, re.compile(_WHOLE).fullmatch, re.compile(_LINES).findall,
+            re.compile(_PLAIN).findall)
 
 
 def read(front: str) -> dict[str, Any] | None:
     """The front matter as tomllib would read it, if it has only the shapes hive writes; else None."""
-    rendered = _RENDERED(front)
+    rendered_layout, whole, lines_of, items_of = _matchers()
+    rendered = rendered_layout(front)
     if rendered is not None:
-        return _read_rendered(rendered.groups())
-    if not front or _WHOLE(front) is None:
+        return _read_rendered(rendered.groups(), items_of)
+    if not front or whole(front) is None:
         return None
-    lines = _LINES(front)
+    lines = lines_of(front)
     result: dict[str, Any] = {}
     for key, string, integer, time, array in lines:
         if integer:
@@ -70,7 +79,7 @@ def read(front: str) -> dict[str, Any] | None:
             except ValueError:
                 return None       # not a real date (month 13, hour 25, second 60...): tomllib's to judge
         elif array:
-            result[key] = [item[1:-1] for item in _ITEMS(array)]
+            result[key] = [item[1:-1] for item in items_of(array)]
         else:
             result[key] = string
     if len(result) != len(lines):
@@ -78,7 +87,7 @@ def read(front: str) -> dict[str, Any] | None:
     return result
 
 
-def _read_rendered(values: tuple[str | None, ...]) -> dict[str, Any] | None:
+def _read_rendered(values: tuple[str | None, ...], items_of: Callable[[str], list[str]]) -> dict[str, Any] | None:
     title, status, priority, kind, parent, depends_on, labels, assignee, created, updated = values
     try:
         created_at, updated_at = _time(created), _time(updated)   # type: ignore[arg-type]
@@ -87,8 +96,8 @@ def _read_rendered(values: tuple[str | None, ...]) -> dict[str, Any] | None:
     result: dict[str, Any] = {"title": title, "status": status, "priority": int(priority), "type": kind}   # type: ignore[arg-type]
     if parent is not None:
         result["parent"] = parent
-    result["depends_on"] = [item[1:-1] for item in _ITEMS(depends_on)] if depends_on != "[]" else []   # type: ignore[arg-type]
-    result["labels"] = [item[1:-1] for item in _ITEMS(labels)] if labels != "[]" else []   # type: ignore[arg-type]
+    result["depends_on"] = [item[1:-1] for item in items_of(depends_on)] if depends_on != "[]" else []   # type: ignore[arg-type]
+    result["labels"] = [item[1:-1] for item in items_of(labels)] if labels != "[]" else []   # type: ignore[arg-type]
     result["assignee"] = assignee
     result["created"] = created_at
     result["updated"] = updated_at

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from hive import git
 from hive.errors import BadInput
 from hive.sqlite import connect
-from hive.state import halves, issue_file, layout, ranks, trust
+from hive.state import halves, issue_file, layout
 from hive.state.issue_file import Issue
 
 if TYPE_CHECKING:
@@ -158,6 +158,18 @@ def _json_text(values: list[str]) -> str:
 def _ids_json(ids: list[str]) -> str:
     """json.dumps of a list of valid issue ids (letters, digits, `-`: nothing to escape)."""
     return '["' + '", "'.join(ids) + '"]' if ids else "[]"
+
+
+def _untrusted(repo: "pygit2.Repository", indexed: str, tip: str, blobs: dict[str, bytes]) -> str | None:
+    """Why `tip` is refused (`trust.check_commit` against the indexed commit), or None; `blobs`
+    gets the issue files the check read."""
+    from hive.state import trust   # a command whose index is current never checks a tree
+
+    try:
+        trust.check_commit(repo, tip, indexed or None, source=git.STATE_BRANCH, read=blobs)
+    except trust.Untrusted as exc:
+        return str(exc)
+    return None
 
 
 def parse_blob(data: bytes, path: str) -> Issue:
@@ -366,10 +378,7 @@ class Index:
         if not tip or tip == indexed or not halves.may_fork():
             return None
         blobs: dict[str, bytes] = {}
-        try:
-            trust.check_commit(git.repository(self.paths.common_dir), tip, indexed or None,
-                               source=git.STATE_BRANCH, read=blobs)
-        except trust.Untrusted:
+        if _untrusted(git.repository(self.paths.common_dir), indexed, tip, blobs) is not None:
             return None
         checked = Checked(indexed, tip, blobs)
         if len(blobs) < ASIDE_FILES:   # not worth a process: indexed here, when waited for
@@ -427,16 +436,13 @@ class Index:
         adopted (when it still points at the refused one), and nothing of it is read further.
         `blobs` gets the issue files the check read (by blob id): the index parses those bytes,
         not a second read of each."""
-        if not tip:
+        refusal = _untrusted(repo, indexed, tip, blobs) if tip else None
+        if refusal is None:
             return None
-        try:
-            trust.check_commit(repo, tip, indexed or None, source=git.STATE_BRANCH, read=blobs)
-        except trust.Untrusted as exc:
-            if indexed:
-                git.run(["update-ref", "-m", f"hive: refused {tip[:12]}", git.STATE_REF, indexed, tip],
-                        self.paths.worktree, check=False)
-            return Problem(REFUSED, REFUSED, str(exc))
-        return None
+        if indexed:
+            git.run(["update-ref", "-m", f"hive: refused {tip[:12]}", git.STATE_REF, indexed, tip],
+                    self.paths.worktree, check=False)
+        return Problem(REFUSED, REFUSED, refusal)
 
     def _changes_since(self, repo: "pygit2.Repository", db: sqlite3.Connection, indexed: str,
                        tip: str) -> list[tuple[str, str | None, str | None]]:
@@ -578,6 +584,8 @@ class Index:
     def refresh_ranks(self) -> None:
         """Recompute the work waiting behind every waiting issue (`ranks.compute`) and store
         what changed: the queue's order among equal priorities."""
+        from hive.state import ranks   # only when the waiting graph changed
+
         db = self.db
         stored = {row[0]: (row[1], row[2], 0 if row[3] == "epic" else 1) for row in db.execute(
             f"SELECT id, chain, dependents, type FROM issues WHERE {WAITING}")}
