@@ -489,6 +489,8 @@ class Index:
             reported = {row[0] for row in db.execute("SELECT path FROM problems")}
             shape_before = self._shape(touched)
         walk_ids: set[str] = set()
+        notes_files: list[str] = []
+        notes: list[dict[str, Any]] = []
         parsed = _parse_all(repo, changes, blobs)
         # Deletions first, so an issue moved into the archive is not deleted after being re-added.
         for path, old, new in sorted(changes, key=lambda c: c[2] is not None):
@@ -514,14 +516,13 @@ class Index:
                 if set(blockers) != old_blockers.get(issue_id, set()) or path in reported:
                     walk_ids.add(issue_id)
             elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
-                db.execute("DELETE FROM notes WHERE file = ?", (path,))
-                db.execute("DELETE FROM problems WHERE path = ?", (path,))
+                notes_files.append(path)
                 if new is not None:
-                    notes, note_problems = parse_notes(repo[new].data, path)
+                    lines, note_problems = parse_notes(repo[new].data, path)
                     problems.extend(note_problems[:1])
-                    db.executemany(
-                        "INSERT INTO notes (file, line, issue, category, content, agent, at) "
-                        "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
+                    notes.extend(lines)
+        if notes_files:
+            self._store_notes(notes_files, notes)
         bulk = bool(empty) and len(rows) > BULK_ROWS
         if rows:
             self._store_rows(rows, deps, changed_ids, bulk=bulk)
@@ -568,6 +569,16 @@ class Index:
                 db.execute(create)
         finally:
             db.execute(f"PRAGMA cache_size={int(cache_pages)}")
+
+    def _store_notes(self, files: list[str], notes: list[dict[str, Any]]) -> None:
+        """The lines of changed notes files in place of what the index had of them: three
+        statements for all (one per file cost ~0.4 ms each, most of a rebuild's notes)."""
+        db = self.db
+        listed = json.dumps(files)
+        db.execute("DELETE FROM notes WHERE file IN (SELECT value FROM json_each(?))", (listed,))
+        db.execute("DELETE FROM problems WHERE path IN (SELECT value FROM json_each(?))", (listed,))
+        db.executemany("INSERT INTO notes (file, line, issue, category, content, agent, at) "
+                       "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
 
     def _shape(self, ids: list[str]) -> dict[str, tuple[int, list[str]]]:
         """What of `ids` the ranks depend on: each waiting issue's weight and blockers."""
