@@ -141,8 +141,8 @@ class Project:
 
     def _adopted_tip(self) -> str | None:
         """The newest commit of `hive/state` that passed the trust check: what `.hive/` follows."""
-        if self._adopting is not None:
-            return self._adopting.tip
+        if self._adopting is not None and self.store_tip() == self._adopting.tip:
+            return self._adopting.tip   # checked, being indexed; if the branch moved on, the index decides
         self.update_index()
         return self.index.indexed_commit or None
 

@@ -122,3 +122,33 @@ def test_a_persons_edit_in_hive_is_committed_on_top_of_the_queue(repo, project, 
     assert len(rows) == QUEUE and status == ""
     assert {name: data for name, data in files.items() if name != "hv-old001.md"} == \
         {name: data for name, data in arrived["files"].items() if name != "hv-old001.md"}
+
+
+def test_hive_never_goes_back_to_a_tip_another_writer_moved_past(repo, project, git, new_issue, monkeypatch):
+    """The tip checked at a sync's start is what `.hive/` follows only while the branch still
+    points at it: another writer's newer commit (and its refresh of `.hive/`) made meanwhile is
+    never undone by this sync's refresh."""
+    from hive import issues
+    from hive.project import Project
+    from hive.state.checkout import Checkout
+
+    issue_id = new_issue("Watched")
+    path = repo / ".hive" / "issues" / f"{issue_id}.md"
+    path.write_text(path.read_text(encoding="utf-8").replace("Watched", "Committed by plain git"), encoding="utf-8")
+    git("commit", "-qam", "a person's plain commit", cwd=repo / ".hive")     # moved from outside
+    other = Project.open(repo)
+    real_absorb = Checkout.absorb
+
+    def absorb_while_another_writes(self, *args, **kwargs):
+        if project._adopting is not None:   # between this sync's check and its refresh
+            issues.update(other, issue_id, {"title": "Written by another process"})
+        return real_absorb(self, *args, **kwargs)
+
+    monkeypatch.setattr(Checkout, "absorb", absorb_while_another_writes)
+    project.sync(warn=False)
+    tip = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    assert project.checkout.commit == tip
+    assert path.read_bytes() == git("show", f"hive/state:issues/{issue_id}.md", cwd=repo).stdout.encode()
+    assert 'title = "Written by another process"' in path.read_text(encoding="utf-8")
+    assert project.index.get(issue_id).title == "Written by another process"
+    other.close()
