@@ -90,6 +90,7 @@ class Record:
 
 RACY_NS = 2_000_000_000   # younger than this (1 s timestamps exist, e.g. on network file systems)
 RACY_MTIME = -1
+STORE_RECORD = "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)"
 CLEAN_SCAN = "clean_scan"   # meta key: the `_fingerprint` of the last scan that found no edit
 
 
@@ -139,7 +140,7 @@ class Checkout:
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
         self._git_index = None   # the checkout's git index, read at most once per scan
-        self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh
+        self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh or a scan
 
     @property
     def exists(self) -> bool:
@@ -192,9 +193,20 @@ class Checkout:
             if self._pending is not None:
                 self._pending.append(row)
             else:
-                self.db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", row)
+                self.db.execute(STORE_RECORD, row)
         except FileNotFoundError:
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
+
+    def _store_records(self, rows: list[tuple[str, str, int, int]]) -> None:
+        """Records batched by `_pending`, in one statement (in a transaction of their own unless
+        one is open)."""
+        if not rows:
+            return
+        if self.db.in_transaction:
+            self.db.executemany(STORE_RECORD, rows)
+            return
+        with transaction(self.db):
+            self.db.executemany(STORE_RECORD, rows)
 
     @property
     def commit(self) -> str:
@@ -295,6 +307,35 @@ class Checkout:
         if fingerprint and fingerprint == self._meta(CLEAN_SCAN):
             return []
         records = self._records(only)
+        # the records taken on the way wait for the end: one statement for all (after a queue
+        # is taken in, each of its young files is looked at again, ~60 µs a statement)
+        self._pending = []
+        try:
+            edits, unchanged = self._edits_among(on_disk, records)
+        finally:
+            pending, self._pending = self._pending, None
+            self._store_records(pending)
+        scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
+        gone: list[str] = []
+        for path, record in records.items():
+            if path in on_disk:
+                continue
+            in_scope = only is not None or path == layout.CONTEXT_FILE or (
+                path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
+            if in_scope and not (self.root / path).exists():
+                if layout.is_archived(path):
+                    gone.append(path)   # not checked out any more: no deletion of the issue
+                else:
+                    edits.append(Edit(path, None, record.blob))
+        if gone:
+            self._leave_out(gone)
+        if fingerprint and not edits and unchanged == len(on_disk):
+            self._set_meta(CLEAN_SCAN, fingerprint)
+        return edits
+
+    def _edits_among(self, on_disk: dict[str, os.stat_result], records: dict[str, Record]) -> tuple[list[Edit], int]:
+        """The edits among the files found (their stat is not the one recorded), and how many
+        files were found as recorded."""
         edits: list[Edit] = []
         tip = None
         unchanged = 0
@@ -328,23 +369,7 @@ class Checkout:
                 continue  # staged by git itself (a merge or pull finishing, or a person's commit to come)
             base = record.blob if record else staged or tip_oid
             edits.append(Edit(path, data, base, st))
-        scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
-        gone: list[str] = []
-        for path, record in records.items():
-            if path in on_disk:
-                continue
-            in_scope = only is not None or path == layout.CONTEXT_FILE or (
-                path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
-            if in_scope and not (self.root / path).exists():
-                if layout.is_archived(path):
-                    gone.append(path)   # not checked out any more: no deletion of the issue
-                else:
-                    edits.append(Edit(path, None, record.blob))
-        if gone:
-            self._leave_out(gone)
-        if fingerprint and not edits and unchanged == len(on_disk):
-            self._set_meta(CLEAN_SCAN, fingerprint)
-        return edits
+        return edits, unchanged
 
     def _leave_out(self, paths: list[str]) -> None:
         """Archived files a person removed from `.hive/`: no longer checked out (their git index
@@ -488,7 +513,7 @@ class Checkout:
                 for path, old_oid, new_oid in changes:
                     record = records.get(path)
                     self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
-                self.db.executemany("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", self._pending)
+                self._store_records(self._pending)
             finally:
                 self._pending = None
             self._write_git_index(follow.git_index)
