@@ -1,7 +1,8 @@
 """A big queue that arrives by plain git (a pull, a fresh clone's init): the next command takes
 it in with both cores — the index is made by a forked child (`Index.adopt`) while `.hive/` is
 written here — and nothing changes in what it takes in: the same files, rows and problems as a
-catch-up in one process, a person's edit in `.hive/` committed on top."""
+catch-up in one process, a person's edit in `.hive/` committed on top. And what `.hive/` follows
+when another process writes meanwhile: never a tip older than the one it was brought to."""
 
 from __future__ import annotations
 
@@ -151,4 +152,31 @@ def test_hive_never_goes_back_to_a_tip_another_writer_moved_past(repo, project, 
     assert path.read_bytes() == git("show", f"hive/state:issues/{issue_id}.md", cwd=repo).stdout.encode()
     assert 'title = "Written by another process"' in path.read_text(encoding="utf-8")
     assert project.index.get(issue_id).title == "Written by another process"
+    other.close()
+
+
+def test_a_refresh_that_waited_for_the_lock_reads_again_what_to_follow(repo, project, git, new_issue, monkeypatch):
+    """Between reading the tip to follow and taking the checkout's lock, another process may
+    commit and bring `.hive/` to its newer tip: the refresh then follows what is adopted now."""
+    from hive import issues
+    from hive.project import Project
+
+    issue_id = new_issue("Watched")
+    path = repo / ".hive" / "issues" / f"{issue_id}.md"
+    path.write_text(path.read_text(encoding="utf-8").replace("Watched", "Committed by plain git"), encoding="utf-8")
+    git("commit", "-qam", "a person's plain commit", cwd=repo / ".hive")
+    project.index.ensure_current()
+    other = Project.open(repo)
+    real_locked = project.checkout.locked
+    writes = []
+
+    def locked():
+        if not writes:   # the other process gets the lock first
+            writes.append(issues.update(other, issue_id, {"title": "Written by another process"}))
+        return real_locked()
+
+    monkeypatch.setattr(project.checkout, "locked", locked)
+    project.checkout.refresh()
+    assert writes and project.checkout.commit == git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    assert 'title = "Written by another process"' in path.read_text(encoding="utf-8")
     other.close()

@@ -489,9 +489,16 @@ class Checkout:
         if not self.exists:
             return
         tip = self._adopted()
-        if not tip or tip == self.commit:
+        seen = self.commit
+        if not tip or tip == seen:
             return
         with self.locked():
+            if self.commit != seen:
+                # another process brought the checkout to a tip meanwhile, maybe a newer one
+                # than this read: what to follow is read again, never followed backwards
+                tip = self._adopted()
+                if not tip:
+                    return
             self._refresh_locked(tip)
 
     def _refresh_locked(self, adopted: str) -> None:
