@@ -180,3 +180,26 @@ def test_a_refresh_that_waited_for_the_lock_reads_again_what_to_follow(repo, pro
     assert writes and project.checkout.commit == git("rev-parse", "hive/state", cwd=repo).stdout.strip()
     assert 'title = "Written by another process"' in path.read_text(encoding="utf-8")
     other.close()
+
+
+def test_a_hostile_big_queue_is_refused_before_a_child_or_hive_sees_it(repo, project, git, issue_text, monkeypatch):
+    """The tip is trust-checked before anything is forked or written: a queue big enough to be
+    indexed beside, with a symlink among its files, is refused and taken back as any other."""
+    monkeypatch.setattr(index_module, "ASIDE_FILES", 2)
+    forks: list[int] = []
+    monkeypatch.setattr(halves.Beside, "_fork", lambda self: forks.append(1))
+    issues = repo / ".hive" / "issues"
+    before = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    for k in range(QUEUE):
+        (issues / f"hv-bad{k:03d}.md").write_text(issue_text(f"Hostile {k}"), encoding="utf-8")
+    os.symlink("/etc/passwd", issues / "hv-evil01.md")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "a hostile queue", cwd=repo / ".hive")
+    hostile = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    git("reset", "-q", "--hard", before, cwd=repo / ".hive")
+    git("update-ref", "refs/heads/hive/state", hostile, cwd=repo)
+    problems = project.sync(warn=False)
+    assert [p.path for p in problems] == [index_module.REFUSED] and forks == []
+    assert git("rev-parse", "hive/state", cwd=repo).stdout.strip() == before
+    assert project.checkout.commit == before and not list(issues.glob("hv-bad*.md"))
+    assert not (issues / "hv-evil01.md").is_symlink() and project.index.list() == []
