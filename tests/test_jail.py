@@ -118,12 +118,15 @@ def test_a_test_command_runs_in_the_jail_with_the_jails_environment(tmp_path: Pa
     assert (work / "here").read_text() == "made\n" and not (git_env / "x").exists()
 
 
-def test_the_environment_is_an_allowlist() -> None:
-    env = jail_environment({"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_BASE_URL": "u", "HTTPS_PROXY": "p",
-                            "LC_ALL": "C", "HIVE_MAX_AGENTS": "3", "GIT_DIR": "/x", "GITHUB_TOKEN": "t",
-                            "HIVE_AGENT_ID": "w-1", "SSH_AUTH_SOCK": "/s"})
-    assert env == {"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_BASE_URL": "u", "HTTPS_PROXY": "p",
-                   "LC_ALL": "C", "HIVE_AGENT_ID": "w-1", "TMPDIR": "/tmp"}
+def test_the_environment_is_an_allowlist_and_a_providers_keys_reach_only_its_own_cli() -> None:
+    host = {"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "u",
+            "HTTPS_PROXY": "p", "https_proxy": "p", "LC_ALL": "C", "HIVE_MAX_AGENTS": "3", "GIT_DIR": "/x",
+            "GITHUB_TOKEN": "t", "HIVE_AGENT_ID": "w-1", "SSH_AUTH_SOCK": "/s", "GROQ_API_KEY": "g"}
+    common = {"PATH": "/bin", "LC_ALL": "C", "HIVE_AGENT_ID": "w-1", "TMPDIR": "/tmp"}
+    assert jail_environment(host) == common                  # a test command, a scripted agent
+    assert jail_environment(host, ("ANTHROPIC_*", "CLAUDE_*")) == {**common, "ANTHROPIC_API_KEY": "k"}
+    assert jail_environment(host, ("OPENAI_*", "GROQ_API_KEY")) == {
+        **common, "OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "u", "GROQ_API_KEY": "g"}
 
 
 def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeypatch) -> None:
@@ -150,6 +153,7 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
 # -- no jail, no real agents ----------------------------------------------------------------------
 
 NO_BWRAP = {"HIVE_BWRAP": "/nonexistent/bwrap"}          # a machine where no jail can be built
+NO_BWRAP_REASON = "HIVE_BWRAP names no executable bwrap (/nonexistent/bwrap)"
 
 
 @pytest.mark.parametrize("backend", ["claude", "codex"])
@@ -163,7 +167,7 @@ def test_no_jail_no_real_agents_run_and_plan_stop_with_one_line(repo: Path, hive
         done = hive(*args, cwd=repo, env=env, check=False)
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 1 and len(lines) == 1, (args, done.stdout, done.stderr)
-        assert f"cannot jail the {backend} agents: bubblewrap (bwrap) is not installed" in lines[0]
+        assert f"cannot jail the {backend} agents: {NO_BWRAP_REASON}" in lines[0]
         assert "apt-get install bubblewrap" in lines[0] and 'sandbox = "off"' in lines[0]
         assert "Traceback" not in done.stdout + done.stderr
     assert not (hive_dir(repo) / "daemon.log").exists() or "claimed" not in (hive_dir(repo) / "daemon.log").read_text()
@@ -187,17 +191,17 @@ def test_scripted_agents_run_unjailed_with_a_warning_where_no_jail_can_be_built(
     issue = new_issue("Worked by a scripted agent")
     done = hive("run", "--until-idle", "--backend", "scripted", cwd=repo, env=NO_BWRAP, check=False)
     assert done.returncode == 0, done.stderr
-    assert "scripted agents run unjailed: bubblewrap (bwrap) is not installed" in done.stdout + done.stderr
+    assert f"scripted agents run unjailed: {NO_BWRAP_REASON}" in done.stdout + done.stderr
     assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized"
     doctor = hive("doctor", cwd=repo, env={**NO_BWRAP, "HIVE_BACKEND": "scripted"}, check=False)
-    assert "jail: none here, the scripted agents run unjailed: bubblewrap (bwrap) is not installed" in doctor.stdout
+    assert f"jail: none here, the scripted agents run unjailed: {NO_BWRAP_REASON}" in doctor.stdout
 
 
 def test_doctor_reports_the_jail_and_fails_for_real_agents_that_cannot_have_one(repo: Path, hive) -> None:
     env = {**NO_BWRAP, "HIVE_BACKEND": "claude", "HIVE_CLAUDE_COMMAND": "true"}
     doctor = hive("doctor", cwd=repo, env=env, check=False)
     assert doctor.returncode == 1
-    assert "jail: cannot jail the claude agents: bubblewrap (bwrap) is not installed" in doctor.stdout
+    assert f"jail: cannot jail the claude agents: {NO_BWRAP_REASON}" in doctor.stdout
     if support().ok:
         jailed = hive("doctor", cwd=repo, check=False)
         assert "jail: agents run jailed (bubblewrap " in jailed.stdout

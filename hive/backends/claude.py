@@ -100,6 +100,9 @@ STDERR_TAIL = 4096
 MAX_ARG_BYTES = 96 * 1024         # a system prompt on argv (Linux: 128 KiB per argument)
 PROBE_TIMEOUT = 5.0               # seconds for the health probe
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+# where the CLI signs in with a subscription (OAuth) and renews its token, beside the API
+LOGIN_URLS = ("https://console.anthropic.com", "https://platform.claude.com", "https://claude.ai")
+PROVIDER_ENV = ("ANTHROPIC_*", "CLAUDE_*")    # what of the environment reaches the jailed CLI
 ANTHROPIC_VERSION = "2023-06-01"
 PROVIDER_STATUSES = {408, 429, 529}   # besides every 5xx: the provider's trouble, not the work's
 
@@ -220,7 +223,8 @@ class ClaudeBackend(SessionBackend):
         config = self._config_dir(env)
         config.mkdir(parents=True, exist_ok=True)
         writable = (str(config), *((str(config.parent / ".claude.json"),) if not env.get("CLAUDE_CONFIG_DIR") else ()))
-        return session_jail(spec, strict=True, writable=writable, readable=cli_install(self.argv0[0]))
+        return session_jail(spec, strict=True, writable=writable, readable=cli_install(self.argv0[0]),
+                            endpoints=_endpoints(env), provider_env=PROVIDER_ENV)
 
     def _has_transcript(self, env: dict[str, str], sid: str) -> bool:
         """Whether the CLI kept the conversation `sid` (`--resume` fails without it)."""
@@ -590,3 +594,10 @@ def _since_last_cost(model_usage: Any) -> float | None:
     if not isinstance(model_usage, dict):
         return None
     return sum(amount(m.get("costUSD")) for m in model_usage.values() if isinstance(m, dict))
+
+
+def _endpoints(env: dict[str, str]) -> tuple[str, ...]:
+    """Where the jailed CLI may connect: `ANTHROPIC_BASE_URL` when it is set, else Anthropic's API
+    and its sign-in hosts."""
+    base = env.get("ANTHROPIC_BASE_URL", "").strip()
+    return (base,) if base else (DEFAULT_BASE_URL, *LOGIN_URLS)

@@ -31,8 +31,11 @@ def cli_install(program: str) -> tuple[str, ...]:
 
 
 def session_jail(spec: SessionSpec, *, strict: bool, writable: tuple[str, ...] = (),
-                 readable: tuple[str, ...] = ()) -> JailSpec | None:
-    """The jail to start the session's process in, or None (unjailed)."""
+                 readable: tuple[str, ...] = (), endpoints: tuple[str, ...] = (),
+                 provider_env: tuple[str, ...] = ()) -> JailSpec | None:
+    """The jail to start the session's process in, or None (unjailed): the orchestrator's, with
+    what the CLI needs to read and write, the provider URLs it may reach and the environment
+    names it gets (nothing of the network or of the provider for the scripted agents)."""
     if spec.jail is None:
         return None
     if not strict and not support().ok:
@@ -40,4 +43,5 @@ def session_jail(spec: SessionSpec, *, strict: bool, writable: tuple[str, ...] =
             _warned.append(True)
             print(f"git hive: warning: scripted agents run unjailed: {support().reason}", file=sys.stderr)
         return None
-    return spec.jail.extended(writable=writable, readable=readable)
+    return spec.jail.extended(writable=writable, readable=readable, endpoints=endpoints,
+                              provider_env=provider_env)

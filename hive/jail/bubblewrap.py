@@ -12,8 +12,16 @@ The mounts, in the order bwrap needs (a deeper path after the one containing it)
 the system read-only, a fresh /dev and /proc, then per path — shallowest first — scratch (an
 empty tmpfs), hidden (an empty tmpfs, made read-only once everything inside it is mounted; an
 empty read-only file for a file), readable (read-only), writable (read-write), frozen (read-only
-again). The network is shared (the agent talks to its provider); every other namespace
-is the jail's own.
+again).
+
+Every namespace is the jail's own, the user namespace included, and every capability is dropped
+in it: started by root, the jail is no more root than one started by a user (no remount, no
+umount, no write where the mounts say read-only). The network namespace holds only a loopback;
+the ways out a backend needs are hive's relay (network.py), whose socket folder is shown
+read-only. The host's UNIX sockets are out of reach: abstract ones belong to the host's network
+namespace, /run and /var/run (docker.sock, the user's ssh and gpg agents under /run/user) are
+empty, and every other path socket the host listens on (`/proc/net/unix`) is covered by an empty
+file wherever the jail would show it.
 """
 
 from __future__ import annotations
@@ -23,12 +31,26 @@ import os
 from hive.jail.spec import JailSpec
 
 SCRATCH, HIDDEN, READABLE, WRITABLE, FROZEN = range(5)
+RUNTIME_DIRS = ("/run", "/var/run")      # hidden in every jail: the host's sockets live there
+FLAGS = ("--unshare-all", "--unshare-user", "--cap-drop", "ALL", "--die-with-parent")
 
 
-def _mounts(spec: JailSpec) -> list[tuple[int, int, str]]:
+def host_sockets() -> list[str]:
+    """The paths of the UNIX sockets listening in hive's network namespace."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as table:
+            rows = table.read().splitlines()[1:]
+    except OSError:
+        return []
+    return [fields[7] for fields in (row.split(None, 7) for row in rows)
+            if len(fields) == 8 and fields[7].startswith("/")]
+
+
+def _mounts(spec: JailSpec, gate_folder: str = "") -> list[tuple[int, int, str]]:
     """(depth, kind, path) of every mount, in bwrap order; paths that do not exist are left out."""
     chosen: dict[tuple[int, str], None] = {}
-    for kind, paths in ((SCRATCH, spec.scratch), (HIDDEN, spec.hidden), (READABLE, spec.readable),
+    for kind, paths in ((SCRATCH, spec.scratch), (HIDDEN, (*RUNTIME_DIRS, *spec.hidden)),
+                        (READABLE, (*spec.readable, gate_folder)),
                         (WRITABLE, spec.writable), (FROZEN, spec.frozen)):
         for path in paths:
             if path and os.path.lexists(path):
@@ -38,7 +60,21 @@ def _mounts(spec: JailSpec) -> list[tuple[int, int, str]]:
         real = os.path.realpath(secret)
         if os.path.lexists(real) and any(_inside(real, p) for p in shown):
             chosen[(HIDDEN, real)] = None
+    for socket_path in host_sockets():      # a host socket the jail would show is covered
+        if gate_folder and _inside(socket_path, gate_folder):
+            continue
+        if os.path.lexists(socket_path) and _shown(socket_path, chosen):
+            chosen[(HIDDEN, socket_path)] = None
     return _needed(sorted((path.count(os.sep), kind, path) for kind, path in chosen))
+
+
+def _shown(path: str, chosen: dict[tuple[int, str], None]) -> bool:
+    """Whether `path` is visible inside: the deepest mount containing it is not an empty one."""
+    deepest = (-1, READABLE)                 # `/` itself is bound read-only
+    for kind, folder in chosen:
+        if _inside(path, folder) and folder.count(os.sep) >= deepest[0]:
+            deepest = max(deepest, (folder.count(os.sep), kind))
+    return deepest[1] not in (SCRATCH, HIDDEN)
 
 
 def _needed(mounts: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
@@ -64,12 +100,13 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def command(bwrap: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str]) -> list[str]:
-    """`argv` run inside the jail, in `cwd`, with exactly `env`."""
-    line = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--unshare-all", "--share-net", "--die-with-parent", "--clearenv"]
+def command(bwrap: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
+            gate_folder: str = "") -> list[str]:
+    """`argv` run inside the jail, in `cwd`, with exactly `env`; `gate_folder`: the sockets of
+    its relay (network.py), shown read-only."""
+    line = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *FLAGS, "--clearenv"]
     read_only_tmpfs = []
-    for _, kind, path in _mounts(spec):
+    for _, kind, path in _mounts(spec, gate_folder):
         if kind in (HIDDEN, SCRATCH) and os.path.isdir(path):
             line += ["--tmpfs", path]
             if kind == HIDDEN:

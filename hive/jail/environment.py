@@ -1,10 +1,13 @@
 """The environment a jailed command gets: named on an allowlist, nothing else of hive's own.
 
-Provider keys and endpoints, proxies and certificates, PATH, the locale, the terminal, where the
-usual toolchains live (`VIRTUAL_ENV`, `JAVA_HOME`, `GOPATH`, ...), the agent's
-identity (`HIVE_ISSUE`, `HIVE_AGENT_ID`: what the hooks and the agent protocol read) and the git
-settings hive gives agents (`GIT_CONFIG_COUNT/KEY/VALUE`). Everything else — the runner's `GIT_DIR`,
-hive's `HIVE_*` settings, tokens of other services — stays outside.
+Certificates, PATH, the locale, the terminal, where the usual toolchains live (`VIRTUAL_ENV`,
+`JAVA_HOME`, `GOPATH`, ...), the agent's identity (`HIVE_ISSUE`, `HIVE_AGENT_ID`: what the hooks
+and the agent protocol read) and the git settings hive gives agents (`GIT_CONFIG_COUNT/KEY/VALUE`).
+A provider's keys and base URLs reach only the CLI of that provider: the names its backend lists
+(`JailSpec.provider_env`). Proxy settings never pass: a jail reaches the outside only through
+hive's relay, which sets its own (network.py) and goes through the user's proxy itself.
+Everything else — the runner's `GIT_DIR`, hive's `HIVE_*` settings, tokens of other services,
+`SSH_AUTH_SOCK` — stays outside.
 """
 
 from __future__ import annotations
@@ -19,19 +22,20 @@ NAMES = frozenset({
     "PYENV_VERSION", "JAVA_HOME", "GOPATH", "GOROOT", "GOFLAGS", "CARGO_HOME", "RUSTUP_HOME",
     "NVM_DIR", "NODE_PATH",
 })
-PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_", "OPENAI_", "CODEX_", "AZURE_OPENAI_", "GIT_CONFIG_KEY_",
-            "GIT_CONFIG_VALUE_")
-SUFFIXES = ("_API_KEY", "_PROXY", "_proxy")
+PREFIXES = ("LC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
 # set inside every jail: its own /tmp
 FIXED = {"TMPDIR": "/tmp"}
 
 
-def allowed(name: str) -> bool:
-    return name in NAMES or name.startswith(PREFIXES) or name.endswith(SUFFIXES)
+def allowed(name: str, provider: tuple[str, ...] = ()) -> bool:
+    """Whether `name` passes: on the common allowlist, or one the backend named (`X_*`: a prefix)."""
+    if name in NAMES or name.startswith(PREFIXES):
+        return True
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in provider)
 
 
-def jail_environment(env: dict[str, str]) -> dict[str, str]:
+def jail_environment(env: dict[str, str], provider: tuple[str, ...] = ()) -> dict[str, str]:
     """The names of `env` a jailed command may see, plus the jail's fixed ones."""
-    kept = {name: value for name, value in env.items() if allowed(name)}
+    kept = {name: value for name, value in env.items() if allowed(name, provider)}
     kept.update(FIXED)
     return kept

@@ -1,4 +1,4 @@
-"""A command line made ready to start in a jail: argv, environment, process bound."""
+"""A command line made ready to start in a jail: argv, environment, process bound, network."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from hive.jail import bubblewrap
 from hive.jail.detect import support
 from hive.jail.environment import jail_environment
 from hive.jail.limits import ProcessCap
+from hive.jail.network import Gate, NoNetwork, open_gate
 from hive.jail.spec import JailSpec
 
 
@@ -21,11 +22,14 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     cap: ProcessCap | None = field(default=None, repr=False)
+    gate: Gate | None = field(default=None, repr=False)
 
     def release(self) -> None:
         """After the command and everything it started have ended."""
         if self.cap is not None:
             self.cap.release()
+        if self.gate is not None:
+            self.gate.close()
 
 
 def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | None,
@@ -34,11 +38,20 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
     (not `strict`) `argv` unjailed with the jail's environment."""
     if jail is None:
         return Launch(list(argv), dict(env))
+    inside = {**jail_environment(env, jail.provider_env), **dict(jail.env)}
     found = support()
     if not found.ok:
         if not strict:
-            return Launch(list(argv), {**jail_environment(env), **dict(jail.env)})
+            return Launch(list(argv), inside)
         raise NoJail(f"{found.reason} — {found.fix}")
+    gate = None
+    if jail.endpoints:
+        try:
+            gate = open_gate(jail.endpoints, env)
+        except NoNetwork as e:
+            raise NoJail(str(e)) from None
+        inside.update(gate.env)
+        argv = [*gate.relay, *argv]
     cap = ProcessCap.make(jail.max_processes)
-    line = bubblewrap.command(found.bwrap, jail, argv, cwd, {**jail_environment(env), **dict(jail.env)})
-    return Launch(cap.command(line), {}, cap)
+    line = bubblewrap.command(found.bwrap, jail, argv, cwd, inside, gate.folder if gate else "")
+    return Launch(cap.command(line), {}, cap, gate)

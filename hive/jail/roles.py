@@ -71,6 +71,22 @@ def _hidden(paths: git.RepoPaths, *, main_worktree: bool) -> tuple[str, ...]:
     return tuple(hidden)
 
 
+def _plain_empty_file(path: Path) -> None:
+    """`path` a regular file before the jail starts, so that it can be frozen: git reads a
+    worktree's `config.worktree` (with `extensions.worktreeConfig`, as `git sparse-checkout` sets
+    it) and runs what it names (`core.fsmonitor`) as the person. One missing would be the agent's
+    to write; anything but a regular file there (a link, say) is not one a person made."""
+    try:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            path.unlink()
+        with open(path, "x", encoding="utf-8"):
+            pass
+    except FileExistsError:
+        pass
+    except OSError:
+        pass                         # the admin folder is gone: there is no worktree to jail
+
+
 def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
     """A worker's (or the refinery's, or a test command's) jail for one worktree."""
     worktree = worktree.resolve()
@@ -80,6 +96,7 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
     env = list(_identity(paths))
     if admin is not None:
         writable.append(str(admin))
+        _plain_empty_file(admin / "config.worktree")
         frozen += [str(admin / "gitdir"), str(admin / "commondir"), str(admin / "config.worktree")]
         objects = git.private_objects(paths.common_dir, admin.name)
         # not parents=True: an admin folder removed meanwhile (the worktree with it) is not made

@@ -21,7 +21,12 @@ class JailSpec:
     read-only) inside; `scratch` ones look empty and are writable (the jail's own /tmp);
     `readable` ones are shown read-only again inside a hidden one (the CLI's own install);
     `writable` ones are bound read-write; `frozen` ones are read-only inside a writable one
-    (a worktree's `.git` file, which names the repository it belongs to)."""
+    (a worktree's `.git` file, which names the repository it belongs to).
+
+    The jail has a network of its own with nothing in it: `endpoints` (URLs: scheme, host, port)
+    are the only places outside it can reach, through hive's relay (network.py), and
+    `provider_env` the only environment names beyond the common allowlist it sees (exact names,
+    or prefixes ending in `*`): what the backend's CLI needs to reach its provider."""
 
     writable: tuple[str, ...]
     readable: tuple[str, ...] = ()
@@ -30,11 +35,17 @@ class JailSpec:
     frozen: tuple[str, ...] = ()
     max_processes: int = DEFAULT_MAX_PROCESSES
     env: tuple[tuple[str, str], ...] = ()     # set inside whatever the caller's environment says
+    endpoints: tuple[str, ...] = ()
+    provider_env: tuple[str, ...] = ()
     home: str = field(default_factory=lambda: os.path.expanduser("~"))
 
-    def extended(self, *, writable: tuple[str, ...] = (), readable: tuple[str, ...] = ()) -> JailSpec:
-        """The same jail with more paths a backend's CLI needs (its config folder, its install)."""
-        return replace(self, writable=(*self.writable, *writable), readable=(*self.readable, *readable))
+    def extended(self, *, writable: tuple[str, ...] = (), readable: tuple[str, ...] = (),
+                 endpoints: tuple[str, ...] = (), provider_env: tuple[str, ...] = ()) -> JailSpec:
+        """The same jail with what a backend's CLI needs: its config folder, its install, its
+        provider's endpoints and environment."""
+        return replace(self, writable=(*self.writable, *writable), readable=(*self.readable, *readable),
+                       endpoints=(*self.endpoints, *endpoints),
+                       provider_env=(*self.provider_env, *provider_env))
 
     def credentials(self) -> tuple[str, ...]:
         return tuple(os.path.join(self.home, name) for name in CREDENTIALS)

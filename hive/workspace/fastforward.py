@@ -21,7 +21,11 @@ from hive.state.store import cas_update
 
 
 def checkout_of(paths: git.RepoPaths, branch: str) -> Path | None:
-    """The worktree that has `branch` checked out, if any (main or linked)."""
+    """The worktree that has `branch` checked out, if any (main or linked).
+
+    Hive's own worktrees are the agents': an agent writes its worktree's admin `HEAD` (it is all
+    a commit there moves), so a branch that admin HEAD names is no person's checkout — but for the
+    worktree's own work branch, which only that agent could lose."""
     # Called several times per merge with a worktree per running agent: read each HEAD once and a
     # `gitdir` file only for the match (pathlib over every entry cost ~0.3 ms a worktree).
     wanted = f"ref: refs/heads/{branch}"
@@ -35,8 +39,13 @@ def checkout_of(paths: git.RepoPaths, branch: str) -> Path | None:
         if _read_stripped(os.path.join(entry.path, "HEAD")) != wanted:
             continue
         gitdir = _read_stripped(os.path.join(entry.path, "gitdir"))
-        if gitdir:
-            return Path(gitdir).parent
+        if not gitdir:
+            continue
+        checkout = Path(gitdir).parent
+        hives = os.path.realpath(checkout.parent) == os.path.realpath(paths.worktrees_dir)
+        if hives and branch != f"hive/work/{checkout.name}":
+            continue
+        return checkout
     return None
 
 

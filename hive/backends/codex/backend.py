@@ -20,7 +20,7 @@ from hive.backends.base import (
     BUSY, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, PermissionRequest, SessionSpec,
     TurnResult, Usage,
 )
-from hive.backends.codex.health import probe, probe_target
+from hive.backends.codex.health import probe, probe_target, provider_access
 from hive.backends.codex.home import codex_home_for, prepare_home
 from hive.backends.codex.pricing import PRICE_KEY, estimate_cost, price_of, price_table
 from hive.backends.codex.errors import classify_error, one_line
@@ -237,8 +237,9 @@ class CodexBackend(SessionBackend):
         home = Path(self.codex_home)
         home.mkdir(parents=True, exist_ok=True)
         linked = tuple(os.path.realpath(p) for p in home.iterdir() if p.is_symlink())
+        urls, names = provider_access(self.codex_config)
         return session_jail(spec, strict=True, writable=(str(home),),
-                            readable=(*cli_install(self.argv[0]), *linked))
+                            readable=(*cli_install(self.argv[0]), *linked), endpoints=urls, provider_env=names)
 
     async def _spawn(self, s: _Session) -> AppServer:
         env = {**os.environ, **s.spec.env, "CODEX_HOME": self.codex_home}

@@ -16,18 +16,42 @@ BUILTIN_PROVIDERS = {"openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
                      "lmstudio": ("http://localhost:1234/v1", "")}
 
 
-def probe_target(codex_config: dict[str, Any], codex_home: str) -> tuple[str, dict[str, str]]:
-    """The URL and headers of the probe for the configured `model_provider`."""
+# where the CLI signs in with ChatGPT and renews its token, beside the API
+LOGIN_URLS = ("https://chatgpt.com", "https://auth.openai.com")
+PROVIDER_ENV = ("OPENAI_*", "CODEX_*", "AZURE_OPENAI_*")   # what of the environment reaches the jailed CLI
+
+
+def _provider(codex_config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     provider = str(codex_config.get("model_provider") or "openai")
     providers = codex_config.get("model_providers")
     providers = providers if isinstance(providers, dict) else {}
     entry = providers.get(provider) if isinstance(providers.get(provider), dict) else {}
-    default_url, default_key = BUILTIN_PROVIDERS.get(provider, ("", ""))
+    return provider, entry
+
+
+def base_url(codex_config: dict[str, Any]) -> str:
+    """The configured `model_provider`'s base URL (the `[codex]` table, else the environment)."""
+    provider, entry = _provider(codex_config)
     base = str(entry.get("base_url") or "")
     if not base and provider == "openai":
         base = os.environ.get("OPENAI_BASE_URL") or str(codex_config.get("openai_base_url") or "")
-    base = base or default_url or BUILTIN_PROVIDERS["openai"][0]
-    url = base.rstrip("/") + "/models"
+    return base or BUILTIN_PROVIDERS.get(provider, ("", ""))[0] or BUILTIN_PROVIDERS["openai"][0]
+
+
+def provider_access(codex_config: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(URLs, environment names) the jailed CLI needs for its provider: the base URL (and
+    OpenAI's sign-in hosts for the built-in provider), the provider's key variable."""
+    provider, entry = _provider(codex_config)
+    urls = (base_url(codex_config), *(LOGIN_URLS if provider == "openai" else ()))
+    key = str(entry.get("env_key") or BUILTIN_PROVIDERS.get(provider, ("", ""))[1])
+    return urls, (*PROVIDER_ENV, *((key,) if key else ()))
+
+
+def probe_target(codex_config: dict[str, Any], codex_home: str) -> tuple[str, dict[str, str]]:
+    """The URL and headers of the probe for the configured `model_provider`."""
+    provider, entry = _provider(codex_config)
+    default_key = BUILTIN_PROVIDERS.get(provider, ("", ""))[1]
+    url = base_url(codex_config).rstrip("/") + "/models"
     query = entry.get("query_params")
     if isinstance(query, dict) and query:
         url += ("&" if "?" in url else "?") + urllib.parse.urlencode({str(k): str(v) for k, v in query.items()})

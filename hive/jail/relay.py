@@ -1,0 +1,130 @@
+"""The jail's end of its network: started inside the jail before the agent, standard library only.
+
+    python -I -S relay.py [?]HOST:PORT=SOCKET [...] -- COMMAND...
+
+A jail has a network namespace of its own, in which nothing but its loopback exists: no route
+out, no host service, no abstract socket of the host. For each `HOST:PORT=SOCKET` this script
+listens on HOST:PORT there (`?`: where it can) and carries every connection to the UNIX socket SOCKET, which hive
+listens on outside the jail and which leads only where hive allows (network.py); then it execs
+COMMAND. It binds everything before the command starts, so the agent never finds a port not yet
+listening, and serves from a grandchild that ends with the jail's PID namespace. It is plumbing,
+not a guard: an agent that kills it or talks to SOCKET itself reaches nothing more, since hive's
+end decides where a connection may go.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sys
+import threading
+
+CHUNK = 65536
+
+
+def pump(one: socket.socket, other: socket.socket) -> None:
+    """Copy bytes both ways until both sides have finished sending; then close both."""
+    open_ends = {one: other, other: one}
+    try:
+        while open_ends:
+            ready, _, _ = select.select(list(open_ends), [], [])
+            for source in ready:
+                data = source.recv(CHUNK)
+                sink = open_ends[source]
+                if data:
+                    sink.sendall(data)
+                    continue
+                del open_ends[source]
+                try:
+                    sink.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    finally:
+        one.close()
+        other.close()
+
+
+def _listen(spec: str) -> tuple[socket.socket, str] | None:
+    """`[?]HOST:PORT=SOCKET` listened on (None: an optional one, `?`, that cannot be)."""
+    optional = spec.startswith("?")
+    address, _, target = spec.lstrip("?").partition("=")
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, int(port)))
+        listener.listen(64)
+    except OSError:
+        listener.close()
+        if optional:
+            return None
+        raise
+    return listener, target
+
+
+def _carry(client: socket.socket, target: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(target)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    pump(client, upstream)
+
+
+def _serve(listener: socket.socket, target: str) -> None:
+    while True:
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            return
+        threading.Thread(target=_carry, args=(client, target), daemon=True).start()
+
+
+def _detach_and_serve(listeners: list[tuple[socket.socket, str]]) -> None:
+    """In the grandchild: stdio to /dev/null, one thread per listener, forever."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    threads = [threading.Thread(target=_serve, args=pair, daemon=True) for pair in listeners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    os._exit(0)
+
+
+def main(argv: list[str]) -> int:
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        print("usage: relay.py HOST:PORT=SOCKET [...] -- COMMAND...", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    try:
+        listeners = [found for found in map(_listen, argv[:split]) if found is not None]
+    except (OSError, ValueError) as e:
+        print(f"hive jail: cannot open the jail's network ({e})", file=sys.stderr)
+        return 126
+    child = os.fork()
+    if child == 0:
+        if os.fork() == 0:             # the grandchild: reparented to the jail's first process
+            _detach_and_serve(listeners)
+        os._exit(0)
+    os.waitpid(child, 0)
+    for listener, _ in listeners:
+        listener.close()
+    command = argv[split + 1:]
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        print(f"hive jail: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

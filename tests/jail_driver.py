@@ -1,0 +1,43 @@
+"""Runs one shell command in a worker's jail, as whoever starts this script (tests/test_jail_escapes.py
+starts it as root and, through `setpriv`, as nobody):
+
+    python tests/jail_driver.py REPO ISSUE_ID COMMAND [ENDPOINT_URL ...]
+
+The jail is hive's own for the worktree of ISSUE_ID (`hive.jail.roles.worktree_jail`), given the
+network ways out a backend would give it for the ENDPOINT_URLs. Prints one JSON line:
+{"returncode": N, "output": "stdout+stderr"}; a jail that cannot be built: {"refused": "why"}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from hive import git
+from hive.jail import NoJail, prepare, roles
+from hive.workspace.worktrees import worktree_path
+
+
+def main(argv: list[str]) -> int:
+    repo, issue_id, command, *endpoints = argv
+    paths = git.discover(repo)
+    worktree = worktree_path(paths, issue_id)
+    jail = roles.worktree_jail(paths, worktree)
+    try:
+        launch = prepare(["sh", "-c", command], cwd=str(worktree), env=dict(os.environ), jail=jail)
+    except NoJail as e:
+        print(json.dumps({"refused": str(e)}))
+        return 0
+    try:
+        done = subprocess.run(launch.argv, env=launch.env, cwd=str(worktree), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    finally:
+        launch.release()
+    print(json.dumps({"returncode": done.returncode, "output": done.stdout.decode(errors="replace")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
