@@ -24,7 +24,7 @@ def main(argv: list[str]) -> int:
     repo, issue_id, command, *endpoints = argv
     paths = git.discover(repo)
     worktree = worktree_path(paths, issue_id)
-    jail = roles.worktree_jail(paths, worktree)
+    jail = roles.worktree_jail(paths, worktree).extended(endpoints=tuple(endpoints))
     try:
         launch = prepare(["sh", "-c", command], cwd=str(worktree), env=dict(os.environ), jail=jail)
     except NoJail as e:

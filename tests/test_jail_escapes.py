@@ -263,6 +263,10 @@ class _Listener:
             except OSError:
                 continue
             self.reached.set()
+            try:
+                conn.sendall(b"hi\n")
+            except OSError:
+                pass
             conn.close()
 
     def close(self) -> None:
@@ -294,7 +298,7 @@ def test_no_host_socket_or_service_is_reachable(jailed: Jailed) -> None:
              "    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET\n"
              "    s = socket.socket(family, socket.SOCK_STREAM); s.settimeout(3)\n"
              "    try:\n"
-             "        s.connect(address); print(name, 'CONNECTED')\n"
+             "        s.connect(address); print(name, 'CONNECTED', s.recv(3))\n"
              "    except OSError as e:\n"
              "        print(name, 'refused', e)\n")
     try:
@@ -306,7 +310,7 @@ def test_no_host_socket_or_service_is_reachable(jailed: Jailed) -> None:
     provider.close()
     reached = sorted(name for name, listener in listeners.items() if listener.reached.is_set())
     assert not reached, (reached, out)
-    assert [line for line in out.splitlines() if "CONNECTED" in line] == ["provider CONNECTED"], out
+    assert [line for line in out.splitlines() if "CONNECTED" in line] == ["provider CONNECTED b'hi\\n'"], out
     assert provider.reached.is_set(), out
 
 

@@ -216,5 +216,5 @@ def merge_driver(args: tuple[str, ...]) -> None:
     from hive.state import merge_driver as driver
 
     if len(args) != 4:
-        raise HiveError("usage: git hive merge-driver BASE OURS THEIRS PATH")
+        raise BadInput("usage: git hive merge-driver BASE OURS THEIRS PATH (git calls it; `init` registers it)")
     sys.exit(driver.main(list(args)))

@@ -99,8 +99,13 @@ def run(args: list[str]) -> Any:
     except click.exceptions.Abort:
         print("git hive: aborted", file=sys.stderr)
         sys.exit(1)
+    except click.UsageError as exc:
+        # one line in hive's style; `-h`, since git takes `git hive --help` for its manual page
+        command = exc.ctx.command_path if exc.ctx is not None else "git hive"
+        print(f"git hive: {exc.format_message().rstrip('.')} (see `{command} -h`)", file=sys.stderr)
+        sys.exit(2)
     except click.ClickException as exc:
-        exc.show()
+        print(f"git hive: {exc.format_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

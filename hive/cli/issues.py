@@ -7,6 +7,8 @@ import subprocess
 
 import click
 
+from hive.cli.params import Whole
+
 from hive.cli import listing
 from hive.cli.listing import open_project, print_json
 from hive.cli.output import ISSUE_HEADERS, issue_rows, one_line, show_issue, table
@@ -16,7 +18,7 @@ from hive.state import issue_file, layout
 
 STATUS = click.Choice(issue_file.STATUSES)
 TYPE = click.Choice(issue_file.TYPES)
-PRIORITY = click.IntRange(min(issue_file.PRIORITIES), max(issue_file.PRIORITIES))
+PRIORITY = Whole(min(issue_file.PRIORITIES), max(issue_file.PRIORITIES))
 
 
 def checked_title(title: str) -> str:
@@ -295,6 +297,7 @@ def dep() -> None:
 @click.argument("issue_id")
 @click.argument("blocker")
 def dep_add(issue_id: str, blocker: str) -> None:
+    """ISSUE_ID waits for BLOCKER (refused where it would make a cycle)."""
     from hive import issues
 
     project = open_project()
@@ -307,6 +310,7 @@ def dep_add(issue_id: str, blocker: str) -> None:
 @click.argument("issue_id")
 @click.argument("blocker")
 def dep_rm(issue_id: str, blocker: str) -> None:
+    """ISSUE_ID no longer waits for BLOCKER."""
     from hive import issues
 
     project = open_project()

@@ -9,11 +9,13 @@ import time
 
 import click
 
+from hive.cli.params import Whole
+
 from hive.errors import HiveError
 
 
 @click.command()
-@click.option("--max-agents", type=click.IntRange(min=1), default=None, help="Workers at once (config max_agents).")
+@click.option("--max-agents", type=Whole(min=1), default=None, help="Workers at once (config max_agents).")
 @click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
               help="Use this backend for every role.")
 @click.option("--until-idle", is_flag=True,

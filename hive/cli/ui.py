@@ -9,13 +9,15 @@ import sys
 
 import click
 
+from hive.cli.params import Whole
+
 from hive.errors import HiveError
 
 INSTALL_HINT = "Datasette is not installed (git hive ui needs it): pip install 'git-hive[ui]'"
 
 
 @click.command()
-@click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True,
+@click.option("--port", type=Whole(1, 65535), default=8001, show_default=True,
               help="Serve on 127.0.0.1 at this port.")
 def ui(port: int) -> None:
     """Browse the queue, costs, escalations and merges in Datasette (127.0.0.1 only; Ctrl-C ends it)."""
