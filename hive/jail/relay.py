@@ -10,20 +10,24 @@ COMMAND. It binds everything before the command starts, so the agent never finds
 listening, and serves from a grandchild that ends with the jail's PID namespace. It is plumbing,
 not a guard: an agent that kills it or talks to SOCKET itself reaches nothing more, since hive's
 end decides where a connection may go.
+
+It runs before every real agent starts, so it imports only built-in modules (`_socket`,
+`_thread`: `socket` and `threading` would double its start-up).
 """
 
 from __future__ import annotations
 
+import _socket
+import _thread
 import os
 import select
-import socket
 import sys
-import threading
 
 CHUNK = 65536
+SHUT_WR = 1
 
 
-def pump(one: socket.socket, other: socket.socket) -> None:
+def pump(one: _socket.socket, other: _socket.socket) -> None:
     """Copy bytes both ways until both sides have finished sending; then close both."""
     open_ends = {one: other, other: one}
     try:
@@ -37,7 +41,7 @@ def pump(one: socket.socket, other: socket.socket) -> None:
                     continue
                 del open_ends[source]
                 try:
-                    sink.shutdown(socket.SHUT_WR)
+                    sink.shutdown(SHUT_WR)
                 except OSError:
                     pass
     except OSError:
@@ -47,16 +51,16 @@ def pump(one: socket.socket, other: socket.socket) -> None:
         other.close()
 
 
-def _listen(spec: str) -> tuple[socket.socket, str] | None:
+def _listen(spec: str) -> tuple[_socket.socket, str] | None:
     """`[?]HOST:PORT=SOCKET` listened on (None: an optional one, `?`, that cannot be)."""
     optional = spec.startswith("?")
     address, _, target = spec.lstrip("?").partition("=")
     host, _, port = address.rpartition(":")
     host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
+    listener = _socket.socket(family, _socket.SOCK_STREAM)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         listener.bind((host, int(port)))
         listener.listen(64)
     except OSError:
@@ -67,8 +71,8 @@ def _listen(spec: str) -> tuple[socket.socket, str] | None:
     return listener, target
 
 
-def _carry(client: socket.socket, target: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _carry(client: _socket.socket, target: str) -> None:
+    upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         upstream.connect(target)
     except OSError:
@@ -78,31 +82,34 @@ def _carry(client: socket.socket, target: str) -> None:
     pump(client, upstream)
 
 
-def _serve(listener: socket.socket, target: str) -> None:
+def _serve(listeners: list[tuple[_socket.socket, str]]) -> None:
+    """Accept on every listener, forever; each connection carried by a thread of its own."""
+    targets = {listener: target for listener, target in listeners}
     while True:
-        try:
-            client, _ = listener.accept()
-        except OSError:
-            return
-        threading.Thread(target=_carry, args=(client, target), daemon=True).start()
+        ready, _, _ = select.select(list(targets), [], [])
+        for listener in ready:
+            try:
+                fd, _ = listener._accept()
+            except OSError:
+                continue
+            client = _socket.socket(listener.family, _socket.SOCK_STREAM, 0, fd)
+            _thread.start_new_thread(_carry, (client, targets[listener]))
 
 
-def _detach_and_serve(listeners: list[tuple[socket.socket, str]]) -> None:
-    """In the grandchild: stdio to /dev/null, one thread per listener, forever."""
+def _detach_and_serve(listeners: list[tuple[_socket.socket, str]]) -> None:
+    """In the grandchild: stdio to /dev/null, then serve until the jail ends."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    threads = [threading.Thread(target=_serve, args=pair, daemon=True) for pair in listeners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    os._exit(0)
+    try:
+        _serve(listeners)
+    finally:
+        os._exit(0)
 
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        print("usage: relay.py HOST:PORT=SOCKET [...] -- COMMAND...", file=sys.stderr)
+        print("usage: relay.py [?]HOST:PORT=SOCKET [...] -- COMMAND...", file=sys.stderr)
         return 2
     split = argv.index("--")
     try:
