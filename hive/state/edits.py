@@ -55,7 +55,7 @@ def commit_edit(store: StateStore, index: Index, edit: Edit) -> Committed:
         path = _path_now(snap, edit)
         tip_data = snap.read(path)
         moved = f"the issue moved to {path} meanwhile and " if path != edit.path else ""
-        data = _merged(store, edit, edit.data, tip_data, where, moved)
+        data = _stamped(_merged(store, edit, edit.data, tip_data, where, moved), tip_data, path, where)
         _check(store, index, path, data, snap, where)
         committed[:] = [Committed(data, path)]
         if data == tip_data:
@@ -108,6 +108,22 @@ def _merged(store: StateStore, edit: Edit, data: bytes, tip_data: bytes | None, 
         return merge_jsonl(base_data, tip_data, data)
     raise BadInput("changed on hive/state since you opened it; merge by hand "
                    "(your version is left untouched)", where)
+
+
+def _stamped(data: bytes, tip_data: bytes | None, path: str, where: str) -> bytes:
+    """A person's edit of an issue with `updated` set to now, unless they set it themselves: the
+    later `updated` wins a merge (hive's merge rules), and a hand edit is a change like any other."""
+    issue_id = layout.issue_id_of(path)
+    if issue_id is None or tip_data is None or data == tip_data:
+        return data
+    try:
+        mine, before = issue_file.parse(data, issue_id, where), issue_file.parse(tip_data, issue_id, where)
+    except BadInput:
+        return data                       # _check names the problem
+    if mine.updated != before.updated or mine == before:
+        return data
+    text = issue_file.update_text(data.decode("utf-8"), {"updated": issue_file.format_time(issue_file.now())}, where)
+    return text.encode("utf-8")
 
 
 def _check(store: StateStore, index: Index, path: str, data: bytes, snap: Snapshot, where: str) -> None:

@@ -272,6 +272,8 @@ def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
     if not ID_RE.match(issue_id):
         raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",
                        f"{where}:1")
+    if "\r\n" in data:            # saved by an editor that writes CRLF line endings
+        data = data.replace("\r\n", "\n")
     front, body, first_line = split(data, where)
     if toml_depth(front) > MAX_TOML_DEPTH:
         raise BadInput(f"TOML nested deeper than {MAX_TOML_DEPTH}", f"{where}:{first_line}")
@@ -402,7 +404,12 @@ def render(issue: Issue) -> str:
 
 
 def update_text(text: str, changes: dict[str, Any], where: str, body: str | None = None) -> str:
-    """Apply field changes to an existing file with tomlkit, keeping everything else as written."""
+    """Apply field changes to an existing file with tomlkit, keeping everything else as written
+    (CRLF line endings included)."""
+    if "\r\n" in text:
+        lf = update_text(text.replace("\r\n", "\n"), changes, where,
+                         None if body is None else body.replace("\r\n", "\n"))
+        return lf.replace("\n", "\r\n")
     front, old_body, _ = split(text, where)
     front_text = _replace_in_place(front, changes)
     if front_text is None:

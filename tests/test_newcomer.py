@@ -1,0 +1,42 @@
+"""The setups that trip a newcomer (issue 30): each one as they meet it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+
+def _state_file(repo: Path, issue: str) -> bytes:
+    return subprocess.run(["git", "show", f"hive/state:issues/{issue}.md"], cwd=repo, capture_output=True,
+                          check=True).stdout
+
+
+def test_an_issue_file_saved_with_crlf_is_read_and_kept_crlf(repo, hive, list_json) -> None:
+    issue = hive("create", "Windows editor", cwd=repo).stdout.strip()
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    text = path.read_text().replace('title = "Windows editor"', 'title = "Saved with CRLF"')
+    path.write_bytes(text.replace("\n", "\r\n").encode())
+    listed = hive("list", cwd=repo)
+    assert "broken TOML" not in listed.stderr and listed.stderr == "", listed.stderr
+    assert [i["title"] for i in list_json(cwd=repo)] == ["Saved with CRLF"]
+    hive("update", issue, "--priority", "1", cwd=repo)
+    written = _state_file(repo, issue)
+    assert b"priority = 1\r\n" in written and written.count(b"\r\n") == written.count(b"\n"), written
+
+
+def test_a_hand_edit_bumps_updated_unless_the_person_set_it(repo, hive) -> None:
+    issue = hive("create", "Edited by hand", cwd=repo).stdout.strip()
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+
+    def updated() -> str:
+        return re.search(rb'updated = (\S+)', _state_file(repo, issue)).group(1).decode()
+
+    text = re.sub(r"updated = \S+", "updated = 2020-01-01T00:00:00Z", path.read_text())
+    path.write_text(text)
+    hive("list", cwd=repo)
+    assert updated() == "2020-01-01T00:00:00Z"            # the person's own value stays
+    path.write_text(path.read_text().replace('title = "Edited by hand"', 'title = "Edited again"'))
+    hive("list", cwd=repo)
+    assert updated() > "2025-01-01T00:00:00Z"               # a change of theirs: now
+    assert "Edited again" in path.read_text() and updated() in path.read_text()   # the checkout shows it
