@@ -21,7 +21,6 @@ from hive.project import Project
 from hive.state import layout, lost, trust
 from hive.state.store import Change, StateStore
 
-CHECKOUT_WORKTREE_NAME = "hive-state"   # what an older hive named `.hive/`'s worktree (git names it now)
 HOOK_MARKER = "git-hive hook"
 CHAINED_SUFFIX = ".hive-chained"
 EXCLUDES = ("/.hive/", ".hive-result.jsonl", ".hive-notes.jsonl")
@@ -231,26 +230,9 @@ def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
 
 
 def _create_checkout(repo: pygit2.Repository, paths: git.RepoPaths, done: list[str]) -> None:
-    """`.hive/`: a linked worktree of `hive/state`, made without a checkout (libgit2's would
-    write every file, the archive included: ~13 s for a queue of 100k); then filled by the
-    checkout's own refresh, which leaves the archive out (see state/checkout.py)."""
-    checkout = paths.state_checkout
-    if (checkout / ".git").exists():
-        return
-    if checkout.exists() and any(checkout.iterdir()):
-        raise HiveError(f"{checkout} exists and is not hive's checkout: move it away, then re-run init")
-    for name in repo.list_worktrees():   # registered, its folder gone: git refuses to add it again
-        try:
-            worktree = repo.lookup_worktree(name)
-            if name == CHECKOUT_WORKTREE_NAME or os.path.normpath(worktree.path) == os.path.normpath(checkout):
-                worktree.prune(True)
-        except pygit2.GitError:
-            continue   # another worktree, broken: not ours to mend
-    if checkout.exists():
-        checkout.rmdir()
-    git.run(["worktree", "add", "--no-checkout", "--quiet", str(checkout), git.STATE_BRANCH], paths.worktree)
     project = Project(paths)
-    project.checkout.reset_records()
-    project.checkout.refresh()
-    project.close()
-    done.append("checked hive/state out at .hive/")
+    try:
+        if project.checkout.create(repo):
+            done.append("checked hive/state out at .hive/")
+    finally:
+        project.close()

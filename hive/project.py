@@ -39,6 +39,9 @@ class Project:
             if not lost.had_state(project.paths):
                 raise HiveError("this repository has no hive yet: run `git hive init`")
             project.recover_state()
+        if require_init and not project.checkout.exists:
+            project.checkout.create(project.store.repo)
+            print(f"git hive: .hive/ was missing: checked {git.STATE_BRANCH} out there again", file=sys.stderr)
         return project
 
     def recover_state(self) -> "lost.Trace":

@@ -40,3 +40,16 @@ def test_a_hand_edit_bumps_updated_unless_the_person_set_it(repo, hive) -> None:
     hive("list", cwd=repo)
     assert updated() > "2025-01-01T00:00:00Z"               # a change of theirs: now
     assert "Edited again" in path.read_text() and updated() in path.read_text()   # the checkout shows it
+
+
+def test_a_removed_hive_checkout_is_made_again_by_the_next_command(repo, hive, list_json) -> None:
+    import shutil
+
+    issue = hive("create", "Still here", cwd=repo).stdout.strip()
+    shutil.rmtree(repo / ".hive")
+    listed = hive("list", cwd=repo)
+    assert listed.stderr == "git hive: .hive/ was missing: checked hive/state out there again\n", listed.stderr
+    assert (repo / ".hive" / "issues" / f"{issue}.md").is_file()
+    assert hive("list", cwd=repo).stderr == ""                       # said once
+    hive("update", issue, "--priority", "0", cwd=repo)             # and usable again
+    assert "priority = 0" in (repo / ".hive" / "issues" / f"{issue}.md").read_text()

@@ -127,6 +127,8 @@ class Committed:
 CommitEdit = Callable[[Edit], Committed]
 
 
+CHECKOUT_WORKTREE_NAME = "hive-state"   # what an older hive named `.hive/`'s worktree (git names it now)
+
 class Checkout:
     def __init__(self, paths: git.RepoPaths, store: Callable[[], "StateStore"],
                  adopted: Callable[[], str | None] | None = None):
@@ -145,6 +147,31 @@ class Checkout:
     @property
     def exists(self) -> bool:
         return os.path.exists(self._dot_git)
+
+    def create(self, repo: "pygit2.Repository") -> bool:
+        """Make `.hive/` (False: it is there already): a linked worktree of `hive/state`, added
+        without a checkout (libgit2's would write every file, the archive included: ~13 s for a
+        queue of 100k), then filled by `refresh`, which leaves the archive out. HiveError when
+        something else is in its place."""
+        import pygit2   # loaded when used: `git hive list` starts without it
+
+        if self.exists:
+            return False
+        if self.root.exists() and any(self.root.iterdir()):
+            raise HiveError(f"{self.root} exists and is not hive's checkout: move it away, then re-run init")
+        for name in repo.list_worktrees():   # registered, its folder gone: git refuses to add it again
+            try:
+                worktree = repo.lookup_worktree(name)
+                if name == CHECKOUT_WORKTREE_NAME or os.path.normpath(worktree.path) == os.path.normpath(self.root):
+                    worktree.prune(True)
+            except pygit2.GitError:
+                continue   # another worktree, broken: not ours to mend
+        if self.root.exists():
+            self.root.rmdir()
+        git.run(["worktree", "add", "--no-checkout", "--quiet", str(self.root), git.STATE_BRANCH], self.paths.worktree)
+        self.reset_records()
+        self.refresh()
+        return True
 
     # -- bookkeeping ------------------------------------------------------------------------
 
