@@ -7,6 +7,7 @@ pygit2 costs ~170 ms, and most commands only need to know whether `hive/state` m
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -94,6 +95,23 @@ def _looks_like_git_dir(path: Path) -> bool:
     return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
 
 
+_BARE = re.compile(r"^\s*bare\s*=\s*(true|yes|on|1)\s*(?:[#;].*)?$", re.IGNORECASE | re.MULTILINE)
+
+
+def is_bare(common_dir: Path) -> bool:
+    """Whether the repository's config says `core.bare = true` (read as text: every command
+    discovers its repository, and a git subprocess would cost more than the rest)."""
+    try:
+        text = (common_dir / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    for section in re.split(r"^\s*\[", text, flags=re.MULTILINE)[1:]:
+        name, _, body = section.partition("]")
+        if name.strip().lower() == "core" and _BARE.search(body):
+            return True
+    return False
+
+
 def discover(start: Path | str | None = None) -> RepoPaths:
     """Find the repository containing `start` (default: the current directory).
 
@@ -112,6 +130,10 @@ def discover(start: Path | str | None = None) -> RepoPaths:
             continue   # a linked worktree whose repository moved: its main worktree is further up
         if git_dir is not None:
             paths = RepoPaths(candidate, git_dir, common_dir_of(git_dir))
+            if paths.common_dir != git_dir and is_bare(paths.common_dir):
+                raise HiveError(f"{candidate} is a worktree of the bare repository {paths.common_dir}: git hive "
+                                "needs a repository with a main worktree (clone it: `git clone "
+                                f"{paths.common_dir} DIR`, and run git hive there)")
             repair_worktree_links(paths)
             return paths
         if _looks_like_git_dir(candidate):

@@ -58,6 +58,11 @@ def initialize(where: Path | str | None = None) -> list[str]:
         raise HiveError(f"{paths.common_dir} is a bare repository: git hive needs a worktree")
     if repo.head_is_unborn:
         raise HiveError("this repository has no commit yet: make a first commit, then run `git hive init`")
+    target = detect_target_branch(repo, paths)
+    if target is None:
+        branches = ", ".join(n for n in sorted(repo.branches.local) if not n.startswith("hive/")) or "none"
+        raise HiveError(f"cannot tell which branch finished work should merge into (branches here: {branches}): "
+                        "set it with `git hive config set target_branch BRANCH`, then run `git hive init`")
     done: list[str] = []
     paths.make_hive_dir().chmod(0o700)   # made by an older hive: private from now on
     paths.worktrees_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +73,7 @@ def initialize(where: Path | str | None = None) -> list[str]:
     _add_excludes(paths, done)
     _install_hooks(paths, done)
     recorded = config.recorded_target_branch(paths)
-    record_target_branch(paths, detect_target_branch(repo, paths))
+    record_target_branch(paths, target)
     if recorded is None:
         done.append(f"target branch: {config.load(paths).target_branch}")
     _create_checkout(repo, paths, done)
@@ -85,25 +90,29 @@ def record_target_branch(paths: git.RepoPaths, target: str | None = None) -> Non
                 paths.worktree)
 
 
-def detect_target_branch(repo: pygit2.Repository, paths: git.RepoPaths) -> str:
-    """The configured target branch if a person chose one; else the remote's default branch, else
-    the branch checked out in the main worktree, else `main` or `master`, whichever exists."""
+def detect_target_branch(repo: pygit2.Repository, paths: git.RepoPaths) -> str | None:
+    """The configured target branch if a person chose one; else, of the branches that exist
+    here, the remote's default branch, the branch checked out in the main worktree, `main` or
+    `master`, the only one there is. None when none of these names one."""
     if config.sources(paths)["target_branch"] != "default":
         return config.load(paths).target_branch
+    local = [name for name in repo.branches.local if name != "hive" and not name.startswith("hive/")]
     remotes = sorted((r.name for r in repo.remotes), key=lambda name: name != "origin")
     for remote in remotes:
         head = repo.references.get(f"refs/remotes/{remote}/HEAD")
         prefix = f"refs/remotes/{remote}/"
-        if head is not None and isinstance(head.target, str) and head.target.startswith(prefix):
+        if head is not None and isinstance(head.target, str) and head.target.startswith(prefix) and \
+                head.target[len(prefix):] in local:
             return head.target[len(prefix):]
     if not repo.head_is_detached and not repo.head_is_unborn:
         checked_out = repo.head.shorthand
-        if checked_out != "hive" and not checked_out.startswith("hive/") and config.valid_branch_name(checked_out):
+        if checked_out in local and config.valid_branch_name(checked_out):
             return checked_out
     for candidate in ("main", "master"):
-        if repo.references.get(f"refs/heads/{candidate}") is not None:
+        if candidate in local:
             return candidate
-    return "main"
+    named = [name for name in local if config.valid_branch_name(name)]
+    return named[0] if len(named) == 1 else None
 
 
 def missing_target_branch(paths: git.RepoPaths, target: str) -> str | None:

@@ -53,3 +53,36 @@ def test_a_removed_hive_checkout_is_made_again_by_the_next_command(repo, hive, l
     assert hive("list", cwd=repo).stderr == ""                       # said once
     hive("update", issue, "--priority", "0", cwd=repo)             # and usable again
     assert "priority = 0" in (repo / ".hive" / "issues" / f"{issue}.md").read_text()
+
+
+def test_init_picks_a_branch_that_exists_or_says_how_to_choose(make_repo, git, hive) -> None:
+    only = make_repo("only-trunk", commit=False)
+    git("checkout", "-q", "-b", "trunk", cwd=only)
+    git("commit", "-q", "--allow-empty", "-m", "first", cwd=only)
+    git("checkout", "-q", "--detach", cwd=only)
+    assert "target branch: trunk" in hive("init", cwd=only).stdout
+    two = make_repo("two-branches", commit=False)
+    git("checkout", "-q", "-b", "trunk", cwd=two)
+    git("commit", "-q", "--allow-empty", "-m", "first", cwd=two)
+    git("branch", "side", cwd=two)
+    git("checkout", "-q", "--detach", cwd=two)
+    refused = hive("init", cwd=two, check=False)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "branches here: side, trunk" in refused.stderr and "git hive config set target_branch BRANCH" in refused.stderr
+    assert git("branch", "--list", "hive/state", cwd=two).stdout.strip() == ""     # nothing half set up
+    hive("config", "set", "target_branch", "side", cwd=two)
+    assert "target branch: side" in hive("init", cwd=two).stdout
+
+
+def test_a_worktree_of_a_bare_repository_is_refused_by_every_command(tmp_path: Path, git, hive) -> None:
+    bare = tmp_path / "project.git"
+    git("init", "-q", "--bare", "-b", "main", str(bare))
+    seed = tmp_path / "seed"
+    git("clone", "-q", str(bare), str(seed))
+    git("commit", "-q", "--allow-empty", "-m", "first", cwd=seed)
+    git("push", "-q", "origin", "HEAD:main", cwd=seed)
+    git("worktree", "add", "-q", str(tmp_path / "work"), "main", cwd=bare)
+    for args in (("init",), ("create", "x"), ("list",), ("list", "--json"), ("run", "--until-idle")):
+        done = hive(*args, cwd=tmp_path / "work", check=False)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
+        assert "is a worktree of the bare repository" in done.stderr and "git clone" in done.stderr, done.stderr
