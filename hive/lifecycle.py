@@ -76,8 +76,17 @@ def _move(project: Project, issue_id: str, check: Check, changes: dict[str, Any]
                          check=check, trailers=trailers)
 
 
-def _one_line(text: str, limit: int = 500) -> str:
-    return " ".join(text.split())[:limit]
+def reason_line(text: str, limit: int = 500) -> str:
+    """`text` as one line of at most `limit` characters: when it is longer, its first line (what
+    failed) and its end (a test command's verdict comes last, its banner first)."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    first, _, rest = text.strip().partition("\n")
+    head = " ".join(first.split())[:limit // 3]
+    tail = " ".join(rest.split())
+    room = limit - len(head) - len(" … ")
+    return f"{head} … {tail[-room:]}" if tail else flat[:limit]
 
 
 # -- claims and leases --------------------------------------------------------------------------
@@ -143,20 +152,20 @@ def record_retry(project: Project, issue_id: str, agent_id: str, error: str, att
     """in_progress stays in_progress: the record of another attempt by the same agent."""
     return _move(project, issue_id, _held_by(agent_id, "retry"), {}, event="retry", agent=agent_id,
                  summary=f"retry {issue_id}: {error[:120]}",
-                 trailers={"Hive-Reason": _one_line(error), "Hive-Attempt": str(attempt)})
+                 trailers={"Hive-Reason": reason_line(error), "Hive-Attempt": str(attempt)})
 
 
 def switch_agent(project: Project, issue_id: str, old: str, new: str, error: str) -> Issue:
     """in_progress held by `old` → held by the fresh agent `new`."""
     return _move(project, issue_id, _held_by(old, "switch"), {"assignee": new}, event="switched", agent=new,
                  summary=f"switch {issue_id} from {old} to {new}",
-                 trailers={"Hive-Reason": _one_line(error), "Hive-Previous-Agent": old})
+                 trailers={"Hive-Reason": reason_line(error), "Hive-Previous-Agent": old})
 
 
 def finish(project: Project, issue_id: str, agent_id: str, summary: str, trailers: dict[str, str]) -> Issue:
     """in_progress → done: the work is on its branch, for the merge step."""
     return _move(project, issue_id, _held_by(agent_id, "done"), {"status": "done"}, event="done", agent=agent_id,
-                 summary=f"done {issue_id}: {_one_line(summary)[:100] or 'work committed'}", trailers=trailers)
+                 summary=f"done {issue_id}: {reason_line(summary)[:100] or 'work committed'}", trailers=trailers)
 
 
 def escalate(project: Project, issue_id: str, agent_id: str, reason: str, last_error: str,
@@ -165,7 +174,7 @@ def escalate(project: Project, issue_id: str, agent_id: str, reason: str, last_e
     issue's `usage_trailers`."""
     return _move(project, issue_id, _held_by(agent_id, "escalate"), {"status": "escalated"}, event="escalated",
                  agent=agent_id, summary=f"escalate {issue_id}: {reason}",
-                 trailers={"Hive-Reason": _one_line(f"{reason}; last error: {last_error}"), **(usage or {})})
+                 trailers={"Hive-Reason": reason_line(f"{reason}; last error: {last_error}"), **(usage or {})})
 
 
 def release(project: Project, issue_id: str, agent_id: str, why: str) -> Issue:
@@ -225,7 +234,7 @@ def reject(project: Project, runtime: Runtime, config: Config, issue_id: str, re
                             issue=issue_id, agent="refinery")
     issues.add_notes(project, [note], file_id=issue_id, agent="refinery")
     _move(project, issue_id, _status_in(_DONE, "reject"), {"status": status_after(decision)}, event="rejected",
-          summary=f"reject {issue_id}: {reason[:100]}", trailers={"Hive-Reason": _one_line(reason, 400), **(usage or {})})
+          summary=f"reject {issue_id}: {reason[:100]}", trailers={"Hive-Reason": reason_line(reason, 400), **(usage or {})})
     return decision
 
 
@@ -233,7 +242,7 @@ def escalate_merge(project: Project, issue_id: str, reason: str, usage: dict[str
     """done → escalated: the merge step cannot land the work; a person decides."""
     return _move(project, issue_id, _status_in(_DONE, "escalate"), {"status": "escalated"}, event="escalated",
                  summary=f"escalate {issue_id}: {reason[:100]}",
-                 trailers={"Hive-Reason": _one_line(reason, 400), **(usage or {})})
+                 trailers={"Hive-Reason": reason_line(reason, 400), **(usage or {})})
 
 
 def fail_merge(project: Project, issue_id: str, reason: str, usage: dict[str, str] | None = None) -> Issue:
@@ -391,7 +400,7 @@ def done_trailers(base: str, head: str, test_command: str, budget: Budget, model
     """What a done commit records: the work's base and head, its test command, its usage."""
     trailers = {"Hive-Base": base, "Hive-Head": head}
     if test_command:
-        trailers["Hive-Test-Command"] = _one_line(test_command)
+        trailers["Hive-Test-Command"] = reason_line(test_command)
     return {**trailers, **usage_trailers(budget, model, backend)}
 
 

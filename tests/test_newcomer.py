@@ -86,3 +86,40 @@ def test_a_worktree_of_a_bare_repository_is_refused_by_every_command(tmp_path: P
         done = hive(*args, cwd=tmp_path / "work", check=False)
         assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
         assert "is a worktree of the bare repository" in done.stderr and "git clone" in done.stderr, done.stderr
+
+
+def test_a_long_failure_reason_keeps_the_tests_verdict_not_its_banner() -> None:
+    from hive.lifecycle import reason_line
+
+    output = "`pytest -q` failed (exit 1):\n" + "=" * 30 + " test session starts " + "=" * 30 + "\n" + \
+        "\n".join(f"collected line {n}" for n in range(200)) + "\nFAILED tests/test_sub.py::test_reads - FileNotFoundError: lib/x\n"
+    line = reason_line(output, 400)
+    assert len(line) <= 400 and "\n" not in line
+    assert line.startswith("`pytest -q` failed (exit 1):")
+    assert line.endswith("FAILED tests/test_sub.py::test_reads - FileNotFoundError: lib/x")
+    assert reason_line("short\nreason") == "short reason"
+
+
+def test_worktrees_have_the_submodules_from_the_local_copies_and_a_test_reading_one_passes(
+        repo, make_repo, git, new_issue, state_log, tmp_path) -> None:
+    import os
+    import sys
+
+    from tests.daemon_helpers import RUN, write_script
+
+    lib = make_repo("lib")
+    (lib / "x.txt").write_text("from the submodule\n")
+    git("add", "x.txt", cwd=lib)
+    git("commit", "-q", "-m", "x", cwd=lib)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib", cwd=repo)
+    git("commit", "-q", "-m", "vendor lib", cwd=repo)
+    config_before = (repo / ".git" / "config").read_bytes()
+    (lib / "x.txt").unlink()                       # the "network" copy is gone: only the local one helps
+    issue = new_issue("Use the vendored lib")
+    script = write_script(tmp_path, {"default": [{"write": "uses.txt", "content": "uses lib\n"}, {"commit": "use lib"},
+                                                 {"result": "success", "summary": "done"}]})
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": "grep -q 'from the submodule' vendor/lib/x.txt"}
+    done = subprocess.run([*RUN, "--until-idle"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized", done.stdout
+    assert (repo / ".git" / "config").read_bytes() == config_before

@@ -14,6 +14,7 @@ detaches its HEAD again (`_detached`): an agent may have written `ref: refs/head
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,7 +103,33 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit], force=True)
     repo.add_worktree(issue_id, str(path), ref)
     _detached(pygit2.Repository(str(path)))
+    init_submodules(paths, path)
     return Worktree(issue_id, path, branch, base_commit)
+
+
+_SUBMODULE_NAME = re.compile(r"[A-Za-z0-9._/-]+")
+
+
+def init_submodules(paths: git.RepoPaths, worktree: Path) -> list[str]:
+    """Check the worktree's submodules out from the repository's own copies of them
+    (`<common>/modules/<name>`, made by the person's `git submodule update --init`): no network,
+    and the shared config untouched. Those with no local copy are left out; their names returned."""
+    if not (worktree / ".gitmodules").is_file():
+        return []
+    listed = git.run(["config", "--file", ".gitmodules", "--name-only", "--get-regexp", r"^submodule\..*\.path$"],
+                     worktree, check=False)
+    names = [line[len("submodule."):-len(".path")] for line in listed.stdout.split()]
+    overrides, missing = [], []
+    for name in names:
+        local = paths.common_dir / "modules" / name
+        if not _SUBMODULE_NAME.fullmatch(name) or ".." in name.split("/") or not (local / "HEAD").is_file():
+            missing.append(name)
+            continue
+        overrides += ["-c", f"submodule.{name}.url={local}"]
+    if overrides:
+        git.run(["-c", "protocol.file.allow=always", *overrides, "submodule", "update", "--init", "--quiet",
+                 "--", *[n for n in names if n not in missing]], worktree, check=False)
+    return missing
 
 
 def _detached(work: pygit2.Repository) -> pygit2.Repository:
@@ -290,9 +317,10 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
         # A person has the branch checked out in a worktree of their own (they finished the issue
         # by hand): leave that checkout theirs; hive works on a detached HEAD at the same commit.
         git.run(["worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
-        return
-    repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{branch_name(issue_id)}"])
-    _detached(pygit2.Repository(str(path)))
+    else:
+        repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{branch_name(issue_id)}"])
+        _detached(pygit2.Repository(str(path)))
+    init_submodules(paths, path)
 
 
 def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
