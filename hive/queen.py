@@ -514,7 +514,8 @@ class Queen:
                 commit = commit_plan(self.project, self.slug, self.directory, self.spec, issues,
                                      f"plan {self.slug}: {len(issues)} issue(s)")
                 return PlanResult(True, issues, commit=commit)
-            self.log(f"plan round {round_no}: {len(errors)} problem(s); sent back to the Queen")
+            named = "; ".join(errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")
+            self.log(f"plan round {round_no}: {len(errors)} problem(s), sent back to the Queen: {named}")
             text = self._followup(render("queen-fix", directory=self.directory,
                                          errors="\n".join(f"- {e}" for e in errors)))
         return PlanResult(False, errors=errors)

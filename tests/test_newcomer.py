@@ -123,3 +123,12 @@ def test_worktrees_have_the_submodules_from_the_local_copies_and_a_test_reading_
     assert done.returncode == 0, done.stdout + done.stderr
     assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized", done.stdout
     assert (repo / ".git" / "config").read_bytes() == config_before
+
+
+def test_plan_works_offline_with_the_scripted_queen(repo, hive, list_json) -> None:
+    done = hive("plan", "--backend", "scripted", "--headless", "Add a health endpoint", cwd=repo)
+    assert "approved: 1 issue(s)" in done.stdout, done.stdout + done.stderr
+    assert [(i["title"], i["status"]) for i in list_json(cwd=repo)] == [("Add a health endpoint", "open")]
+    # a spec with TOML's own characters in it is still one valid issue
+    hive("plan", "--backend", "scripted", "--headless", 'Quote "it" and C:\\path', cwd=repo)
+    assert 'Quote "it" and C:\\path' in [i["title"] for i in list_json(cwd=repo)]

@@ -225,7 +225,8 @@ def test_an_invalid_plan_is_sent_back_and_fixed(case: str, repo: Path, tmp_path:
     steps += [write(i, text, [2]) for i, text in second.items()]
     env = queen_script(tmp_path, [*steps, done_step()])
     done = plan(hive, env)
-    assert "plan round 1: 1 problem(s); sent back to the Queen" in done.stdout
+    said = next(line for line in done.stdout.splitlines() if line.startswith("plan round 1: "))
+    assert said.startswith("plan round 1: 1 problem(s), sent back to the Queen: ") and re.search(expected, said), said
 
     prompts = queen_prompts(repo)
     assert len(prompts) == 2, prompts
@@ -258,8 +259,10 @@ def test_a_queen_that_never_fixes_its_plan_fails_after_3_rounds(repo: Path, tmp_
     assert "not valid after 3 rounds" in error and f"branch hive/plan/{slug} and the Queen's files" in error
     assert "kept (--keep)" in error
     assert re.search(rf"issues/hv-nfx001\.md:{DEPENDS_ON_LINE}: dependency cycle", error), error
-    assert [line for line in done.stdout.splitlines() if line.startswith("plan round")] == [
-        f"plan round {n}: 1 problem(s); sent back to the Queen" for n in (1, 2, 3)]
+    rounds = [line for line in done.stdout.splitlines() if line.startswith("plan round")]
+    assert [line.split(": ", 2)[:2] for line in rounds] == [
+        [f"plan round {n}", "1 problem(s), sent back to the Queen"] for n in (1, 2, 3)], rounds
+    assert all("dependency cycle: hv-nfx001 -> hv-nfx002 -> hv-nfx001" in line for line in rounds), rounds
     assert len(queen_prompts(repo)) == 3
 
     # nothing reached hive/state; the branch and the Queen's files are kept for inspection

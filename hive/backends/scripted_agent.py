@@ -122,12 +122,14 @@ Common keys:
 
 Strings in steps (except `result_raw`) expand `{issue}`, `{role}`, `{session}`, `{attempt}`,
 `{labels}` (comma-separated), `{prompt}`, `{prompt_first_line}`, `{last_exit}`, and from
-hive's refinery task prompts `{worktree}` and `{target}` (their `worktree: ` / `target: ` lines); other braces
-are left alone.
+hive's refinery task prompts `{worktree}` and `{target}` (their `worktree: ` / `target: ` lines), from
+the Queen's `{spec}` and `{prefix}` (its `Plan this spec: ` / `id prefix: ` lines), and `{new_id}`
+(an issue id of the session's own, the same for one turn); other braces are left alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -158,9 +160,14 @@ BUILTIN: dict[str, list[dict]] = {
         {"tokens": {"input": 800, "output": 100}},
         {"result": {"status": "merged", "summary": "scripted refinery: nothing to resolve"}},
     ],
+    # The Queen proposes one issue: the spec's first line as its title, the spec as its description.
     "queen": [
-        {"say": "Scripted queen: no plan to propose."},
+        {"cd": "{worktree}"},
+        {"write": "issues/{new_id}.md",
+         "content": "+++\ntitle = '''{spec}'''\nstatus = \"open\"\npriority = 2\ntype = \"task\"\n"
+                    "depends_on = []\nlabels = []\n+++\n\nProposed by the scripted Queen for the spec:\n{spec}\n"},
         {"tokens": {"input": 500, "output": 50}},
+        {"say": "Scripted queen: proposed {new_id} for the spec."},
         {"end_turn": True},
     ],
 }
@@ -320,9 +327,13 @@ class StepFailed(Exception):
 
 
 _PLACEHOLDER = re.compile(
-    r"\{(issue|role|session|attempt|labels|prompt|prompt_first_line|last_exit|worktree|target)\}")
-# hive's refinery tasks name their worktree and target on lines of their own ("worktree: /abs/path")
-_PROMPT_FIELD = re.compile(r"^(worktree|target): (.+)$", re.MULTILINE)
+    r"\{(issue|role|session|attempt|labels|prompt|prompt_first_line|last_exit|worktree|target|spec|prefix|"
+    r"new_id)\}")
+# hive's refinery tasks name their worktree and target on lines of their own ("worktree: /abs/path");
+# the Queen's first prompt its spec ("Plan this spec: ...") and the id prefix
+_PROMPT_FIELD = re.compile(r"^(worktree|target|Plan this spec|id prefix): (.+)$", re.MULTILINE)
+_FIELD_NAMES = {"Plan this spec": "spec", "id prefix": "prefix"}
+_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"    # issue ids' (hive.state.issue_file)
 
 
 class Agent:
@@ -331,6 +342,7 @@ class Agent:
         self.session, self.issue, self.role, self.labels = session, issue, role, labels
         self.hive_dir, self.script_name, self.steps = hive_dir, script_name, steps
         self.cwd = self.home = os.getcwd()
+        self.fields: dict[str, str] = {}      # named on lines of the prompts (worktree, spec, ...)
         self.key = state_key(issue, role)
         self.turns: queue.Queue = queue.Queue()
         self.answers: dict[str, dict] = {}
@@ -464,17 +476,25 @@ class Agent:
     def expand(self, value):
         if isinstance(value, str):
             first = self.prompt.strip().splitlines()[0].strip() if self.prompt.strip() else ""
+            for name, text in _PROMPT_FIELD.findall(self.prompt):   # kept for the later turns
+                self.fields[_FIELD_NAMES.get(name, name)] = text.strip()
             values = {"issue": self.issue, "role": self.role, "session": self.session,
                       "attempt": str(self.attempt), "labels": ",".join(self.labels),
                       "prompt": self.prompt, "prompt_first_line": first,
-                      "last_exit": str(self.last_exit), "worktree": self.cwd, "target": ""}
-            values.update(dict(_PROMPT_FIELD.findall(self.prompt)))
+                      "last_exit": str(self.last_exit), "worktree": self.cwd, "target": "",
+                      "spec": "", "prefix": "hv", **self.fields}
+            values["new_id"] = self.new_id(values["prefix"])
             return _PLACEHOLDER.sub(lambda m: values[m.group(1)], value)
         if isinstance(value, list):
             return [self.expand(v) for v in value]
         if isinstance(value, dict):
             return {k: self.expand(v) for k, v in value.items()}
         return value
+
+    def new_id(self, prefix: str) -> str:
+        """An issue id of this session's own, the same for all of one turn's steps."""
+        digest = hashlib.sha256(f"{self.session}:{self.attempt}".encode()).digest()
+        return prefix + "-" + "".join(_ID_ALPHABET[b % 32] for b in digest[:6])
 
     def path(self, rel: str) -> str:
         return os.path.join(self.cwd, rel)
