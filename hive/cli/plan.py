@@ -66,6 +66,17 @@ def _prompt(text: str, **kwargs):
         signal.signal(signal.SIGINT, previous)
 
 
+def _confirm_no(text: str) -> bool:
+    """click.confirm with No as the default, where the end of a piped stdin answers No (click's
+    own aborts: `echo a | git hive plan ...` would end in "aborted", exit 1, after approving)."""
+    if sys.stdin.isatty():
+        return click.confirm(text, default=False)
+    click.echo(f"{text} [y/N]: ", nl=False)
+    answer = sys.stdin.readline()
+    click.echo("" if answer.endswith("\n") else "\n", nl=False)
+    return answer.strip().lower() in ("y", "yes")
+
+
 def _unfinished(project, slug: str, keep: bool, directory) -> str:
     """Settle the branch of a plan that was not approved; say what was left behind."""
     from hive import queen as queen_mod
@@ -255,7 +266,7 @@ def _conclude(project, queen_mod, result, slug: str, leave: bool, as_json: bool,
         print_json([i.to_json(with_body=True) for i in result.issues])
     elif headless:
         table(issue_rows(result.issues), ISSUE_HEADERS)
-    if not leave and (start or (not headless and click.confirm("start the agents now?", default=False))):
+    if not leave and (start or (not headless and _confirm_no("start the agents now?"))):
         _start_daemon(project)
 
 
