@@ -415,7 +415,7 @@ def private_stores_env(common_dir: Path) -> dict[str, str]:
 
 
 def agent_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for the git an agent runs: no automatic gc or maintenance.
+    """Environment for the git an agent runs: no automatic gc or maintenance, no signing.
 
     hive kills agents' process groups (a stall, a cancel, recovery after a crash); a `gc --auto`
     that a `git commit` started in the shared repository, killed mid-way, leaves `packed-refs.lock`
@@ -428,6 +428,22 @@ def agent_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
         n = int(base.get("GIT_CONFIG_COUNT", "0") or 0)
     except ValueError:
         n = 0
-    return {"GIT_CONFIG_COUNT": str(n + 2),
-            f"GIT_CONFIG_KEY_{n}": "gc.auto", f"GIT_CONFIG_VALUE_{n}": "0",
-            f"GIT_CONFIG_KEY_{n + 1}": "maintenance.auto", f"GIT_CONFIG_VALUE_{n + 1}": "false"}
+    settings = {"gc.auto": "0", "maintenance.auto": "false", **AGENT_UNSIGNED}
+    env = {"GIT_CONFIG_COUNT": str(n + len(settings))}
+    for i, (key, value) in enumerate(settings.items(), start=n):
+        env.update({f"GIT_CONFIG_KEY_{i}": key, f"GIT_CONFIG_VALUE_{i}": value})
+    return env
+
+
+# An agent's jail hides the person's signing keys and agent (`~/.gnupg`, `SSH_AUTH_SOCK`): with
+# `commit.gpgsign` on, every commit it tried would fail. Its commits are unsigned, and so are the
+# ones hive makes from them (`unsigned_warning`).
+AGENT_UNSIGNED = {"commit.gpgsign": "false"}
+
+
+def unsigned_warning(cwd: Path | str) -> str:
+    """The warning to give where the person signs their commits and hive's will not be ("" if not)."""
+    if (config_get(cwd, "commit.gpgsign") or "").lower() not in ("true", "yes", "on", "1"):
+        return ""
+    return ("warning: commit.gpgsign is on, but the commits hive makes — the agents' work it merges into "
+            "the target branch and the records on hive/state — are not signed")

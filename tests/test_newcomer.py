@@ -132,3 +132,23 @@ def test_plan_works_offline_with_the_scripted_queen(repo, hive, list_json) -> No
     # a spec with TOML's own characters in it is still one valid issue
     hive("plan", "--backend", "scripted", "--headless", 'Quote "it" and C:\\path', cwd=repo)
     assert 'Quote "it" and C:\\path' in [i["title"] for i in list_json(cwd=repo)]
+
+
+def test_with_commit_signing_on_agents_still_commit_and_run_says_hives_commits_are_unsigned(
+        repo, git, new_issue, state_log, tmp_path) -> None:
+    import os
+
+    from tests.daemon_helpers import RUN, write_script
+
+    git("config", "commit.gpgsign", "true", cwd=repo)
+    git("config", "gpg.program", "false", cwd=repo)          # any signature tried would fail
+    issue = new_issue("Signed repository")
+    script = write_script(tmp_path, {"default": [
+        {"write": "work.txt", "content": "work\n"},
+        {"run": "git add work.txt && git commit -q -m 'plain git commit, as a real agent makes it'", "must_succeed": True},
+        {"result": "success", "summary": "committed"}]})
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script)}
+    done = subprocess.run([*RUN, "--until-idle"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized", done.stdout
+    assert done.stderr.count("warning: commit.gpgsign is on, but the commits hive makes") == 1, done.stderr

@@ -37,6 +37,7 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     from hive.project import Project
     from hive.runtime import DaemonLock
 
+    from hive import git
     from hive.initialize import missing_target_branch
 
     project = Project.open()
@@ -45,6 +46,9 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     if missing:
         raise HiveError(missing)
     _require_agent_clis(project, backend)
+    unsigned = git.unsigned_warning(project.paths.worktree)
+    if unsigned:
+        click.echo(unsigned, err=True)
     if detach:
         holder = DaemonLock(project.paths).holder()
         if holder:
