@@ -152,3 +152,57 @@ def test_with_commit_signing_on_agents_still_commit_and_run_says_hives_commits_a
     assert done.returncode == 0, done.stdout + done.stderr
     assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized", done.stdout
     assert done.stderr.count("warning: commit.gpgsign is on, but the commits hive makes") == 1, done.stderr
+
+
+def test_a_warning_during_a_run_goes_above_the_live_line(monkeypatch) -> None:
+    import io
+    import sys
+
+    from hive.cli.progress import LiveLine
+    from hive.orchestrator.progress import RunProgress
+
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    live = LiveLine(terminal, terminal)
+    live.progress(RunProgress(0.0, finalized=1, total=3, busy=2))
+    print("warning: something to say", file=sys.stderr)
+    live.log("hv-aaaaaa claimed")
+    live.close()
+    assert sys.stderr is terminal
+    lines = terminal.getvalue().split("\r\x1b[K")
+    said = [chunk for chunk in lines if "warning" in chunk]
+    assert said == ["warning: something to say\n1 of 3 finalized · 2 agent(s) busy · 0 tokens · $0.0000"], lines
+
+
+def test_status_watch_ages_tick_without_news(repo, hive, new_issue, tmp_path) -> None:
+    import os
+    import signal
+    import sys
+    import time
+
+    from tests.daemon_helpers import write_script
+
+    new_issue("Slow")
+    script = write_script(tmp_path, {"default": [{"say": "started"}, {"sleep": 30},
+                                                 {"result": "success", "summary": "x"}]})
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script)}
+    hive("run", "--backend", "scripted", "--detach", cwd=repo, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while '"state": "busy"' not in hive("status", "--json", cwd=repo).stdout:
+            assert time.monotonic() < deadline, "the agent never got busy"
+        watch = subprocess.Popen([sys.executable, "-m", "hive", "status", "--watch"], cwd=repo, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ages: set[str] = set()
+        deadline = time.monotonic() + 4.5    # a redraw a second: ages tick (not one per 5 s)
+        assert watch.stdout is not None
+        while len(ages) < 3 and time.monotonic() < deadline:
+            line = watch.stdout.readline()
+            found = re.match(r"\s+hv-\w+\s+\S+\s+worker\s+(\S+)", line)
+            if found:
+                ages.add(found.group(1))
+        watch.send_signal(signal.SIGINT)
+        watch.communicate(timeout=10)
+        assert len(ages) >= 3, ages
+    finally:
+        hive("stop", cwd=repo, check=False)

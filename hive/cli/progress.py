@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from typing import Callable, TextIO
 
 import click
@@ -16,11 +17,17 @@ _CLEAR = "\r\x1b[K"
 
 class LiveLine:
     """The daemon's event lines scroll above one status line that is redrawn in place (only
-    ever used when stdout is a terminal)."""
+    ever used when stdout is a terminal). With `errors` (the stderr the same terminal shows),
+    whatever is written to `sys.stderr` meanwhile — a warning of any part of hive — is put above
+    the line too, instead of running into it; `close` gives `sys.stderr` back."""
 
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextIO, errors: TextIO | None = None):
         self.stream = stream
         self.text = ""
+        self._cleared = False
+        self._errors = errors
+        if errors is not None:
+            sys.stderr = _Above(self, errors)
 
     def log(self, line: str) -> None:
         self.stream.write(f"{_CLEAR}{line}\n")
@@ -36,12 +43,46 @@ class LiveLine:
             self.stream.write(_CLEAR)
             self.stream.flush()
         self.text = ""
+        if self._errors is not None and isinstance(sys.stderr, _Above):
+            sys.stderr = self._errors
+        self._errors = None
+
+    def above(self, write: Callable[[], None], ended_line: bool) -> None:
+        """Run `write` (output of its own) with the status line out of the way, then draw it again
+        once the output ended its line."""
+        if self.text and not self._cleared:
+            self.stream.write(_CLEAR)
+            self.stream.flush()
+        write()
+        self._cleared = not ended_line          # in the middle of their line: leave it be
+        if ended_line:
+            self._draw()
 
     def _draw(self) -> None:
         width = shutil.get_terminal_size((100, 20)).columns
         # one screen line at most: a wrapped line could not be cleared by `\r`
         self.stream.write(self.text[: max(1, width - 1)])
         self.stream.flush()
+
+
+class _Above:
+    """`sys.stderr` while a live line is drawn: each write goes above the line."""
+
+    def __init__(self, live: LiveLine, errors: TextIO):
+        self._live, self._errors = live, errors
+
+    def write(self, text: str) -> int:
+        def write() -> None:
+            self._errors.write(text)
+            self._errors.flush()
+        self._live.above(write, text.endswith("\n"))
+        return len(text)
+
+    def flush(self) -> None:
+        self._errors.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._errors, name)
 
 
 def progress_text(progress: RunProgress) -> str:

@@ -75,7 +75,7 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
                 raise HiveError(f"the daemon exited at once (code {proc.returncode}); see {log_path}")
             time.sleep(0.05)
         raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
-    live = LiveLine(sys.stdout) if sys.stdout.isatty() else None   # else: the event lines alone
+    live = LiveLine(sys.stdout, sys.stderr if sys.stderr.isatty() else None) if sys.stdout.isatty() else None
     daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote,
                           log=live.log if live else None)
     if live:

@@ -15,7 +15,7 @@ from hive.runtime import DaemonLock, Runtime
 from hive.state import history
 from hive.state.issue_file import STATUSES
 
-AGE_REFRESH_MS = 5000   # --watch: redraw this often without news, so that ages stay right
+AGE_REFRESH_MS = 1000   # --watch: redraw this often without news, so that ages tick
 
 
 def collect(project: Project, runtime: Runtime | None = None) -> dict:
