@@ -248,6 +248,33 @@ class Remote:
                         f"({MAX_PUSH_ROUNDS} rounds)")
 
 
+    def unpushed(self, branch: str) -> int:
+        """How many commits of the local `branch` the remote lacks, as of the last fetch (the
+        landings hive merged into the target branch, which `sync` does not push: -1 when the
+        remote has commits of its own there, so that only a person's merge can join them)."""
+        local = git.read_ref(self.project.paths.common_dir, f"refs/heads/{branch}")
+        if local is None:
+            return 0
+        theirs = self.remote_tip(branch)
+        if theirs is not None and not self.contains(local, theirs):
+            return -1
+        return _count(self.project, theirs, local)
+
+    def push_branch(self, branch: str) -> PushResult:
+        """Fast-forward the remote's `branch` to the local one (refused if the remote moved)."""
+        fetched = self.fetch(branch)
+        if not fetched:
+            return PushResult(False, offline=True, message=fetched.reason)
+        local = git.read_ref(self.project.paths.common_dir, f"refs/heads/{branch}")
+        theirs = self.remote_tip(branch)
+        if local is None or not self.contains(local, theirs):
+            return PushResult(False, rejected=True, message=f"{self.name}/{branch} has commits {branch} lacks")
+        result = self.push(f"refs/heads/{branch}", branch, theirs)
+        if result.ok:
+            _git(self.project, ["update-ref", self.tracking_ref(branch), local])
+        return result
+
+
 def _reason(text: str, fallback: str) -> str:
     """git's reason for a failure: its first line naming a local failure, else its first
     `fatal:`/`error:` line, else its first line."""

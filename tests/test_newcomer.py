@@ -206,3 +206,24 @@ def test_status_watch_ages_tick_without_news(repo, hive, new_issue, tmp_path) ->
         assert len(ages) >= 3, ages
     finally:
         hive("stop", cwd=repo, check=False)
+
+
+def test_sync_and_status_say_the_target_has_landings_the_remote_lacks(repo, git, hive, new_issue, tmp_path) -> None:
+    import os
+
+    from tests.daemon_helpers import RUN
+
+    remote = tmp_path / "origin.git"
+    git("init", "-q", "--bare", str(remote))
+    git("remote", "add", "origin", str(remote), cwd=repo)
+    git("push", "-q", "origin", "main", cwd=repo)
+    hive("sync", cwd=repo)
+    new_issue("Lands on main")
+    subprocess.run([*RUN, "--until-idle"], cwd=repo, env=dict(os.environ), check=True, capture_output=True, timeout=300)
+    synced = hive("sync", cwd=repo)
+    assert "warning: main has 1 commit(s) origin lacks" in synced.stderr and "--push-target" in synced.stderr, synced.stderr
+    assert "target: main has 1 commit(s) origin/main lacks" in hive("status", cwd=repo).stdout
+    hive("sync", "--push-target", cwd=repo)                        # what the warning says, done
+    assert git("rev-parse", "main", cwd=repo).stdout == git("--git-dir", str(remote), "rev-parse", "main").stdout
+    assert "target:" not in hive("status", cwd=repo).stdout
+    assert "lacks" not in hive("sync", cwd=repo).stderr

@@ -47,7 +47,21 @@ def collect(project: Project, runtime: Runtime | None = None) -> dict:
         "problems": [str(p) for p in problems] + [str(p) for p in project.index.problems()
                                                    if str(p) not in {str(q) for q in problems}],
         "state_commit": project.index.indexed_commit,
+        "target_unpushed": target_unpushed(project),
     }
+
+
+def target_unpushed(project: Project) -> dict | None:
+    """The commits of the target branch the sync remote lacked when last fetched (hive merges
+    into the target here; `sync` shares hive/state, not the target)."""
+    from hive import git
+    from hive.remote import Remote
+
+    name, target = project.config.sync_remote or "origin", project.config.target_branch
+    if git.read_ref(project.paths.common_dir, f"refs/remotes/{name}/{target}") is None:
+        return None
+    missing = Remote(project, name).unpushed(target)
+    return {"remote": name, "branch": target, "commits": missing} if missing else None
 
 
 def daemon_section(project: Project, runtime: Runtime) -> dict:
@@ -116,7 +130,7 @@ def attention_section(project: Project, queue: list[dict]) -> list[dict]:
 
 
 def render(data: dict) -> None:
-    for section in (render_issues, render_daemon, render_run, render_agents, render_claims, render_merge_queue,
+    for section in (render_issues, render_target, render_daemon, render_run, render_agents, render_claims, render_merge_queue,
                     render_attention, render_problems):
         section(data)
 
@@ -125,6 +139,19 @@ def render_issues(data: dict) -> None:
     counts = data["counts"]
     click.echo("issues: " + " · ".join(f"{s} {n}" for s, n in counts.items() if n) if data["total"] else "issues: none")
     click.echo(f"ready: {len(data['ready'])}" + (f" (next: {', '.join(data['ready'][:5])})" if data["ready"] else ""))
+
+
+def render_target(data: dict) -> None:
+    unpushed = data.get("target_unpushed")
+    if not unpushed:
+        return
+    where = f"{unpushed['remote']}/{unpushed['branch']}"
+    if unpushed["commits"] < 0:
+        click.echo(f"target: {unpushed['branch']} and {where} have diverged (merge {where}, then "
+                   "`git hive sync --push-target`)")
+    else:
+        click.echo(f"target: {unpushed['branch']} has {unpushed['commits']} commit(s) {where} lacks "
+                   "(`git hive sync --push-target` pushes them)")
 
 
 def render_daemon(data: dict) -> None:

@@ -12,7 +12,8 @@ from hive.errors import HiveError
 @click.argument("remote", required=False)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--prune", is_flag=True, help="Also delete the remote's hive/work/* branches of finished issues.")
-def sync(remote: str | None, as_json: bool, prune: bool) -> None:
+@click.option("--push-target", is_flag=True, help="Also push the target branch (the work hive merged) to REMOTE.")
+def sync(remote: str | None, as_json: bool, prune: bool, push_target: bool) -> None:
     """Fetch hive/state from REMOTE, merge it with the hive rules, push; retried if someone pushed."""
     from hive.project import Project
     from hive.remote import Remote
@@ -24,6 +25,14 @@ def sync(remote: str | None, as_json: bool, prune: bool) -> None:
     shared.log = lambda line: click.echo(line, err=True)
     report = shared.sync()
     pruned = shared.prune_work_branches() if prune and not report.offline else []
+    target = project.config.target_branch
+    if push_target and not report.offline:
+        pushed = shared.push_branch(target)
+        if not pushed.ok:
+            raise HiveError(f"could not push {target} to {name}: {pushed.message}")
+        click.echo(f"pushed {target} to {name}", err=True)
+    elif not report.offline and shared.fetch(target):
+        _say_unpushed(shared, name, target)
     if as_json:
         print_json(report.to_json() | ({"pruned": pruned} if prune else {}))
     else:
@@ -39,3 +48,14 @@ def sync(remote: str | None, as_json: bool, prune: bool) -> None:
             click.echo(f"pruned {len(pruned)} finished work branch(es)" + (f": {', '.join(pruned)}" if pruned else ""))
     if report.offline:
         raise SystemExit(1)
+
+
+def _say_unpushed(shared, name: str, target: str) -> None:
+    """The landings on the target branch that the remote lacks (sync shares hive/state only)."""
+    missing = shared.unpushed(target)
+    if missing > 0:
+        click.echo(f"warning: {target} has {missing} commit(s) {name} lacks (what hive merged is not pushed): "
+                   f"`git hive sync --push-target` pushes them", err=True)
+    elif missing < 0:
+        click.echo(f"warning: {target} and {name}/{target} have diverged: merge {name}/{target} into "
+                   f"{target}, then `git hive sync --push-target`", err=True)
