@@ -281,6 +281,11 @@ def run(args: list[str], cwd: Path | str, *, check: bool = True, input: str | No
     return proc
 
 
+# For hive's own git commands in the agents' worktrees: a relative `core.hooksPath` (husky's) is
+# resolved in the worktree, whose hooks are the agent's files; they run only in its jail.
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+
+
 def config_get(cwd: Path | str, key: str) -> str | None:
     proc = run(["config", "--get", key], cwd, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None

@@ -192,16 +192,25 @@ def _register_merge_driver(paths: git.RepoPaths, done: list[str]) -> None:
 
 
 def _add_excludes(paths: git.RepoPaths, done: list[str]) -> None:
+    if _exclude(paths, list(EXCLUDES), []):
+        done.append("excluded .hive/ and the worker protocol files in .git/info/exclude")
+
+
+def _exclude(paths: git.RepoPaths, patterns: list[str], done: list[str]) -> bool:
+    """Add `patterns` to `.git/info/exclude` (those not there yet); whether any was added."""
     exclude = paths.common_dir / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     current = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
-    missing = [line for line in EXCLUDES if line not in current.splitlines()]
-    if missing:
-        with open(exclude, "a", encoding="utf-8") as out:
-            if current and not current.endswith("\n"):
-                out.write("\n")
-            out.write("# git-hive\n" + "".join(line + "\n" for line in missing))
-        done.append("excluded .hive/ and the worker protocol files in .git/info/exclude")
+    missing = [line for line in patterns if line not in current.splitlines()]
+    if not missing:
+        return False
+    with open(exclude, "a", encoding="utf-8") as out:
+        if current and not current.endswith("\n"):
+            out.write("\n")
+        out.write("# git-hive\n" + "".join(line + "\n" for line in missing))
+    if not all(line in EXCLUDES for line in missing):
+        done.append(f"excluded hive's hook files in .git/info/exclude ({', '.join(missing)})")
+    return True
 
 
 def hooks_dir(paths: git.RepoPaths) -> Path:
@@ -213,21 +222,26 @@ def hooks_dir(paths: git.RepoPaths) -> Path:
 
 
 def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
+    """hive's hooks in the repository's hooks folder, whatever `core.hooksPath` names (it stays as
+    the person set it). One the person had is kept and run first (renamed `.hive-chained`), unless
+    it is a tracked file: then theirs stays and hive's is not installed. A hooks folder inside the
+    main worktree (husky's `.husky/_`, a `.githooks`) gets hive's files excluded from git."""
     target_dir = hooks_dir(paths)
-    configured = git.config_get(paths.worktree, "core.hooksPath")
-    if configured and not Path(os.path.expanduser(configured)).is_absolute():
-        # git resolves it from each worktree's root: worker worktrees would have no guard hook
-        git.run(["config", "--file", str(paths.common_dir / "config"), "core.hooksPath", str(target_dir)],
-                paths.worktree)
-        done.append(f"core.hooksPath {configured!r} is relative: set to {target_dir} for every worktree")
+    inside = _inside_worktree(paths, target_dir)
     target_dir.mkdir(parents=True, exist_ok=True)
     for name, content in hook_sources().items():
         target = target_dir / name
+        if inside is not None:
+            _exclude(paths, [f"/{inside}/{name}", f"/{inside}/{name}{CHAINED_SUFFIX}"], done)
         if target.exists():
             existing = target.read_bytes()
             if existing == content:
                 continue
             if HOOK_MARKER.encode() not in existing:
+                if inside is not None and _tracked(paths, f"{inside}/{name}"):
+                    done.append(f"kept your tracked {inside}/{name}: hive's {name} hook is not installed "
+                                "(the agents' jail still keeps them from moving refs)")
+                    continue
                 chained = target_dir / (name + CHAINED_SUFFIX)
                 if chained.exists():
                     raise HiveError(f"{target} exists and so does {chained}: move one away, then re-run init")
@@ -236,6 +250,19 @@ def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
         target.write_bytes(content)
         target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         done.append(f"installed the {name} hook")
+
+
+def _inside_worktree(paths: git.RepoPaths, folder: Path) -> str | None:
+    """`folder` relative to the main worktree (posix), or None when it lies outside it."""
+    try:
+        return folder.resolve().relative_to(paths.main_worktree.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def _tracked(paths: git.RepoPaths, rel: str) -> bool:
+    listed = git.run(["ls-files", "--error-unmatch", "--", rel], paths.main_worktree, check=False)
+    return listed.returncode == 0
 
 
 def _create_checkout(repo: pygit2.Repository, paths: git.RepoPaths, done: list[str]) -> None:

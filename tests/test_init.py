@@ -283,16 +283,26 @@ def test_clone_of_a_hive_repo_adopts_the_shared_state_branch(make_repo, hive, gi
             == git("rev-parse", "hive/state", cwd=upstream).stdout)
 
 
-def test_a_relative_hooks_path_is_made_absolute_for_worker_worktrees(repo: Path, git, hive) -> None:
-    git("config", "core.hooksPath", ".githooks", cwd=repo)
-    done = hive("init", cwd=repo)
-    absolute = repo / ".githooks"
-    assert git("config", "core.hooksPath", cwd=repo).stdout.strip() == str(absolute)
-    assert "relative" in done.stdout
-    assert (absolute / "reference-transaction").exists()
-    worker = repo / ".git" / "hive" / "worktrees" / "hv-hook01"
-    git("worktree", "add", "-q", "-b", "hive/work/hv-hook01", str(worker), cwd=repo)
-    assert Path(git("rev-parse", "--git-path", "hooks", cwd=worker).stdout.strip()) == absolute
+def test_a_relative_tracked_hooks_path_stays_as_set_and_git_status_stays_clean(repo: Path, git, hive) -> None:
+    """husky and pre-commit setups: `core.hooksPath` names a tracked folder of the repository."""
+    hooks = repo / ".husky"
+    hooks.mkdir()
+    (hooks / "pre-commit").write_text('#!/bin/sh\necho ran >> "$(git rev-parse --git-common-dir)/pre-commit.log"\n')
+    (hooks / "pre-commit").chmod(0o755)
+    git("add", ".husky", cwd=repo)
+    git("commit", "-q", "-m", "husky", cwd=repo)
+    git("config", "core.hooksPath", ".husky", cwd=repo)
+    hive("init", cwd=repo)
+    assert git("config", "core.hooksPath", cwd=repo).stdout.strip() == ".husky"        # as the person set it
+    assert (hooks / "reference-transaction").exists()
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=repo).stdout == ""   # nothing to commit by mistake
+    (repo / "file.txt").write_text("x\n")
+    git("add", "file.txt", cwd=repo)
+    git("commit", "-q", "-m", "a person's commit", cwd=repo)
+    assert (repo / ".git" / "pre-commit.log").read_text() == "ran\n"                   # their hook still runs
+    assert "refs/heads/main" in (repo / ".git" / "hive" / "ref-events").read_text()   # and hive's
+    again = hive("init", cwd=repo)
+    assert "hook" not in again.stdout and git("status", "--porcelain", cwd=repo).stdout == ""
 
 
 def test_the_runtime_folder_is_private(repo: Path) -> None:

@@ -127,7 +127,7 @@ def init_submodules(paths: git.RepoPaths, worktree: Path) -> list[str]:
             continue
         overrides += ["-c", f"submodule.{name}.url={local}"]
     if overrides:
-        git.run(["-c", "protocol.file.allow=always", *overrides, "submodule", "update", "--init", "--quiet",
+        git.run([*git.NO_HOOKS, "-c", "protocol.file.allow=always", *overrides, "submodule", "update", "--init", "--quiet",
                  "--", *[n for n in names if n not in missing]], worktree, check=False)
     return missing
 
@@ -316,7 +316,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
     if checkout_of(paths, branch_name(issue_id)) is not None:
         # A person has the branch checked out in a worktree of their own (they finished the issue
         # by hand): leave that checkout theirs; hive works on a detached HEAD at the same commit.
-        git.run(["worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
+        git.run([*git.NO_HOOKS, "worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
     else:
         repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{branch_name(issue_id)}"])
         _detached(pygit2.Repository(str(path)))
