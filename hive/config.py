@@ -26,6 +26,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hive.backends import registry
 from hive.errors import BadInput
 from hive.git import read_ref, run
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 PROJECT_FILE = ".hive.toml"
 GLOBAL_ENV = "HIVE_GLOBAL_CONFIG"
 ENV_PREFIX = "HIVE_"
-BACKENDS = ("claude", "codex", "scripted")
+BACKENDS = registry.names()
 ROLES = ("worker", "refinery", "queen")
 
 _ID_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]{0,15}\Z")   # keeps ids within hive.state.issue_file.ID_RE

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from hive import git
+from hive.backends import registry
 from hive.config import Config
 from hive.jail import JailSpec, roles, support
 
-REAL_AGENTS = ("claude", "codex")
 OFF_WARNING = 'warning: sandbox = "off": agents run without the OS jail and can reach everything you can'
 
 
@@ -33,7 +33,7 @@ def start_problem(config: Config, roles_started: tuple[str, ...]) -> tuple[str, 
     CLI would run and no jail can be built; the warning to print at start when sandbox is off."""
     if config.sandbox == "off":
         return "", OFF_WARNING
-    real = sorted({config.backend_for(role) for role in roles_started} & set(REAL_AGENTS))
+    real = sorted({config.backend_for(role) for role in roles_started} & set(registry.untrusted_names()))
     found = support()
     if real and not found.ok:
         return (f"cannot jail the {'/'.join(real)} agents: {found.reason} — {found.fix}"), ""

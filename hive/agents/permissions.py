@@ -11,6 +11,7 @@ import os
 import shlex
 from dataclasses import dataclass
 
+from hive.backends import registry
 from hive.backends.base import PermissionRequest
 
 READ_TOOLS = {"Read", "Glob", "Grep", "LS", "NotebookRead", "WebFetch", "WebSearch", "TodoWrite",
@@ -30,7 +31,8 @@ REFINERY_GIT = {"checkout", "switch", "reset", "rebase", "merge", "branch", "che
 
 # Agent CLIs read permission rules from these folders inside the working tree: an agent that could
 # write them would grant itself what hive's policy refuses.
-AGENT_SETTINGS_DIRS = (".claude", ".codex")
+AGENT_SETTINGS_DIRS = registry.settings_dirs()
+SETTINGS_REFUSAL = f"agent settings ({', '.join(d + '/' for d in AGENT_SETTINGS_DIRS)}) are not the agent's to change"
 
 
 def _touches_agent_settings(text: str) -> bool:
@@ -90,7 +92,7 @@ def _check_shell(command: str, roots: tuple[str, ...], role: str, cwd: str) -> V
         return any(_inside(path, r, folder) for r in roots)
 
     if _touches_agent_settings(command):
-        return Verdict(False, "agent settings (.claude/, .codex/) are not the agent's to change")
+        return Verdict(False, SETTINGS_REFUSAL)
     for words in _command_words(command):
         words = [w for w in words if "=" not in w.split("/")[0] or w.startswith(("/", "."))] or words
         program = os.path.basename(words[0]) if words else ""
@@ -147,7 +149,7 @@ def decide(request: PermissionRequest, *, role: str, root: str, plan_root: str =
     if tool in READ_TOOLS:
         return Verdict(True)
     if tool in EDIT_TOOLS and any(_touches_agent_settings(p) for p in paths):
-        return Verdict(False, "agent settings (.claude/, .codex/) are not the agent's to change")
+        return Verdict(False, SETTINGS_REFUSAL)
     if tool in EDIT_TOOLS:
         if role == "queen":
             def plan_file(p: str) -> bool:

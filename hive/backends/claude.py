@@ -223,7 +223,7 @@ class ClaudeBackend(SessionBackend):
         config = self._config_dir(env)
         config.mkdir(parents=True, exist_ok=True)
         writable = (str(config), *((str(config.parent / ".claude.json"),) if not env.get("CLAUDE_CONFIG_DIR") else ()))
-        return session_jail(spec, strict=True, writable=writable, readable=cli_install(self.argv0[0]),
+        return session_jail(spec, self.name, writable=writable, readable=cli_install(self.argv0[0]),
                             endpoints=_endpoints(env), provider_env=PROVIDER_ENV)
 
     def _has_transcript(self, env: dict[str, str], sid: str) -> bool:

@@ -12,6 +12,7 @@ import os
 import shutil
 import sys
 
+from hive.backends import registry
 from hive.backends.base import SessionSpec
 from hive.jail import JailSpec, support
 
@@ -30,15 +31,16 @@ def cli_install(program: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(shown))
 
 
-def session_jail(spec: SessionSpec, *, strict: bool, writable: tuple[str, ...] = (),
+def session_jail(spec: SessionSpec, backend: str, *, writable: tuple[str, ...] = (),
                  readable: tuple[str, ...] = (), endpoints: tuple[str, ...] = (),
                  provider_env: tuple[str, ...] = ()) -> JailSpec | None:
-    """The jail to start the session's process in, or None (unjailed): the orchestrator's, with
-    what the CLI needs to read and write, the provider URLs it may reach and the environment
-    names it gets (nothing of the network or of the provider for the scripted agents)."""
+    """The jail to start the `backend`'s session process in, or None (unjailed): the
+    orchestrator's, with what the CLI needs to read and write, the provider URLs it may reach and
+    the environment names it gets (nothing of the network or of the provider for the scripted
+    agents). An untrusted CLI (the registry says which) gets it or does not start (`NoJail`)."""
     if spec.jail is None:
         return None
-    if not strict and not support().ok:
+    if not registry.kind(backend).untrusted and not support().ok:
         if not _warned:
             _warned.append(True)
             print(f"git hive: warning: scripted agents run unjailed: {support().reason}", file=sys.stderr)

@@ -1,23 +1,65 @@
-"""Backend names → backend classes; the one place that knows which backends exist.
+"""The agent kinds: the one place that knows which backends exist and what each one is.
 
 A new backend is one module under `hive/backends/` whose class follows `base.Backend` and has a
-`from_settings` class method, plus one line in `BACKENDS`. Only the chosen backend's module is
-imported (a `git hive` command that starts no agent never pays for the others).
+`from_settings` class method, plus one `Kind` line in `KINDS`: its name, where the class lives,
+whether its CLI is untrusted (it runs what a model chooses: jailed, or not started at all), the
+config key naming its CLI, and the folders in a worktree that configure it (which the permission
+policy keeps from agents). Config validation, the `--backend` choices, the CLI checks of
+`run`/`plan`/`doctor`, the no-jail-no-agent rule and the policy all read it from here. Only the
+chosen backend's module is imported (a `git hive` command that starts no agent never pays for
+the others).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hive.backends.base import Backend
+if TYPE_CHECKING:        # the facts above are read by `config` and the CLI, which start no agent
+    from hive.backends.base import Backend
 
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    target: str                              # "module:Class"
+    untrusted: bool                          # runs model-chosen commands: jailed or not at all
+    command_setting: str = ""                # the config key naming its CLI ("" for none)
+    settings_dirs: tuple[str, ...] = ()      # worktree folders that configure it: not the agent's
+
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (
+    Kind("claude", "hive.backends.claude:ClaudeBackend", untrusted=True, command_setting="claude_command",
+         settings_dirs=(".claude",)),
+    Kind("codex", "hive.backends.codex:CodexBackend", untrusted=True, command_setting="codex_command",
+         settings_dirs=(".codex",)),
+    Kind("scripted", "hive.backends.scripted:ScriptedBackend", untrusted=False),
+)}
 # name → "module:Class"
-BACKENDS: dict[str, str] = {
-    "claude": "hive.backends.claude:ClaudeBackend",
-    "codex": "hive.backends.codex:CodexBackend",
-    "scripted": "hive.backends.scripted:ScriptedBackend",
-}
+BACKENDS: dict[str, str] = {name: kind.target for name, kind in KINDS.items()}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(KINDS)
+
+
+def untrusted_names() -> tuple[str, ...]:
+    """The backends whose CLI must run in a jail (no jail: they do not start)."""
+    return tuple(name for name, kind in KINDS.items() if kind.untrusted)
+
+
+def settings_dirs() -> tuple[str, ...]:
+    """Every agent CLI's settings folders (an agent may change none of them)."""
+    return tuple(d for kind in KINDS.values() for d in kind.settings_dirs)
+
+
+def kind(name: str) -> Kind:
+    """The kind registered as `name`; ValueError for an unknown name."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r} (one of: {', '.join(sorted(KINDS))})") from None
 
 
 class BackendSettings(Protocol):
@@ -33,19 +75,16 @@ class BackendSettings(Protocol):
 
 def backend_class(name: str) -> type:
     """The class registered as `name`; ValueError for an unknown name."""
-    try:
-        module_name, _, class_name = BACKENDS[name].partition(":")
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r} (one of: {', '.join(sorted(BACKENDS))})") from None
+    module_name, _, class_name = kind(name).target.partition(":")
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def load_backend(name: str, **options: Any) -> Backend:
+def load_backend(name: str, **options: Any) -> "Backend":
     """Instantiate a backend by name with its constructor's options."""
     return backend_class(name)(**options)
 
 
-def backend_for_role(config: BackendSettings, role: str, hive_dir: str, repo_root: str) -> Backend:
+def backend_for_role(config: BackendSettings, role: str, hive_dir: str, repo_root: str) -> "Backend":
     """The backend configured for `role` (config keys `backend`, `<role>_backend`, ...)."""
     return backend_class(config.backend_for(role)).from_settings(config, hive_dir=hive_dir,
                                                                  repo_root=repo_root)

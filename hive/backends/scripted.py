@@ -161,7 +161,7 @@ class ScriptedBackend(SessionBackend):
             os.makedirs(records, exist_ok=True)
             writable = (records,)
         readable = (AGENT_PATH, self.python, *((self.script_path,) if self.script_path else ()))
-        return session_jail(spec, strict=False, writable=writable, readable=readable)
+        return session_jail(spec, self.name, writable=writable, readable=readable)
 
     def _argv(self, sid: str, spec: SessionSpec) -> list[str]:
         # `--opt=value` throughout: a label or prompt starting with "-" stays a value

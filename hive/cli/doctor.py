@@ -11,6 +11,7 @@ import time
 
 import click
 
+from hive.backends import registry
 from hive.errors import BadInput, HiveError
 
 
@@ -85,11 +86,10 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     results.append(_check_jail(config))
     for role in ("worker", "refinery", "queen"):
         backend = config.backend_for(role)
-        if backend in ("claude", "codex"):
-            command = getattr(config, f"{backend}_command")
+        if registry.kind(backend).command_setting:
             home = paths.hive_dir / "codex-home"
             home.mkdir(parents=True, exist_ok=True)
-            results.append(_check_cli(role, backend, command, str(home)))
+            results.append(_check_cli(config, role, str(home)))
     return results
 
 
@@ -144,13 +144,16 @@ def _runtime_check(paths, fix: bool) -> tuple[bool, str]:
     return True, f"runtime database: the damaged one is kept as {aside.name}; a new one starts now"
 
 
-def _check_cli(role: str, backend: str, command: str, codex_home: str = "") -> tuple[bool, str]:
-    try:
-        argv = shlex.split(command)
-    except ValueError:
-        argv = []
-    if not argv or not shutil.which(argv[0]):
-        return False, f"{role} backend {backend}: `{command}` not found (set {backend}_command)"
+def _check_cli(config, role: str, codex_home: str = "") -> tuple[bool, str]:
+    """The role's agent CLI is there (the same check as `run`'s) and answers `--version`."""
+    from hive.cli.preflight import agent_cli_problem
+
+    problem = agent_cli_problem(config, role)
+    if problem:
+        return False, problem
+    backend = config.backend_for(role)
+    command = getattr(config, registry.kind(backend).command_setting)
+    argv = shlex.split(command)
     try:
         env = None
         if backend == "codex" and codex_home:  # else codex writes into ~/.codex

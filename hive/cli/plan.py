@@ -12,6 +12,8 @@ import time
 
 import click
 
+from hive.backends import registry
+
 from hive.cli.listing import print_json
 from hive.cli.output import ISSUE_HEADERS, escaped, issue_rows, table
 from hive.errors import BadInput, HiveError
@@ -183,7 +185,7 @@ async def _converse(queen, project, slug: str, text: str, headless: bool, before
 @click.option("-p", "--prompt", "prompt", default=None, help="The spec (same as SPEC).")
 @click.option("--no-approve", is_flag=True, help="Leave the plan branch for review (e.g. a pull request).")
 @click.option("--run", "start", is_flag=True, help="After approval, start a daemon if none runs.")
-@click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
+@click.option("--backend", type=click.Choice(registry.names()), default=None,
               help="The Queen's backend (config queen_backend / backend).")
 @click.option("--json", "as_json", is_flag=True, help="Print the proposed issues as JSON (headless).")
 @click.option("--keep", is_flag=True,

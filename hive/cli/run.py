@@ -9,6 +9,8 @@ import time
 
 import click
 
+from hive.backends import registry
+
 from hive.cli.params import Whole
 
 from hive.errors import HiveError
@@ -16,7 +18,7 @@ from hive.errors import HiveError
 
 @click.command()
 @click.option("--max-agents", type=Whole(min=1), default=None, help="Workers at once (config max_agents).")
-@click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
+@click.option("--backend", type=click.Choice(registry.names()), default=None,
               help="Use this backend for every role.")
 @click.option("--until-idle", is_flag=True,
               help="Exit when nothing is ready, running or merging; exit 1 naming any merge that waits for you.")

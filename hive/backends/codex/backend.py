@@ -238,7 +238,7 @@ class CodexBackend(SessionBackend):
         home.mkdir(parents=True, exist_ok=True)
         linked = tuple(os.path.realpath(p) for p in home.iterdir() if p.is_symlink())
         urls, names = provider_access(self.codex_config)
-        return session_jail(spec, strict=True, writable=(str(home),),
+        return session_jail(spec, self.name, writable=(str(home),),
                             readable=(*cli_install(self.argv[0]), *linked), endpoints=urls, provider_env=names)
 
     async def _spawn(self, s: _Session) -> AppServer:
