@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from hive.errors import HiveError
 
@@ -125,10 +125,11 @@ def discover(start: Path | str | None = None) -> RepoPaths:
         top = Path(os.environ.get("GIT_WORK_TREE") or common.parent).resolve()
         return RepoPaths(top, git_dir, common)
     for candidate in (here, *here.parents):
-        git_dir = _gitdir_of(candidate / ".git")
-        if git_dir is not None and not git_dir.exists():
+        found = _gitdir_of(candidate / ".git")
+        if found is not None and not found.exists():
             continue   # a linked worktree whose repository moved: its main worktree is further up
-        if git_dir is not None:
+        if found is not None:
+            git_dir = found
             paths = RepoPaths(candidate, git_dir, common_dir_of(git_dir))
             if paths.common_dir != git_dir and is_bare(paths.common_dir):
                 raise HiveError(f"{candidate} is a worktree of the bare repository {paths.common_dir}: git hive "
@@ -428,9 +429,9 @@ def agent_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     pile up and every `git merge` spends a second finding it cannot gc). Set through
     GIT_CONFIG_COUNT (git >= 2.31), appended to any the environment already has.
     """
-    base = os.environ if base is None else base
+    have: Mapping[str, str] = os.environ if base is None else base
     try:
-        n = int(base.get("GIT_CONFIG_COUNT", "0") or 0)
+        n = int(have.get("GIT_CONFIG_COUNT", "0") or 0)
     except ValueError:
         n = 0
     settings = {"gc.auto": "0", "maintenance.auto": "false", **AGENT_UNSIGNED}

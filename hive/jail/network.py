@@ -137,6 +137,7 @@ class Gate:
                 os.close(fd)
 
     def _carry(self, client: socket.socket, endpoint: Endpoint | None) -> None:
+        upstream: socket.socket | None
         try:
             if endpoint is not None:
                 upstream = socket.create_connection((endpoint.host, endpoint.port), timeout=CONNECT_TIMEOUT)

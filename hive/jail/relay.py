@@ -89,7 +89,7 @@ def _serve(listeners: list[tuple[_socket.socket, str]]) -> None:
         ready, _, _ = select.select(list(targets), [], [])
         for listener in ready:
             try:
-                fd, _ = listener._accept()
+                fd, _ = listener._accept()     # type: ignore[attr-defined]  # _socket's own accept
             except OSError:
                 continue
             client = _socket.socket(listener.family, _socket.SOCK_STREAM, 0, fd)
