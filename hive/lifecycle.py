@@ -286,6 +286,14 @@ def edit(project: Project, issue_id: str, changes: Callable[[Issue], dict[str, A
     return issues.update(project, issue_id, checked, event=event, summary=summary, body=body)
 
 
+def edit_record(issue_id: str, changes: dict[str, Any]) -> tuple[str, str]:
+    """(event, summary) of a person's edit of `changes` (none: only the description)."""
+    event = str(changes["status"]) if changes.get("status") else "updated"
+    summary = (f"update {issue_id}: " + ", ".join(f"{k}={v}" for k, v in changes.items()) if changes
+               else f"describe {issue_id}")
+    return event, summary
+
+
 def check_by_hand(current: Issue, fields: dict[str, Any]) -> None:
     if "status" not in fields and "assignee" not in fields:
         return

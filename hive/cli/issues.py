@@ -277,9 +277,7 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
         labels = [l for l in dict.fromkeys([*tip_issue.labels, *add_labels]) if l not in remove_labels]
         return {**changes, "labels": labels}
 
-    event = status if status else "updated"
-    summary = (f"update {issue_id}: " + ", ".join(f"{k}={v}" for k, v in changes.items()) if changes
-               else f"describe {issue_id}")
+    event, summary = lifecycle.edit_record(issue_id, changes)
     updated = lifecycle.edit(project, issue_id, on_tip, force=force, event=event, body=description,
                              summary=summary)
     if as_json:

@@ -1,0 +1,139 @@
+"""hive as a Python library: one repository's queue, what `git hive` does, without the CLI.
+
+    from hive.api import Hive
+
+    with Hive.open("path/to/repo") as hive:
+        login = hive.create("Add JWT login", priority=1)
+        hive.create("Tests for JWT", depends_on=[login.id])
+        [issue.title for issue in hive.ready()]
+
+Every method works on the repository's `hive/state` as the commands do (each write is one
+commit, checked like a person's edit) and raises `hive.errors.HiveError` (`BadInput` for bad
+input, exit code 2 in the CLI) with the same one-line messages. docs/API.md documents it, and
+tests/test_api.py runs its examples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from hive import issues, lifecycle
+from hive.errors import BadInput, HiveError
+from hive.project import Project
+from hive.runtime import DaemonLock, Runtime
+from hive.state.index import Problem
+from hive.state.issue_file import Issue
+from hive.state.store import notify
+
+FINISHED = ("finalized", "canceled")   # no agent will work these again
+
+
+@dataclass(frozen=True)
+class Told:
+    issue_id: str
+    now: bool           # a running agent gets it now; else it goes in the issue's next prompt
+
+
+class Hive:
+    """One repository's hive (`git hive init` must have run there)."""
+
+    def __init__(self, project: Project):
+        self.project = project
+
+    @classmethod
+    def open(cls, path: Path | str | None = None) -> Hive:
+        """The hive of the repository at `path` (default: the current directory), caught up with
+        the person's saved edits in `.hive/` and the branch, as every command starts."""
+        project = Project.open(path)
+        project.sync(warn=False)
+        return cls(project)
+
+    def close(self) -> None:
+        self.project.close()
+
+    def __enter__(self) -> Hive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------------
+    def issue(self, issue_id: str) -> Issue:
+        """One issue, by id or unique prefix (`hv-1a` for `hv-1a2b3c`)."""
+        found = self.project.index.get(self.resolve(issue_id))
+        if found is None:
+            raise HiveError(f"no issue {issue_id}")
+        return found
+
+    def issues(self, status: str | Iterable[str] | None = None, parent: str | None = None) -> list[Issue]:
+        """Every issue (or those of `status`, or the children of `parent`), as `git hive list`."""
+        statuses = [status] if isinstance(status, str) else status
+        return self.project.index.list(statuses, parent=parent)
+
+    def ready(self) -> list[Issue]:
+        """The issues an agent would take next, in the order it would take them."""
+        return self.project.index.ready()
+
+    def problems(self) -> list[Problem]:
+        """The files on `hive/state` that are not valid (file:line and why), as `doctor` lists them."""
+        return self.project.index.problems()
+
+    def resolve(self, issue_id: str) -> str:
+        return issues.resolve_id(self.project, issue_id)
+
+    # -- writing ---------------------------------------------------------------------------------
+    def create(self, title: str, **fields: Any) -> Issue:
+        """A new open issue. `fields`: description, priority, type, parent, depends_on, labels."""
+        if not title.strip():
+            raise BadInput("the title is empty")
+        return issues.create(self.project, title, **fields)
+
+    def update(self, issue_id: str, **fields: Any) -> Issue:
+        """Change fields of an issue as a person does (`git hive update`): a status change that
+        would strand it is refused unless `force=True`."""
+        force = bool(fields.pop("force", False))
+        body = fields.pop("description", None)
+        issue_id = self.resolve(issue_id)
+        if not fields and body is None:
+            raise BadInput("nothing to change: give at least one field")
+        event, summary = lifecycle.edit_record(issue_id, fields)
+        return lifecycle.edit(self.project, issue_id, lambda current: dict(fields), force=force,
+                              event=event, summary=summary, body=body)
+
+    def depend(self, issue_id: str, blocker: str) -> Issue:
+        """`issue_id` waits for `blocker` (refused where it would make a cycle)."""
+        return issues.add_dependency(self.project, self.resolve(issue_id), self.resolve(blocker))
+
+    def undepend(self, issue_id: str, blocker: str) -> Issue:
+        return issues.remove_dependency(self.project, self.resolve(issue_id), self.resolve(blocker))
+
+    def cancel(self, issue_id: str) -> Issue:
+        """Cancel an issue; a daemon working it stops its agent."""
+        return lifecycle.cancel(self.project, self.resolve(issue_id))
+
+    def retry(self, issue_id: str) -> Issue:
+        """An escalated, failed or canceled issue back in the queue, with a fresh budget."""
+        runtime = Runtime(self.project.paths)
+        try:
+            return lifecycle.retry(self.project, runtime, self.resolve(issue_id))
+        finally:
+            runtime.close()
+
+    def tell(self, issue_id: str, text: str) -> Told:
+        """A message to the agent working the issue: now, or in its next attempt's prompt."""
+        if not text.strip():
+            raise BadInput("the message is empty")
+        issue = self.issue(issue_id)
+        if issue.status in FINISHED:
+            raise HiveError(f"{issue.id} is {issue.status}: no agent will work it again")
+        runtime = Runtime(self.project.paths)
+        try:
+            runtime.tell(issue.id, text)
+            working = bool(DaemonLock(self.project.paths).holder()) and any(
+                a["issue_id"] == issue.id and a["session_id"] for a in runtime.agents())
+        finally:
+            runtime.close()
+        notify(self.project.paths)                 # wakes a running daemon
+        return Told(issue.id, working)
