@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Callable, Collection, Iterator
 from hive import git
 from hive.errors import BadInput, HiveError
 from hive.sqlite import connect, transaction
-from hive.state import layout
+from hive.state import layout, racy
 from hive.state.layout import leads_outside
 from hive.state.issue_file import MAX_ISSUE_BYTES
 
@@ -88,8 +88,8 @@ class Record:
     size: int
 
 
-RACY_NS = 2_000_000_000   # younger than this (1 s timestamps exist, e.g. on network file systems)
 RACY_MTIME = -1
+MTIME_TICK = "mtime_tick"   # meta key: "<st_dev> <ns>", the tick `racy.measure_tick` found
 STORE_RECORD = "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)"
 CLEAN_SCAN = "clean_scan"   # meta key: the `_fingerprint` of the last scan that found no edit
 
@@ -143,6 +143,7 @@ class Checkout:
         self._db: sqlite3.Connection | None = None
         self._git_index = None   # the checkout's git index, read at most once per scan
         self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh or a scan
+        self._racy_ns: int | None = None
 
     @property
     def exists(self) -> bool:
@@ -215,7 +216,7 @@ class Checkout:
             # Racy: a file this young may be saved again within its mtime's tick (the kernel's
             # timestamps are coarse) at the same size — the same stat, so an edit no stat check
             # would see. Its record asks for a look at the content next time (as git does).
-            racy = time.time_ns() - st.st_mtime_ns < RACY_NS
+            racy = time.time_ns() - st.st_mtime_ns < self.racy_ns
             row = (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size)
             if self._pending is not None:
                 self._pending.append(row)
@@ -223,6 +224,22 @@ class Checkout:
                 self.db.execute(STORE_RECORD, row)
         except FileNotFoundError:
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
+
+    @property
+    def racy_ns(self) -> int:
+        """The racy window of the checkout's file system (see racy.py), measured once and kept."""
+        if self._racy_ns is None:
+            device = str(os.stat(self.root).st_dev)
+            row = self.db.execute("SELECT value FROM meta WHERE key = ?", (MTIME_TICK,)).fetchone()
+            kept = row[0].split() if row else []
+            if len(kept) == 2 and kept[0] == device and kept[1].isdigit():
+                tick = int(kept[1])
+            else:
+                tick = racy.measure_tick(self.root if self.paths.hive_dir.stat().st_dev != int(device)
+                                         else self.paths.hive_dir)
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (MTIME_TICK, f"{device} {tick}"))
+            self._racy_ns = racy.racy_window(tick)
+        return self._racy_ns
 
     def _store_records(self, rows: list[tuple[str, str, int, int]]) -> None:
         """Records batched by `_pending`, in one statement (in a transaction of their own unless
