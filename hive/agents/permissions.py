@@ -70,7 +70,8 @@ def _command_words(command: str) -> list[list[str]]:
         tokens = list(lexer)
     except ValueError:
         return [command.split()]
-    commands, current = [], []
+    commands: list[list[str]] = []
+    current: list[str] = []
     for token in tokens:
         if token and set(token) <= set(";&|"):
             if current:

@@ -19,6 +19,7 @@ pipes, so reading ends as at end of file.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -104,7 +105,7 @@ class AgentProcess:
     async def _stdin_writable(self) -> None:
         fd = self._stdin.fileno()
         self._stdin_waiter = waiter = self._loop.create_future()
-        self._loop.add_writer(fd, lambda: waiter.done() or waiter.set_result(None))
+        self._loop.add_writer(fd, _settle, waiter)
         try:
             await waiter
         finally:
@@ -169,8 +170,8 @@ class AgentProcess:
         """stdout and stderr fed to their readers by the event loop."""
         for pipe, reader in ((self._popen.stdout, self._stdout), (self._popen.stderr, self._stderr)):
             try:
-                transport, _ = await self._loop.connect_read_pipe(
-                    lambda reader=reader: asyncio.StreamReaderProtocol(reader), pipe)
+                transport, _ = await self._loop.connect_read_pipe(functools.partial(
+                    asyncio.StreamReaderProtocol, reader), pipe)
             except (OSError, ValueError):        # cannot be watched: read as ended
                 reader.feed_eof()
                 continue
@@ -269,7 +270,7 @@ async def process_exit(popen: subprocess.Popen[bytes]) -> None:
     if fd >= 0:
         readable = loop.create_future()
         try:
-            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+            loop.add_reader(fd, _settle, readable)
             try:
                 await readable
             finally:
@@ -280,3 +281,9 @@ async def process_exit(popen: subprocess.Popen[bytes]) -> None:
             os.close(fd)
     while popen.poll() is None:
         await asyncio.sleep(0.01 if fd >= 0 else 0.1)
+
+
+def _settle(future: "asyncio.Future[None]") -> None:
+    """A file descriptor is ready: wake its waiter (once)."""
+    if not future.done():
+        future.set_result(None)

@@ -85,7 +85,7 @@ from hive.backends.base import (
     TurnResult, Usage,
 )
 from hive.backends.jails import cli_install, session_jail
-from hive.backends.reports import amount, count
+from hive.backends.reports import amount, count, table
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
 from hive.jail import JailSpec, NoJail
@@ -435,7 +435,7 @@ class ClaudeBackend(SessionBackend):
         await self._emit(s, MESSAGE, {**entry, "text": text[:MAX_EVENT_CHARS]})
 
     async def _on_assistant(self, s: _Session, msg: dict[str, Any]) -> None:
-        message = msg.get("message") if isinstance(msg.get("message"), dict) else {}
+        message = table(msg, "message")
         content = message.get("content")
         texts = []
         if isinstance(content, list):
@@ -460,7 +460,7 @@ class ClaudeBackend(SessionBackend):
             await self._message(s, "assistant", text)
 
     async def _on_user(self, s: _Session, msg: dict[str, Any]) -> None:
-        message = msg.get("message") if isinstance(msg.get("message"), dict) else {}
+        message = table(msg, "message")
         content = message.get("content")
         if not isinstance(content, list):
             return
@@ -474,16 +474,16 @@ class ClaudeBackend(SessionBackend):
 
     async def _on_control_request(self, s: _Session, msg: dict[str, Any]) -> None:
         request_id = str(msg.get("request_id") or "")
-        request = msg.get("request") if isinstance(msg.get("request"), dict) else {}
+        request = table(msg, "request")
         if request.get("subtype") != "can_use_tool":
             try:                                     # nothing else is hive's to answer
-                await self._write(s, {"type": "control_response", "response": {
+                await s.proc.write_json({"type": "control_response", "response": {
                     "subtype": "error", "request_id": request_id,
                     "error": f"git-hive does not handle {request.get('subtype')!r} requests"}})
             except (BrokenPipeError, ConnectionResetError):
                 pass
             return
-        tool_input = request.get("input") if isinstance(request.get("input"), dict) else {}
+        tool_input = table(request, "input")
         paths = [v for k in ("file_path", "path", "notebook_path")
                  if isinstance(v := tool_input.get(k), str) and v]
         command = tool_input.get("command")
@@ -508,7 +508,7 @@ class ClaudeBackend(SessionBackend):
     async def _on_result(self, s: _Session, msg: dict[str, Any]) -> None:
         s.pending_turns = max(0, s.pending_turns - 1)
         # tokens: this result only, less what its calls counted already; cost: see the docstring
-        turn = _tokens(msg.get("usage") if isinstance(msg.get("usage"), dict) else {}).growth_since(s.turn_usage)
+        turn = _tokens(table(msg, "usage")).growth_since(s.turn_usage)
         s.turn_usage, s.turn_calls = Usage(), set()
         total = msg.get("total_cost_usd")
         total = float(total) if isinstance(total, (int, float)) else None
@@ -567,7 +567,7 @@ def _opener(env: dict[str, str], host: str) -> urllib.request.OpenerDirector:
         if key.lower().endswith("_proxy") and env[key]:
             proxies[key.lower()[:-len("_proxy")]] = env[key]
     no_proxy = proxies.pop("no", "")
-    if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):
+    if no_proxy and urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):  # type: ignore[attr-defined]
         proxies = {}
     return urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
 

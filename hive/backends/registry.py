@@ -86,5 +86,5 @@ def load_backend(name: str, **options: Any) -> "Backend":
 
 def backend_for_role(config: BackendSettings, role: str, hive_dir: str, repo_root: str) -> "Backend":
     """The backend configured for `role` (config keys `backend`, `<role>_backend`, ...)."""
-    return backend_class(config.backend_for(role)).from_settings(config, hive_dir=hive_dir,
-                                                                 repo_root=repo_root)
+    chosen: Any = backend_class(config.backend_for(role))     # a class with `from_settings`
+    return chosen.from_settings(config, hive_dir=hive_dir, repo_root=repo_root)

@@ -1,4 +1,4 @@
-"""Numbers from an agent's reports (token counts, costs), made safe to add up."""
+"""Values from an agent's reports (token counts, costs, nested objects), made safe to use."""
 
 from __future__ import annotations
 
@@ -19,3 +19,10 @@ def amount(value: Any) -> float:
         return max(0.0, float(value))
     except (TypeError, ValueError):
         return 0.0
+
+
+def table(report: dict[str, Any], key: str) -> dict[str, Any]:
+    """`report[key]` when it is a JSON object, else an empty one (an agent's report is not
+    trusted to have the shape its protocol promises)."""
+    value = report.get(key)
+    return value if isinstance(value, dict) else {}

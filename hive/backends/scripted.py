@@ -51,7 +51,7 @@ from hive.backends.base import (
     TurnResult, Usage,
 )
 from hive.backends.jails import session_jail
-from hive.backends.reports import amount, count
+from hive.backends.reports import amount, count, table
 from hive.backends.sessions import SessionBackend
 from hive.errors import BadInput
 from hive.jail import JailSpec
@@ -281,7 +281,7 @@ class ScriptedBackend(SessionBackend):
         paths = msg.get("paths") or []
         req = PermissionRequest(
             request_id=str(msg.get("request_id", "")), tool=str(msg.get("tool", "")),
-            input=msg.get("input") if isinstance(msg.get("input"), dict) else {},
+            input=table(msg, "input"),
             paths=[str(p) for p in paths] if isinstance(paths, list) else [],
             command=str(msg.get("command", "")))
         s.permissions[req.request_id] = req

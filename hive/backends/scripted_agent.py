@@ -222,7 +222,7 @@ def load_script(path: str) -> dict:
     if not lower.endswith(".toml"):
         try:
             data = json.loads(text)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             if lower.endswith(".json"):
                 raise ScriptError(f"invalid JSON at line {e.lineno}: {e.msg}") from None
     if data is None:

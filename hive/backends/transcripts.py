@@ -153,7 +153,7 @@ class Recorder:
     def _transcript(self, s: Any) -> Transcript | None:
         spec = getattr(s, "spec", None)
         path = getattr(spec, "transcript", "") if spec is not None else ""
-        if not path:
+        if not path or spec is None:
             return None
         found = self._open.get(path)
         if found is None:

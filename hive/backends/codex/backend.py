@@ -27,7 +27,7 @@ from hive.backends.codex.errors import classify_error, one_line
 from hive.backends.codex.rpc import AppServer, RpcError, ServerGone
 from hive.backends.codex.sandbox import bundled_bwrap_dir, git_writable_roots
 from hive.backends.jails import cli_install, session_jail
-from hive.backends.reports import count
+from hive.backends.reports import count, table
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
 from hive.jail import JailSpec, NoJail
@@ -467,7 +467,7 @@ class CodexBackend(SessionBackend):
         if s.proc is not proc:
             return
         s.last_activity = time.monotonic()
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        params = table(msg, "params")
         if "id" in msg:
             await self._on_server_request(s, proc, msg["id"], method, params)
         else:
@@ -523,7 +523,7 @@ class CodexBackend(SessionBackend):
         if thread_id is not None and thread_id != s.id:
             return                                  # another thread (a sub-agent): not ours
         if method == "turn/started":
-            turn = params.get("turn") if isinstance(params.get("turn"), dict) else {}
+            turn = table(params, "turn")
             if s.turn_active and not s.turn_id and turn.get("id"):
                 s.turn_id = str(turn["id"])
                 s.turn_id_known.set()
@@ -620,7 +620,7 @@ class CodexBackend(SessionBackend):
         await self._emit(s, USAGE, replace(usage))
 
     async def _error(self, s: _Session, params: dict[str, Any]) -> None:
-        error = params.get("error") if isinstance(params.get("error"), dict) else {}
+        error = table(params, "error")
         message = str(error.get("message") or "codex reported an error")
         if params.get("willRetry"):
             await self._message(s, "system", f"retrying: {message}")

@@ -25,8 +25,8 @@ def _provider(codex_config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     provider = str(codex_config.get("model_provider") or "openai")
     providers = codex_config.get("model_providers")
     providers = providers if isinstance(providers, dict) else {}
-    entry = providers.get(provider) if isinstance(providers.get(provider), dict) else {}
-    return provider, entry
+    entry = providers.get(provider)
+    return provider, entry if isinstance(entry, dict) else {}
 
 
 def base_url(codex_config: dict[str, Any]) -> str:
