@@ -204,7 +204,7 @@ def test_show_of_an_escalated_issue_gives_the_reason_the_worktree_and_the_next_s
     issue = hive("create", "Hopeless").stdout.strip()
     script = write_script(tmp_path, {"issues": {issue: [{"turn_error": "the compiler is on fire"}]}})
     run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0",
-                          "HIVE_MAX_AGENT_SWITCHES": "0"})
+                          "HIVE_MAX_AGENT_SWITCHES": "0"}, expect=3)
     shown = hive("show", issue).stdout
     worktree = hive_dir(repo) / "worktrees" / issue
     assert "escalated: hive needs you. Why: " in shown and "the compiler is on fire" in shown

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from hive.errors import HiveError
+from hive.errors import HiveError, NeedsPerson
 
 
 @click.command()
@@ -17,7 +17,8 @@ from hive.errors import HiveError
 @click.option("--backend", type=click.Choice(["claude", "codex", "scripted"]), default=None,
               help="Use this backend for every role.")
 @click.option("--until-idle", is_flag=True,
-              help="Exit when nothing is ready, running or merging; exit 1 naming any merge that waits for you.")
+              help="Exit when nothing is ready, running or merging: 0 if every issue it ran finished, "
+                   "3 if any escalated or failed, 1 naming a merge that waits for you.")
 @click.option("--detach", is_flag=True, help="Run in the background; `git hive stop` ends it.")
 @click.option("--remote", default=None, help="Share the queue through this remote (config sync_remote).")
 @click.option("-C", "directories", multiple=True, metavar="DIR", help="Run in this repository (once).")
@@ -79,7 +80,11 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     finally:
         if live:
             live.close()
-    print_summary(daemon.summary(), lambda issue_id: _title(project, issue_id))
+    summary = daemon.summary()
+    print_summary(summary, lambda issue_id: _title(project, issue_id))
+    if until_idle and (summary.escalated or summary.failed):
+        raise NeedsPerson(f"idle, but {len(summary.escalated)} escalated and {len(summary.failed)} failed "
+                          "issue(s) need you: `git hive show ID` says how to go on")
     if daemon.waiting_merges:
         first = daemon.waiting_merges[0]
         more = f" (and {len(daemon.waiting_merges) - 1} more: `git hive status`)" if len(daemon.waiting_merges) > 1 else ""
