@@ -180,7 +180,7 @@ def test_logs_follow_shows_the_running_session_live_and_tell_reaches_it(repo: Pa
     assert any("end      session total" in line for line in follower.lines)
     prompts = jsonl(hive_dir(repo) / "scripted" / f"{issue}.prompts.jsonl")
     assert [p["fyi"] for p in prompts if "Please also sign it." in p["text"]] == [True]
-    assert not transcripts.issue_folder(hive_dir(repo), issue).exists()   # removed with its worktree
+    assert transcripts.issue_transcripts(hive_dir(repo), issue)   # kept after the merge (prune ends them)
 
 
 def test_a_message_told_while_no_agent_works_goes_in_the_next_prompt(repo: Path, tmp_path: Path, hive) -> None:

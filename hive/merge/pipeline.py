@@ -113,7 +113,7 @@ class MergeProcessor:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):
                 issue = self.project.index.get(issue_id)
                 if issue is not None and issue.status in ("finalized", "canceled") and issue_id not in queued:
-                    worktrees.remove(self.project.paths, issue_id)
+                    worktrees.remove(self.project.paths, issue_id, target=self.config.target_branch)
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ class MergeProcessor:
             if issue is not None and issue.status in ("finalized", "canceled"):
                 # finished elsewhere (another machine landed its own agent's work, or a person
                 # canceled it): this copy of the work is obsolete and nothing will come back to it
-                await asyncio.to_thread(worktrees.remove, self.project.paths, issue.id)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch)
             return True
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
@@ -227,7 +227,8 @@ class MergeProcessor:
             self.host.log(f"{issue.id} already on {target} ({landed[:10]}): finalized, not landed again")
             await self._finalize(issue, entry, landed)
             return True
-        head = worktrees.head_of(paths, entry.issue_id)
+        # the worktree's HEAD is the work: a person may have committed there (`git hive show`)
+        head = await asyncio.to_thread(worktrees.adopt_head, paths, entry.issue_id)
         if head is None:
             self._fail(issue, entry, f"branch {entry.branch} is gone")
             return True
@@ -338,7 +339,7 @@ class MergeProcessor:
             return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
-        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id)
+        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target)
         if self.host.shared_target is not None:
             await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
         self.merged += 1
@@ -352,7 +353,7 @@ class MergeProcessor:
             self._left(entry, exc)
             return
         self._drop(entry)
-        worktrees.remove(self.project.paths, issue.id)
+        worktrees.remove(self.project.paths, issue.id, target=self.config.target_branch)
         self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason})")
 
     def _escalate(self, issue: Issue, entry: Entry, reason: str) -> None:

@@ -17,6 +17,7 @@ import signal
 import time
 import traceback
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Callable, Iterator
 
 from hive import git, lifecycle
@@ -350,7 +351,7 @@ class Daemon:
                 await worker.abort(what)
                 if worker.task is not None:
                     await asyncio.gather(worker.task, return_exceptions=True)
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch)
 
     # -- wake sources ---------------------------------------------------------------------------
 
@@ -550,7 +551,8 @@ class Daemon:
             except HiveError:   # TransitionRefused included: it finished, or changed hands
                 released = None
             if released is not None:  # a worker that already finished keeps its branch
-                await asyncio.to_thread(worktrees.remove, self.project.paths, worker.issue_id)
+                await asyncio.to_thread(partial(worktrees.remove, self.project.paths, worker.issue_id,
+                                                target=self.config.target_branch))
             self.runtime.remove_agent(worker.agent_id)
         if self.merge is not None:
             await self.merge.stop()

@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any, ContextManager, Protocol
 
 from hive import git, lifecycle
@@ -389,7 +390,8 @@ class Worker:
         old = self.agent_id
         await self._close_session()
         self.session_id = ""
-        await asyncio.to_thread(worktrees.remove, self.project.paths, self.issue_id)
+        await asyncio.to_thread(partial(worktrees.remove, self.project.paths, self.issue_id,
+                                        target=self.config.target_branch))
         self.worktree = None
         self.agent_id = new_agent_id()
         self.host.runtime.remove_agent(old)

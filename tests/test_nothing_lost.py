@@ -1,0 +1,182 @@
+"""No work is ever lost (issue 29): kept attempts under `refs/hive/attempts/<id>/<n>`, a person's
+commit in a kept worktree is what lands, `prune`, transcripts that outlive the merge, and
+`run --until-idle` telling by its exit code whether everything it ran finished.
+
+Real daemons (`python -m hive run --backend scripted`), real repositories, the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from tests.daemon_helpers import RUN, hive_dir, write_script
+
+RUN_TIMEOUT = 120
+FAILING_TEST = "test ! -e code.txt || ! grep -q BAD code.txt"
+
+
+def run_until_idle(repo: Path, env: dict[str, str], expect: int) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*RUN, "--until-idle"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "HIVE_ANOMALY_FAILURE_THRESHOLD": "100", **env}, timeout=RUN_TIMEOUT)
+    assert proc.returncode == expect, f"run exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def kept_refs(git, repo: Path, issue_id: str = "") -> dict[str, str]:
+    out = git("for-each-ref", "--format=%(refname) %(objectname)", f"refs/hive/attempts/{issue_id}", cwd=repo).stdout
+    return dict(line.split() for line in out.splitlines())
+
+
+def unreachable_commits(git, repo: Path) -> dict[str, str]:
+    """Commit -> subject of every commit no ref holds (reflogs do not count)."""
+    out = git("fsck", "--unreachable", "--no-reflogs", "--no-progress", cwd=repo).stdout
+    oids = [line.split()[2] for line in out.splitlines() if line.startswith("unreachable commit")]
+    return {oid: git("log", "-1", "--format=%s", oid, cwd=repo).stdout.strip() for oid in oids}
+
+
+def hopeless(steps_before: list[dict]) -> list[dict]:
+    return [*steps_before, {"fail_times": 1000, "summary": "it cannot be done"}]
+
+
+# -- a person's fix in an escalated worktree -------------------------------------------------------
+
+def _escalate(repo: Path, tmp_path: Path, hive, env: dict[str, str]) -> str:
+    issue = hive("create", "Hard one", cwd=repo).stdout.strip()
+    script = write_script(tmp_path, {"issues": {issue: hopeless([
+        {"write": "agent.txt", "content": "the agent's try\n"}, {"commit": "agent: a try"}])}})
+    env.update({"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0", "HIVE_MAX_AGENT_SWITCHES": "0"})
+    run_until_idle(repo, env, expect=3)
+    return issue
+
+
+def _commands_of(line: str) -> list[list[str]]:
+    return [shlex.split(command) for command in re.findall(r"`([^`]+)`", line)]
+
+
+def test_the_recovery_steps_show_gives_land_the_persons_commit(repo, tmp_path, hive, git):
+    """Done as `show` says, step by step: commit in the worktree it names, `git hive update ID
+    --status done`, `git hive run`: the person's commit is on main, the agent's try is kept."""
+    env: dict[str, str] = {}
+    issue = _escalate(repo, tmp_path, hive, env)
+    [line] = [l for l in hive("show", issue, cwd=repo).stdout.splitlines() if "fix it yourself" in l]
+    worktree = Path(re.search(r"the work is in (\S+)", line).group(1))
+    update, run, _finalize = _commands_of(line)
+    assert update == ["git", "hive", "update", issue, "--status", "done"] and run == ["git", "hive", "run"]
+
+    (worktree / "person.txt").write_text("the person's fix\n")
+    git("add", "person.txt", cwd=worktree)
+    git("commit", "-q", "-m", "person: the fix", cwd=worktree)
+    mine = git("rev-parse", "HEAD", cwd=worktree).stdout.strip()
+    hive(*update[2:], cwd=repo)
+    # `git hive run` as the person would start it; --until-idle ends it once the merge is done
+    run_until_idle(repo, env, expect=0)
+
+    assert git("show", "main:person.txt", cwd=repo).stdout == "the person's fix\n"
+    assert "person: the fix" in git("log", "--format=%s", "main", cwd=repo).stdout
+    assert json.loads(hive("show", issue, "--json", cwd=repo).stdout)["status"] == "finalized"
+    assert not worktree.exists()
+    # the person's own commit (before the replay onto main) is kept too: nothing unreachable
+    assert mine in kept_refs(git, repo, issue).values()
+    assert not [s for s in unreachable_commits(git, repo).values() if s.startswith(("person:", "agent:"))]
+
+
+def test_finalize_by_hand_lands_the_persons_commit_too(repo, tmp_path, hive, git):
+    env: dict[str, str] = {}
+    issue = _escalate(repo, tmp_path, hive, env)
+    worktree = hive_dir(repo) / "worktrees" / issue
+    (worktree / "person.txt").write_text("by hand\n")
+    git("add", "person.txt", cwd=worktree)
+    git("commit", "-q", "-m", "person: by hand", cwd=worktree)
+    hive("update", issue, "--status", "done", cwd=repo)
+    hive("finalize", issue, cwd=repo)
+    assert git("show", "main:person.txt", cwd=repo).stdout == "by hand\n"
+
+
+# -- kept attempts: a switch, a rejection, a finalize ----------------------------------------------
+
+def test_no_commit_an_agent_made_becomes_unreachable_and_log_lists_the_kept_ones(repo, tmp_path, hive, git,
+                                                                                 new_issue):
+    switched = new_issue("Switched once")
+    rejected = new_issue("Rejected once")
+    script = write_script(tmp_path, {
+        "issues": {
+            switched: [{"write": "switched.txt", "content": "try\n"},
+                       {"commit": "work: switched attempt"},
+                       {"fail_times": 1, "summary": "not yet"}, {"result": "success"}],
+            rejected: [{"write": "code.txt", "content": "BAD\n", "on_attempts": [1]},
+                       {"write": "code.txt", "content": "GOOD\n", "on_attempts": [2, 3]},
+                       {"commit": "work: rejected attempt"}, {"result": "success"}]},
+        "roles": {"refinery": [{"cd": "{worktree}"},
+                               {"result": {"status": "rejected", "summary": "code.txt must never say BAD"}}]}})
+    run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0",
+                          "HIVE_TEST_COMMAND": FAILING_TEST}, expect=0)
+
+    lost = {oid: s for oid, s in unreachable_commits(git, repo).items() if s.startswith("work:")}
+    assert not lost, lost
+    assert kept_refs(git, repo, switched) and kept_refs(git, repo, rejected)
+    kept = [e for e in json.loads(hive("log", switched, "--json", cwd=repo).stdout) if e["event"] == "kept"]
+    assert kept and all(e["summary"].startswith(f"refs/hive/attempts/{switched}/") for e in kept)
+    assert set(kept_refs(git, repo, switched)) == {e["trailers"]["Hive-Ref"] for e in kept}
+    assert f"refs/hive/attempts/{switched}/1: work: switched attempt" in hive("log", switched, cwd=repo).stdout
+    # the rejected commit itself (BAD) is among the kept heads
+    assert any(git("show", f"{oid}:code.txt", cwd=repo).stdout == "BAD\n"
+               for oid in kept_refs(git, repo, rejected).values())
+
+
+def test_prune_removes_kept_attempts_and_transcripts_past_their_retention(repo, tmp_path, hive, git):
+    env: dict[str, str] = {}
+    issue = _escalate(repo, tmp_path, hive, env)
+    hive("cancel", issue, cwd=repo)
+    run_until_idle(repo, env, expect=0)    # the canceled issue's worktree goes: its head is kept
+    assert kept_refs(git, repo, issue)
+    transcripts = hive_dir(repo) / "transcripts" / issue
+    assert list(transcripts.glob("*.jsonl"))
+    assert "pruned 0 kept attempt(s) and 0 transcript(s)" in hive("prune", cwd=repo).stdout
+    out = json.loads(hive("prune", "--json", cwd=repo, env={"HIVE_ATTEMPT_RETENTION_DAYS": "0"}).stdout)
+    assert {a["ref"] for a in out["attempts"]} and not out["transcripts"]
+    assert not kept_refs(git, repo, issue)
+    assert re.search(r"and [1-9]\d* transcript\(s\)", hive("prune", "--older-than", "0", cwd=repo).stdout)
+    assert not transcripts.exists()
+    bad = hive("prune", "--older-than", "-1", cwd=repo, check=False)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+# -- transcripts outlive the merge -----------------------------------------------------------------
+
+def test_logs_work_on_a_finalized_and_a_canceled_issue(repo, tmp_path, hive, new_issue):
+    finalized = new_issue("Lands")
+    canceled = new_issue("Given up")
+    script = write_script(tmp_path, {"issues": {
+        finalized: [{"say": "working on it"}, {"write": "f.txt", "content": "f\n"}, {"commit": "work: f"},
+                    {"result": "success"}],
+        canceled: hopeless([{"say": "trying"}])}})
+    env = {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0", "HIVE_MAX_AGENT_SWITCHES": "0"}
+    run_until_idle(repo, env, expect=3)
+    hive("cancel", canceled, cwd=repo)
+    run_until_idle(repo, env, expect=0)   # a run's start keeps transcripts within their retention
+    for issue, said in ((finalized, "working on it"), (canceled, "trying")):
+        assert json.loads(hive("show", issue, "--json", cwd=repo).stdout)["status"] in ("finalized", "canceled")
+        assert said in hive("logs", issue, cwd=repo).stdout
+        sessions = json.loads(hive("logs", issue, "--json", cwd=repo).stdout)
+        assert sessions and any(e.get("text") == said for s in sessions for e in s["entries"])
+
+
+# -- run --until-idle exit codes --------------------------------------------------------------------
+
+def test_until_idle_exits_3_when_an_issue_escalated_and_says_which(repo, tmp_path, hive, new_issue):
+    fine, stuck = new_issue("Fine"), new_issue("Stuck")
+    script = write_script(tmp_path, {"issues": {stuck: hopeless([])}})
+    env = {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0", "HIVE_MAX_AGENT_SWITCHES": "0"}
+    proc = run_until_idle(repo, env, expect=3)
+    assert "1 finalized · 0 failed · 1 escalated" in proc.stdout
+    assert f"escalated {stuck} Stuck: " in proc.stdout and fine not in proc.stdout.split("run summary:")[1]
+    assert proc.stderr.strip().splitlines()[-1].startswith("git hive: idle, but 1 escalated and 0 failed")
+    assert "Traceback" not in proc.stderr
+    hive("cancel", stuck, cwd=repo)
+    again = run_until_idle(repo, env, expect=0)   # nothing it ran needs a person
+    assert "0 escalated" in again.stdout
