@@ -237,7 +237,8 @@ def test_rejected_by_the_refinery_reopens_with_a_note_and_the_next_attempt_merge
     work_prompts = [p["text"] for p in prompts if not p["fyi"]]
     assert len(work_prompts) == 2 and "never say BAD" in work_prompts[1]
     assert git("show", "main:code.txt").stdout == "GOOD\n"
-    assert len(commits_touching(git, "code.txt")) == 1
+    # the retry went on from the rejected commit in the same worktree: the fix is a commit on top
+    assert len(commits_touching(git, "code.txt")) == 2
     assert_finalized_once(git, state_log, issue)
     assert_cleaned_up(git, paths, issue)
 

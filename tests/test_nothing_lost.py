@@ -113,8 +113,8 @@ def test_no_commit_an_agent_made_becomes_unreachable_and_log_lists_the_kept_ones
                        {"commit": "work: rejected attempt"}, {"result": "success"}]},
         "roles": {"refinery": [{"cd": "{worktree}"},
                                {"result": {"status": "rejected", "summary": "code.txt must never say BAD"}}]}})
-    run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0",
-                          "HIVE_TEST_COMMAND": FAILING_TEST}, expect=0)
+    proc = run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0",
+                                 "HIVE_TEST_COMMAND": FAILING_TEST}, expect=0)
 
     lost = {oid: s for oid, s in unreachable_commits(git, repo).items() if s.startswith("work:")}
     assert not lost, lost
@@ -123,6 +123,10 @@ def test_no_commit_an_agent_made_becomes_unreachable_and_log_lists_the_kept_ones
     assert kept and all(e["summary"].startswith(f"refs/hive/attempts/{switched}/") for e in kept)
     assert set(kept_refs(git, repo, switched)) == {e["trailers"]["Hive-Ref"] for e in kept}
     assert f"refs/hive/attempts/{switched}/1: work: switched attempt" in hive("log", switched, cwd=repo).stdout
+    # the fresh agent was told where the work of the one before it is kept
+    switched_prompts = _worker_prompts(repo, switched)
+    assert "switch 1 of 2: a fresh agent, in a clean worktree" in proc.stdout
+    assert f"`refs/hive/attempts/{switched}/1`" in switched_prompts[-1]["text"]
     # the rejected commit itself (BAD) is among the kept heads
     assert any(git("show", f"{oid}:code.txt", cwd=repo).stdout == "BAD\n"
                for oid in kept_refs(git, repo, rejected).values())
@@ -180,3 +184,72 @@ def test_until_idle_exits_3_when_an_issue_escalated_and_says_which(repo, tmp_pat
     hive("cancel", stuck, cwd=repo)
     again = run_until_idle(repo, env, expect=0)   # nothing it ran needs a person
     assert "0 escalated" in again.stdout
+
+
+# -- retries tell the truth and keep the work -------------------------------------------------------
+
+SAYS_BAD = 'if grep -q BAD code.txt; then echo "code.txt still says BAD"; exit 1; fi'
+REJECTING_REFINERY = [{"cd": "{worktree}"},
+                      {"result": {"status": "rejected", "summary": "code.txt must never say BAD"}}]
+
+
+def _worker_prompts(repo: Path, issue: str) -> list[dict]:
+    from tests.daemon_helpers import jsonl
+
+    return [p for p in jsonl(hive_dir(repo) / "scripted" / f"{issue}.prompts.jsonl")
+            if p["role"] == "worker" and not p["fyi"]]
+
+
+def _worker_sessions(repo: Path, issue: str) -> list[str]:
+    from tests.daemon_helpers import jsonl
+
+    return [s["session"] for s in jsonl(hive_dir(repo) / "scripted" / f"{issue}.sessions.jsonl")
+            if s["role"] == "worker"]
+
+
+def test_a_rejection_retried_by_the_same_agent_resumes_its_session_at_the_rejected_commit(
+        repo, tmp_path, hive, git, new_issue):
+    issue = new_issue("Write the code")
+    at_rejected = "grep -q BAD code.txt && git log -1 --format=%s | grep -q '^work: bad'"
+    script = write_script(tmp_path, {"issues": {issue: [
+        {"write": "code.txt", "content": "BAD\n", "on_attempts": [1]},
+        {"commit": "work: bad", "on_attempts": [1]},
+        {"run": at_rejected, "must_succeed": True, "on_attempts": [2]},
+        {"write": "code.txt", "content": "GOOD\n", "on_attempts": [2]},
+        {"commit": "work: good", "on_attempts": [2]},
+        {"result": "success"}]}, "roles": {"refinery": REJECTING_REFINERY}})
+    proc = run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": SAYS_BAD}, expect=0)
+
+    assert json.loads(hive("show", issue, "--json", cwd=repo).stdout)["status"] == "finalized"
+    assert git("show", "main:code.txt", cwd=repo).stdout == "GOOD\n"
+    first, second = _worker_prompts(repo, issue)
+    rejected = re.search(r"rejected the work at commit ([0-9a-f]{40})", second["text"]).group(1)
+    assert git("show", f"{rejected}:code.txt", cwd=repo).stdout == "BAD\n"
+    assert "code.txt must never say BAD" in second["text"] and "code.txt still says BAD" in second["text"]
+    assert len(set(_worker_sessions(repo, issue))) == 1          # the same session, resumed
+    claims = {e["agent"] for e in json.loads(hive("log", issue, "--json", cwd=repo).stdout) if e["event"] == "claimed"}
+    assert len(claims) == 1                                      # by the same agent
+    assert (f"{issue} rejected → open (retry 1 of 2 with the same agent, whose session resumes in its worktree "
+            "at the rejected commit)") in proc.stdout
+    assert f"{issue} resumes its session in its worktree at the rejected commit" in proc.stdout
+
+
+def test_an_agent_switch_after_a_rejection_starts_clean_and_is_told_the_kept_ref(repo, tmp_path, hive, git,
+                                                                                 new_issue):
+    issue = new_issue("Write the code")
+    script = write_script(tmp_path, {"issues": {issue: [
+        {"write": "code.txt", "content": "BAD\n", "on_attempts": [1]},
+        {"run": "test ! -e code.txt", "must_succeed": True, "on_attempts": [2]},   # a clean worktree
+        {"write": "code.txt", "content": "GOOD\n", "on_attempts": [2]},
+        {"commit": "work: code"}, {"result": "success"}]}, "roles": {"refinery": REJECTING_REFINERY}})
+    proc = run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": SAYS_BAD,
+                                 "HIVE_MAX_RETRIES": "0"}, expect=0)
+
+    assert git("show", "main:code.txt", cwd=repo).stdout == "GOOD\n"
+    _, second = _worker_prompts(repo, issue)
+    ref = re.search(r"`(refs/hive/attempts/[^`]+)`", second["text"]).group(1)
+    assert git("show", f"{ref}:code.txt", cwd=repo).stdout == "BAD\n"
+    assert "rejected the work at commit" in second["text"] and "code.txt still says BAD" in second["text"]
+    assert len(set(_worker_sessions(repo, issue))) == 2
+    assert f"(switch 1 of 2: a fresh agent, in a clean worktree; the rejected attempt is kept as {ref})" in proc.stdout
+    assert f"{issue} starts clean; the last attempt is kept as {ref}" in proc.stdout

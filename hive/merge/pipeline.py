@@ -27,11 +27,11 @@ from hive.merge import mechanical
 from hive.merge.host import MergeHost
 from hive.merge.refinery import Refinery
 from hive.project import Project
-from hive.runtime import process_start_time
+from hive.runtime import handover, process_start_time
 from hive.runtime.merge_queue import Entry
 from hive.state import history
 from hive.state.issue_file import Issue
-from hive.workspace import landings, worktrees
+from hive.workspace import attempts, landings, worktrees
 
 
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
@@ -306,7 +306,7 @@ class MergeProcessor:
             self._escalate(issue, entry, f"the refinery asks for a person: {verdict.summary}")
             return True
         if verdict.status == "rejected":
-            self._reject(issue, entry, verdict.summary)
+            self._reject(issue, entry, verdict.summary, detail)
             return True
         repo = worktrees.open_repo(paths)
         head = worktrees.adopt_head(paths, issue.id)
@@ -345,7 +345,9 @@ class MergeProcessor:
         self.merged += 1
         self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 
-    def _reject(self, issue: Issue, entry: Entry, reason: str) -> None:
+    def _reject(self, issue: Issue, entry: Entry, reason: str, detail: str) -> None:
+        paths = self.project.paths
+        head = worktrees.adopt_head(paths, issue.id) or ""   # the rejected commit, on the branch
         try:
             decision = lifecycle.reject(self.project, self.runtime, self.config, issue.id, reason,
                                         self.refinery.take_usage(issue.id))
@@ -353,8 +355,22 @@ class MergeProcessor:
             self._left(entry, exc)
             return
         self._drop(entry)
-        worktrees.remove(self.project.paths, issue.id, target=self.config.target_branch)
-        self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason})")
+        failure = rejection_text(head, reason, detail)
+        if decision.action == lifecycle.RETRY:
+            # the same agent goes on where it was: its session, its worktree, the rejected commit
+            done = history.last_event(paths, issue.id, "done")
+            handover.put(self.runtime, handover.Handover(
+                issue.id, failure, agent_id=done.agent if done else "",
+                session_id=self.runtime.budget(issue.id).last_session))
+            how = "whose session resumes in its worktree at the rejected commit"
+        elif decision.action == lifecycle.SWITCH:
+            worktrees.remove(paths, issue.id, target=self.config.target_branch)
+            kept = attempts.holding(paths.common_dir, issue.id, head)
+            handover.put(self.runtime, handover.Handover(issue.id, failure, kept_ref=kept.ref if kept else ""))
+            how = "in a clean worktree" + (f"; the rejected attempt is kept as {kept.ref}" if kept else "")
+        else:
+            how = "its worktree kept for you"
+        self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason}, {how})")
 
     def _escalate(self, issue: Issue, entry: Entry, reason: str) -> None:
         if not self._moved(entry, lifecycle.escalate_merge, self.project, issue.id, reason,
@@ -368,6 +384,14 @@ class MergeProcessor:
                            self.refinery.take_usage(issue.id)):
             return
         self.host.log(f"{issue.id} failed: {reason}")
+
+
+def rejection_text(head: str, reason: str, detail: str) -> str:
+    """What the next attempt's prompt says of a rejection: the commit, why, what the tests said."""
+    text = f"The merge step rejected the work at commit {head or '(unknown)'}: {reason.strip()}"
+    if detail.strip():
+        text += f"\n\nWhat the merge step saw (the failing test's output, or the conflict):\n\n```\n{detail.strip()}\n```"
+    return text
 
 
 def done_base(project: Project, issue_id: str) -> str:

@@ -38,7 +38,7 @@ from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.watchers import watch_state
 from hive.orchestrator.worker import Outcome, Worker
 from hive.project import Project
-from hive.runtime import DaemonLock, Runtime
+from hive.runtime import DaemonLock, Runtime, handover
 from hive.runtime.tells import Tell
 from hive.state.issue_file import Issue
 from hive.workspace import landings, worktrees
@@ -270,7 +270,9 @@ class Daemon:
                 break
             if issue.id in self.running or self._waits_for_work_elsewhere(issue):
                 continue
-            agent_id = new_agent_id()
+            handed = handover.peek(self.runtime, issue.id)
+            # a rejected attempt retried by the same agent: it goes on under its own id
+            agent_id = handed.agent_id if handed is not None and handed.same_agent else new_agent_id()
             if self.shared is not None:
                 # a claim is valid only once pushed: pushed first, then it lands here
                 if not await self.shared.claim(issue.id, agent_id, lease):
@@ -536,7 +538,7 @@ class Daemon:
         previous_agents = recovery.kill_lost_agents(self.runtime)
         recovery.requeue_lost_issues(self.project, self.runtime, self.config, previous_agents,
                                      shared=self.shared is not None, log=self.log)
-        await asyncio.to_thread(recovery.clean_leftovers, self.project, set(self.running))
+        await asyncio.to_thread(recovery.clean_leftovers, self.project, set(self.running), self.runtime)
 
     async def shutdown(self) -> None:
         """End every agent; leave each issue where the next `run` continues from."""

@@ -18,7 +18,7 @@ from hive.backends.processes import group_alive, killpg
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
-from hive.runtime import Runtime, is_alive
+from hive.runtime import Runtime, handover, is_alive
 from hive.workspace import retention, worktrees
 
 KILL_WAIT_SECONDS = 10.0
@@ -82,7 +82,7 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
     return True
 
 
-def clean_leftovers(project: Project, running: Collection[str]) -> None:
+def clean_leftovers(project: Project, running: Collection[str], runtime: Runtime) -> None:
     """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge; the
     heads of the others under refs/hive/attempts), and the transcripts past their retention."""
     keep = {issue.id for issue in project.index.list(["done", "escalated", "failed"])}
@@ -91,7 +91,8 @@ def clean_leftovers(project: Project, running: Collection[str]) -> None:
         if issue_id in running:
             continue
         issue = project.index.get(issue_id)
-        if issue_id in keep:
+        handed = handover.peek(runtime, issue_id)
+        if issue_id in keep or (handed is not None and handed.same_agent):   # its agent goes on there
             if issue is not None and issue.status == "done":
                 worktrees.remove(project.paths, issue_id, delete_branch=False, target=target)
             continue

@@ -68,6 +68,12 @@ def _add(found: dict[tuple[str, int], str], name: str, oid: str) -> None:
         found[(issue, int(number))] = oid
 
 
+def holding(common_dir: Path, issue_id: str, commit: str) -> Attempt | None:
+    """The kept attempt of the issue at `commit` (the newest, if several)."""
+    found = [a for a in kept(common_dir, issue_id) if a.commit == commit]
+    return found[-1] if found else None
+
+
 def keep(repo: pygit2.Repository, issue_id: str, heads: Iterable[str | None],
          reachable_from: Iterable[str | None] = ()) -> list[Attempt]:
     """Keep each of `heads` that no ref would hold otherwise: not already kept for the issue, and
