@@ -14,6 +14,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.daemon_helpers import RUN, hive_dir, write_script
 
 RUN_TIMEOUT = 120
@@ -253,3 +255,127 @@ def test_an_agent_switch_after_a_rejection_starts_clean_and_is_told_the_kept_ref
     assert len(set(_worker_sessions(repo, issue))) == 2
     assert f"(switch 1 of 2: a fresh agent, in a clean worktree; the rejected attempt is kept as {ref})" in proc.stdout
     assert f"{issue} starts clean; the last attempt is kept as {ref}" in proc.stdout
+
+
+# -- every way a run ends releases what it held ----------------------------------------------------
+
+HANGING = [{"say": "at work"}, {"hang": True}]
+
+
+def _hanging_run(repo: Path, tmp_path: Path, new_issue, count: int = 2) -> tuple[list[str], dict[str, str]]:
+    ids = [new_issue(f"Hangs {n}") for n in range(count)]
+    script = write_script(tmp_path, {"default": HANGING})
+    # unjailed: the agents' pids as this process sees them
+    return ids, {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_AGENTS": "3", "HIVE_SANDBOX": "off"}
+
+
+def _end_leftovers(repo: Path, *procs: subprocess.Popen) -> None:
+    """Whatever a failed test left running: its processes, then every agent's process group."""
+    from tests.daemon_helpers import all_agent_pids, alive
+
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    for pid in all_agent_pids(repo):
+        if alive(pid):
+            try:
+                os.killpg(pid, 9)
+            except OSError:
+                pass
+
+
+def _agents_at_work(repo: Path, count: int) -> bool:
+    from tests.daemon_helpers import all_agent_pids, alive
+
+    return len([p for p in all_agent_pids(repo) if alive(p)]) == count
+
+
+def _assert_released(repo: Path, hive, ids: list[str]) -> None:
+    from tests.daemon_helpers import all_agent_pids, alive
+
+    listed = {i["id"]: i for i in json.loads(hive("list", "--json", cwd=repo).stdout)}
+    assert [(listed[i]["status"], listed[i]["assignee"]) for i in ids] == [("open", "")] * len(ids)
+    assert not [p for p in all_agent_pids(repo) if alive(p)]
+    data = json.loads(hive("status", "--json", cwd=repo).stdout)
+    assert not data["daemon"]["running"] and data["agents"] == []
+    assert not [a for a in data["needs_attention"] if a["status"] == "in_progress"]
+
+
+def _piped_run(repo: Path, env: dict[str, str], tmp_path: Path) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """`git hive run | tee run.log`, both in one new process group (what a terminal's job is)."""
+    read, write = os.pipe()
+    tee = subprocess.Popen(["tee", str(tmp_path / "run.log")], stdin=read, stdout=subprocess.DEVNULL,
+                           process_group=0)
+    hive_proc = subprocess.Popen(RUN, cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=write,
+                                 stderr=subprocess.DEVNULL, process_group=tee.pid)
+    os.close(read)
+    os.close(write)
+    return hive_proc, tee
+
+
+@pytest.mark.parametrize("sig, code", [(2, 130), (15, 143), (1, 129)], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_to_the_process_group_of_a_piped_run_releases_everything(repo, tmp_path, hive, new_issue,
+                                                                          wait_for, sig, code):
+    ids, env = _hanging_run(repo, tmp_path, new_issue)
+    hive_proc, tee = _piped_run(repo, env, tmp_path)
+    try:
+        wait_for(lambda: _agents_at_work(repo, 2), "both agents to work", timeout=60)
+        os.killpg(tee.pid, sig)                       # Ctrl-C, `kill -TERM -PGID`, a closed terminal
+        assert hive_proc.wait(60) == code
+        tee.wait(10)
+    finally:
+        _end_leftovers(repo, hive_proc, tee)
+    _assert_released(repo, hive, ids)
+
+
+def test_a_closed_stdout_ends_the_run_and_releases_everything(repo, tmp_path, hive, new_issue, wait_for):
+    ids, env = _hanging_run(repo, tmp_path, new_issue)
+    hive_proc, tee = _piped_run(repo, env, tmp_path)
+    try:
+        wait_for(lambda: _agents_at_work(repo, 2), "both agents to work", timeout=60)
+        tee.kill()                                    # the reader dies alone: the next line is EPIPE
+        tee.wait(10)
+        ids.append(hive("create", "One more", cwd=repo).stdout.strip())   # something for the run to say
+        assert hive_proc.wait(60) == 141
+    finally:
+        _end_leftovers(repo, hive_proc, tee)
+    _assert_released(repo, hive, ids)
+
+
+def test_a_signal_to_a_wrapper_shells_group_releases_everything(repo, tmp_path, hive, new_issue, wait_for):
+    from hive import git as hive_git
+    from hive.runtime import DaemonLock
+    from tests.daemon_helpers import alive
+
+    ids, env = _hanging_run(repo, tmp_path, new_issue)
+    command = " ".join(shlex.quote(a) for a in RUN)
+    wrapper = subprocess.Popen(["bash", "-c", f"{command} > run.log 2>&1; echo after"], cwd=repo, env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: _agents_at_work(repo, 2), "both agents to work", timeout=60)
+        daemon = DaemonLock(hive_git.discover(repo)).holder()
+        assert daemon and daemon != wrapper.pid
+        os.killpg(wrapper.pid, 1)                     # SIGHUP: the terminal it ran in was closed
+        wait_for(lambda: not alive(daemon), "the daemon to end", timeout=60)
+        wrapper.wait(10)
+    finally:
+        _end_leftovers(repo, wrapper)
+    _assert_released(repo, hive, ids)
+
+
+def test_status_flags_issues_held_by_a_daemon_that_is_gone(repo, tmp_path, hive, new_issue, wait_for):
+    ids, env = _hanging_run(repo, tmp_path, new_issue, count=1)
+    daemon = subprocess.Popen(RUN, cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _agents_at_work(repo, 1), "the agent to work", timeout=60)
+        daemon.kill()                                 # SIGKILL: nothing is released
+        daemon.wait(10)
+    finally:
+        _end_leftovers(repo, daemon)                  # and the agent it left behind
+    data = json.loads(hive("status", "--json", cwd=repo).stdout)
+    [flagged] = [a for a in data["needs_attention"] if a["issue"] == ids[0]]
+    assert flagged["status"] == "in_progress" and "the next `git hive run` puts it back" in flagged["reason"]
+    text = hive("status", cwd=repo).stdout
+    assert "daemon: not running" in text and f"{ids[0]}  in_progress" in text

@@ -79,9 +79,19 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
         asyncio.run(daemon.run())
     finally:
         if live:
-            live.close()
+            try:
+                live.close()
+            except OSError:
+                pass
     summary = daemon.summary()
-    print_summary(summary, lambda issue_id: _title(project, issue_id))
+    try:
+        print_summary(summary, lambda issue_id: _title(project, issue_id))
+    except OSError:   # stdout gone (EPIPE): the run still ends as it should
+        pass
+    if daemon.exit_code:
+        _say(f"git hive: stopped by {daemon.stop_cause}: its agents ended, the issues they held are open again")
+        _drop_closed_stdout()
+        sys.exit(daemon.exit_code)
     if until_idle and (summary.escalated or summary.failed):
         raise NeedsPerson(f"idle, but {len(summary.escalated)} escalated and {len(summary.failed)} failed "
                           "issue(s) need you: `git hive show ID` says how to go on")
@@ -89,6 +99,25 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
         first = daemon.waiting_merges[0]
         more = f" (and {len(daemon.waiting_merges) - 1} more: `git hive status`)" if len(daemon.waiting_merges) > 1 else ""
         raise HiveError(f"idle, but the merge of {first.issue_id} waits: {first.detail}{more}")
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if stderr is still there (a closed pipe takes it too, with `2>&1`)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _drop_closed_stdout() -> None:
+    """A stdout whose reader is gone: pointed at /dev/null, so that the exit's own flush does not
+    fail over it (Python would then exit 120, not with the code the run ended with)."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _title(project, issue_id: str) -> str:

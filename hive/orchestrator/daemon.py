@@ -50,6 +50,11 @@ FULL_SWEEP_SECONDS = 30.0
 # times in between is written once.
 CHECKOUT_REFRESH_SECONDS = 0.5
 
+# every way a person or a wrapper ends a run: Ctrl-C (to the process group, through `| tee` or
+# `bash -c`), `kill`, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+OUTPUT_GONE = int(signal.SIGPIPE)   # stdout closed (EPIPE): exit 141, as a shell reports SIGPIPE
+
 
 class Daemon:
     def __init__(self, project: Project, backend: Backend, config: Config, *,
@@ -62,6 +67,8 @@ class Daemon:
         self.max_agents = max_agents or config.max_agents
         self.until_idle = until_idle
         self.waiting_merges: list = []   # --until-idle: the merges still waiting when it ended
+        self.stopped_by = 0                  # the signal (or OUTPUT_GONE) that stopped the run
+        self._output_gone = False            # stdout could not be written: the lines go to daemon.log only
         self.runtime = Runtime(project.paths)
         self.lock = DaemonLock(project.paths)
         self.running: dict[str, Worker] = {}
@@ -124,7 +131,12 @@ class Daemon:
 
     def log(self, message: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {message}"
-        self._log(line)
+        if not self._output_gone:
+            try:
+                self._log(line)
+            except OSError:   # EPIPE: the reader died (a `tee` ended by the same Ctrl-C), the terminal closed
+                self._output_gone = True
+                self.request_stop(OUTPUT_GONE)
         self._log_file.write(line)
 
     # -- main loop ------------------------------------------------------------------------------
@@ -149,8 +161,8 @@ class Daemon:
                             f"(pid {self.lock.holder()}); `git hive stop` stops it")
         git.clear_stale_locks(self.project.paths.common_dir, self.log)   # left by a killed process
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.request_stop)
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self.request_stop, sig)
         record_target_branch(self.project.paths, self.config.target_branch)
         self.runtime.put("daemon_pid", str(os.getpid()))
         self.runtime.put("daemon_started", str(time.time()))
@@ -172,9 +184,9 @@ class Daemon:
             self.log(f"running: up to {self.max_agents} agents, backend {self.backend.name}")
             await self._loop()
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            await self.shutdown()   # a second Ctrl-C meanwhile changes nothing: the handlers stay until done
+            for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
-            await self.shutdown()
             if self._refresh_timer is not None:
                 self._refresh_timer.cancel()
             self._watch_stop.set()
@@ -187,11 +199,24 @@ class Daemon:
             self._log_file.close()
         return 0
 
-    def request_stop(self) -> None:
-        if not self.stopping.is_set():
-            self.log("stopping: ending agents")
+    def request_stop(self, why: int = 0) -> None:
+        """Stop: agents end, the issues they held go back to open. `why`: the signal that asked
+        (SIGINT, SIGTERM, SIGHUP), or OUTPUT_GONE; it makes the exit code (`exit_code`)."""
+        first = not self.stopping.is_set()
         self.stopping.set()
         self.wake.set()
+        if first:
+            self.stopped_by = why
+            self.log("stopping: ending agents" + (f" ({_stop_cause(why)})" if why else ""))
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a run that ended by itself (or by `request_stop()`); 128 + the signal otherwise."""
+        return 128 + self.stopped_by if self.stopped_by else 0
+
+    @property
+    def stop_cause(self) -> str:
+        return _stop_cause(self.stopped_by)
 
     async def _loop(self) -> None:
         while not self.stopping.is_set():
@@ -565,6 +590,15 @@ class Daemon:
             await self.backend.stop()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _stop_cause(why: int) -> str:
+    if why == OUTPUT_GONE:
+        return "its output was closed"
+    try:
+        return signal.Signals(why).name
+    except ValueError:
+        return f"signal {why}" if why else ""
 
 
 def _by_issue(tells: list[Tell]) -> dict[str, list[Tell]]:
