@@ -77,7 +77,7 @@ def finalize(issue_id: str) -> None:
     config = project.config
     if issue is None or issue.status != "done":
         raise HiveError(f"{issue_id} is {issue.status if issue else 'unknown'}: only done issues can be finalized")
-    head = worktrees.adopt_head(project.paths, issue_id)   # a person's commit in the worktree lands
+    head = worktrees.follow_worktree(project.paths, issue_id)   # a person's commit in the worktree lands
     if head is None:
         raise HiveError(f"{issue_id} has no branch {worktrees.branch_name(issue_id)} to merge")
     if not worktrees.worktree_path(project.paths, issue_id).exists():

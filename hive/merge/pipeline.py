@@ -227,8 +227,7 @@ class MergeProcessor:
             self.host.log(f"{issue.id} already on {target} ({landed[:10]}): finalized, not landed again")
             await self._finalize(issue, entry, landed)
             return True
-        # the worktree's HEAD is the work: a person may have committed there (`git hive show`)
-        head = await asyncio.to_thread(worktrees.adopt_head, paths, entry.issue_id)
+        head = worktrees.head_of(paths, entry.issue_id)
         if head is None:
             self._fail(issue, entry, f"branch {entry.branch} is gone")
             return True
@@ -347,7 +346,7 @@ class MergeProcessor:
 
     def _reject(self, issue: Issue, entry: Entry, reason: str, detail: str) -> None:
         paths = self.project.paths
-        head = worktrees.adopt_head(paths, issue.id) or ""   # the rejected commit, on the branch
+        head = worktrees.head_of(paths, issue.id) or ""   # the rejected commit: what the merge step tried
         try:
             decision = lifecycle.reject(self.project, self.runtime, self.config, issue.id, reason,
                                         self.refinery.take_usage(issue.id))
@@ -356,18 +355,24 @@ class MergeProcessor:
             return
         self._drop(entry)
         failure = rejection_text(head, reason, detail)
-        if decision.action == lifecycle.RETRY:
+        if decision.action == lifecycle.RETRY and self.host.shared_target is None:
             # the same agent goes on where it was: its session, its worktree, the rejected commit
+            # (the refinery may have left the worktree elsewhere: its HEAD is kept, then reset)
+            if head:
+                worktrees.prepare_for_merge(paths, issue.id, head)
             done = history.last_event(paths, issue.id, "done")
             handover.put(self.runtime, handover.Handover(
                 issue.id, failure, agent_id=done.agent if done else "",
                 session_id=self.runtime.budget(issue.id).last_session))
             how = "whose session resumes in its worktree at the rejected commit"
-        elif decision.action == lifecycle.SWITCH:
+        elif decision.action != lifecycle.ESCALATE:
+            # a fresh agent; or, in a shared queue, whichever machine claims the issue next
             worktrees.remove(paths, issue.id, target=self.config.target_branch)
             kept = attempts.holding(paths.common_dir, issue.id, head)
             handover.put(self.runtime, handover.Handover(issue.id, failure, kept_ref=kept.ref if kept else ""))
-            how = "in a clean worktree" + (f"; the rejected attempt is kept as {kept.ref}" if kept else "")
+            how = (("in a clean worktree" if decision.action == lifecycle.SWITCH else
+                    "in a clean worktree: in a shared queue any machine may claim it")
+                   + (f"; the rejected attempt is kept as {kept.ref}" if kept else ""))
         else:
             how = "its worktree kept for you"
         self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason}, {how})")

@@ -92,7 +92,8 @@ def clean_leftovers(project: Project, running: Collection[str], runtime: Runtime
             continue
         issue = project.index.get(issue_id)
         handed = handover.peek(runtime, issue_id)
-        if issue_id in keep or (handed is not None and handed.same_agent):   # its agent goes on there
+        resumes = handed is not None and handed.same_agent and issue is not None and issue.status == "open"
+        if issue_id in keep or resumes:   # its agent goes on there
             if issue is not None and issue.status == "done":
                 worktrees.remove(project.paths, issue_id, delete_branch=False, target=target)
             continue

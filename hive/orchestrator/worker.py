@@ -425,7 +425,7 @@ class Worker:
         when it is gone (the attempt then starts clean)."""
         paths = self.project.paths
         path = worktrees.worktree_path(paths, self.issue_id)
-        head = worktrees.adopt_head(paths, self.issue_id)
+        head = worktrees.head_of(paths, self.issue_id)
         if head is None or not (path / ".git").is_file():
             return False
         repo = worktrees.open_repo(paths)

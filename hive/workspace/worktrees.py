@@ -169,14 +169,26 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     return head
 
 
+def follow_worktree(paths: git.RepoPaths, issue_id: str) -> str | None:
+    """A person said the work is done: the branch moves to hive's worktree's HEAD, where they
+    committed (the old head kept) — unless a rebase or merge is half done there; the branch's head."""
+    path = worktree_path(paths, issue_id)
+    if (path / ".git").is_file():
+        try:
+            idle = pygit2.Repository(str(path)).state() == pygit2.enums.RepositoryState.NONE
+        except pygit2.GitError:
+            idle = False
+        if idle:
+            return adopt_head(paths, issue_id)
+    return head_of(paths, issue_id)
+
+
 def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
            repo: pygit2.Repository | None = None, target: str = "") -> None:
     """Remove the issue's worktree (files, git admin dir) and, unless told not to, its branch;
     the heads they held are kept first (unless on the `target` branch, or on the branch kept)."""
     repo = repo or open_repo(paths)
     path = worktree_path(paths, issue_id)
-    if not delete_branch:
-        adopt_head(paths, issue_id)   # a branch that stays holds its worktree's work (a person's commit)
     keep_discarded(paths, issue_id, repo, delete_branch=delete_branch, target=target)
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
