@@ -379,3 +379,24 @@ def test_status_flags_issues_held_by_a_daemon_that_is_gone(repo, tmp_path, hive,
     assert flagged["status"] == "in_progress" and "the next `git hive run` puts it back" in flagged["reason"]
     text = hive("status", cwd=repo).stdout
     assert "daemon: not running" in text and f"{ids[0]}  in_progress" in text
+
+
+def test_transcripts_go_past_their_retention_or_the_size_cap_oldest_first_never_an_issue_at_work(tmp_path):
+    from hive.workspace import retention
+
+    root = tmp_path / "hive" / "transcripts"
+    now = 1_000_000_000.0
+    made = {}
+    for issue, days_old, size in (("hv-old001", 40, 10), ("hv-mid001", 5, 300), ("hv-new001", 1, 300),
+                                  ("hv-busy01", 60, 10)):
+        path = root / issue / f"{int(now - days_old * 86400) * 10**9:020d}-worker-w-abcdef.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"x" * size)
+        os.utime(path, (now - days_old * 86400, now - days_old * 86400))
+        made[issue] = path
+    removed = retention.prune_transcripts(tmp_path / "hive", 30, 10_000, busy={"hv-busy01"}, now=now)
+    assert removed == [made["hv-old001"]] and not (root / "hv-old001").exists()   # its empty folder too
+    # past the cap (here 400 bytes of 620): the oldest of the rest go first, the one at work stays
+    removed = retention.prune_transcripts(tmp_path / "hive", 30, 400, busy={"hv-busy01"}, now=now)
+    assert removed == [made["hv-mid001"]]
+    assert made["hv-new001"].exists() and made["hv-busy01"].exists()
