@@ -376,9 +376,15 @@ def test_status_flags_issues_held_by_a_daemon_that_is_gone(repo, tmp_path, hive,
         _end_leftovers(repo, daemon)                  # and the agent it left behind
     data = json.loads(hive("status", "--json", cwd=repo).stdout)
     [flagged] = [a for a in data["needs_attention"] if a["issue"] == ids[0]]
-    assert flagged["status"] == "in_progress" and "the next `git hive run` puts it back" in flagged["reason"]
+    assert flagged["status"] == "in_progress" and "the next `git hive run` (or `git hive doctor --fix`)" \
+        in flagged["reason"]
     text = hive("status", cwd=repo).stdout
     assert "daemon: not running" in text and f"{ids[0]}  in_progress" in text
+    doctor = hive("doctor", cwd=repo, check=False).stdout
+    assert f"1 issue(s) in_progress for a hive daemon that is gone ({ids[0]})" in doctor
+    hive("doctor", "--fix", cwd=repo, check=False)
+    _assert_released(repo, hive, ids)
+    assert "issues in progress: none left" in hive("doctor", cwd=repo, check=False).stdout
 
 
 def test_transcripts_go_past_their_retention_or_the_size_cap_oldest_first_never_an_issue_at_work(tmp_path):

@@ -190,11 +190,16 @@ def kept_attempts(project: Project, issue_id: str) -> list[dict[str, object]]:
     event "kept": the head commit, when it was made and by whom, the ref in the summary."""
     from datetime import datetime, timezone
 
-    from hive.workspace import attempts, worktrees
+    from hive.workspace import attempts
+
+    found = attempts.kept(project.paths.common_dir, issue_id)
+    if not found:
+        return []
+    from hive.workspace import worktrees   # pygit2: only when there is a kept commit to read
 
     repo = worktrees.open_repo(project.paths)
     rows = []
-    for attempt in attempts.kept(project.paths.common_dir, issue_id):
+    for attempt in found:
         try:
             commit = repo[attempt.commit]
             subject, author = commit.message.split("\n", 1)[0], commit.author.name

@@ -101,10 +101,6 @@ def merge_queue_section(runtime: Runtime) -> list[dict]:
             for entry in runtime.merge_queue.entries()]
 
 
-ORPHANED = ("held by an agent of a hive daemon that is gone: the next `git hive run` puts it back "
-            "in the queue (and ends any agent left behind)")
-
-
 def attention_section(project: Project, queue: list[dict], daemon_running: bool = True) -> list[dict]:
     """Every issue waiting for a person, with why: escalated and failed ones (the reason their
     last such commit recorded), merges that wait (what they wait for), and — while no daemon
@@ -115,12 +111,10 @@ def attention_section(project: Project, queue: list[dict], daemon_running: bool 
     attention = [{"issue": i.id, "status": i.status, "title": i.title, "reason": reasons.get(i.id, "")}
                  for i in stuck]
     if not daemon_running:
-        from hive.orchestrator.shared import machine_name
+        from hive.orchestrator import orphans
 
-        here = machine_name(project.paths)
-        attention += [{"issue": i.id, "status": "in_progress", "title": i.title, "reason": ORPHANED}
-                      for i in project.index.list(["in_progress"])
-                      if str(i.extra.get("machine", "") or here) == here]
+        attention += [{"issue": i.id, "status": "in_progress", "title": i.title, "reason": orphans.ORPHANED}
+                      for i in orphans.orphaned_issues(project)]
     for entry in queue:
         if entry["state"] == "waiting":
             attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"],

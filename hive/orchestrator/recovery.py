@@ -18,11 +18,32 @@ from hive.backends.processes import group_alive, killpg
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
-from hive.runtime import Runtime, handover, is_alive
+from hive.orchestrator.orphans import orphaned_issues
+from hive.runtime import DaemonLock, Runtime, handover, is_alive
 from hive.workspace import retention, worktrees
 
 KILL_WAIT_SECONDS = 10.0
 NOT_COUNTED = lifecycle.Decision(lifecycle.RETRY, "lost with the daemon: no budget spent")
+
+
+def recover_now(project: Project, config: Config, log: Callable[[str], None]) -> int:
+    """What a daemon's start does, without the daemon (`git hive doctor --fix`): end the agents a
+    dead daemon left, put its issues back, clean the leftovers; how many issues were orphaned.
+    Holds the daemon lock meanwhile; -1 if a daemon runs."""
+    lock = DaemonLock(project.paths)
+    if not lock.acquire():
+        return -1
+    runtime = Runtime(project.paths)
+    try:
+        orphans = orphaned_issues(project)
+        previous = kill_lost_agents(runtime)
+        requeue_lost_issues(project, runtime, config, previous,
+                            shared=any(i.extra.get("machine") for i in orphans), log=log)
+        clean_leftovers(project, set(), runtime)
+        return len(orphans)
+    finally:
+        runtime.close()
+        lock.release()
 
 
 def kill_lost_agents(runtime: Runtime) -> dict[str, dict[str, Any]]:

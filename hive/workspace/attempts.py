@@ -15,9 +15,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import pygit2
+if TYPE_CHECKING:   # pygit2 is imported where it is used: `git hive log` lists kept refs without it
+    import pygit2
 
 PREFIX = "refs/hive/attempts/"
 DAY = 86_400
@@ -78,6 +79,8 @@ def keep(repo: pygit2.Repository, issue_id: str, heads: Iterable[str | None],
          reachable_from: Iterable[str | None] = ()) -> list[Attempt]:
     """Keep each of `heads` that no ref would hold otherwise: not already kept for the issue, and
     not reachable from any of `reachable_from` (the target's tip, the branch's new head)."""
+    import pygit2
+
     common = Path(repo.path)
     existing = kept(common, issue_id)
     have = {a.commit for a in existing}
@@ -101,6 +104,8 @@ def keep(repo: pygit2.Repository, issue_id: str, heads: Iterable[str | None],
 
 def prune(repo: pygit2.Repository, older_than_days: float, now: float | None = None) -> list[Attempt]:
     """Remove the kept attempts whose head commit is older than that many days; the ones removed."""
+    import pygit2
+
     cutoff = (time.time() if now is None else now) - older_than_days * DAY
     removed = []
     for attempt in kept(Path(repo.path)):
@@ -115,6 +120,8 @@ def prune(repo: pygit2.Repository, older_than_days: float, now: float | None = N
 
 def committed_at(repo: pygit2.Repository, oid: str) -> float:
     """The commit time of `oid`; 0 for a commit that is not there (a kept ref to nothing goes first)."""
+    import pygit2
+
     try:
         return float(repo[oid].peel(pygit2.Commit).commit_time)
     except (KeyError, ValueError, pygit2.GitError):
@@ -122,6 +129,8 @@ def committed_at(repo: pygit2.Repository, oid: str) -> float:
 
 
 def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
+    import pygit2
+
     try:
         return isinstance(repo[oid], pygit2.Commit)
     except (KeyError, ValueError):
@@ -129,6 +138,8 @@ def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
 
 
 def _reachable(repo: pygit2.Repository, head: str, anchors: list[str]) -> bool:
+    import pygit2
+
     for anchor in anchors:
         try:
             if anchor == head or repo.descendant_of(anchor, head):
