@@ -406,3 +406,32 @@ def test_transcripts_go_past_their_retention_or_the_size_cap_oldest_first_never_
     removed = retention.prune_transcripts(tmp_path / "hive", 30, 400, busy={"hv-busy01"}, now=now)
     assert removed == [made["hv-mid001"]]
     assert made["hv-new001"].exists() and made["hv-busy01"].exists()
+
+
+def test_a_commit_an_agent_made_before_its_daemon_was_killed_is_kept(repo, tmp_path, hive, git, new_issue,
+                                                                     wait_for):
+    """SIGKILL while the (jailed) agent works: its commit is in its private object store and on
+    its worktree's detached HEAD only. The next run recovers the issue; the commit stays reachable."""
+    issue = new_issue("Interrupted")
+    script = write_script(tmp_path, {"issues": {issue: [
+        {"write": "early.txt", "content": "early\n", "on_attempts": [1]},
+        {"commit": "work: before the crash", "on_attempts": [1]},
+        {"write": "committed.marker", "content": "", "on_attempts": [1]},
+        {"hang": True, "on_attempts": [1]},
+        {"write": "late.txt", "content": "late\n"}, {"commit": "work: after the crash"}, {"result": "success"}]}})
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_ANOMALY_FAILURE_THRESHOLD": "100"}
+    daemon = subprocess.Popen(RUN, cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (hive_dir(repo) / "worktrees" / issue / "committed.marker").exists(),
+                 "the agent to commit", timeout=60)
+        daemon.kill()
+        daemon.wait(10)
+    finally:
+        _end_leftovers(repo, daemon)
+    run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script)}, expect=0)
+    assert json.loads(hive("show", issue, "--json", cwd=repo).stdout)["status"] == "finalized"
+    kept = kept_refs(git, repo, issue)
+    assert any(git("log", "-1", "--format=%s", oid, cwd=repo).stdout.strip() == "work: before the crash"
+               for oid in kept.values()), kept
+    assert not [s for s in unreachable_commits(git, repo).values() if s.startswith("work:")]
