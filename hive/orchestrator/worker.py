@@ -125,15 +125,8 @@ class Worker:
         budget = self.host.runtime.budget(self.issue_id)
         previous_failure = budget.last_error if budget.failures else ""
         resume = False
-        handed = handover.take(self.host.runtime, self.issue_id)
-        if handed is not None:
-            previous_failure = handed.failure
-            resume = handed.same_agent and handed.agent_id == self.agent_id and self._reuse_worktree()
-            if handed.kept_ref:
-                previous_failure += _kept_text(handed.kept_ref)
-            self._log("resumes its session in its worktree at the rejected commit" if resume
-                      else "starts clean" + (f"; the last attempt is kept as {handed.kept_ref}" if handed.kept_ref else ""))
         try:
+            previous_failure, resume = self._handed_over(previous_failure)
             while True:
                 self._check_stop()
                 try:
@@ -419,6 +412,21 @@ class Worker:
         self._log(f"switched to a fresh agent {self.agent_id} in a clean worktree"
                   + (f"; the last attempt is kept as {kept.ref}" if kept else ""))
         return kept.ref if kept else ""
+
+    def _handed_over(self, previous_failure: str) -> tuple[str, bool]:
+        """What a rejection handed this attempt: (the failure its prompt tells, whether it resumes
+        the same session in the kept worktree). Advisory: whatever goes wrong, a clean start."""
+        try:
+            handed = handover.take(self.host.runtime, self.issue_id)
+            if handed is None:
+                return previous_failure, False
+            resume = handed.same_agent and handed.agent_id == self.agent_id and self._reuse_worktree()
+        except Exception as exc:  # noqa: BLE001 - the attempt goes on without it
+            self._log(f"handover not taken: {exc!r}")
+            return previous_failure, False
+        self._log("resumes its session in its worktree at the rejected commit" if resume
+                  else "starts clean" + (f"; the last attempt is kept as {handed.kept_ref}" if handed.kept_ref else ""))
+        return handed.failure + (_kept_text(handed.kept_ref) if handed.kept_ref else ""), resume
 
     def _reuse_worktree(self) -> bool:
         """Take up the kept worktree of a rejected attempt (its HEAD the rejected commit); False
