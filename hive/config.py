@@ -81,6 +81,12 @@ class Config:
     id_prefix: str = _key("hv", "Prefix of new issue ids (<prefix>-<6 chars>).", nonempty=True)
     lease_seconds: int = _key(900, "How long a claim lives without a heartbeat.", minimum=1)
     stall_seconds: int = _key(300, "No agent activity for this long is a stall.", minimum=1)
+    attempt_retention_days: int = _key(
+        30, "Kept attempts (refs/hive/attempts/*) older than this many days go at `git hive prune`.")
+    transcript_retention_days: int = _key(
+        30, "Session transcripts older than this many days go (at `git hive prune` and each run's start).")
+    transcript_max_mb: int = _key(
+        500, "Total size of the session transcripts kept, in MB: past it the oldest go first.", minimum=1)
     claude_command: str = _key("claude", "The claude CLI: a path or a name on PATH.", nonempty=True)
     codex_command: str = _key("codex", "The codex CLI: a path or a name on PATH.", nonempty=True)
     queen_backend: str = _key("", "Backend of the queen; empty = backend.", choices=("",) + BACKENDS)

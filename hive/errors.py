@@ -9,6 +9,12 @@ class HiveError(Exception):
     exit_code = 1
 
 
+class NeedsPerson(HiveError):
+    """`run --until-idle` ended with issues escalated or failed: exit code 3 (DESIGN §5)."""
+
+    exit_code = 3
+
+
 class BadInput(HiveError):
     """Bad usage or bad input: exit code 2. `where` names the file and line when there is one."""
 

@@ -26,7 +26,7 @@ from hive.runtime import Budget, Runtime
 from hive.state import issue_file
 from hive.state.issue_file import Issue
 from hive.state.store import Snapshot
-from hive.workspace import landings
+from hive.workspace import landings, worktrees
 
 IN_PROGRESS = "in_progress"
 # what `retry` puts back in the queue
@@ -277,13 +277,20 @@ def edit(project: Project, issue_id: str, changes: Callable[[Issue], dict[str, A
     is refused unless `force`.
     """
 
+    before: list[str] = []
+
     def checked(current: Issue) -> dict[str, Any]:
         fields = changes(current)
         if not force:
             check_by_hand(current, fields)
+        before[:] = [current.status]
         return fields
 
-    return issues.update(project, issue_id, checked, event=event, summary=summary, body=body)
+    updated = issues.update(project, issue_id, checked, event=event, summary=summary, body=body)
+    if updated.status == "done" and before != ["done"]:
+        # what the person committed in the issue's kept worktree is what lands (`git hive show`)
+        worktrees.follow_worktree(project.paths, issue_id)
+    return updated
 
 
 def edit_record(issue_id: str, changes: dict[str, Any]) -> tuple[str, str]:

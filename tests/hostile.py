@@ -179,8 +179,8 @@ class Scene:
         self.before = {**self._state(git), "refs": refs(git, self.repo)}
 
     def assert_nothing_escaped(self, git: Callable[..., Any], recorded: str, main_may_move: bool = False) -> None:
-        """Nothing outside the worktrees changed; no ref moved but hive's own (the work branches,
-        hive/state; main only where hive merged: `main_may_move`); no secret in `recorded`."""
+        """Nothing outside the worktrees changed; no ref moved but hive's own (the work branches, the
+        kept attempts, hive/state; main only where hive merged: `main_may_move`); no secret in `recorded`."""
         after = self._state(git)
         for what, value in after.items():
             assert value == self.before[what], f"{what} changed"
@@ -190,7 +190,8 @@ class Scene:
         now = refs(git, self.repo)
         moved = {r for r in set(self.before["refs"]) | set(now) if self.before["refs"].get(r) != now.get(r)}
         own = {"refs/heads/hive/state", *(["refs/heads/main"] if main_may_move else [])}
-        assert {r for r in moved if not r.startswith("refs/heads/hive/work/")} <= own, moved
+        # hive's own: the work branches and the attempts it kept (refs/hive/attempts, issue 29)
+        assert {r for r in moved if not r.startswith(("refs/heads/hive/work/", "refs/hive/attempts/"))} <= own, moved
         everything = recorded + git("log", "-p", "--all", cwd=self.repo).stdout
         for secret in secrets():
             assert secret not in everything, secret

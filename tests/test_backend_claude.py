@@ -683,9 +683,10 @@ def daemon_env(api: FakeAnthropic, config_dir: Path, **hive: str) -> dict[str, s
 DAEMON = [sys.executable, "-m", "hive", "run", "--backend", "claude", "--until-idle"]
 
 
-def run_daemon(repo: Path, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def run_daemon(repo: Path, env: dict[str, str], timeout: float = 120,
+               expect: int = 0) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(DAEMON, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"git hive run exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == expect, f"git hive run exited {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
 
 
@@ -840,7 +841,7 @@ def test_a_looping_worker_is_stopped_by_the_budget_with_the_figures(
         api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path) -> None:
     issue_id = hive("create", "Loops", "-d", "Never ends.").stdout.strip()
     api.script(*[bash("true", **billed_like_claude_code(n, growth=3000, output=1000)) for n in range(200)])
-    done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config"), timeout=300)
+    done = run_daemon(repo, daemon_env(api, tmp_path / "claude-config"), timeout=300, expect=3)
     shown = show(hive, issue_id)
     assert shown["status"] == "escalated", done.stdout
     assert len(api.message_requests) < 200                      # stopped mid-loop, not at its end

@@ -569,7 +569,7 @@ def start_run(repo: Path, **hive: str) -> subprocess.Popen[str]:
                             cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
-def finish(proc: subprocess.Popen[str], timeout: float = 90.0) -> str:
+def finish(proc: subprocess.Popen[str], timeout: float = 90.0, expect: int = 0) -> str:
     """Wait for a start_run daemon to exit 0; its output. Never leaves it running."""
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -581,7 +581,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = 90.0) -> str:
             proc.kill()
             out, _ = proc.communicate()
         raise AssertionError(f"git hive run did not finish within {timeout}s:\n{out}")
-    assert proc.returncode == 0, out
+    assert proc.returncode == expect, out
     return out
 
 
@@ -678,7 +678,7 @@ def test_a_looping_codex_worker_is_stopped_by_the_budget_with_the_figures(projec
     issue_id = hive("create", "Loops", "-d", "Never ends.", cwd=project_repo, check=True).stdout.strip()
     fake.script(*[fake_api.exec_command("true", usage=fake_api.billed_like_codex(n, growth=6000, output=2000))
                   for n in range(200)])
-    out = finish(start_run(project_repo), timeout=300)
+    out = finish(start_run(project_repo), timeout=300, expect=3)
 
     assert json.loads(hive("show", issue_id, "--json", cwd=project_repo).stdout)["status"] == "escalated", out
     assert len(fake.responses_requests()) < 60                  # stopped mid-loop, not at its end

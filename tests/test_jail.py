@@ -64,7 +64,7 @@ def test_the_hostile_agent_corpus_escapes_nothing(repo: Path, tmp_path: Path, gi
            "HIVE_MAX_RETRIES": "0", "HIVE_MAX_AGENT_SWITCHES": "0", "HIVE_ANOMALY_FAILURE_THRESHOLD": "1000"}
     daemon = subprocess.run([*RUN, "--until-idle", "--max-agents", "3"], cwd=repo, capture_output=True,
                             text=True, env=env, timeout=600)
-    assert daemon.returncode in (0, 1), daemon.stdout + daemon.stderr        # the daemon unaffected
+    assert daemon.returncode == 3, daemon.stdout + daemon.stderr   # the daemon unaffected; attempts escalated
     assert "Traceback" not in daemon.stdout + daemon.stderr
 
     log = state_log(repo)

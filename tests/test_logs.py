@@ -180,7 +180,7 @@ def test_logs_follow_shows_the_running_session_live_and_tell_reaches_it(repo: Pa
     assert any("end      session total" in line for line in follower.lines)
     prompts = jsonl(hive_dir(repo) / "scripted" / f"{issue}.prompts.jsonl")
     assert [p["fyi"] for p in prompts if "Please also sign it." in p["text"]] == [True]
-    assert not transcripts.issue_folder(hive_dir(repo), issue).exists()   # removed with its worktree
+    assert transcripts.issue_transcripts(hive_dir(repo), issue)   # kept after the merge (prune ends them)
 
 
 def test_a_message_told_while_no_agent_works_goes_in_the_next_prompt(repo: Path, tmp_path: Path, hive) -> None:
@@ -204,7 +204,7 @@ def test_show_of_an_escalated_issue_gives_the_reason_the_worktree_and_the_next_s
     issue = hive("create", "Hopeless").stdout.strip()
     script = write_script(tmp_path, {"issues": {issue: [{"turn_error": "the compiler is on fire"}]}})
     run_until_idle(repo, {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0",
-                          "HIVE_MAX_AGENT_SWITCHES": "0"})
+                          "HIVE_MAX_AGENT_SWITCHES": "0"}, expect=3)
     shown = hive("show", issue).stdout
     worktree = hive_dir(repo) / "worktrees" / issue
     assert "escalated: hive needs you. Why: " in shown and "the compiler is on fire" in shown

@@ -237,7 +237,8 @@ def test_rejected_by_the_refinery_reopens_with_a_note_and_the_next_attempt_merge
     work_prompts = [p["text"] for p in prompts if not p["fyi"]]
     assert len(work_prompts) == 2 and "never say BAD" in work_prompts[1]
     assert git("show", "main:code.txt").stdout == "GOOD\n"
-    assert len(commits_touching(git, "code.txt")) == 1
+    # the retry went on from the rejected commit in the same worktree: the fix is a commit on top
+    assert len(commits_touching(git, "code.txt")) == 2
     assert_finalized_once(git, state_log, issue)
     assert_cleaned_up(git, paths, issue)
 
@@ -252,7 +253,7 @@ def test_a_refinery_that_keeps_rejecting_ends_escalated(repo, paths, new_issue, 
     path = script({"roles": {"worker": worker, "refinery": refinery}})
     issue = new_issue("Never good enough")
 
-    log = run_hive(path, HIVE_TEST_COMMAND=FAILING_TEST)
+    log = run_hive(path, expect=3, HIVE_TEST_COMMAND=FAILING_TEST)
 
     assert status_of(issue) == "escalated", log
     events = [c.event for c in state_log() if c.issue == issue]
@@ -277,7 +278,7 @@ def test_needs_human_escalates_and_keeps_the_worktree(repo, paths, new_issue, sc
     issue = new_issue("A feature")
     main_before = git("rev-parse", "main").stdout.strip()
 
-    log = run_hive(path, HIVE_TEST_COMMAND="echo 'no database' >&2; exit 3")
+    log = run_hive(path, expect=3, HIVE_TEST_COMMAND="echo 'no database' >&2; exit 3")
 
     assert status_of(issue) == "escalated", log
     escalated = events_of(state_log, issue, "escalated")
@@ -302,7 +303,7 @@ def test_a_refinery_that_crashes_is_replaced_once_then_the_issue_escalates(repo,
     path = script({"roles": {"refinery": [{"cd": "{worktree}"}, {"crash": 3}]}})
     issue = new_issue("Breaks the refinery")
 
-    log = run_hive(path, HIVE_TEST_COMMAND="exit 1")
+    log = run_hive(path, expect=3, HIVE_TEST_COMMAND="exit 1")
 
     assert status_of(issue) == "escalated", log
     assert "crashed twice" in events_of(state_log, issue, "escalated")[0].trailers["Hive-Reason"]
@@ -318,7 +319,7 @@ def test_a_refinery_that_claims_merged_is_verified_by_hive(repo, paths, new_issu
     issue = new_issue("Tests never pass")
     main_before = git("rev-parse", "main").stdout.strip()
 
-    log = run_hive(path, HIVE_TEST_COMMAND="echo still failing; exit 1")
+    log = run_hive(path, expect=3, HIVE_TEST_COMMAND="echo still failing; exit 1")
 
     assert status_of(issue) == "escalated", log
     assert git("rev-parse", "main").stdout.strip() == main_before

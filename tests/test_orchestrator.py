@@ -332,7 +332,7 @@ def test_usage_is_recorded_as_billed_and_budgets_count_what_they_say(repo: Path,
     ids = {label: new_issue(f"path {label}", labels=[label]) for label in script["labels"]}
     env = daemon_env(write_script(tmp_path, script), max_cost_usd_per_issue=5)
 
-    run_until_idle(repo, env, max_agents=2)
+    run_until_idle(repo, env, max_agents=2, expect=3)
 
     final = statuses(list_json, repo)
     log = state_log(repo)
@@ -373,7 +373,7 @@ def test_retry_exhaustion_budget_and_failure_kinds(repo: Path, tmp_path: Path, n
     env = daemon_env(write_script(tmp_path, script), max_retries=1, max_agent_switches=1, stall_seconds=3,
                    sandbox="off")   # the agents' pids as the host sees them
 
-    run_until_idle(repo, env, max_agents=len(ids))
+    run_until_idle(repo, env, max_agents=len(ids), expect=3)
 
     final = statuses(list_json, repo)
     log = state_log(repo)
@@ -478,7 +478,7 @@ def test_anomaly_detector_escalates_early(repo: Path, tmp_path: Path, new_issue,
     env = daemon_env(write_script(tmp_path, script), anomaly_failure_threshold=2, max_retries=10,
                      max_agent_switches=10)
 
-    run_until_idle(repo, env)
+    run_until_idle(repo, env, expect=3)
 
     assert statuses(list_json, repo)[issue_id] == "escalated"
     log = state_log(repo)

@@ -84,6 +84,7 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
     missing = missing_target_branch(paths, config.target_branch)
     results.append((missing is None, missing or f"target branch {config.target_branch}"))
     results.append(_check_jail(config))
+    results.append(_orphans_check(project, config, fix))
     for role in ("worker", "refinery", "queen"):
         backend = config.backend_for(role)
         if registry.kind(backend).command_setting:
@@ -91,6 +92,25 @@ def checks(fix: bool) -> list[tuple[bool, str]]:
             home.mkdir(parents=True, exist_ok=True)
             results.append(_check_cli(config, role, str(home)))
     return results
+
+
+def _orphans_check(project, config, fix: bool) -> tuple[bool, str]:
+    """Issues in progress for a daemon of this machine that is gone (a SIGKILL, a crash)."""
+    from hive.orchestrator import recovery
+    from hive.orchestrator.orphans import orphaned_issues
+    from hive.runtime import DaemonLock
+
+    if DaemonLock(project.paths).holder():
+        return True, "issues in progress: a daemon runs"
+    if fix:
+        found = recovery.recover_now(project, config, click.echo)
+        if found > 0:
+            return True, f"issues in progress: {found} left by a daemon that is gone, recovered"
+    orphans = [i.id for i in orphaned_issues(project)]
+    if orphans:
+        return False, (f"{len(orphans)} issue(s) in_progress for a hive daemon that is gone "
+                       f"({', '.join(orphans[:5])}): `git hive doctor --fix` or the next `git hive run` recovers them")
+    return True, "issues in progress: none left by a daemon that is gone"
 
 
 def _check_jail(config) -> tuple[bool, str]:

@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "merge-driver": ("doctor", "merge_driver", "The `hive` git merge driver (called by git)."),
     "logs": ("logs", "logs", "Transcripts of the sessions that worked an issue (no ID: the daemon's log)."),
     "tell": ("tell", "tell", "Send a message to the agent working an issue."),
+    "prune": ("prune", "prune", "Remove kept attempts and session transcripts past their retention."),
 }
 
 

@@ -155,8 +155,9 @@ def recovery_steps(project: Project, issue: issue_file.Issue) -> list[str]:
     steps = [f"\n{issue.status}: hive needs you. Why: {one_line(found['reason'])}",
              f"What its agents did: `git hive logs {issue.id}`. To recover:"]
     if found["worktree"]:
-        steps.append(f"  - fix it yourself: the work is in {found['worktree']} (branch {found['branch']});"
-                     f" commit there, then `git hive update {issue.id} --status done` queues the merge")
+        steps.append(f"  - fix it yourself: the work is in {found['worktree']} (on a detached HEAD: its HEAD is"
+                     f" what lands); commit there, then `git hive update {issue.id} --status done`: `git hive run`"
+                     f" merges it (with merge_mode manual: `git hive finalize {issue.id}`)")
     more = "or " if found["worktree"] else ""
     steps += [f"  - {more}give it back to the agents with a fresh budget: `git hive retry {issue.id}`",
               f"  - or drop it: `git hive cancel {issue.id}`"]
@@ -173,14 +174,44 @@ def log(issue_id: str, as_json: bool) -> None:
     project = open_project()
     issue_id = resolve(project, issue_id)
     entries = list(history.events(project.paths, issue_id))
+    kept = kept_attempts(project, issue_id)
     if as_json:
-        print_json([e.to_json() for e in entries])
+        print_json([e.to_json() for e in entries] + kept)
         return
     for e in entries:
         who = e.agent or e.author
         reason = e.trailers.get("Hive-Reason", "")
         click.echo(f"{e.at}  {e.commit[:10]}  {e.event:<12} {who:<16} {e.summary}"
                    + (f"\n{'':>36}reason: {reason}" if reason else ""))
+    for k in kept:
+        click.echo(one_line(f"{k['at']}  {k['commit'][:10]}  {'kept':<12} {k['author']:<16} {k['summary']}"))
+
+
+def kept_attempts(project: Project, issue_id: str) -> list[dict[str, object]]:
+    """The issue's kept attempts (refs/hive/attempts/<id>/<n>) shaped as `log --json` entries,
+    event "kept": the head commit, when it was made and by whom, the ref in the summary."""
+    from datetime import datetime, timezone
+
+    from hive.workspace import attempts
+
+    found = attempts.kept(project.paths.common_dir, issue_id)
+    if not found:
+        return []
+    from hive.workspace import worktrees   # pygit2: only when there is a kept commit to read
+
+    repo = worktrees.open_repo(project.paths)
+    rows = []
+    for attempt in found:
+        try:
+            commit = repo[attempt.commit]
+            subject, author = commit.message.split("\n", 1)[0], commit.author.name
+        except (KeyError, ValueError):
+            subject, author = "(the commit is missing)", ""
+        at = datetime.fromtimestamp(attempts.committed_at(repo, attempt.commit), timezone.utc)
+        rows.append({"commit": attempt.commit, "at": at.strftime("%Y-%m-%dT%H:%M:%SZ"), "author": author,
+                     "event": "kept", "agent": "", "summary": f"{attempt.ref}: {subject}",
+                     "trailers": {"Hive-Ref": attempt.ref}})
+    return rows
 
 
 @click.command()

@@ -47,7 +47,7 @@ def logs(issue_id: str | None, follow: bool, as_json: bool) -> None:
                     for path in files()])
     elif not files():
         click.echo(f"{issue_id}: no session transcripts (no session has worked it yet, or they were "
-                   "removed with its worktree when it was finalized or canceled)")
+                   "pruned: transcript_retention_days, transcript_max_mb, `git hive prune`)")
     else:
         tail = Tail()
         for path, entry in tail.new(files()):

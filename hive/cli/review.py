@@ -77,7 +77,7 @@ def finalize(issue_id: str) -> None:
     config = project.config
     if issue is None or issue.status != "done":
         raise HiveError(f"{issue_id} is {issue.status if issue else 'unknown'}: only done issues can be finalized")
-    head = worktrees.head_of(project.paths, issue_id)
+    head = worktrees.follow_worktree(project.paths, issue_id)   # a person's commit in the worktree lands
     if head is None:
         raise HiveError(f"{issue_id} has no branch {worktrees.branch_name(issue_id)} to merge")
     if not worktrees.worktree_path(project.paths, issue_id).exists():
@@ -94,5 +94,5 @@ def finalize(issue_id: str) -> None:
         lifecycle.finalize(project, runtime, issue_id, landing.commit, config.target_branch)
     finally:
         runtime.close()
-    worktrees.retire(project.paths, issue_id)
+    worktrees.retire(project.paths, issue_id, config.target_branch)
     click.echo(f"{issue_id}: merged into {config.target_branch} ({landing.commit[:10]}) and finalized")

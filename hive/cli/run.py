@@ -10,10 +10,8 @@ import time
 import click
 
 from hive.backends import registry
-
 from hive.cli.params import Whole
-
-from hive.errors import HiveError
+from hive.errors import HiveError, NeedsPerson
 
 
 @click.command()
@@ -21,7 +19,8 @@ from hive.errors import HiveError
 @click.option("--backend", type=click.Choice(registry.names()), default=None,
               help="Use this backend for every role.")
 @click.option("--until-idle", is_flag=True,
-              help="Exit when nothing is ready, running or merging; exit 1 naming any merge that waits for you.")
+              help="Exit when nothing is ready, running or merging: 0 if every issue it ran finished, "
+                   "3 if any escalated or failed, 1 naming a merge that waits for you.")
 @click.option("--detach", is_flag=True, help="Run in the background; `git hive stop` ends it.")
 @click.option("--remote", default=None, help="Share the queue through this remote (config sync_remote).")
 @click.option("-C", "directories", multiple=True, metavar="DIR", help="Run in this repository (once).")
@@ -86,12 +85,45 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
         asyncio.run(daemon.run())
     finally:
         if live:
-            live.close()
-    print_summary(daemon.summary(), lambda issue_id: _title(project, issue_id))
+            try:
+                live.close()
+            except OSError:
+                pass
+    summary = daemon.summary()
+    try:
+        print_summary(summary, lambda issue_id: _title(project, issue_id))
+    except OSError:   # stdout gone (EPIPE): the run still ends as it should
+        pass
+    if daemon.exit_code:
+        _say(f"git hive: stopped by {daemon.stop_cause}: its agents ended, the issues they held are open again")
+        _drop_closed_stdout()
+        sys.exit(daemon.exit_code)
+    if until_idle and (summary.escalated or summary.failed):
+        raise NeedsPerson(f"idle, but {len(summary.escalated)} escalated and {len(summary.failed)} failed "
+                          "issue(s) need you: `git hive show ID` says how to go on")
     if daemon.waiting_merges:
         first = daemon.waiting_merges[0]
         more = f" (and {len(daemon.waiting_merges) - 1} more: `git hive status`)" if len(daemon.waiting_merges) > 1 else ""
         raise HiveError(f"idle, but the merge of {first.issue_id} waits: {first.detail}{more}")
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if stderr is still there (a closed pipe takes it too, with `2>&1`)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _drop_closed_stdout() -> None:
+    """A stdout whose reader is gone: pointed at /dev/null, so that the exit's own flush does not
+    fail over it (Python would then exit 120, not with the code the run ended with)."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 def _title(project, issue_id: str) -> str:

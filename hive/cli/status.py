@@ -43,7 +43,7 @@ def collect(project: Project, runtime: Runtime | None = None) -> dict:
         "counts": {s: counts.get(s, 0) for s in STATUSES},
         "total": sum(counts.values()),
         "ready": [i.id for i in project.index.ready()],
-        "needs_attention": attention_section(project, queue),
+        "needs_attention": attention_section(project, queue, daemon_running=data["daemon"]["running"]),
         "problems": [str(p) for p in problems] + [str(p) for p in project.index.problems()
                                                    if str(p) not in {str(q) for q in problems}],
         "state_commit": project.index.indexed_commit,
@@ -115,13 +115,20 @@ def merge_queue_section(runtime: Runtime) -> list[dict]:
             for entry in runtime.merge_queue.entries()]
 
 
-def attention_section(project: Project, queue: list[dict]) -> list[dict]:
+def attention_section(project: Project, queue: list[dict], daemon_running: bool = True) -> list[dict]:
     """Every issue waiting for a person, with why: escalated and failed ones (the reason their
-    last such commit recorded), merges that wait (what they wait for)."""
+    last such commit recorded), merges that wait (what they wait for), and — while no daemon
+    runs here — issues still in_progress for this machine's agents (a run that ended without
+    releasing them: a SIGKILL, a crash)."""
     stuck = project.index.list(["escalated", "failed"])
     reasons = history.reasons(project.paths, [i.id for i in stuck])
     attention = [{"issue": i.id, "status": i.status, "title": i.title, "reason": reasons.get(i.id, "")}
                  for i in stuck]
+    if not daemon_running:
+        from hive.orchestrator import orphans
+
+        attention += [{"issue": i.id, "status": "in_progress", "title": i.title, "reason": orphans.ORPHANED}
+                      for i in orphans.orphaned_issues(project)]
     for entry in queue:
         if entry["state"] == "waiting":
             attention.append({"issue": entry["issue"], "status": "merge waiting", "title": entry["detail"],

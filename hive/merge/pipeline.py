@@ -27,11 +27,11 @@ from hive.merge import mechanical
 from hive.merge.host import MergeHost
 from hive.merge.refinery import Refinery
 from hive.project import Project
-from hive.runtime import process_start_time
+from hive.runtime import handover, process_start_time
 from hive.runtime.merge_queue import Entry
 from hive.state import history
 from hive.state.issue_file import Issue
-from hive.workspace import landings, worktrees
+from hive.workspace import attempts, landings, worktrees
 
 
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
@@ -113,7 +113,7 @@ class MergeProcessor:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):
                 issue = self.project.index.get(issue_id)
                 if issue is not None and issue.status in ("finalized", "canceled") and issue_id not in queued:
-                    worktrees.remove(self.project.paths, issue_id)
+                    worktrees.remove(self.project.paths, issue_id, target=self.config.target_branch)
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -207,7 +207,7 @@ class MergeProcessor:
             if issue is not None and issue.status in ("finalized", "canceled"):
                 # finished elsewhere (another machine landed its own agent's work, or a person
                 # canceled it): this copy of the work is obsolete and nothing will come back to it
-                await asyncio.to_thread(worktrees.remove, self.project.paths, issue.id)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch)
             return True
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
@@ -305,7 +305,7 @@ class MergeProcessor:
             self._escalate(issue, entry, f"the refinery asks for a person: {verdict.summary}")
             return True
         if verdict.status == "rejected":
-            self._reject(issue, entry, verdict.summary)
+            self._reject(issue, entry, verdict.summary, detail)
             return True
         repo = worktrees.open_repo(paths)
         head = worktrees.adopt_head(paths, issue.id)
@@ -338,13 +338,15 @@ class MergeProcessor:
             return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
-        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id)
+        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target)
         if self.host.shared_target is not None:
             await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
         self.merged += 1
         self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 
-    def _reject(self, issue: Issue, entry: Entry, reason: str) -> None:
+    def _reject(self, issue: Issue, entry: Entry, reason: str, detail: str) -> None:
+        paths = self.project.paths
+        head = worktrees.head_of(paths, issue.id) or ""   # the rejected commit: what the merge step tried
         try:
             decision = lifecycle.reject(self.project, self.runtime, self.config, issue.id, reason,
                                         self.refinery.take_usage(issue.id))
@@ -352,8 +354,28 @@ class MergeProcessor:
             self._left(entry, exc)
             return
         self._drop(entry)
-        worktrees.remove(self.project.paths, issue.id)
-        self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason})")
+        failure = rejection_text(head, reason, detail)
+        if decision.action == lifecycle.RETRY and self.host.shared_target is None:
+            # the same agent goes on where it was: its session, its worktree, the rejected commit
+            # (the refinery may have left the worktree elsewhere: its HEAD is kept, then reset)
+            if head:
+                worktrees.prepare_for_merge(paths, issue.id, head)
+            done = history.last_event(paths, issue.id, "done")
+            handover.put(self.runtime, handover.Handover(
+                issue.id, failure, agent_id=done.agent if done else "",
+                session_id=self.runtime.budget(issue.id).last_session))
+            how = "whose session resumes in its worktree at the rejected commit"
+        elif decision.action != lifecycle.ESCALATE:
+            # a fresh agent; or, in a shared queue, whichever machine claims the issue next
+            worktrees.remove(paths, issue.id, target=self.config.target_branch)
+            kept = attempts.holding(paths.common_dir, issue.id, head)
+            handover.put(self.runtime, handover.Handover(issue.id, failure, kept_ref=kept.ref if kept else ""))
+            how = (("in a clean worktree" if decision.action == lifecycle.SWITCH else
+                    "in a clean worktree: in a shared queue any machine may claim it")
+                   + (f"; the rejected attempt is kept as {kept.ref}" if kept else ""))
+        else:
+            how = "its worktree kept for you"
+        self.host.log(f"{issue.id} rejected → {lifecycle.status_after(decision)} ({decision.reason}, {how})")
 
     def _escalate(self, issue: Issue, entry: Entry, reason: str) -> None:
         if not self._moved(entry, lifecycle.escalate_merge, self.project, issue.id, reason,
@@ -367,6 +389,14 @@ class MergeProcessor:
                            self.refinery.take_usage(issue.id)):
             return
         self.host.log(f"{issue.id} failed: {reason}")
+
+
+def rejection_text(head: str, reason: str, detail: str) -> str:
+    """What the next attempt's prompt says of a rejection: the commit, why, what the tests said."""
+    text = f"The merge step rejected the work at commit {head or '(unknown)'}: {reason.strip()}"
+    if detail.strip():
+        text += f"\n\nWhat the merge step saw (the failing test's output, or the conflict):\n\n```\n{detail.strip()}\n```"
+    return text
 
 
 def done_base(project: Project, issue_id: str) -> str:

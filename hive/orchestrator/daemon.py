@@ -17,6 +17,7 @@ import signal
 import time
 import traceback
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Callable, Iterator
 
 from hive import git, lifecycle
@@ -37,7 +38,7 @@ from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.watchers import watch_state
 from hive.orchestrator.worker import Outcome, Worker
 from hive.project import Project
-from hive.runtime import DaemonLock, Runtime
+from hive.runtime import DaemonLock, Runtime, handover
 from hive.runtime.tells import Tell
 from hive.state.issue_file import Issue
 from hive.workspace import landings, worktrees
@@ -48,6 +49,11 @@ FULL_SWEEP_SECONDS = 30.0
 # issue): each refresh rewrites the checkout's git index and records, and a file changed several
 # times in between is written once.
 CHECKOUT_REFRESH_SECONDS = 0.5
+
+# every way a person or a wrapper ends a run: Ctrl-C (to the process group, through `| tee` or
+# `bash -c`), `kill`, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+OUTPUT_GONE = int(signal.SIGPIPE)   # stdout closed (EPIPE): exit 141, as a shell reports SIGPIPE
 
 
 class Daemon:
@@ -61,6 +67,8 @@ class Daemon:
         self.max_agents = max_agents or config.max_agents
         self.until_idle = until_idle
         self.waiting_merges: list = []   # --until-idle: the merges still waiting when it ended
+        self.stopped_by = 0                  # the signal (or OUTPUT_GONE) that stopped the run
+        self._output_gone = False            # stdout could not be written: the lines go to daemon.log only
         self.runtime = Runtime(project.paths)
         self.lock = DaemonLock(project.paths)
         self.running: dict[str, Worker] = {}
@@ -123,7 +131,12 @@ class Daemon:
 
     def log(self, message: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {message}"
-        self._log(line)
+        if not self._output_gone:
+            try:
+                self._log(line)
+            except OSError:   # EPIPE: the reader died (a `tee` ended by the same Ctrl-C), the terminal closed
+                self._output_gone = True
+                self.request_stop(OUTPUT_GONE)
         self._log_file.write(line)
 
     # -- main loop ------------------------------------------------------------------------------
@@ -148,8 +161,8 @@ class Daemon:
                             f"(pid {self.lock.holder()}); `git hive stop` stops it")
         git.clear_stale_locks(self.project.paths.common_dir, self.log)   # left by a killed process
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.request_stop)
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self.request_stop, sig)
         record_target_branch(self.project.paths, self.config.target_branch)
         self.runtime.put("daemon_pid", str(os.getpid()))
         self.runtime.put("daemon_started", str(time.time()))
@@ -171,9 +184,9 @@ class Daemon:
             self.log(f"running: up to {self.max_agents} agents, backend {self.backend.name}")
             await self._loop()
         finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            await self.shutdown()   # a second Ctrl-C meanwhile changes nothing: the handlers stay until done
+            for sig in STOP_SIGNALS:
                 loop.remove_signal_handler(sig)
-            await self.shutdown()
             if self._refresh_timer is not None:
                 self._refresh_timer.cancel()
             self._watch_stop.set()
@@ -186,11 +199,24 @@ class Daemon:
             self._log_file.close()
         return 0
 
-    def request_stop(self) -> None:
-        if not self.stopping.is_set():
-            self.log("stopping: ending agents")
+    def request_stop(self, why: int = 0) -> None:
+        """Stop: agents end, the issues they held go back to open. `why`: the signal that asked
+        (SIGINT, SIGTERM, SIGHUP), or OUTPUT_GONE; it makes the exit code (`exit_code`)."""
+        first = not self.stopping.is_set()
         self.stopping.set()
         self.wake.set()
+        if first:
+            self.stopped_by = why
+            self.log("stopping: ending agents" + (f" ({_stop_cause(why)})" if why else ""))
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a run that ended by itself (or by `request_stop()`); 128 + the signal otherwise."""
+        return 128 + self.stopped_by if self.stopped_by else 0
+
+    @property
+    def stop_cause(self) -> str:
+        return _stop_cause(self.stopped_by)
 
     async def _loop(self) -> None:
         while not self.stopping.is_set():
@@ -269,7 +295,9 @@ class Daemon:
                 break
             if issue.id in self.running or self._waits_for_work_elsewhere(issue):
                 continue
-            agent_id = new_agent_id()
+            handed = handover.peek(self.runtime, issue.id)
+            # a rejected attempt retried by the same agent: it goes on under its own id
+            agent_id = handed.agent_id if handed is not None and handed.same_agent else new_agent_id()
             if self.shared is not None:
                 # a claim is valid only once pushed: pushed first, then it lands here
                 if not await self.shared.claim(issue.id, agent_id, lease):
@@ -350,7 +378,7 @@ class Daemon:
                 await worker.abort(what)
                 if worker.task is not None:
                     await asyncio.gather(worker.task, return_exceptions=True)
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch)
 
     # -- wake sources ---------------------------------------------------------------------------
 
@@ -535,7 +563,7 @@ class Daemon:
         previous_agents = recovery.kill_lost_agents(self.runtime)
         recovery.requeue_lost_issues(self.project, self.runtime, self.config, previous_agents,
                                      shared=self.shared is not None, log=self.log)
-        await asyncio.to_thread(recovery.clean_leftovers, self.project, set(self.running))
+        await asyncio.to_thread(recovery.clean_leftovers, self.project, set(self.running), self.runtime)
 
     async def shutdown(self) -> None:
         """End every agent; leave each issue where the next `run` continues from."""
@@ -550,7 +578,8 @@ class Daemon:
             except HiveError:   # TransitionRefused included: it finished, or changed hands
                 released = None
             if released is not None:  # a worker that already finished keeps its branch
-                await asyncio.to_thread(worktrees.remove, self.project.paths, worker.issue_id)
+                await asyncio.to_thread(partial(worktrees.remove, self.project.paths, worker.issue_id,
+                                                target=self.config.target_branch))
             self.runtime.remove_agent(worker.agent_id)
         if self.merge is not None:
             await self.merge.stop()
@@ -561,6 +590,15 @@ class Daemon:
             await self.backend.stop()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _stop_cause(why: int) -> str:
+    if why == OUTPUT_GONE:
+        return "its output was closed"
+    try:
+        return signal.Signals(why).name
+    except ValueError:
+        return f"signal {why}" if why else ""
 
 
 def _by_issue(tells: list[Tell]) -> dict[str, list[Tell]]:

@@ -14,16 +14,36 @@ from typing import Any, Callable, Collection
 from hive import lifecycle
 from hive.agents import protocol
 from hive.agents.ids import is_agent_id
-from hive.backends import transcripts
 from hive.backends.processes import group_alive, killpg
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
-from hive.runtime import Runtime, is_alive
-from hive.workspace import worktrees
+from hive.orchestrator.orphans import orphaned_issues
+from hive.runtime import DaemonLock, Runtime, handover, is_alive
+from hive.workspace import retention, worktrees
 
 KILL_WAIT_SECONDS = 10.0
 NOT_COUNTED = lifecycle.Decision(lifecycle.RETRY, "lost with the daemon: no budget spent")
+
+
+def recover_now(project: Project, config: Config, log: Callable[[str], None]) -> int:
+    """What a daemon's start does, without the daemon (`git hive doctor --fix`): end the agents a
+    dead daemon left, put its issues back, clean the leftovers; how many issues were orphaned.
+    Holds the daemon lock meanwhile; -1 if a daemon runs."""
+    lock = DaemonLock(project.paths)
+    if not lock.acquire():
+        return -1
+    runtime = Runtime(project.paths)
+    try:
+        orphans = orphaned_issues(project)
+        previous = kill_lost_agents(runtime)
+        requeue_lost_issues(project, runtime, config, previous,
+                            shared=any(i.extra.get("machine") for i in orphans), log=log)
+        clean_leftovers(project, set(), runtime)
+        return len(orphans)
+    finally:
+        runtime.close()
+        lock.release()
 
 
 def kill_lost_agents(runtime: Runtime) -> dict[str, dict[str, Any]]:
@@ -83,20 +103,23 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
     return True
 
 
-def clean_leftovers(project: Project, running: Collection[str]) -> None:
-    """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge),
-    and the transcripts of issues finished with (finalized, canceled, gone)."""
+def clean_leftovers(project: Project, running: Collection[str], runtime: Runtime) -> None:
+    """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge; the
+    heads of the others under refs/hive/attempts), and the transcripts past their retention."""
     keep = {issue.id for issue in project.index.list(["done", "escalated", "failed"])}
+    target = project.config.target_branch
     for issue_id in worktrees.leftover_worktrees(project.paths):
         if issue_id in running:
             continue
         issue = project.index.get(issue_id)
-        if issue_id in keep:
+        handed = handover.peek(runtime, issue_id)
+        resumes = handed is not None and handed.same_agent and issue is not None and issue.status == "open"
+        if issue_id in keep or resumes:   # its agent goes on there
             if issue is not None and issue.status == "done":
-                worktrees.remove(project.paths, issue_id, delete_branch=False)
+                worktrees.remove(project.paths, issue_id, delete_branch=False, target=target)
             continue
-        worktrees.remove(project.paths, issue_id)
-    for issue_id in transcripts.issues_with_transcripts(project.paths.hive_dir):
-        issue = project.index.get(issue_id)
-        if issue_id not in running and (issue is None or issue.status in ("finalized", "canceled")):
-            transcripts.remove_issue(project.paths.hive_dir, issue_id)
+        worktrees.remove(project.paths, issue_id, target=target)
+    config = project.config
+    busy = {*running, *(issue.id for issue in project.index.list(["in_progress"]))}
+    retention.prune_transcripts(project.paths.hive_dir, config.transcript_retention_days,
+                                config.transcript_max_mb * retention.MB, busy)

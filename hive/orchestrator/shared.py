@@ -21,7 +21,6 @@ All network work runs in a worker thread with its own repository handles, one op
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from typing import Protocol
 
@@ -29,6 +28,7 @@ import pygit2
 
 from hive import git, lifecycle
 from hive.lifecycle import TransitionRefused
+from hive.orchestrator.orphans import machine_name
 from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
@@ -41,11 +41,6 @@ from hive.workspace.worktrees import branch_name
 SYNC_SECONDS = 2.0
 MAX_BACKOFF = 60.0
 CLAIM_ROUNDS = 6
-
-
-def machine_name(paths: git.RepoPaths) -> str:
-    """How a claim names the machine holding it: the host and the clone's folder name."""
-    return f"{socket.gethostname()}:{paths.main_worktree.name}"
 
 
 class SharedHost(Protocol):

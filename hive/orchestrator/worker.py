@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Any, ContextManager, Protocol
 
 from hive import git, lifecycle
@@ -26,11 +27,11 @@ from hive.lifecycle import TransitionRefused
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.watchers import watch_worker_files
 from hive.project import Project
-from hive.runtime import Runtime, process_start_time
+from hive.runtime import Runtime, handover, process_start_time
 from hive.runtime.tells import Tell
 from hive import issues
 from hive.state.issue_file import Issue
-from hive.workspace import landings, worktrees
+from hive.workspace import attempts, landings, worktrees
 
 
 @dataclass
@@ -125,6 +126,7 @@ class Worker:
         previous_failure = budget.last_error if budget.failures else ""
         resume = False
         try:
+            previous_failure, resume = self._handed_over(previous_failure)
             while True:
                 self._check_stop()
                 try:
@@ -138,7 +140,9 @@ class Worker:
                     self._finish_done(outcome)
                     return
                 decision = self._count_failure(outcome)
-                self._log(f"failed: {outcome.error} → {decision.reason}")
+                how = {lifecycle.RETRY: ", whose session resumes in its worktree",
+                       lifecycle.SWITCH: ", in a clean worktree"}.get(decision.action, "")
+                self._log(f"failed: {outcome.error} → {decision.reason}{how}")
                 previous_failure = outcome.error
                 if decision.action == lifecycle.ESCALATE:
                     self._escalate(decision.reason, outcome.error)
@@ -149,7 +153,9 @@ class Worker:
                     if outcome.provider:
                         await self.host.health.wait_healthy()
                     continue
-                await self._switch_agent(outcome.error)
+                kept = await self._switch_agent(outcome.error)
+                if kept:
+                    previous_failure += _kept_text(kept)
                 resume = False
         except Canceled:
             return
@@ -385,11 +391,15 @@ class Worker:
             pass
         self._log(f"escalated: {reason}")
 
-    async def _switch_agent(self, error: str) -> None:
+    async def _switch_agent(self, error: str) -> str:
+        """A fresh agent in a clean worktree; the ref the last attempt is kept under ('' if none)."""
         old = self.agent_id
         await self._close_session()
         self.session_id = ""
-        await asyncio.to_thread(worktrees.remove, self.project.paths, self.issue_id)
+        paths = self.project.paths
+        head = worktrees.worktree_head(paths, self.issue_id) or worktrees.head_of(paths, self.issue_id)
+        await asyncio.to_thread(partial(worktrees.remove, paths, self.issue_id, target=self.config.target_branch))
+        kept = attempts.holding(paths.common_dir, self.issue_id, head) if head else None
         self.worktree = None
         self.agent_id = new_agent_id()
         self.host.runtime.remove_agent(old)
@@ -399,7 +409,45 @@ class Worker:
             lifecycle.switch_agent(self.project, self.issue_id, old, self.agent_id, error)
         except TransitionRefused:
             pass   # no longer ours: the next attempt sees it and stops
-        self._log(f"switched to a fresh agent {self.agent_id}")
+        self._log(f"switched to a fresh agent {self.agent_id} in a clean worktree"
+                  + (f"; the last attempt is kept as {kept.ref}" if kept else ""))
+        return kept.ref if kept else ""
+
+    def _handed_over(self, previous_failure: str) -> tuple[str, bool]:
+        """What a rejection handed this attempt: (the failure its prompt tells, whether it resumes
+        the same session in the kept worktree). Advisory: whatever goes wrong, a clean start."""
+        try:
+            handed = handover.take(self.host.runtime, self.issue_id)
+            if handed is None:
+                return previous_failure, False
+            resume = handed.same_agent and handed.agent_id == self.agent_id and self._reuse_worktree()
+        except Exception as exc:  # noqa: BLE001 - the attempt goes on without it
+            self._log(f"handover not taken: {exc!r}")
+            return previous_failure, False
+        self._log("resumes its session in its worktree at the rejected commit" if resume
+                  else "starts clean" + (f"; the last attempt is kept as {handed.kept_ref}" if handed.kept_ref else ""))
+        return handed.failure + (_kept_text(handed.kept_ref) if handed.kept_ref else ""), resume
+
+    def _reuse_worktree(self) -> bool:
+        """Take up the kept worktree of a rejected attempt (its HEAD the rejected commit); False
+        when it is gone (the attempt then starts clean)."""
+        paths = self.project.paths
+        path = worktrees.worktree_path(paths, self.issue_id)
+        head = worktrees.head_of(paths, self.issue_id)
+        if head is None or not (path / ".git").is_file():
+            return False
+        repo = worktrees.open_repo(paths)
+        tip = git.read_ref(paths.common_dir, self.host.target_ref)
+        base = str(repo.merge_base(head, tip) or "") if tip else ""
+        self.worktree = worktrees.Worktree(self.issue_id, path, worktrees.branch_name(self.issue_id), base or head)
+        try:   # the notes of the rejected attempt were harvested then
+            self.notes_offset = (path / protocol.NOTES_FILE).stat().st_size
+        except OSError:
+            self.notes_offset = 0
+        self.host.runtime.update_agent(self.agent_id, worktree=str(path), branch=self.worktree.branch,
+                                       base_commit=self.worktree.base_commit)
+        self.watch = asyncio.create_task(watch_worker_files(path, self.notes_changed, self.on_activity))
+        return True
 
     async def _close_session(self) -> None:
         if self.session_id:
@@ -485,6 +533,11 @@ class Worker:
     def notes_changed(self) -> None:
         self.on_activity()
         self._harvest_notes()
+
+
+def _kept_text(ref: str) -> str:
+    return (f"\n\nThat attempt's work is kept as `{ref}` (`git log -p {ref}` shows it); your worktree starts "
+            "clean from the base: take from it what is good.")
 
 
 def _stored_usage(text: str) -> Usage:

@@ -9,6 +9,9 @@ Hive's worktree is on a *detached* HEAD at the branch's commit: an agent in it (
 `hive.jail.roles`) can commit without being able to write any ref, and hive itself moves
 `hive/work/<id>` to what the agent committed (`adopt_head`). Before hive resets a worktree it
 detaches its HEAD again (`_detached`): an agent may have written `ref: refs/heads/main` into it.
+
+Nothing is discarded unkept: every function here that deletes or resets a worktree or a work
+branch first keeps the heads it would lose under `refs/hive/attempts/<id>/<n>` (`attempts.keep`).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from pathlib import Path
 import pygit2
 
 from hive import git
-from hive.backends import transcripts
 from hive.errors import HiveError
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
+from hive.workspace import attempts
 from hive.workspace.fastforward import checkout_of
 
 
@@ -185,16 +188,35 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     except (pygit2.GitError, KeyError, ValueError):
         return head_of(paths, issue_id)
     if checkout_of(paths, branch_name(issue_id)) is None:
+        old = head_of(paths, issue_id)
+        repo = open_repo(paths)
+        attempts.keep(repo, issue_id, [old], reachable_from=[head])
         unlock_branch(paths, issue_id)
-        open_repo(paths).references.create(f"refs/heads/{branch_name(issue_id)}", head, force=True)
+        repo.references.create(f"refs/heads/{branch_name(issue_id)}", head, force=True)
     return head
 
 
+def follow_worktree(paths: git.RepoPaths, issue_id: str) -> str | None:
+    """A person said the work is done: the branch moves to hive's worktree's HEAD, where they
+    committed (the old head kept) — unless a rebase or merge is half done there; the branch's head."""
+    path = worktree_path(paths, issue_id)
+    if (path / ".git").is_file():
+        try:
+            idle = pygit2.Repository(str(path)).state() == pygit2.enums.RepositoryState.NONE
+        except pygit2.GitError:
+            idle = False
+        if idle:
+            return adopt_head(paths, issue_id)
+    return head_of(paths, issue_id)
+
+
 def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
-           repo: pygit2.Repository | None = None) -> None:
-    """Remove the issue's worktree (files, git admin dir) and, unless told not to, its branch."""
+           repo: pygit2.Repository | None = None, target: str = "") -> None:
+    """Remove the issue's worktree (files, git admin dir) and, unless told not to, its branch;
+    the heads they held are kept first (unless on the `target` branch, or on the branch kept)."""
     repo = repo or open_repo(paths)
     path = worktree_path(paths, issue_id)
+    keep_discarded(paths, issue_id, repo, delete_branch=delete_branch, target=target)
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
     # git's admin folder of the worktree, named after it: looked for first, as most calls (a
@@ -217,12 +239,32 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
             repo.references.delete(ref)
 
 
-def retire(paths: git.RepoPaths, issue_id: str) -> None:
-    """The issue is finished with (finalized, canceled): its worktree, branch and session
-    transcripts go. Worktrees removed on the way (a fresh agent, a rejection) keep the
-    transcripts: the next attempt's join them."""
-    remove(paths, issue_id)
-    transcripts.remove_issue(paths.hive_dir, issue_id)
+def retire(paths: git.RepoPaths, issue_id: str, target: str = "") -> None:
+    """The issue is finished with (finalized, canceled): its worktree and branch go, their heads
+    kept unless landed on `target`. Its session transcripts stay (`git hive prune` ends them)."""
+    remove(paths, issue_id, target=target)
+
+
+def keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository, *,
+                   delete_branch: bool = True, target: str = "") -> list[attempts.Attempt]:
+    """Keep the worktree's HEAD and (when it goes) the branch's head, before they are removed."""
+    branch = head_of(paths, issue_id)
+    heads = [worktree_head(paths, issue_id)] + ([branch] if delete_branch else [])
+    anchors = [git.read_ref(paths.common_dir, f"refs/heads/{target}") if target else None]
+    return attempts.keep(repo, issue_id, heads, reachable_from=anchors + ([] if delete_branch else [branch]))
+
+
+def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
+    """The commit hive's worktree of the issue is at (its objects brought into the shared store
+    first: a jailed agent's commits are in its private one); None without a worktree."""
+    path = worktree_path(paths, issue_id)
+    if not (path / ".git").is_file():
+        return None
+    absorb_objects(paths, issue_id)
+    try:
+        return str(pygit2.Repository(str(path)).head.target)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
 
 
 def checked_out(paths: git.RepoPaths, ref: str) -> bool:
@@ -293,6 +335,8 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     repo = open_repo(paths)
     branch = branch_name(issue_id)
     elsewhere = checkout_of(paths, branch)
+    attempts.keep(repo, issue_id, [head_of(paths, issue_id), worktree_head(paths, issue_id)],
+                  reachable_from=[head])
     if elsewhere is None or elsewhere.resolve() == worktree.resolve():
         unlock_branch(paths, issue_id)
         repo.references.create(f"refs/heads/{branch}", head, force=True)
@@ -329,6 +373,7 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     if not path.exists():
         recreate(paths, issue_id)
         return
+    attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)], reachable_from=[head])
     work = _detached(pygit2.Repository(str(path)))
     if work.state() != pygit2.enums.RepositoryState.NONE:
         # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
