@@ -35,11 +35,9 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
 
     from hive.cli.progress import LiveLine, print_summary
     from hive.orchestrator.assemble import build_daemon
-    from hive.project import Project
-    from hive.runtime import DaemonLock
-
     from hive import git
     from hive.initialize import missing_target_branch
+    from hive.project import Project
 
     project = Project.open()
     project.sync()
@@ -51,31 +49,8 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
     if unsigned:
         click.echo(unsigned, err=True)
     if detach:
-        holder = DaemonLock(project.paths).holder()
-        if holder:
-            raise HiveError(f"a hive daemon is already running for this repository (pid {holder})")
-        args = [sys.executable, "-m", "hive", "run"]
-        if max_agents:
-            args += ["--max-agents", str(max_agents)]
-        if backend:
-            args += ["--backend", backend]
-        if until_idle:
-            args.append("--until-idle")
-        if remote:
-            args += ["--remote", remote]
-        log_path = project.paths.hive_dir / "daemon.log"
-        with open(log_path, "ab") as log_file:
-            proc = subprocess.Popen(args, cwd=project.paths.worktree, stdin=subprocess.DEVNULL,
-                                    stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if DaemonLock(project.paths).holder() == proc.pid:
-                click.echo(f"hive daemon running in the background (pid {proc.pid}); log: {log_path}")
-                return
-            if proc.poll() is not None:
-                raise HiveError(f"the daemon exited at once (code {proc.returncode}); see {log_path}")
-            time.sleep(0.05)
-        raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
+        _detach(project, max_agents, backend, until_idle, remote)
+        return
     live = LiveLine(sys.stdout, sys.stderr if sys.stderr.isatty() else None) if sys.stdout.isatty() else None
     daemon = build_daemon(project, backend=backend, max_agents=max_agents, until_idle=until_idle, remote=remote,
                           log=live.log if live else None)
@@ -105,6 +80,37 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
         first = daemon.waiting_merges[0]
         more = f" (and {len(daemon.waiting_merges) - 1} more: `git hive status`)" if len(daemon.waiting_merges) > 1 else ""
         raise HiveError(f"idle, but the merge of {first.issue_id} waits: {first.detail}{more}")
+
+
+def _detach(project, max_agents: int | None, backend: str | None, until_idle: bool, remote: str | None) -> None:
+    """`run --detach`: the same run in a background process, once it holds the daemon lock."""
+    from hive.runtime import DaemonLock
+
+    holder = DaemonLock(project.paths).holder()
+    if holder:
+        raise HiveError(f"a hive daemon is already running for this repository (pid {holder})")
+    args = [sys.executable, "-m", "hive", "run"]
+    if max_agents:
+        args += ["--max-agents", str(max_agents)]
+    if backend:
+        args += ["--backend", backend]
+    if until_idle:
+        args.append("--until-idle")
+    if remote:
+        args += ["--remote", remote]
+    log_path = project.paths.hive_dir / "daemon.log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(args, cwd=project.paths.worktree, stdin=subprocess.DEVNULL,
+                                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if DaemonLock(project.paths).holder() == proc.pid:
+            click.echo(f"hive daemon running in the background (pid {proc.pid}); log: {log_path}")
+            return
+        if proc.poll() is not None:
+            raise HiveError(f"the daemon exited at once (code {proc.returncode}); see {log_path}")
+        time.sleep(0.05)
+    raise HiveError(f"the daemon did not start within 30 s; see {log_path}")
 
 
 def _say(line: str) -> None:
