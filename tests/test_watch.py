@@ -85,7 +85,9 @@ def test_valid_edits_are_committed_as_the_person(repo, git, new_issue, watcher, 
              "the watcher to commit the edit")
     last = state_log()[-1]
     assert (last.author, last.event, last.issue) == ("Pat Person", "edited", issue)
-    assert on_branch(git, repo, f"issues/{issue}.md") == path.read_text()
+    # the committed file has `updated` bumped (a hand edit is a change): the checkout shows it
+    wait_for(lambda: on_branch(git, repo, f"issues/{issue}.md") == path.read_text(),
+             "the checkout to show the committed file")
     wait_for(lambda: watcher.said(f"committed .hive/issues/{issue}.md"), "the watcher to report the commit")
     listed = {i["id"]: i for i in json.loads(hive("list", "--json").stdout)}
     assert (listed[issue]["title"], listed[issue]["priority"]) == ("typo in title", 1)
