@@ -26,6 +26,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hive import lines
 from hive.errors import BadInput
 from hive.git import read_ref, run
 
@@ -243,7 +244,14 @@ def parse_value(key: str, text: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Reading TOML text with locations for errors
 
+MAX_CONFIG_CHARS = 1 << 20
+MAX_TOML_DEPTH = 16   # tomllib recurses on each nested array and inline table
+
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
+    if len(text) > MAX_CONFIG_CHARS:
+        raise BadInput(f"a config file of more than {MAX_CONFIG_CHARS} characters", f"{where}:1")
+    if text.count("[") + text.count("{") > MAX_TOML_DEPTH and lines.toml_depth(text) > MAX_TOML_DEPTH:
+        raise BadInput(f"TOML nested deeper than {MAX_TOML_DEPTH}", f"{where}:1")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

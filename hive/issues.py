@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable
 
+from hive import lines
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.state import edits, issue_file, layout
@@ -183,7 +184,7 @@ def add_notes(project: Project, notes: list[dict[str, Any]], *, file_id: str, ag
 
 def _canonical(line: bytes) -> str:
     try:
-        return json.dumps(json.loads(line), sort_keys=True)
+        return json.dumps(lines.json_line(line), sort_keys=True)
     except ValueError:
         return line.decode("utf-8", "replace")
 

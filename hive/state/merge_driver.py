@@ -42,6 +42,7 @@ import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from hive import lines
 from hive.errors import BadInput
 from hive.state import issue_file
 
@@ -428,10 +429,10 @@ def _jsonl_lines(data: bytes) -> list[bytes]:
 def _jsonl_identity(raw: bytes) -> tuple[bytes, tuple[int, str, bytes]]:
     """(identity for de-duplication, sort key for added lines)."""
     try:
-        value = json.loads(raw)
+        value = lines.json_line(raw)
         canonical = json.dumps(value, sort_keys=True, separators=(",", ":"),
                                ensure_ascii=False).encode("utf-8", "surrogatepass")
-    except (ValueError, RecursionError):
+    except ValueError:
         key = b"t" + raw
         return key, (1, "", key)
     key = b"j" + canonical
