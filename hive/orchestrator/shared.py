@@ -32,7 +32,7 @@ from hive.lifecycle import TransitionRefused
 from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
-from hive.state import issue_file, trust
+from hive.state import trust
 from hive.state.issue_file import Issue
 from hive.state.store import Draft
 from hive.workspace.fastforward import FastForward, fast_forward
@@ -222,13 +222,13 @@ class SharedQueue:
 
     def _reclaim_expired(self, ours: frozenset[str]) -> None:
         self.project.update_index()
-        now = issue_file.format_time(issue_file.now())
+        lease_seconds = self.project.config.lease_seconds
         for issue in self.project.index.list(["in_progress"]):
-            lease = str(issue.extra.get("lease_expires", ""))
-            if not lease or lease >= now or issue.assignee in ours:
+            if issue.assignee in ours or not lifecycle.lease_expired(issue, lease_seconds):
                 continue
+            lease = " ".join(str(issue.extra.get("lease_expires", "")).split())[:40]
             try:
-                lifecycle.expire_lease(self.project, issue.id, issue.assignee, lease)
+                lifecycle.expire_lease(self.project, issue.id, issue.assignee, lease, lease_seconds)
             except TransitionRefused:
                 continue   # the lease was renewed meanwhile
             self.host.log(f"{issue.id} reopened: the lease of {issue.assignee} expired")
