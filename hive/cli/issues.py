@@ -280,6 +280,10 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
                else f"describe {issue_id}")
     updated = lifecycle.edit(project, issue_id, on_tip, force=force, event=event, body=description,
                              summary=summary)
+    if status == "done":   # a person's hand-off on this machine: its merge pipeline may take it
+        from hive.runtime import Runtime
+
+        Runtime(project.paths).record_handoff(issue_id)
     if as_json:
         print_json(updated.to_json(with_body=True))
     else:

@@ -90,6 +90,7 @@ class MergeProcessor:
 
     def _drop(self, entry: Entry) -> None:
         self.runtime.merge_queue.remove(entry)
+        self.runtime.forget_handoff(entry.issue_id)
 
     def idle(self) -> bool:
         """Nothing to merge right now (entries waiting on a person do not count)."""
@@ -101,13 +102,15 @@ class MergeProcessor:
 
     def scan(self) -> None:
         """Queue every done issue whose branch exists but is not queued (a person's, or after a
-        restart) — in shared mode only work done here; remove the work of issues finished
+        restart) and whose hand-off this machine recorded (`Runtime.record_handoff`) — in shared
+        mode only work done here; remove the work of issues finished
         elsewhere meanwhile (another machine took the issue over and landed its own)."""
         queued = {e.issue_id for e in self.entries()}
         shared = self.host.shared_target
+        handed_off = self.runtime.handoffs()   # a `done` that came with hive/state is not one
         for issue in self.project.index.list(["done"]):
-            if issue.id not in queued and worktrees.head_of(self.project.paths, issue.id) is not None and (
-                    shared is None or shared.worked_here(issue)):
+            if issue.id not in queued and issue.id in handed_off and worktrees.head_of(
+                    self.project.paths, issue.id) is not None and (shared is None or shared.worked_here(issue)):
                 self.enqueue(issue.id, done_base(self.project, issue.id))
         if shared is not None:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):

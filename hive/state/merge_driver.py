@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from datetime import timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -53,6 +54,7 @@ MARKER_SIZE = 7
 OURS_LABEL = "ours"
 BASE_LABEL = "base"
 THEIRS_LABEL = "theirs"
+FUTURE_SKEW_SECONDS = 300
 
 
 class _Missing:
@@ -190,6 +192,8 @@ def _body_of(data: bytes | None, path: str) -> str | None:
 def _merge_field(key: str, b: Any, o: Any, t: Any,
                  o_issue: issue_file.Issue, t_issue: issue_file.Issue) -> tuple[Any, str]:
     """The merged value, and the rule that chose it when both sides changed it ("" otherwise)."""
+    if key == "updated":
+        b, o, t = _clamped(b), _clamped(o), _clamped(t)
     if _canon(o) == _canon(t):
         return o, ""
     if _canon(o) == _canon(b):
@@ -206,11 +210,22 @@ def _merge_field(key: str, b: Any, o: Any, t: Any,
         t_terminal = (t if t is not MISSING else "open") in issue_file.TERMINAL_STATUSES
         if o_terminal != t_terminal:
             return (o if o_terminal else t), "a finished or canceled issue stays so"
-    if o_issue.updated != t_issue.updated:
-        later_here = o_issue.updated > t_issue.updated
+    o_updated, t_updated = _clamped(o_issue.updated), _clamped(t_issue.updated)
+    if o_updated != t_updated:
+        later_here = o_updated > t_updated
         return (o if later_here else t), (f"the later change ({'here' if later_here else 'there'}, "
-                                          f"updated {max(o_issue.updated, t_issue.updated)})")
+                                          f"updated {max(o_updated, t_updated)})")
     return max(o, t, key=_order), "both updated at the same time: the greater value"
+
+
+def _clamped(stamp: Any) -> Any:
+    """An `updated` time no later than now (plus `FUTURE_SKEW_SECONDS` for clocks a little
+    ahead): a side that claims to change in 2099 must not win every merge. All times beyond are
+    equal, so the rule stays symmetric."""
+    if not isinstance(stamp, str) or not stamp:
+        return stamp
+    horizon = issue_file.format_time(issue_file.now() + timedelta(seconds=FUTURE_SKEW_SECONDS))
+    return min(stamp, horizon)
 
 
 def _shown(value: Any, limit: int = 60) -> str:

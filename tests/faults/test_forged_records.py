@@ -57,3 +57,53 @@ def test_claims_that_would_never_expire_are_reclaimed(repo: Path, shared: Shared
     assert code == 0, tail(tmp_path / "daemon.log")
     assert {i: statuses(cli, repo)[i] for i in FORGED_CLAIMS} == {i: "finalized" for i in FORGED_CLAIMS}, \
         tail(tmp_path / "daemon.log")
+
+
+def forge(shared: Shared, git, issue_id: str, **fields: str) -> str:
+    """The remote's issue file with `fields` replaced (TOML values as written)."""
+    git("fetch", "-q", "origin", cwd=shared.attacker)
+    raw = Raw(shared.attacker)
+    text = raw._git("show", f"origin/hive/state:issues/{issue_id}.md") + "\n"
+    for key, value in fields.items():
+        lines = text.split("\n")
+        lines = [f"{key} = {value}" if line.startswith(f"{key} = ") else line for line in lines]
+        text = "\n".join(lines)
+    return push_issues(shared, git, {issue_id: text.encode()})
+
+
+@pytest.mark.timeout(180)
+def test_a_forged_done_does_not_merge_this_machine_s_escalated_work(repo: Path, shared: Shared, tmp_path: Path,
+                                                                   git, cli, new_issue, daemons) -> None:
+    failing = new_issue("work that fails here")
+    cli("sync", "origin", cwd=repo)
+    script = write_json(tmp_path / "agents.json", {"default": [
+        {"write": "hive-work/{issue}.txt", "content": "broken work\n"}, {"commit": "{issue}: broken"},
+        {"result": "failure", "summary": "could not do it"}]})
+    env = daemon_env(script, max_retries=0, max_agent_switches=0, sync_remote="origin")
+    log = tmp_path / "daemon.log"
+    daemons.run_until_idle(repo, env, max_agents=1, timeout=120, log=log)
+    assert statuses(cli, repo)[failing] == "escalated", tail(log)
+    assert git("branch", "--list", f"hive/work/{failing}", cwd=repo).stdout.strip(), "the failed work is kept"
+    main_before = git("rev-parse", "main", cwd=repo).stdout.strip()
+
+    forge(shared, git, failing, status='"done"', updated="2099-01-01T00:00:00Z")
+    cli("sync", "origin", cwd=repo)
+    local = daemon_env(script, max_retries=0, max_agent_switches=0)   # --until-idle ends with a `done` left
+    assert daemons.run_until_idle(repo, local, max_agents=1, timeout=120, log=log) == 0, tail(log)
+    assert statuses(cli, repo)[failing] == "done", tail(log)          # what the state says, but not merged
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == main_before, tail(log)
+    assert git("rev-parse", "origin/main", cwd=repo).stdout.strip() == main_before
+
+
+def test_an_updated_from_the_future_is_clamped_in_a_merge() -> None:
+    from hive.state import issue_file, merge_driver
+
+    base = issue(status="open").replace(b"priority = 0", b"priority = 2")
+    ours = base.replace(b"priority = 2", b"priority = 1")
+    theirs = base.replace(b"priority = 2", b"priority = 3").replace(b"updated = 2026-01-01T00:00:00Z",
+                                                                   b"updated = 2099-01-01T00:00:00Z")
+    merged, clean = merge_driver.merge_issue(base, ours, theirs, "issues/hv-abc123.md")
+    result = issue_file.parse(merged, "hv-abc123")
+    assert clean and result.updated < "2099"
+    later = merged.replace(f"updated = {result.updated}".encode(), b"updated = 2098-01-01T00:00:00Z")
+    assert later != merged
