@@ -26,7 +26,7 @@ from hive.runtime import Budget, Runtime
 from hive.state import issue_file
 from hive.state.issue_file import Issue
 from hive.state.store import Snapshot
-from hive.workspace import landings
+from hive.workspace import landings, worktrees
 
 IN_PROGRESS = "in_progress"
 # what `retry` puts back in the queue
@@ -218,6 +218,7 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it
+    landings.forget_landing(worktrees.open_repo(project.paths), issue_id)   # `merged` says it from now on
     finalize_epics(project, issue.parent)
     return issue
 

@@ -88,7 +88,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
          trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
          test_started: Callable[[int], None] = lambda _: None,
-         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, created: str = "",
+         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, merged: str = "",
          blockers: dict[str, Issue | None] | None = None) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
@@ -98,9 +98,9 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
     replays onto its remote-tracking `target_ref` and moves the remote with `publish`. The tests
     run in `jail(worktree)`.
 
-    Landing is idempotent and in order, on every target tip it tries: an issue whose trailer is
-    already on the target's first-parent history (landed by another machine, or before a crash;
-    the walk stops at its `created` time) is only finalized; one whose `blockers` are not all on
+    Landing is idempotent and in order, on every target tip it tries: an issue whose recorded
+    landing is already on the target (this machine's, before a crash, or the `merged` commit
+    another machine finalized) is only finalized; one whose `blockers` are not all on
     the target waits for them (`hive.workspace.landings`).
     """
     repo = worktrees.open_repo(paths)
@@ -112,7 +112,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
         if ref is None:
             return Landing("waiting", detail=f"target branch {target} does not exist")
         tip = str(ref.target)
-        landed = landings.landed_commit(repo, tip, issue_id, created)
+        landed = landings.landed_commit(repo, tip, issue_id, merged)
         if landed:
             return Landing("merged", commit=landed, detail=f"already on {target}")
         late = landings.blockers_off_target(repo, tip, blockers or {})
@@ -146,6 +146,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             if not result.ok:
                 why = "timed out" if result.timed_out else "failed"
                 return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")
+        landings.record_landing(repo, issue_id, candidate)   # a landing counts only as recorded
         record(candidate)
         moved = publish(repo, tip, candidate)
         if moved.ok:

@@ -364,7 +364,8 @@ class Worker:
         tip = git.read_ref(self.project.paths.common_dir, self.host.target_ref)
         if issue is None or tip is None:
             return ""
-        return landings.landed_commit(worktrees.open_repo(self.project.paths), tip, self.issue_id, issue.created)
+        return landings.landed_commit(worktrees.open_repo(self.project.paths), tip, self.issue_id,
+                                      landings.merged_of(issue))
 
     def _finish_done(self, outcome: Outcome) -> None:
         # the record outlives the runtime budget

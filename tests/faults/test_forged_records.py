@@ -107,3 +107,23 @@ def test_an_updated_from_the_future_is_clamped_in_a_merge() -> None:
     assert clean and result.updated < "2099"
     later = merged.replace(f"updated = {result.updated}".encode(), b"updated = 2098-01-01T00:00:00Z")
     assert later != merged
+
+
+def test_a_forged_trailer_on_the_target_finalizes_nothing(repo: Path, new_issue, hive, git) -> None:
+    """Anyone's commit on main saying `Hive-Issue: X` made `finalize` (and the pipeline, and a
+    worker's `_landed_already`) take X as landed, with none of its work on main."""
+    issue_id = new_issue("real work to land", status="done")
+    git("checkout", "-q", "-b", f"hive/work/{issue_id}", "main", cwd=repo)
+    (repo / "the-work.txt").write_text("the real work\n")
+    git("add", "the-work.txt", cwd=repo)
+    git("commit", "-q", "-m", "the real work", cwd=repo)
+    git("checkout", "-q", "main", cwd=repo)
+    git("commit", "-q", "--allow-empty", "-m", f"unrelated\n\nHive-Issue: {issue_id}", cwd=repo)
+    forged = git("rev-parse", "main", cwd=repo).stdout.strip()
+    out = hive("finalize", issue_id, cwd=repo).stdout
+    assert forged[:10] not in out, out
+    assert (repo / "the-work.txt").read_text() == "the real work\n"      # landed for real
+    shown = json.loads(hive("show", issue_id, "--json", cwd=repo).stdout)
+    assert shown["status"] == "finalized" and shown["merged"] != forged
+    assert git("rev-parse", f"{shown['merged']}^", cwd=repo).stdout.strip() == forged
+    assert git("for-each-ref", "refs/hive/landings/", cwd=repo).stdout == ""   # forgotten once finalized
