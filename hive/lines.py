@@ -108,7 +108,7 @@ def open_regular(path: Path, max_bytes: int | None = None) -> BinaryIO | None:
         if not stat.S_ISREG(info.st_mode):
             raise NotAFile(f"{path.name}: refused: {_kind(info.st_mode)}, not a regular file")
         if max_bytes is not None and info.st_size > max_bytes:
-            raise NotAFile(f"{path.name}: refused: {info.st_size} bytes, more than {max_bytes}")
+            raise NotAFile(f"{path.name}: {info.st_size} bytes, more than {max_bytes}")
         os.set_blocking(fd, True)   # a regular file never blocks: plain reads from here
         return os.fdopen(fd, "rb")
     except BaseException:

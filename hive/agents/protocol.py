@@ -18,7 +18,7 @@ RESULT_STATUSES = ("success", "failure", "blocked")
 NOTE_CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")
 MAX_LINE = 64 * 1024
 MAX_RESULT_BYTES = 1 << 20
-MAX_NOTES_BYTES = 8 << 20          # a notes file past this is refused: the attempt fails
+MAX_NOTES_BYTES = 256 << 20        # a notes file past this is refused: the attempt fails (read as a stream)
 
 
 @dataclass
@@ -98,5 +98,5 @@ def read_new_notes(worktree: Path, offset: int) -> NoteBatch:
     except NotAFile as exc:
         return NoteBatch(notes, end, problems, refused=str(exc))
     if end >= MAX_NOTES_BYTES:
-        return NoteBatch(notes, end, problems, refused=f"{NOTES_FILE}: refused: more than {MAX_NOTES_BYTES} bytes")
+        return NoteBatch(notes, end, problems, refused=f"{NOTES_FILE}: more than {MAX_NOTES_BYTES} bytes")
     return NoteBatch(notes, end, problems)
