@@ -555,11 +555,16 @@ def _save_approvals(repo: RepoPaths, values: dict[str, str]) -> None:
     _write(path, None, json.dumps({"values": dict(sorted(values.items()))}, indent=1) + "\n")
 
 
-def approve(repo: RepoPaths, keys: Iterable[str] | None = None) -> dict[str, Any]:
-    """Approve what the project file hive reads now sets for the sensitive `keys` (all of them
-    by default), absent ones included; the values approved."""
-    layer, _, _ = _project_layer(repo, *_base_target(repo), _env_layer().get("target_branch"))
-    current = layer.values if layer is not None else {}
+def approve(repo: RepoPaths, keys: Iterable[str] | None = None, path: Path | None = None) -> dict[str, Any]:
+    """Approve what the project file hive reads now (or the file at `path`, one a person just
+    wrote) sets for the sensitive `keys` (all of them by default), absent ones included; the
+    values approved."""
+    if path is not None:
+        text = _read_text(path, project=True)
+        current = _validate_layer(_parse_toml(text, str(path)), text, str(path)) if text is not None else {}
+    else:
+        layer, _, _ = _project_layer(repo, *_base_target(repo), _env_layer().get("target_branch"))
+        current = layer.values if layer is not None else {}
     recorded = approvals(repo)
     for key in SENSITIVE if keys is None else set(keys) & SENSITIVE:
         if key in current:

@@ -79,7 +79,7 @@ def set_(key: str, value: str, is_global: bool) -> None:
     cfg.set_value(target, key, value)
     base = key.split(".")[0]
     if not is_global:
-        cfg.approve(paths, [base])   # a person's own setting
+        cfg.approve(paths, [base], target)   # a person's own setting
     waiting = cfg.pending(paths) if paths is not None else {}
     if base in waiting:
         click.echo(f"wrote {key} = {value} to {target}, not in effect yet: {_why_pending(paths, base)}")
@@ -104,7 +104,7 @@ def unset(key: str, is_global: bool) -> None:
     if not cfg.unset_value(target, key):
         raise HiveError(f"{key} is not set in {target}")
     if not is_global:
-        cfg.approve(paths, [key.split(".")[0]])
+        cfg.approve(paths, [key.split(".")[0]], target)
     click.echo(f"removed {key} from {target}")
 
 
