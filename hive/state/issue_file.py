@@ -75,6 +75,15 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+UNASSIGNED_STATUSES = frozenset({"open", "escalated", "canceled", "failed", "finalized"})
+
+
+def holder_after(status: str, assignee: str) -> str:
+    """The holder rule (DESIGN §3): the assignee an issue keeps in `status` — none in a status
+    nobody holds. Every write applies it (`issues.update`), and every merge (`merge_driver`)."""
+    return "" if status in UNASSIGNED_STATUSES else assignee
+
+
 def now() -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0)
 

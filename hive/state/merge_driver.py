@@ -150,6 +150,7 @@ def merge_issue(base: bytes | None, ours: bytes, theirs: bytes, path: str,
         elif key not in o_fields or _canon(merged) != _canon(o_fields[key]):
             changes[key] = merged
 
+    _apply_holder_rule(changes, o_issue, issue_id, decisions)
     base_body = _body_of(base, path) if base_loaded is None else base_loaded[0].body
     body, conflicts = merge_text_lines(base_body or "", o_issue.body, t_issue.body)
     body_changed = body != o_issue.body
@@ -172,6 +173,19 @@ def _load(data: bytes, issue_id: str, path: str) -> tuple[issue_file.Issue, dict
     issue = issue_file.parse(data, issue_id, path)
     front, _, _ = issue_file.split(data.decode("utf-8"), path)
     return issue, tomllib.loads(front)
+
+
+def _apply_holder_rule(changes: dict[str, Any], ours: issue_file.Issue, issue_id: str,
+                       decisions: list[str] | None) -> None:
+    """A claim on one side and a cancel on the other must not merge into a canceled issue with
+    an assignee: the merged fields keep the holder rule of every write (`issue_file.holder_after`)."""
+    status = changes.get("status", ours.status)
+    assignee = changes.get("assignee", ours.assignee) or ""
+    kept = issue_file.holder_after(str(status), str(assignee))
+    if kept != assignee:
+        changes["assignee"] = kept
+        if decisions is not None:
+            decisions.append(f"{issue_id}: assignee {_shown(assignee)} dropped: a {status} issue has none")
 
 
 def _fields(issue: issue_file.Issue, meta: dict[str, Any]) -> dict[str, Any]:

@@ -127,3 +127,27 @@ def test_a_forged_trailer_on_the_target_finalizes_nothing(repo: Path, new_issue,
     assert shown["status"] == "finalized" and shown["merged"] != forged
     assert git("rev-parse", f"{shown['merged']}^", cwd=repo).stdout.strip() == forged
     assert git("for-each-ref", "refs/hive/landings/", cwd=repo).stdout == ""   # forgotten once finalized
+
+
+def test_a_claim_and_a_cancel_merge_into_a_canceled_issue_nobody_holds(tmp_path: Path) -> None:
+    """The merge driver keeps the holder rule of every write (`issue_file.holder_after`): a claim
+    on one side and a cancel on the other merged into `canceled` with `assignee = "w-…"`."""
+    from hive.state import issue_file, merge_driver
+
+    base = issue(status="open")
+    claimed = issue(status="in_progress").replace(b'assignee = ""', b'assignee = "w-abc123"')
+    canceled = issue(status="canceled")
+    for ours, theirs in ((claimed, canceled), (canceled, claimed)):
+        decisions: list[str] = []
+        merged, clean = merge_driver.merge_issue(base, ours, theirs, "issues/hv-abc123.md", decisions=decisions)
+        result = issue_file.parse(merged, "hv-abc123")
+        assert clean and (result.status, result.assignee) == ("canceled", ""), merged
+    for path, data in (("base", base), ("ours", claimed), ("theirs", canceled)):   # as git runs it
+        (tmp_path / path).write_bytes(data)
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "hive", "merge-driver", str(tmp_path / "base"), str(tmp_path / "ours"),
+                           str(tmp_path / "theirs"), "issues/hv-abc123.md"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert issue_file.parse((tmp_path / "ours").read_bytes(), "hv-abc123").assignee == ""
+    assert "dropped: a canceled issue has none" in proc.stderr
