@@ -12,7 +12,9 @@ from hive.errors import HiveError
 @click.argument("remote", required=False)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--prune", is_flag=True, help="Also delete the remote's hive/work/* branches of finished issues.")
-def sync(remote: str | None, as_json: bool, prune: bool) -> None:
+@click.option("--reset-remote", is_flag=True,
+              help="Replace a hive/state this machine refused with this machine's (says what it drops).")
+def sync(remote: str | None, as_json: bool, prune: bool, reset_remote: bool) -> None:
     """Fetch hive/state from REMOTE, merge it with the hive rules, push; retried if someone pushed."""
     from hive.project import Project
     from hive.remote import Remote
@@ -22,6 +24,11 @@ def sync(remote: str | None, as_json: bool, prune: bool) -> None:
     name = remote or project.config.sync_remote or "origin"
     shared = Remote(project, name)
     shared.log = lambda line: click.echo(line, err=True)
+    if reset_remote:
+        for line in shared.reset():
+            click.echo(line, err=True)
+        click.echo(f"{name}: hive/state reset to this machine's ({(project.store.tip() or '')[:12]})")
+        return
     report = shared.sync()
     pruned = shared.prune_work_branches() if prune and not report.offline else []
     if as_json:
