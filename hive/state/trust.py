@@ -42,8 +42,8 @@ TREE_MODE = b"40000"
 BLOB_MODE = b"100644"
 MAX_NOTES_BYTES = 8 << 20
 MAX_CONTEXT_BYTES = 1 << 20
-MAX_INCOMING_BYTES = 256 << 20
-MAX_INCOMING_NOTES_BYTES = 64 << 20   # of those, notes (each line a row in index.db: files may share one blob)
+MAX_INCOMING_BYTES = 64 << 20         # issue files and context (a 100k-issue queue is ~35 MB): ≤ 200 MB RSS
+MAX_INCOMING_NOTES_BYTES = 64 << 20   # notes (each line a row in index.db: files may share one blob)
 MAX_ENTRIES = 1_000_000
 MAX_NAME_BYTES = 255
 MAX_COMMIT_BYTES = 64 << 10       # one commit's headers and message (hive writes a few hundred bytes)
@@ -313,13 +313,14 @@ def _check_file(repo: "pygit2.Repository", path: str, oid: str, budget: _Budget)
         limit = MAX_CONTEXT_BYTES
     if size > limit:
         raise TreeRefused(path, f"{size} bytes, over the limit of {limit}")
-    budget.bytes += size
-    if budget.bytes > MAX_INCOMING_BYTES:
-        raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
     if limit == MAX_NOTES_BYTES:
         budget.notes_bytes += size
         if budget.notes_bytes > MAX_INCOMING_NOTES_BYTES:
             raise TreeRefused(path, f"more than {MAX_INCOMING_NOTES_BYTES} bytes of new notes in one state")
+    else:
+        budget.bytes += size
+        if budget.bytes > MAX_INCOMING_BYTES:
+            raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
     if limit == MAX_ISSUE_BYTES:
         budget.issue_files.append((path, oid))
     if path == layout.ATTRIBUTES_FILE and repo.odb.read(oid)[1] != layout.ATTRIBUTES.encode():

@@ -144,3 +144,29 @@ def test_a_deeply_nested_hive_toml_is_bad_input_naming_the_file(repo: Path, hive
     proc = hive("config", "list", cwd=repo, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines() == [f"git hive: {repo / '.hive.toml'}:1: TOML nested deeper than 16"]
+
+
+@pytest.mark.timeout(300)
+def test_issue_files_at_the_caps_stay_within_memory(shared: Shared, tmp_path: Path, git) -> None:
+    """As many distinct issue files of the largest size as one adoption admits, taken in whole by
+    a fresh clone's `init`: the trust check reads them, the index parses and stores them."""
+    from hive.state import issue_file
+
+    from .test_trust import issue
+
+    count = trust.MAX_INCOMING_BYTES // issue_file.MAX_ISSUE_BYTES - 1
+    pad = issue_file.MAX_ISSUE_BYTES - len(issue(body="")) - 64
+
+    def build(raw: Raw, base: str) -> str:
+        entries = [(BLOB, f"hv-big{n:03d}.md".encode(), raw.blob(issue(f"big {n}", body=f"{n} " + "x" * pad)))
+                   for n in range(count)]
+        issues = raw.tree(entries)
+        return raw.tree([e for e in raw.entries(base) if e[1] != b"issues"] + [(TREE, b"issues", issues)])
+
+    push_tree(shared, git, build)
+    fresh = tmp_path / "fresh"
+    git("clone", "-q", str(shared.remote), str(fresh))
+    for command in (("init",), ("list",), ("doctor",), ("reindex",)):
+        code, rss = peak_rss(fresh, *command)
+        assert code in (0, 1, 2) and rss < MAX_RSS_KB, (command, code, rss)
+
