@@ -479,10 +479,11 @@ class Worker:
         """Commit the notes the agent appended since the last harvest; read off the event loop.
         A notes file hive does not read (a FIFO, a link, too big) is the reason returned (and
         the turn in progress, if any, is ended with it)."""
-        if self.worktree is None:
+        worktree = self.worktree
+        if worktree is None:
             return ""
         async with self.notes_lock:
-            batch = await asyncio.to_thread(protocol.read_new_notes, self.worktree.path, self.notes_offset)
+            batch = await asyncio.to_thread(protocol.read_new_notes, worktree.path, self.notes_offset)
             self.notes_offset = batch.offset
             for problem in batch.problems:
                 self._log(f"bad note ignored: {problem}")
@@ -500,7 +501,12 @@ class Worker:
         self.on_activity()
         task = asyncio.ensure_future(self._harvest_notes())
         self.harvests.add(task)
-        task.add_done_callback(self.harvests.discard)
+        task.add_done_callback(self._harvested)
+
+    def _harvested(self, task: "asyncio.Task[str]") -> None:
+        self.harvests.discard(task)
+        if not task.cancelled() and task.exception() is not None:   # said, as the watcher said it before
+            self._log(f"warning: notes not harvested: {task.exception()}")
 
 
 def _stored_usage(text: str) -> Usage:
