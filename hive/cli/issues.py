@@ -303,7 +303,11 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
     if status == "done":   # a person's hand-off on this machine: its merge pipeline may take it
         from hive.runtime import Runtime
 
-        Runtime(project.paths).record_handoff(issue_id)
+        runtime = Runtime(project.paths)
+        try:
+            runtime.record_handoff(issue_id)
+        finally:
+            runtime.close()
     if as_json:
         print_json(updated.to_json(with_body=True))
     else:
