@@ -213,7 +213,8 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
     endings): the refinery's spend on this merge, its `cost.usage_trailers`."""
     # the landed commit stays in the file: whether a dependent may start from, or land on, a
     # target tip is then one ancestry check (`hive.workspace.landings.on_target`)
-    issue = _move(project, issue_id, _status_in(_DONE, "finalize"), {"status": "finalized", landings.MERGED_FIELD: merged},
+    issue = _move(project, issue_id, _status_in(_DONE, "finalize"), {"status": "finalized", landings.MERGED_FIELD: merged,
+                                                                     landings.LANDING_FIELD: None},
                   event="finalized",
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})

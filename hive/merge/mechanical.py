@@ -88,7 +88,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
          trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
          test_started: Callable[[int], None] = lambda _: None,
-         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, merged: str = "",
+         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, recorded: str = "",
          blockers: dict[str, Issue | None] | None = None, by_person: bool = False) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
@@ -113,7 +113,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
         if ref is None:
             return Landing("waiting", detail=f"target branch {target} does not exist")
         tip = str(ref.target)
-        landed = landings.landed_commit(repo, tip, issue_id, merged)
+        landed = landings.landed_commit(repo, tip, issue_id, recorded)
         if landed:
             return Landing("merged", commit=landed, detail=f"already on {target}")
         late = landings.blockers_off_target(repo, tip, blockers or {})

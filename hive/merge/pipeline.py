@@ -225,7 +225,7 @@ class MergeProcessor:
         if entry.merged_commit and _contains(repo, str(target_ref.target), entry.merged_commit):
             await self._finalize(issue, entry, entry.merged_commit)
             return True
-        landed = landings.landed_commit(repo, str(target_ref.target), issue.id, landings.merged_of(issue))
+        landed = landings.landed_commit(repo, str(target_ref.target), issue.id, landings.recorded_of(issue))
         if landed:   # landed before (another machine, or before a crash): finalized, never landed twice
             self.host.log(f"{issue.id} already on {target} ({landed[:10]}): finalized, not landed again")
             await self._finalize(issue, entry, landed)
@@ -261,7 +261,7 @@ class MergeProcessor:
                 from_refinery, shared.target_ref if shared is not None else "",
                 shared.publish_target if shared is not None else None, test_started,
                 lambda worktree: jails.worktree_jail(self.config, paths, worktree),
-                merged=landings.merged_of(issue), blockers={b: self.project.index.get(b) for b in issue.depends_on})
+                recorded=landings.recorded_of(issue), blockers={b: self.project.index.get(b) for b in issue.depends_on})
         finally:
             if tested:
                 self.host.runtime.remove_agent(test_agent)

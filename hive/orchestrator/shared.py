@@ -27,7 +27,8 @@ from typing import Protocol
 
 import pygit2
 
-from hive import git, lifecycle
+from hive import git, issues, lifecycle
+from hive.errors import HiveError
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
@@ -35,6 +36,7 @@ from hive.runtime import Runtime
 from hive.state import trust
 from hive.state.issue_file import Issue
 from hive.state.store import Draft
+from hive.workspace import landings
 from hive.workspace.fastforward import FastForward, fast_forward
 from hive.workspace.worktrees import branch_name
 
@@ -328,6 +330,7 @@ class SharedQueue:
         """Move the remote target from `old` to `new` (lease), then catch the local one up —
         only while this machine's state reaches the remote (`state_out`)."""
         with self._lock:
+            self._record_landing(repo, new)
             if not self.state_out():
                 why = self.trouble or f"hive/state does not reach remote {self.name}"
                 return FastForward(False, waiting=f"{why}: the merge waits")
@@ -340,6 +343,19 @@ class SharedQueue:
             git.run(["update-ref", self.target_ref, new], self.project.paths.worktree, check=False)
         self.catch_up_local_target(repo)
         return FastForward(True, moved=True)
+
+    def _record_landing(self, repo: pygit2.Repository, new: str) -> None:
+        """The landing in the issue's file (`landing`), pushed with hive/state before the target
+        moves: a machine that takes the issue over after this one died finds it recorded
+        (`landings.landed_commit`), a forged trailer stays unrecorded."""
+        issue_id = landings.issue_of_landing(repo[new])
+        if not issue_id:
+            return
+        try:
+            issues.update(self.project, issue_id, {landings.LANDING_FIELD: new}, event="landing",
+                          summary=f"{issue_id} lands on {self.target} as {new[:10]}")
+        except HiveError as exc:   # gone meanwhile: this machine's own record still holds
+            self.host.log(f"{issue_id}: landing not recorded on hive/state ({exc})")
 
     def finalized(self, issue_id: str) -> None:
         """An issue of this machine is finalized: its state goes out, its work branch leaves

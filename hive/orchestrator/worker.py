@@ -365,7 +365,7 @@ class Worker:
         if issue is None or tip is None:
             return ""
         return landings.landed_commit(worktrees.open_repo(self.project.paths), tip, self.issue_id,
-                                      landings.merged_of(issue))
+                                      landings.recorded_of(issue))
 
     def _finish_done(self, outcome: Outcome) -> None:
         # the record outlives the runtime budget

@@ -21,9 +21,11 @@ from hive.state.issue_file import Issue
 ISSUE_TRAILER = "Hive-Issue"
 MERGED_FIELD = "merged"          # the landed commit, in a finalized issue's file
 LANDING_REF = "refs/hive/landings/"   # this machine's landings, recorded before the target moves
+LANDING_FIELD = "landing"             # a shared daemon's landing, in the issue's file before the target push
 
 _TRAILER_LINE = re.compile(rf"^{ISSUE_TRAILER}:.*$\n?", re.MULTILINE | re.IGNORECASE)
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
+_TRAILER_ID = re.compile(rf"^{ISSUE_TRAILER}: (.+)$", re.MULTILINE)
 
 
 def landing_message(message: str, issue_id: str, last: bool) -> str:
@@ -51,13 +53,15 @@ def forget_landing(repo: pygit2.Repository, issue_id: str) -> None:
         ref.delete()
 
 
-def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, merged: str = "") -> str:
+def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, recorded: str = "") -> str:
     """The commit in `tip`'s history that landed `issue_id` ('' if none): only one hive recorded
-    — this machine's (`record_landing`, written before the target moved) or the `merged` commit
-    of the issue's file — and that carries the issue's trailer. A `Hive-Issue` line in anyone
-    else's commit finalizes nothing."""
+    — this machine's (`record_landing`, written before the target moved) or one the issue's file
+    records (`recorded_of`: its `merged`, or the `landing` a shared daemon wrote before it pushed
+    the target) — and that carries the issue's trailer. A `Hive-Issue` line in anyone else's
+    commit finalizes nothing."""
     ref = repo.references.get(LANDING_REF + issue_id)
-    for commit_id in dict.fromkeys(c for c in (str(ref.target) if ref is not None else "", merged) if c):
+    candidates = (str(ref.target) if ref is not None else "", *recorded.split())
+    for commit_id in dict.fromkeys(c for c in candidates if c):
         try:
             commit = repo[commit_id]
             if carries(commit, issue_id) and (commit_id == tip or repo.descendant_of(tip, commit_id)):
@@ -71,6 +75,18 @@ def merged_of(issue: Issue) -> str:
     """The landed commit a finalized issue's file records ('' if none, or not a commit id)."""
     merged = str(issue.extra.get(MERGED_FIELD, ""))
     return merged if _OID.match(merged) else ""
+
+
+def recorded_of(issue: Issue) -> str:
+    """The landings the issue's file records, space-separated: `merged` and `landing`."""
+    found = [str(issue.extra.get(key, "")) for key in (MERGED_FIELD, LANDING_FIELD)]
+    return " ".join(c for c in found if _OID.match(c))
+
+
+def issue_of_landing(commit: pygit2.Commit) -> str:
+    """The issue whose trailer ends a landing commit hive made ('' if none)."""
+    found = _TRAILER_ID.findall(commit.message or "")
+    return found[-1].strip() if found else ""
 
 
 def on_target(repo: pygit2.Repository, tip: str, blocker: Issue) -> bool:

@@ -151,3 +151,24 @@ def test_a_claim_and_a_cancel_merge_into_a_canceled_issue_nobody_holds(tmp_path:
     assert proc.returncode == 0, proc.stderr
     assert issue_file.parse((tmp_path / "ours").read_bytes(), "hv-abc123").assignee == ""
     assert "dropped: a canceled issue has none" in proc.stderr
+
+
+
+def test_a_landing_recorded_on_hive_state_counts_on_any_machine(repo: Path, git) -> None:
+    """A shared daemon writes its candidate into the issue's file (`landing`) and pushes that
+    before it moves the target (`SharedQueue._record_landing`): a machine that takes the issue
+    over after it died finds the landing recorded; a trailer without that record counts not."""
+    import pygit2
+
+    from hive.state.issue_file import Issue
+    from hive.workspace import landings
+
+    git("commit", "-q", "--allow-empty", "-m", "landed by a machine that died\n\nHive-Issue: hv-lnd001", cwd=repo)
+    landed = git("rev-parse", "main", cwd=repo).stdout.strip()
+    pygit2_repo = pygit2.Repository(str(repo))
+    recorded = Issue(id="hv-lnd001", title="t", extra={"landing": landed})
+    assert landings.recorded_of(recorded) == landed
+    assert landings.landed_commit(pygit2_repo, landed, "hv-lnd001", landings.recorded_of(recorded)) == landed
+    assert landings.landed_commit(pygit2_repo, landed, "hv-lnd001", landings.recorded_of(
+        Issue(id="hv-lnd001", title="t"))) == ""
+    assert landings.issue_of_landing(pygit2_repo[landed]) == "hv-lnd001"

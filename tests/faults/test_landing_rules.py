@@ -96,11 +96,11 @@ def test_a_landing_counts_only_as_hive_recorded_it(repo, git):
     assert landings.landed_commit(pygit2_repo, later, "hv-aaa00") == ""             # whole lines only
     landings.record_landing(pygit2_repo, "hv-bbb002", later)
     assert landings.landed_commit(pygit2_repo, later, "hv-bbb002") == ""            # no trailer of it
-    assert landings.landed_commit(pygit2_repo, later, "hv-ccc003", merged=forged) == ""
+    assert landings.landed_commit(pygit2_repo, later, "hv-ccc003", recorded=forged) == ""
     other = commit("elsewhere\n\nHive-Issue: hv-ccc003")
-    assert landings.landed_commit(pygit2_repo, other, "hv-ccc003", merged=other) == other
+    assert landings.landed_commit(pygit2_repo, other, "hv-ccc003", recorded=other) == other
     git("reset", "-q", "--hard", later, cwd=repo)
-    assert landings.landed_commit(pygit2_repo, later, "hv-ccc003", merged=other) == ""   # not on this tip
+    assert landings.landed_commit(pygit2_repo, later, "hv-ccc003", recorded=other) == ""   # not on this tip
     landings.forget_landing(pygit2_repo, "hv-aaa001")
     assert landings.landed_commit(pygit2_repo, later, "hv-aaa001") == ""
 
