@@ -1,8 +1,10 @@
-"""What `git hive ui` shows in Datasette: the databases, a snapshot of the records, the queries.
+"""What `git hive ui` shows in Datasette: the databases, a snapshot of the records, the queries,
+and the guard in front of it all.
 
-Datasette browses SQLite files. Two are hive's own, opened read-only while hive keeps writing
-them: the index (`index.db`: issues, dependencies, notes) and the runtime (`runtime.db`: agents,
-budgets, the merge queue). What lives only in the commits of `hive/state` — the usage records and
+Datasette browses SQLite files. The index (`index.db`: issues, dependencies, notes) is served
+read-only while hive keeps writing it. The runtime is not served: `runtime_view` copies what a
+browser may see of it (agents, budgets, the merge queue; never a person's tells, never a
+session's transcript) into `runtime.db` in the ui folder, served immutable. What lives only in the commits of `hive/state` — the usage records and
 the audit trail — is written by `snapshot` into a third file, `history.db`, made anew at each start
 and served immutable: `usage` (one row per spend, as `hive.cost` reads them), `events` (one row per
 state commit) and `needs_person` (escalated and failed issues with their reasons).
@@ -13,7 +15,11 @@ issues, cost by model and role, escalations, merge history, and the merge queue.
 
 from __future__ import annotations
 
+import secrets
+import sqlite3
 from pathlib import Path
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qsl, urlencode
 
 from hive import cost
 from hive.backends.base import Usage
@@ -23,6 +29,10 @@ from hive.state import history
 from hive.state.index import READY_SQL, SATISFIED
 
 HISTORY_DB = "history.db"
+RUNTIME_VIEW = "runtime.db"
+VIEW_TABLES = ("agents", "budgets", "merge_queue")   # not `tells` (a person's words), not `kv`
+TOKEN_PARAMETER = "token"
+TOKEN_COOKIE = "hive_ui_token"
 HOST = "127.0.0.1"    # never another interface: the queue, prompts' notes and costs are private
 
 _SATISFIED = ", ".join(f"'{status}'" for status in SATISFIED)
@@ -56,10 +66,33 @@ _TABLES = {
 }
 
 
-def databases(project: Project) -> tuple[Path, Path]:
-    """The live databases, read-only: the index (brought up to date first) and the runtime."""
+def databases(project: Project) -> Path:
+    """The live database served read-only: the index, brought up to date first."""
     project.sync(warn=False)
-    return project.paths.index_db, project.paths.hive_dir / "runtime.db"
+    return project.paths.index_db
+
+
+def runtime_view(project: Project, folder: Path) -> Path:
+    """`runtime.db` in `folder`: a copy of the runtime's `VIEW_TABLES` only; its path."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / RUNTIME_VIEW
+    path.unlink(missing_ok=True)
+    live = sqlite3.connect(f"file:{project.paths.hive_dir / 'runtime.db'}?mode=ro", uri=True)
+    db = connect(path, named_rows=False)
+    try:
+        with transaction(db):
+            for table in VIEW_TABLES:
+                create = live.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                      (table,)).fetchone()
+                db.execute(create[0])
+                rows = live.execute(f"SELECT * FROM [{table}]").fetchall()
+                if rows:
+                    db.executemany(f"INSERT INTO [{table}] VALUES ({', '.join('?' * len(rows[0]))})", rows)
+        db.execute("PRAGMA journal_mode=DELETE")   # one file: it is served immutable
+    finally:
+        db.close()
+        live.close()
+    return path
 
 
 def snapshot(project: Project, folder: Path) -> Path:
@@ -119,11 +152,52 @@ def metadata() -> dict[str, object]:
     }
 
 
-def serve_arguments(index_db: Path, runtime_db: Path, history_db: Path, metadata_file: Path,
-                    port: int) -> list[str]:
-    """The arguments of `datasette serve`: the live databases read-only (Datasette only reads a
-    database it was not told it may write), the snapshot immutable, on 127.0.0.1 only."""
-    return ["serve", str(index_db), str(runtime_db), "--immutable", str(history_db),
-            "--metadata", str(metadata_file), "--host", HOST, "--port", str(port),
-            "--setting", "sql_time_limit_ms", "5000"]
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def allowed_hosts(port: int) -> frozenset[str]:
+    """The `Host` headers the server answers: its own address, by number or as localhost (any
+    other name is a page that rebound its DNS to 127.0.0.1)."""
+    return frozenset(f"{name}:{port}" for name in (HOST, "localhost")) | {HOST, "localhost"}
+
+
+Asgi = Callable[[dict[str, Any], Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+
+def guarded(app: Asgi, token: str, hosts: frozenset[str]) -> Asgi:
+    """`app` answering only requests with an allowed `Host` and the token: in the URL `git hive
+    ui` printed (`?token=`, then kept in a cookie of that browser) or that cookie. Anything else
+    is a 403, so a page on another site or another local user's browser reads nothing."""
+    async def serve(scope: dict[str, Any], receive: Callable[[], Awaitable[dict]],
+                    send: Callable[[dict], Awaitable[None]]) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if headers.get("host", "") not in hosts:
+            return await _refuse(send, "unknown Host: git hive ui answers 127.0.0.1 and localhost only")
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        given = next((v for k, v in query if k == TOKEN_PARAMETER), None)
+        if given is None:
+            cookies = dict(part.strip().split("=", 1) for part in headers.get("cookie", "").split(";") if "=" in part)
+            given = cookies.get(TOKEN_COOKIE)
+        if given is None or not secrets.compare_digest(given, token):
+            return await _refuse(send, "this needs the URL `git hive ui` printed (with its token)")
+        inner = {**scope, "query_string": urlencode([(k, v) for k, v in query if k != TOKEN_PARAMETER]).encode()}
+
+        async def with_cookie(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (
+                    b"set-cookie", f"{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode())]}
+            await send(message)
+
+        await app(inner, receive, with_cookie)
+
+    return serve
+
+
+async def _refuse(send: Callable[[dict], Awaitable[None]], why: str) -> None:
+    await send({"type": "http.response.start", "status": 403,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8")]})
+    await send({"type": "http.response.body", "body": (why + "\n").encode()})
 

@@ -18,14 +18,17 @@ layout survive. Every problem a person can fix is a `BadInput` naming `file:line
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
+import sys
 import tempfile
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
+from hive import lines
 from hive.backends import registry
 from hive.errors import BadInput
 from hive.git import read_ref, run
@@ -250,7 +253,14 @@ def parse_value(key: str, text: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Reading TOML text with locations for errors
 
+MAX_CONFIG_CHARS = 1 << 20
+MAX_TOML_DEPTH = 16   # tomllib recurses on each nested array and inline table
+
 def _parse_toml(text: str, where: str) -> dict[str, Any]:
+    if len(text) > MAX_CONFIG_CHARS:
+        raise BadInput(f"a config file of more than {MAX_CONFIG_CHARS} characters", f"{where}:1")
+    if text.count("[") + text.count("{") > MAX_TOML_DEPTH and lines.toml_depth(text) > MAX_TOML_DEPTH:
+        raise BadInput(f"TOML nested deeper than {MAX_TOML_DEPTH}", f"{where}:1")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -471,7 +481,8 @@ def pending(repo: RepoPaths) -> dict[str, Any]:
     except BadInput:
         return {}
     effective = load(repo).as_dict()
-    return {k: v for k, v in data.items() if k in effective and effective[k] != v}
+    held = unapproved(repo)   # told by their own warning
+    return {k: v for k, v in data.items() if k in effective and effective[k] != v and k not in held}
 
 
 def _env_layer() -> dict[str, Any]:
@@ -508,11 +519,114 @@ def _resolve(repo: RepoPaths | None) -> tuple[dict[str, Any], dict[str, str]]:
         layer, target, target_source = _project_layer(
             repo, values["target_branch"], sources["target_branch"], env.get("target_branch"))
         if layer is not None:
-            apply(layer.values, layer.label)
+            apply(_approved_only(repo, layer), layer.label)
         values["target_branch"], sources["target_branch"] = target, target_source
     for name, value in env.items():
         values[name], sources[name] = value, f"env: {KEYS[name].env}"
     return values, sources
+
+
+# ---------------------------------------------------------------------------------------------
+# What a person approved (DESIGN §7)
+
+# Agents write the target branch, so its `.hive.toml` is not proof of a person's intent: these
+# keys (they weaken containment or name a command) take effect from it only as approved here.
+SENSITIVE = frozenset({"sandbox", "backend", "queen_backend", "worker_backend", "refinery_backend",
+                       "test_command", "claude_command", "codex_command", "scripted_script", "codex",
+                       "merge_mode"})
+SAFE_VALUES = {"sandbox": "on", "merge_mode": "manual"}   # the stricter choice needs no approval
+APPROVALS_FILE = "approved-config.json"   # in <common>/hive/: this machine's, never pushed
+APPROVE_COMMAND = "git hive config approve"
+_warned: set[tuple[str, str]] = set()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def approvals(repo: RepoPaths) -> dict[str, str]:
+    """Key -> the canonical JSON of the value a person approved for it; a key absent is
+    approved absent."""
+    try:
+        data = json.loads((repo.common_dir / "hive" / APPROVALS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.get("values", {}).items() if k in SENSITIVE and isinstance(v, str)} \
+        if isinstance(data, dict) and isinstance(data.get("values"), dict) else {}
+
+
+def _save_approvals(repo: RepoPaths, values: dict[str, str]) -> None:
+    folder = repo.common_dir / "hive"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = folder / APPROVALS_FILE
+    _write(path, None, json.dumps({"values": dict(sorted(values.items()))}, indent=1) + "\n")
+
+
+def approve(repo: RepoPaths, keys: Iterable[str] | None = None, path: Path | None = None) -> dict[str, Any]:
+    """Approve what the project file hive reads now (or the file at `path`, one a person just
+    wrote) sets for the sensitive `keys` (all of them by default), absent ones included; the
+    values approved."""
+    if path is not None:
+        text = _read_text(path, project=True)
+        current = _validate_layer(_parse_toml(text, str(path)), text, str(path)) if text is not None else {}
+    else:
+        layer, _, _ = _project_layer(repo, *_base_target(repo), _env_layer().get("target_branch"))
+        current = layer.values if layer is not None else {}
+    recorded = approvals(repo)
+    for key in SENSITIVE if keys is None else set(keys) & SENSITIVE:
+        if key in current:
+            recorded[key] = _canonical(current[key])
+        else:
+            recorded.pop(key, None)
+    _save_approvals(repo, recorded)
+    return {k: v for k, v in current.items() if k in SENSITIVE}
+
+
+def _base_target(repo: RepoPaths) -> tuple[str, str]:
+    recorded = recorded_target_branch(repo)
+    if recorded is not None:
+        return recorded, RECORDED_SOURCE
+    gpath = global_path()
+    text = _read_text(gpath)
+    values = _validate_layer(_parse_toml(text, str(gpath)), text, str(gpath)) if text is not None else {}
+    if "target_branch" in values:
+        return values["target_branch"], f"global: {gpath}"
+    return KEYS["target_branch"].default, "default"
+
+
+def unapproved(repo: RepoPaths) -> dict[str, Any]:
+    """The sensitive keys the project file sets (or removes) otherwise than a person approved:
+    key -> the file's value (None when it removes an approved one)."""
+    layer, _, _ = _project_layer(repo, *_base_target(repo), _env_layer().get("target_branch"))
+    return _unapproved(repo, layer.values if layer is not None else {})
+
+
+def _unapproved(repo: RepoPaths, values: dict[str, Any]) -> dict[str, Any]:
+    recorded = approvals(repo)
+    found: dict[str, Any] = {}
+    for key in sorted(SENSITIVE):
+        mine = _canonical(values[key]) if key in values else None
+        if mine != recorded.get(key) and not (key in SAFE_VALUES and values.get(key) == SAFE_VALUES[key]):
+            found[key] = values.get(key)
+    return found
+
+
+def _approved_only(repo: RepoPaths, layer: _Layer) -> dict[str, Any]:
+    """The project layer with each unapproved sensitive value replaced by the approved one (or
+    dropped); one warning line per key and file, naming the approve command."""
+    values = dict(layer.values)
+    recorded = approvals(repo)
+    for key in _unapproved(repo, values):
+        if key in recorded:
+            values[key] = json.loads(recorded[key])
+        else:
+            values.pop(key, None)
+        if (key, layer.label) not in _warned:
+            _warned.add((key, layer.label))
+            change = "changes" if key in layer.values else "removes"
+            sys.stderr.write(f"git hive: warning: {layer.label.removeprefix('project: ')} {change} {key}, "
+                             f"not approved on this machine: ignored (`{APPROVE_COMMAND}` approves it)\n")
+    return values
 
 
 def load(repo: RepoPaths | None) -> Config:

@@ -76,8 +76,20 @@ def initialize(where: Path | str | None = None) -> list[str]:
     record_target_branch(paths, target)
     if recorded is None:
         done.append(f"target branch: {config.load(paths).target_branch}")
+    _approve_settings(paths, done)
     _create_checkout(repo, paths, done)
     return done
+
+
+def _approve_settings(paths: git.RepoPaths, done: list[str]) -> None:
+    """The first `init` here approves what `.hive.toml` sets for the keys a person must approve
+    (DESIGN §7: the person setting hive up chose this project); later changes need
+    `git hive config approve`."""
+    if (paths.common_dir / "hive" / config.APPROVALS_FILE).exists():
+        return
+    approved = config.approve(paths)
+    if approved:
+        done.append("approved on this machine: " + ", ".join(f"{k} = {v!r}" for k, v in sorted(approved.items())))
 
 
 def record_target_branch(paths: git.RepoPaths, target: str | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable
 
+from hive import lines
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.state import edits, issue_file, layout
@@ -17,7 +18,7 @@ from hive.state.issue_file import Issue
 from hive.state.store import Change, Refused, Snapshot
 
 # Statuses in which an issue has no agent.
-UNASSIGNED_STATUSES = frozenset({"open", "escalated", "canceled", "failed", "finalized"})
+UNASSIGNED_STATUSES = issue_file.UNASSIGNED_STATUSES
 
 
 def resolve_id(project: Project, given: str) -> str:
@@ -105,8 +106,8 @@ def update(project: Project, issue_id: str,
             check_snapshot(snap, current)
         fields = dict(changes(current) if callable(changes) else changes)
         status = fields.get("status", current.status)
-        if "status" in fields and status in UNASSIGNED_STATUSES and "assignee" not in fields:
-            fields["assignee"] = ""
+        if "status" in fields and "assignee" not in fields and status in UNASSIGNED_STATUSES:
+            fields["assignee"] = issue_file.holder_after(status, current.assignee)   # a forced edit names its own
         fields["updated"] = issue_file.format_time(issue_file.now())
         if "depends_on" in fields or "parent" in fields:
             project.update_index()
@@ -183,7 +184,7 @@ def add_notes(project: Project, notes: list[dict[str, Any]], *, file_id: str, ag
 
 def _canonical(line: bytes) -> str:
     try:
-        return json.dumps(json.loads(line), sort_keys=True)
+        return json.dumps(lines.json_line(line), sort_keys=True)
     except ValueError:
         return line.decode("utf-8", "replace")
 

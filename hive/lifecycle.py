@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from hive import cost, issues
@@ -95,6 +95,27 @@ def lease_until(seconds: int) -> str:
     return issue_file.format_time(issue_file.now() + timedelta(seconds=seconds))
 
 
+LEASE_HORIZON = 4   # a lease further ahead than this many `lease_seconds` is not one hive wrote
+
+
+def lease_expired(issue: Issue, lease_seconds: int) -> bool:
+    """Whether the claim on `issue` has lapsed: its `lease_expires` past, missing, not a time,
+    or further ahead than `LEASE_HORIZON` × `lease_seconds` (a forged claim that would never
+    end). Compared as times, never as text."""
+    value = issue.extra.get("lease_expires")
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return True
+    if not isinstance(value, datetime):
+        return True
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    now = issue_file.now()
+    return value < now or value > now + timedelta(seconds=LEASE_HORIZON * max(lease_seconds, 1))
+
+
 def claim(project: Project, issue_id: str, agent_id: str, lease_seconds: int = 0, machine: str = "") -> bool:
     """open → in_progress for `agent_id`; False when the issue is not claimable on the tip
     (taken, blocked, an epic, canceled...).
@@ -131,15 +152,14 @@ def extend_lease(project: Project, issue_id: str, agent_id: str, seconds: int) -
                  event="lease-extended", agent=agent_id, summary=f"extend the lease of {agent_id} on {issue_id}")
 
 
-def expire_lease(project: Project, issue_id: str, holder: str, lease: str) -> Issue:
-    """in_progress (another machine's, its lease `lease` past) → open."""
-    now = issue_file.format_time(issue_file.now())
-
+def expire_lease(project: Project, issue_id: str, holder: str, lease: str, lease_seconds: int) -> Issue:
+    """in_progress (another machine's, its lease `lease` lapsed: `lease_expired`) → open."""
     def expired(current: Issue) -> None:
         _held_by(holder, "lease-expired")(current)
-        if str(current.extra.get("lease_expires", "")) >= now:
+        if not lease_expired(current, lease_seconds):
             raise TransitionRefused(issue_id, "lease-expired", current, "an expired lease")
 
+    lease = lease or "none"
     return _move(project, issue_id, expired, {"status": "open", "lease_expires": None, "machine": None},
                  event="lease-expired",
                  summary=f"reopen {issue_id}: the lease of {holder} expired at {lease}",
@@ -202,11 +222,13 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
     endings): the refinery's spend on this merge, its `cost.usage_trailers`."""
     # the landed commit stays in the file: whether a dependent may start from, or land on, a
     # target tip is then one ancestry check (`hive.workspace.landings.on_target`)
-    issue = _move(project, issue_id, _status_in(_DONE, "finalize"), {"status": "finalized", landings.MERGED_FIELD: merged},
+    issue = _move(project, issue_id, _status_in(_DONE, "finalize"), {"status": "finalized", landings.MERGED_FIELD: merged,
+                                                                     landings.LANDING_FIELD: None},
                   event="finalized",
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it
+    landings.forget_landing(worktrees.open_repo(project.paths), issue_id)   # `merged` says it from now on
     finalize_epics(project, issue.parent)
     return issue
 

@@ -221,6 +221,43 @@ class Remote:
             _git(self.project, ["update-ref", "-d", self.tracking_ref(git.STATE_BRANCH), commit])
             raise
 
+    def reset(self) -> list[str]:
+        """Put back the remote's `hive/state` that this machine refused: this machine's state (the
+        last adopted commit plus local changes) pushed in its place, with a lease on the refused
+        tip. The lines to say first: what it drops (the remote's commits this side does not have,
+        the first `MAX_DROPPED_SHOWN` named). HiveError when the remote's state is not refused."""
+        if not self.fetch():
+            raise HiveError(f"{self.name} is unreachable: nothing was reset")
+        remote_tip, local = self.remote_tip(), self.project.store.tip()
+        if local is None:
+            raise HiveError("this repository has no hive/state to put in place: `git hive init` first")
+        if remote_tip is not None and self.contains(local, remote_tip):
+            raise HiveError(f"{self.name}/{git.STATE_BRANCH} holds nothing this machine refused: nothing to reset")
+        dropped = self._dropped(local, remote_tip) if remote_tip is not None else []
+        if remote_tip is not None:
+            try:
+                self.check(remote_tip)
+            except trust.Untrusted as exc:
+                dropped.insert(0, str(exc))
+            else:
+                raise HiveError(f"{self.name}/{git.STATE_BRANCH} is not refused: `git hive sync {self.name}` "
+                                "merges it")
+        result = self.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
+        if not result.ok:
+            raise HiveError(f"could not reset {self.name}/{git.STATE_BRANCH}: {result.message or 'push failed'}")
+        _git(self.project, ["update-ref", self.tracking_ref(git.STATE_BRANCH), local])
+        return dropped
+
+    def _dropped(self, local: str, remote_tip: str) -> list[str]:
+        count = _count(self.project, local, remote_tip)
+        shown = _git(self.project, ["log", f"--max-count={MAX_DROPPED_SHOWN}", "--format=%h %s",
+                                    remote_tip, f"^{local}"]).stdout.splitlines()
+        lines = [f"drops {count} commit(s) of {self.name}/{git.STATE_BRANCH} this machine does not have:"]
+        lines += ["  " + trust.printable(line)[:120] for line in shown]
+        if count > len(shown):
+            lines.append(f"  ... and {count - len(shown)} more")
+        return lines
+
     def sync(self) -> SyncReport:
         """fetch + merge + push of `hive/state`, retried while pushes lose; bounded."""
         report = SyncReport(self.name)
@@ -247,7 +284,6 @@ class Remote:
         raise HiveError(f"could not push {git.STATE_BRANCH} to {self.name}: it kept moving "
                         f"({MAX_PUSH_ROUNDS} rounds)")
 
-
     def unpushed(self, branch: str) -> int:
         """How many commits of the local `branch` the remote lacks, as of the last fetch (the
         landings hive merged into the target branch, which `sync` does not push: -1 when the
@@ -273,6 +309,9 @@ class Remote:
         if result.ok:
             _git(self.project, ["update-ref", self.tracking_ref(branch), local])
         return result
+
+
+MAX_DROPPED_SHOWN = 20
 
 
 def _reason(text: str, fallback: str) -> str:

@@ -558,6 +558,8 @@ def project_repo(repo: Path, fake: FakeOpenAI, api_env: Path, git: Callable[...,
     (repo / ".hive.toml").write_text(hive_toml(fake))
     git("add", ".hive.toml", cwd=repo)
     git("commit", "-q", "-m", "use codex", cwd=repo)
+    # the person approves the backend, command and [codex] table it names (DESIGN §7)
+    subprocess.run([sys.executable, "-m", "hive", "config", "approve"], cwd=repo, check=True, capture_output=True)
     return repo
 
 

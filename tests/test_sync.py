@@ -117,13 +117,13 @@ def test_same_field_on_both_sides_resolves_by_the_driver_rule(clones, cli, git, 
 
     # x: the title changed on both sides; B's change is the later one (`updated`) and wins;
     # w: the same, with A's change the later one (the merge runs on B: ours loses this time)
-    edit(cli, a, tmp_path, x, 'title="title from A";updated=2030-01-01T00:00:01Z')
-    edit(cli, b, tmp_path, x, 'title="title from B";updated=2030-01-01T00:00:02Z')
-    edit(cli, a, tmp_path, w, 'priority=0;updated=2030-01-01T00:00:05Z')
-    edit(cli, b, tmp_path, w, 'priority=4;updated=2030-01-01T00:00:04Z')
+    edit(cli, a, tmp_path, x, 'title="title from A";updated=2020-01-01T00:00:01Z')
+    edit(cli, b, tmp_path, x, 'title="title from B";updated=2020-01-01T00:00:02Z')
+    edit(cli, a, tmp_path, w, 'priority=0;updated=2020-01-01T00:00:05Z')
+    edit(cli, b, tmp_path, w, 'priority=4;updated=2020-01-01T00:00:04Z')
     # y: canceled on A (terminal), escalated later on B: the terminal status wins all the same
     cli("cancel", y, cwd=a)
-    edit(cli, b, tmp_path, y, 'status="escalated";updated=2031-01-01T00:00:00Z')
+    edit(cli, b, tmp_path, y, 'status="escalated";updated=2021-01-01T00:00:00Z')
 
     converge(cli, git, remote, a, b)
 
@@ -253,10 +253,10 @@ def test_sync_reports_every_field_a_rule_decided(clones, cli, git, tmp_path: Pat
     quiet = cli("create", "issue quiet", cwd=a).stdout.strip()
     cli("sync", cwd=a)
     cli("sync", cwd=b)
-    edit(cli, a, tmp_path, x, 'title="title from A";updated=2030-01-01T00:00:01Z')
-    edit(cli, b, tmp_path, x, 'title="title from B";updated=2030-01-01T00:00:02Z')
+    edit(cli, a, tmp_path, x, 'title="title from A";updated=2020-01-01T00:00:01Z')
+    edit(cli, b, tmp_path, x, 'title="title from B";updated=2020-01-01T00:00:02Z')
     cli("cancel", y, cwd=a)
-    edit(cli, b, tmp_path, y, 'status="escalated";updated=2031-01-01T00:00:00Z')
+    edit(cli, b, tmp_path, y, 'status="escalated";updated=2021-01-01T00:00:00Z')
     cli("update", quiet, "--priority", "0", cwd=a)          # one side only: no rule, nothing said
     cli("update", quiet, "-l", "b-side", cwd=b)
     cli("sync", cwd=a)
@@ -265,7 +265,7 @@ def test_sync_reports_every_field_a_rule_decided(clones, cli, git, tmp_path: Pat
     merged = sorted(line for line in out if line.startswith("merged: "))   # in the order of the ids
     assert merged == sorted([
         f'merged: {x}: title changed on both sides ("title from B" here, "title from A" there): '
-        f'kept "title from B", the later change (here, updated 2030-01-01T00:00:02Z)',
+        f'kept "title from B", the later change (here, updated 2020-01-01T00:00:02Z)',
         f'merged: {y}: status changed on both sides ("escalated" here, "canceled" there): '
         f'kept "canceled", a finished or canceled issue stays so',
     ]), out
@@ -320,8 +320,8 @@ def test_a_plain_git_merge_in_hive_works_without_hive_on_path(clones, cli, hive,
     x = cli("create", "issue x", cwd=a).stdout.strip()
     cli("sync", cwd=a)
     cli("sync", cwd=b)
-    edit(cli, a, tmp_path, x, 'title="title from A";updated=2030-01-01T00:00:01Z')
-    edit(cli, b, tmp_path, x, 'title="title from B";updated=2030-01-01T00:00:02Z')
+    edit(cli, a, tmp_path, x, 'title="title from A";updated=2020-01-01T00:00:01Z')
+    edit(cli, b, tmp_path, x, 'title="title from B";updated=2020-01-01T00:00:02Z')
     cli("sync", cwd=a)
 
     # a shell with nothing of hive's on PATH (no git-hive, no python): git and sh only

@@ -7,11 +7,10 @@ Neither is ever committed (`git hive init` excludes them).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from hive.lines import iter_lines
+from hive.lines import NotAFile, iter_lines, json_line, read_regular
 
 RESULT_FILE = ".hive-result.jsonl"
 NOTES_FILE = ".hive-notes.jsonl"
@@ -19,6 +18,7 @@ RESULT_STATUSES = ("success", "failure", "blocked")
 NOTE_CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")
 MAX_LINE = 64 * 1024
 MAX_RESULT_BYTES = 1 << 20
+MAX_NOTES_BYTES = 256 << 20        # a notes file past this is refused: the attempt fails (read as a stream)
 
 
 @dataclass
@@ -35,33 +35,30 @@ class WorkResult:
 
 def read_result(worktree: Path, statuses: tuple[str, ...] = RESULT_STATUSES) -> WorkResult:
     """The last valid line of the result file; `statuses` are the ones this role may report."""
-    path = worktree / RESULT_FILE
-    if path.is_symlink():             # hive reads it outside the jail: never a file it points to
-        return WorkResult("garbage", problem=f"{RESULT_FILE}: refused: a symbolic link, not a file")
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
+    try:   # an agent may have made it a FIFO (open() blocked the daemon), a socket, a link...
+        data = read_regular(worktree / RESULT_FILE, MAX_RESULT_BYTES)
+    except NotAFile as exc:
+        return WorkResult("garbage", problem=str(exc))
+    if data is None:
         return WorkResult("missing", problem=f"{RESULT_FILE}: the agent wrote no result")
-    if size > MAX_RESULT_BYTES:
-        return WorkResult("garbage", problem=f"{RESULT_FILE}: {size} bytes, more than a result can be")
     found: WorkResult | None = None
     problem = ""
-    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+    for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            entry = json_line(line)
         except ValueError as exc:
-            problem = f"{RESULT_FILE}:{number}: not JSON ({str(exc).splitlines()[0][:80]})"
+            problem = f"{RESULT_FILE}:{number}: not JSON ({str(exc)[:80]})"
             continue
-        if not isinstance(data, dict) or data.get("status") not in statuses:
+        if not isinstance(entry, dict) or entry.get("status") not in statuses:
             problem = (f"{RESULT_FILE}:{number}: 'status' must be one of {', '.join(statuses)}")
             continue
-        summary, test_command = data.get("summary", ""), data.get("test_command", "")
+        summary, test_command = entry.get("summary", ""), entry.get("test_command", "")
         if not isinstance(summary, str) or not isinstance(test_command, str):
             problem = f"{RESULT_FILE}:{number}: 'summary' and 'test_command' must be strings"
             continue
-        found = WorkResult(data["status"], summary[:4000], test_command[:1000])
+        found = WorkResult(entry["status"], summary[:4000], test_command[:1000])
     if found is None:
         return WorkResult("garbage", problem=problem or f"{RESULT_FILE}: empty")
     return found
@@ -72,28 +69,34 @@ class NoteBatch:
     notes: list[dict[str, str]]
     offset: int                    # where the next read starts
     problems: list[str]
+    refused: str = ""              # the file is not one hive reads (a FIFO, a link, too big): the attempt fails
 
 
 def read_new_notes(worktree: Path, offset: int) -> NoteBatch:
+    """The notes appended since `offset`. Opened without blocking or following a link
+    (`lines.open_regular`); a file that is not a regular one, or past `MAX_NOTES_BYTES`, is
+    `refused`."""
     notes, problems = [], []
     end = offset
-    path = worktree / NOTES_FILE
-    if path.is_symlink():             # hive reads it outside the jail: never a file it points to
-        return NoteBatch([], offset, [f"{NOTES_FILE}: refused: a symbolic link, not a file"])
     line_no = 0
-    for end, line in iter_lines(path, offset, MAX_LINE):
-        line_no += 1
-        if not line.strip():
-            if not line:
-                problems.append(f"{NOTES_FILE}: a line longer than {MAX_LINE} bytes was skipped")
-            continue
-        try:
-            data = json.loads(line)
-            if not isinstance(data, dict) or not isinstance(data.get("content"), str) or not data["content"].strip():
-                raise ValueError("a note needs a non-empty string 'content'")
-        except ValueError as exc:
-            problems.append(f"{NOTES_FILE}: line at byte {end - len(line)}: {str(exc).splitlines()[0][:80]}")
-            continue
-        category = data.get("category") if data.get("category") in NOTE_CATEGORIES else "context"
-        notes.append({"category": category, "content": data["content"].strip()[:2000]})
+    try:
+        for end, line in iter_lines(worktree / NOTES_FILE, offset, MAX_LINE, max_bytes=MAX_NOTES_BYTES):
+            line_no += 1
+            if not line.strip():
+                if not line:
+                    problems.append(f"{NOTES_FILE}: a line longer than {MAX_LINE} bytes was skipped")
+                continue
+            try:
+                data = json_line(line)
+                if not isinstance(data, dict) or not isinstance(data.get("content"), str) or not data["content"].strip():
+                    raise ValueError("a note needs a non-empty string 'content'")
+            except ValueError as exc:
+                problems.append(f"{NOTES_FILE}: line at byte {end - len(line)}: {str(exc)[:80]}")
+                continue
+            category = data.get("category") if data.get("category") in NOTE_CATEGORIES else "context"
+            notes.append({"category": category, "content": data["content"].strip()[:2000]})
+    except NotAFile as exc:
+        return NoteBatch(notes, end, problems, refused=str(exc))
+    if end >= MAX_NOTES_BYTES:
+        return NoteBatch(notes, end, problems, refused=f"{NOTES_FILE}: more than {MAX_NOTES_BYTES} bytes")
     return NoteBatch(notes, end, problems)

@@ -78,6 +78,8 @@ def set_(key: str, value: str, is_global: bool) -> None:
     target = cfg.global_path() if is_global else cfg.project_path(paths)
     cfg.set_value(target, key, value)
     base = key.split(".")[0]
+    if not is_global:
+        cfg.approve(paths, [base], target)   # a person's own setting
     waiting = cfg.pending(paths) if paths is not None else {}
     if base in waiting:
         click.echo(f"wrote {key} = {value} to {target}, not in effect yet: {_why_pending(paths, base)}")
@@ -101,7 +103,28 @@ def unset(key: str, is_global: bool) -> None:
     target = cfg.global_path() if is_global else cfg.project_path(paths)
     if not cfg.unset_value(target, key):
         raise HiveError(f"{key} is not set in {target}")
+    if not is_global:
+        cfg.approve(paths, [key.split(".")[0]], target)
     click.echo(f"removed {key} from {target}")
+
+
+@config.command("approve")
+def approve() -> None:
+    """Approve what .hive.toml sets for the keys that weaken containment or name a command
+    (sandbox, backends, *_command, test_command, scripted_script, codex, merge_mode), on this
+    machine: until then a changed value is ignored."""
+    from hive import config as cfg
+    from hive.errors import HiveError
+
+    paths = _paths()
+    if paths is None:
+        raise HiveError("not in a git repository")
+    waiting = cfg.unapproved(paths)
+    approved = cfg.approve(paths)
+    for key in sorted(waiting):
+        click.echo(f"approved {key} = {_shown(approved[key])}" if key in approved else f"approved: no {key}")
+    if not waiting:
+        click.echo("nothing to approve: every such setting of .hive.toml is approved")
 
 
 @config.command("list")

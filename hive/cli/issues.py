@@ -119,14 +119,34 @@ def show(issue_id: str, as_json: bool) -> None:
         needs = attention(project, issue)
         if needs is not None:
             data["attention"] = needs
+        waits = merge_waits(project, issue)
+        if waits:
+            data["merge_waits"] = waits
         print_json(data)
         return
     show_issue(issue)
+    waits = merge_waits(project, issue)
+    if waits:
+        click.echo(f"\nmerge waits: {one_line(waits)}")
     dependents = project.index.dependents_of(issue.id)
     if dependents:
         click.echo(f"\nblocks: {', '.join(sorted(dependents))}")
     for line in recovery_steps(project, issue):
         click.echo(line)
+
+
+def merge_waits(project: Project, issue: issue_file.Issue) -> str:
+    """Why this machine's merge of a done issue waits (for a person, often: say how), or ''."""
+    if issue.status != "done" or not (project.paths.hive_dir / "runtime.db").exists():
+        return ""
+    from hive.runtime import Runtime
+
+    runtime = Runtime(project.paths)
+    try:
+        entry = runtime.merge_queue.get(issue.id)
+    finally:
+        runtime.close()
+    return entry.detail if entry is not None and entry.state == "waiting" else ""
 
 
 def attention(project: Project, issue: issue_file.Issue) -> dict | None:
@@ -311,6 +331,14 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
     event, summary = lifecycle.edit_record(issue_id, changes)
     updated = lifecycle.edit(project, issue_id, on_tip, force=force, event=event, body=description,
                              summary=summary)
+    if status == "done":   # a person's hand-off on this machine: its merge pipeline may take it
+        from hive.runtime import Runtime
+
+        runtime = Runtime(project.paths)
+        try:
+            runtime.record_handoff(issue_id)
+        finally:
+            runtime.close()
     if as_json:
         print_json(updated.to_json(with_body=True))
     else:

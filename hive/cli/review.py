@@ -68,7 +68,7 @@ def finalize(issue_id: str) -> None:
     from hive.agents import jails
     from hive.merge import mechanical
     from hive.merge.pipeline import done_base
-    from hive.workspace import worktrees
+    from hive.workspace import landings, worktrees
     from hive.runtime import Runtime
 
     project = open_project()
@@ -86,7 +86,8 @@ def finalize(issue_id: str) -> None:
     landing = mechanical.land(project.paths, config.target_branch, issue_id, head, done_base(project, issue_id),
                               [c for c in (config.test_command,) if c], config.test_timeout_seconds,
                               jail=lambda worktree: jails.worktree_jail(config, project.paths, worktree),
-                              created=issue.created, blockers={b: project.index.get(b) for b in issue.depends_on})
+                              recorded=landings.recorded_of(issue), blockers={b: project.index.get(b) for b in issue.depends_on},
+                              by_person=True)
     if landing.status != "merged":
         raise HiveError(f"{issue_id} not merged ({landing.status}): {landing.detail.splitlines()[0] if landing.detail else ''}")
     runtime = Runtime(project.paths)

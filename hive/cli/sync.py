@@ -13,7 +13,9 @@ from hive.errors import HiveError
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--prune", is_flag=True, help="Also delete the remote's hive/work/* branches of finished issues.")
 @click.option("--push-target", is_flag=True, help="Also push the target branch (the work hive merged) to REMOTE.")
-def sync(remote: str | None, as_json: bool, prune: bool, push_target: bool) -> None:
+@click.option("--reset-remote", is_flag=True,
+              help="Replace a hive/state this machine refused with this machine's (says what it drops).")
+def sync(remote: str | None, as_json: bool, prune: bool, push_target: bool, reset_remote: bool) -> None:
     """Fetch hive/state from REMOTE, merge it with the hive rules, push; retried if someone pushed."""
     from hive.project import Project
     from hive.remote import Remote
@@ -23,6 +25,11 @@ def sync(remote: str | None, as_json: bool, prune: bool, push_target: bool) -> N
     name = remote or project.config.sync_remote or "origin"
     shared = Remote(project, name)
     shared.log = lambda line: click.echo(line, err=True)
+    if reset_remote:
+        for line in shared.reset():
+            click.echo(line, err=True)
+        click.echo(f"{name}: hive/state reset to this machine's ({(project.store.tip() or '')[:12]})")
+        return
     report = shared.sync()
     pruned = shared.prune_work_branches() if prune and not report.offline else []
     target = project.config.target_branch

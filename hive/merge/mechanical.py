@@ -88,19 +88,20 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
          test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
          trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
          test_started: Callable[[int], None] = lambda _: None,
-         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, created: str = "",
-         blockers: dict[str, Issue | None] | None = None) -> Landing:
+         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, recorded: str = "",
+         blockers: dict[str, Issue | None] | None = None, by_person: bool = False) -> Landing:
     """The whole mechanical tier for one branch: replay, test, fast-forward.
 
     `record(commit)` is called before the target moves, so that an interrupted merge can tell
     afterwards whether it landed. With `trust_head`, a head that does not sit on the target is
     replayed from its merge base (used after the refinery rewrote the branch). A shared daemon
     replays onto its remote-tracking `target_ref` and moves the remote with `publish`. The tests
-    run in `jail(worktree)`.
+    run in `jail(worktree)`. Work that changes hive's own files (`needs_person`) lands only
+    `by_person` (`git hive finalize`): otherwise it waits.
 
-    Landing is idempotent and in order, on every target tip it tries: an issue whose trailer is
-    already on the target's first-parent history (landed by another machine, or before a crash;
-    the walk stops at its `created` time) is only finalized; one whose `blockers` are not all on
+    Landing is idempotent and in order, on every target tip it tries: an issue whose recorded
+    landing is already on the target (this machine's, before a crash, or the `merged` commit
+    another machine finalized) is only finalized; one whose `blockers` are not all on
     the target waits for them (`hive.workspace.landings`).
     """
     repo = worktrees.open_repo(paths)
@@ -112,7 +113,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
         if ref is None:
             return Landing("waiting", detail=f"target branch {target} does not exist")
         tip = str(ref.target)
-        landed = landings.landed_commit(repo, tip, issue_id, created)
+        landed = landings.landed_commit(repo, tip, issue_id, recorded)
         if landed:
             return Landing("merged", commit=landed, detail=f"already on {target}")
         late = landings.blockers_off_target(repo, tip, blockers or {})
@@ -129,6 +130,10 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             if not replayed.ok:
                 return Landing("conflict", detail=replayed.detail)
             candidate = replayed.head
+        held = [] if by_person else needs_person(repo, paths, tip, candidate)
+        if held:
+            return Landing("waiting", detail=f"its work changes {', '.join(held)}: it waits for a person "
+                                              f"(`git hive finalize {issue_id}` lands it)")
         if local and test_commands:
             # a person's uncommitted change in the way: wait before the tests, not after them
             # (a waiting entry is retried on every wake; its test suite must not run each time).
@@ -146,6 +151,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             if not result.ok:
                 why = "timed out" if result.timed_out else "failed"
                 return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")
+        landings.record_landing(repo, issue_id, candidate)   # a landing counts only as recorded
         record(candidate)
         moved = publish(repo, tip, candidate)
         if moved.ok:
@@ -154,6 +160,31 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             return Landing("waiting", detail=moved.waiting)
         head, base, trust_head = candidate, tip, False  # the target moved meanwhile: go again
     return Landing("waiting", detail="the target branch kept moving")
+
+
+PROTECTED_FILES = (".hive.toml",)   # what hive reads as settings: an agent's change of it is not a person's
+
+
+def needs_person(repo: pygit2.Repository, paths: git.RepoPaths, old: str, new: str) -> list[str]:
+    """The paths between `old` and `new` that only a person may land: `.hive.toml` (agents
+    write the target: DESIGN §7) and the hooks folder git runs, when it is in the worktree."""
+    folders = [h + "/" for h in [_tracked_hooks(repo, paths)] if h]
+    diff = repo.diff(repo[old].peel(pygit2.Tree), repo[new].peel(pygit2.Tree))
+    touched = {path for delta in diff.deltas for path in (delta.old_file.path, delta.new_file.path)}
+    return sorted(p for p in touched if p in PROTECTED_FILES or any(p.startswith(f) for f in folders))
+
+
+def _tracked_hooks(repo: pygit2.Repository, paths: git.RepoPaths) -> str:
+    """`core.hooksPath` relative to the main worktree when it lies inside it ('' otherwise)."""
+    try:
+        configured = repo.config["core.hooksPath"]
+    except KeyError:
+        return ""
+    hooks = (paths.main_worktree / os.path.expanduser(configured)).resolve()
+    try:
+        return hooks.relative_to(paths.main_worktree.resolve()).as_posix()
+    except ValueError:
+        return ""
 
 
 def _is_commit(repo: pygit2.Repository, oid: str) -> bool:

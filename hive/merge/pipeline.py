@@ -90,6 +90,7 @@ class MergeProcessor:
 
     def _drop(self, entry: Entry) -> None:
         self.runtime.merge_queue.remove(entry)
+        self.runtime.forget_handoff(entry.issue_id)
 
     def idle(self) -> bool:
         """Nothing to merge right now (entries waiting on a person do not count)."""
@@ -101,13 +102,15 @@ class MergeProcessor:
 
     def scan(self) -> None:
         """Queue every done issue whose branch exists but is not queued (a person's, or after a
-        restart) — in shared mode only work done here; remove the work of issues finished
+        restart) and whose hand-off this machine recorded (`Runtime.record_handoff`) — in shared
+        mode only work done here; remove the work of issues finished
         elsewhere meanwhile (another machine took the issue over and landed its own)."""
         queued = {e.issue_id for e in self.entries()}
         shared = self.host.shared_target
+        handed_off = self.runtime.handoffs()   # a `done` that came with hive/state is not one
         for issue in self.project.index.list(["done"]):
-            if issue.id not in queued and worktrees.head_of(self.project.paths, issue.id) is not None and (
-                    shared is None or shared.worked_here(issue)):
+            if issue.id not in queued and issue.id in handed_off and worktrees.head_of(
+                    self.project.paths, issue.id) is not None and (shared is None or shared.worked_here(issue)):
                 self.enqueue(issue.id, done_base(self.project, issue.id))
         if shared is not None:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):
@@ -222,7 +225,7 @@ class MergeProcessor:
         if entry.merged_commit and _contains(repo, str(target_ref.target), entry.merged_commit):
             await self._finalize(issue, entry, entry.merged_commit)
             return True
-        landed = landings.landed_commit(repo, str(target_ref.target), issue.id, issue.created)
+        landed = landings.landed_commit(repo, str(target_ref.target), issue.id, landings.recorded_of(issue))
         if landed:   # landed before (another machine, or before a crash): finalized, never landed twice
             self.host.log(f"{issue.id} already on {target} ({landed[:10]}): finalized, not landed again")
             await self._finalize(issue, entry, landed)
@@ -258,7 +261,7 @@ class MergeProcessor:
                 from_refinery, shared.target_ref if shared is not None else "",
                 shared.publish_target if shared is not None else None, test_started,
                 lambda worktree: jails.worktree_jail(self.config, paths, worktree),
-                created=issue.created, blockers={b: self.project.index.get(b) for b in issue.depends_on})
+                recorded=landings.recorded_of(issue), blockers={b: self.project.index.get(b) for b in issue.depends_on})
         finally:
             if tested:
                 self.host.runtime.remove_agent(test_agent)

@@ -10,6 +10,7 @@ messages, so its context never overflows. A session that crashes is replaced.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,7 +143,7 @@ class Refinery:
         if not turn.ok:
             await self.close()
             return Verdict("crashed", turn.error or "the refinery's turn failed")
-        result = protocol.read_result(worktree, REFINERY_STATUSES)
+        result = await asyncio.to_thread(protocol.read_result, worktree, REFINERY_STATUSES)
         if result.status not in REFINERY_STATUSES:
             return Verdict("crashed", result.problem)
         return Verdict(result.status, result.summary)

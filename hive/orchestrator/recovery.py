@@ -98,6 +98,7 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
     head = worktrees.head_of(project.paths, issue_id) or ""
     trailers = lifecycle.done_trailers(base, head, result.test_command, runtime.budget(issue_id),
                                        backend=agent.get("backend") or "")
+    runtime.record_handoff(issue_id)
     lifecycle.finish(project, issue_id, agent["id"], result.summary, trailers)
     log(f"{issue_id} done: its agent had finished before the daemon stopped")
     return True

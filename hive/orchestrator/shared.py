@@ -26,15 +26,17 @@ from typing import Protocol
 
 import pygit2
 
-from hive import git, lifecycle
+from hive import git, issues, lifecycle
+from hive.errors import HiveError
 from hive.lifecycle import TransitionRefused
 from hive.orchestrator.orphans import machine_name
 from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
-from hive.state import issue_file, trust
+from hive.state import trust
 from hive.state.issue_file import Issue
 from hive.state.store import Draft
+from hive.workspace import landings
 from hive.workspace.fastforward import FastForward, fast_forward
 from hive.workspace.worktrees import branch_name
 
@@ -217,13 +219,13 @@ class SharedQueue:
 
     def _reclaim_expired(self, ours: frozenset[str]) -> None:
         self.project.update_index()
-        now = issue_file.format_time(issue_file.now())
+        lease_seconds = self.project.config.lease_seconds
         for issue in self.project.index.list(["in_progress"]):
-            lease = str(issue.extra.get("lease_expires", ""))
-            if not lease or lease >= now or issue.assignee in ours:
+            if issue.assignee in ours or not lifecycle.lease_expired(issue, lease_seconds):
                 continue
+            lease = " ".join(str(issue.extra.get("lease_expires", "")).split())[:40]
             try:
-                lifecycle.expire_lease(self.project, issue.id, issue.assignee, lease)
+                lifecycle.expire_lease(self.project, issue.id, issue.assignee, lease, lease_seconds)
             except TransitionRefused:
                 continue   # the lease was renewed meanwhile
             self.host.log(f"{issue.id} reopened: the lease of {issue.assignee} expired")
@@ -323,6 +325,7 @@ class SharedQueue:
         """Move the remote target from `old` to `new` (lease), then catch the local one up —
         only while this machine's state reaches the remote (`state_out`)."""
         with self._lock:
+            self._record_landing(repo, new)
             if not self.state_out():
                 why = self.trouble or f"hive/state does not reach remote {self.name}"
                 return FastForward(False, waiting=f"{why}: the merge waits")
@@ -335,6 +338,19 @@ class SharedQueue:
             git.run(["update-ref", self.target_ref, new], self.project.paths.worktree, check=False)
         self.catch_up_local_target(repo)
         return FastForward(True, moved=True)
+
+    def _record_landing(self, repo: pygit2.Repository, new: str) -> None:
+        """The landing in the issue's file (`landing`), pushed with hive/state before the target
+        moves: a machine that takes the issue over after this one died finds it recorded
+        (`landings.landed_commit`), a forged trailer stays unrecorded."""
+        issue_id = landings.issue_of_landing(repo[new])
+        if not issue_id:
+            return
+        try:
+            issues.update(self.project, issue_id, {landings.LANDING_FIELD: new}, event="landing",
+                          summary=f"{issue_id} lands on {self.target} as {new[:10]}")
+        except HiveError as exc:   # gone meanwhile: this machine's own record still holds
+            self.host.log(f"{issue_id}: landing not recorded on hive/state ({exc})")
 
     def finalized(self, issue_id: str) -> None:
         """An issue of this machine is finalized: its state goes out, its work branch leaves

@@ -94,6 +94,8 @@ class Worker:
         self.turn_abort_reason = ""    # why hive aborted the turn in progress (stall, budget)
         self.watch: asyncio.Task[None] | None = None   # the worktree's notes and result files
         self.notes_offset = 0
+        self.notes_lock = asyncio.Lock()   # one harvest at a time: each starts where the last ended
+        self.harvests: set[asyncio.Task[str]] = set()
         self.session_usage = Usage()
         self.last_activity = time.monotonic()
         self.started = time.time()
@@ -222,8 +224,12 @@ class Worker:
         turn = await self._run_turn(issue, prompt)
         if isinstance(turn, Outcome):
             return turn
-        self._harvest_notes(final=True)
-        return self._judge(turn)
+        refused = await self._harvest_notes()
+        if refused:
+            return Outcome(False, refused)
+        assert self.worktree is not None
+        result = await asyncio.to_thread(protocol.read_result, self.worktree.path)
+        return self._judge(turn, result)
 
     async def _prepare_turn(self, previous_failure: str, resume: bool) -> tuple[str, Issue | None, str]:
         """Worktree, session, prompt: ("", the issue, the prompt), or a setup error to back off from."""
@@ -334,7 +340,7 @@ class Worker:
             self._log(f"{len(told)} message(s) from you in its prompt")
         return prompt
 
-    def _judge(self, turn: TurnResult) -> Outcome:
+    def _judge(self, turn: TurnResult, result: protocol.WorkResult) -> Outcome:
         assert self.worktree is not None
         if self.stop_reason:
             raise Canceled(self.stop_reason)
@@ -344,7 +350,6 @@ class Worker:
             return Outcome(False, over, hopeless=over)
         if not turn.ok:
             return Outcome(False, turn.error or "the agent's turn failed", provider=turn.provider_error)
-        result = protocol.read_result(self.worktree.path)
         if result.status in ("missing", "garbage"):
             return Outcome(False, result.problem)
         if not result.ok:
@@ -365,7 +370,8 @@ class Worker:
         tip = git.read_ref(self.project.paths.common_dir, self.host.target_ref)
         if issue is None or tip is None:
             return ""
-        return landings.landed_commit(worktrees.open_repo(self.project.paths), tip, self.issue_id, issue.created)
+        return landings.landed_commit(worktrees.open_repo(self.project.paths), tip, self.issue_id,
+                                      landings.recorded_of(issue))
 
     def _finish_done(self, outcome: Outcome) -> None:
         # the record outlives the runtime budget
@@ -373,9 +379,11 @@ class Worker:
                                            worktrees.head_of(self.project.paths, self.issue_id) or "",
                                            outcome.test_command, self.host.runtime.budget(self.issue_id),
                                            self.config.model_for("worker"), self.backend.name)
+        self.host.runtime.record_handoff(self.issue_id)   # before the commit: a crash between them is rescanned
         try:
             lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
         except TransitionRefused:
+            self.host.runtime.forget_handoff(self.issue_id)
             return
         # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
         # and counts against the same budget, so an issue rejected again and again escalates.
@@ -515,24 +523,38 @@ class Worker:
             asyncio.ensure_future(self.abort_turn(over))
         return delta
 
-    def _harvest_notes(self, final: bool = False) -> None:
-        if self.worktree is None:
-            return
-        batch = protocol.read_new_notes(self.worktree.path, self.notes_offset)
-        self.notes_offset = batch.offset
-        for problem in batch.problems:
-            self._log(f"bad note ignored: {problem}")
-        if not batch.notes:
-            return
-        stamped = [issues.note_line(n["content"], n["category"], issue=self.issue_id, agent=self.agent_id)
-                   for n in batch.notes]
-        issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
-        self._log(f"{len(stamped)} note(s) harvested")
-        self.host.relay_notes(self, stamped)
+    async def _harvest_notes(self) -> str:
+        """Commit the notes the agent appended since the last harvest; read off the event loop.
+        A notes file hive does not read (a FIFO, a link, too big) is the reason returned (and
+        the turn in progress, if any, is ended with it)."""
+        worktree = self.worktree
+        if worktree is None:
+            return ""
+        async with self.notes_lock:
+            batch = await asyncio.to_thread(protocol.read_new_notes, worktree.path, self.notes_offset)
+            self.notes_offset = batch.offset
+            for problem in batch.problems:
+                self._log(f"bad note ignored: {problem}")
+            if batch.notes:
+                stamped = [issues.note_line(n["content"], n["category"], issue=self.issue_id, agent=self.agent_id)
+                           for n in batch.notes]
+                issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
+                self._log(f"{len(stamped)} note(s) harvested")
+                self.host.relay_notes(self, stamped)
+        if batch.refused and self.in_turn:
+            await self.abort_turn(batch.refused)
+        return batch.refused
 
     def notes_changed(self) -> None:
         self.on_activity()
-        self._harvest_notes()
+        task = asyncio.ensure_future(self._harvest_notes())
+        self.harvests.add(task)
+        task.add_done_callback(self._harvested)
+
+    def _harvested(self, task: "asyncio.Task[str]") -> None:
+        self.harvests.discard(task)
+        if not task.cancelled() and task.exception() is not None:   # said, as the watcher said it before
+            self._log(f"warning: notes not harvested: {task.exception()}")
 
 
 def _kept_text(ref: str) -> str:

@@ -22,6 +22,8 @@ from hive.runtime.merge_queue import MergeQueue
 from hive.runtime.tells import Tell, Tells
 from hive.sqlite import connect
 
+HANDOFF = "handoff:"   # kv key of a hand-off (`record_handoff`)
+
 
 class Runtime:
     def __init__(self, paths: git.RepoPaths):
@@ -121,6 +123,20 @@ class Runtime:
 
     def reset_budget(self, issue_id: str) -> None:
         Budgets(self.db).reset(issue_id)
+
+    # -- hand-offs: the `done` issues this machine may merge ------------------------------------
+
+    def record_handoff(self, issue_id: str) -> None:
+        """`issue_id` is done here (this machine's agent, or a person's `update --status done`):
+        the merge pipeline may queue it. A `done` that arrived with `hive/state` never may."""
+        KeyValues(self.db).put(HANDOFF + issue_id, "1")
+
+    def forget_handoff(self, issue_id: str) -> None:
+        KeyValues(self.db).delete(HANDOFF + issue_id)
+
+    def handoffs(self) -> set[str]:
+        rows = self.db.execute("SELECT key FROM kv WHERE key >= ? AND key < ?", (HANDOFF, HANDOFF[:-1] + ";"))
+        return {row[0][len(HANDOFF):] for row in rows}
 
     # -- key/value ----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from hive import git
+from hive import git, lines
 from hive.errors import BadInput
 from hive.sqlite import connect
 from hive.state import halves, issue_file, layout
@@ -35,6 +35,9 @@ CONFLICT_MESSAGE = ("conflict markers in the description (both sides changed the
                     "keep what is right, remove the <<<<<<< ======= >>>>>>> lines")
 REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
 SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
+MAX_NOTE_LINES = 20_000      # lines of one notes file indexed (the file itself: trust.MAX_NOTES_BYTES)
+MAX_NOTE_LINE = 64 << 10     # bytes of one note line
+NOTES_BATCH_BYTES = 16 << 20   # notes held before they are stored: memory stays flat however many files
 
 ISSUE_COLUMNS = ("id", "path", "blob", "title", "status", "priority", "type", "parent", "assignee",
                  "depends_on", "labels", "created_at", "updated_at", "body", "extra")
@@ -206,12 +209,19 @@ def _id_from_notes_path(path: str) -> str:
 
 
 def parse_notes(data: bytes, path: str) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """The notes of a notes file; each bad line a problem (`lines.json_line`: too long, too deep,
+    not JSON), and the lines past `MAX_NOTE_LINES` one more, not indexed."""
     notes, problems = [], []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    for number, raw in enumerate(data.split(b"\n", MAX_NOTE_LINES), start=1):
+        if number > MAX_NOTE_LINES:   # `raw` is the rest of the file
+            if raw.strip():
+                problems.append(Problem(path, f"{path}:{number}",
+                                        f"more than {MAX_NOTE_LINES} lines: the rest is not indexed"))
+            break
         if not raw.strip():
             continue
         try:
-            note = json.loads(raw)
+            note = lines.json_line(raw, MAX_NOTE_LINE)
             if not isinstance(note, dict) or not isinstance(note.get("content"), str):
                 raise ValueError("a note must be an object with a string 'content'")
         except (ValueError, UnicodeDecodeError) as exc:
@@ -491,6 +501,7 @@ class Index:
         walk_ids: set[str] = set()
         notes_files: list[str] = []
         notes: list[dict[str, Any]] = []
+        held = 0
         parsed = _parse_all(repo, changes, blobs)
         # Deletions first, so an issue moved into the archive is not deleted after being re-added.
         for path, old, new in sorted(changes, key=lambda c: c[2] is not None):
@@ -518,9 +529,14 @@ class Index:
             elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
                 notes_files.append(path)
                 if new is not None:
-                    lines, note_problems = parse_notes(repo[new].data, path)
+                    data = repo[new].data
+                    found, note_problems = parse_notes(data, path)
                     problems.extend(note_problems[:1])
-                    notes.extend(lines)
+                    notes.extend(found)
+                    held += len(data)
+                if held > NOTES_BATCH_BYTES:   # many notes files (one blob shared by all): stored as they come
+                    self._store_notes(notes_files, notes)
+                    notes_files, notes, held = [], [], 0
         if notes_files:
             self._store_notes(notes_files, notes)
         bulk = bool(empty) and len(rows) > BULK_ROWS

@@ -13,6 +13,7 @@ from functools import lru_cache
 from datetime import datetime, timezone
 from typing import Any
 
+from hive import lines
 from hive.errors import BadInput
 from hive.state import front_matter
 
@@ -72,6 +73,15 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     return value
+
+
+UNASSIGNED_STATUSES = frozenset({"open", "escalated", "canceled", "failed", "finalized"})
+
+
+def holder_after(status: str, assignee: str) -> str:
+    """The holder rule (DESIGN §3): the assignee an issue keeps in `status` — none in a status
+    nobody holds. Every write applies it (`issues.update`), and every merge (`merge_driver`)."""
+    return "" if status in UNASSIGNED_STATUSES else assignee
 
 
 def now() -> datetime:
@@ -215,10 +225,8 @@ def _load_front(front: str) -> dict[str, Any]:
 
 def toml_depth(text: str | bytes) -> int:
     """How deep arrays and inline tables nest in an issue file's front matter (up to its closing
-    `+++`); brackets in strings and comments are not counted (strings are followed well enough
-    for a limit far above what a person writes and far below what makes tomllib recurse out).
-    Bytes are read as UTF-8 with replacement, decoded only if they hold enough brackets to
-    nest that deep (a replacement never swallows an ASCII byte: the counts are the same)."""
+    `+++`), as `lines.toml_depth` measures it. Bytes are read as UTF-8 with replacement, decoded
+    only if they hold enough brackets to nest that deep (a replacement never swallows an ASCII byte: the counts are the same)."""
     if isinstance(text, bytes):
         end = text.find(b"\n+++", 3)
         head = text if end < 0 else text[:end]
@@ -229,30 +237,7 @@ def toml_depth(text: str | bytes) -> int:
     text = text if end < 0 else text[:end]
     if text.count("[") + text.count("{") <= MAX_TOML_DEPTH:
         return 0   # cannot nest deeper than that: no need to scan
-    depth = deepest = 0
-    quote = ""
-    at, size = 0, len(text)
-    while at < size:
-        ch = text[at]
-        if quote:
-            if ch == "\\" and quote == '"':
-                at += 2
-                continue
-            if ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif ch == "#":
-            newline = text.find("\n", at)
-            at = size if newline < 0 else newline
-            continue
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(depth - 1, 0)
-        at += 1
-    return deepest
+    return lines.toml_depth(text)
 
 
 def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:

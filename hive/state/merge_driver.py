@@ -39,9 +39,11 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+from datetime import timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from hive import lines
 from hive.errors import BadInput
 from hive.state import issue_file
 
@@ -52,6 +54,7 @@ MARKER_SIZE = 7
 OURS_LABEL = "ours"
 BASE_LABEL = "base"
 THEIRS_LABEL = "theirs"
+FUTURE_SKEW_SECONDS = 300
 
 
 class _Missing:
@@ -147,6 +150,7 @@ def merge_issue(base: bytes | None, ours: bytes, theirs: bytes, path: str,
         elif key not in o_fields or _canon(merged) != _canon(o_fields[key]):
             changes[key] = merged
 
+    _apply_holder_rule(changes, o_issue, issue_id, decisions)
     base_body = _body_of(base, path) if base_loaded is None else base_loaded[0].body
     body, conflicts = merge_text_lines(base_body or "", o_issue.body, t_issue.body)
     body_changed = body != o_issue.body
@@ -171,6 +175,19 @@ def _load(data: bytes, issue_id: str, path: str) -> tuple[issue_file.Issue, dict
     return issue, tomllib.loads(front)
 
 
+def _apply_holder_rule(changes: dict[str, Any], ours: issue_file.Issue, issue_id: str,
+                       decisions: list[str] | None) -> None:
+    """A claim on one side and a cancel on the other must not merge into a canceled issue with
+    an assignee: the merged fields keep the holder rule of every write (`issue_file.holder_after`)."""
+    status = changes.get("status", ours.status)
+    assignee = changes.get("assignee", ours.assignee) or ""
+    kept = issue_file.holder_after(str(status), str(assignee))
+    if kept != assignee:
+        changes["assignee"] = kept
+        if decisions is not None:
+            decisions.append(f"{issue_id}: assignee {_shown(assignee)} dropped: a {status} issue has none")
+
+
 def _fields(issue: issue_file.Issue, meta: dict[str, Any]) -> dict[str, Any]:
     """The keys a file has, in file order: known ones normalised by the parser, others as-is."""
     return {key: (getattr(issue, key) if key in issue_file.KNOWN_FIELDS else value)
@@ -189,6 +206,8 @@ def _body_of(data: bytes | None, path: str) -> str | None:
 def _merge_field(key: str, b: Any, o: Any, t: Any,
                  o_issue: issue_file.Issue, t_issue: issue_file.Issue) -> tuple[Any, str]:
     """The merged value, and the rule that chose it when both sides changed it ("" otherwise)."""
+    if key == "updated":
+        b, o, t = _clamped(b), _clamped(o), _clamped(t)
     if _canon(o) == _canon(t):
         return o, ""
     if _canon(o) == _canon(b):
@@ -205,11 +224,22 @@ def _merge_field(key: str, b: Any, o: Any, t: Any,
         t_terminal = (t if t is not MISSING else "open") in issue_file.TERMINAL_STATUSES
         if o_terminal != t_terminal:
             return (o if o_terminal else t), "a finished or canceled issue stays so"
-    if o_issue.updated != t_issue.updated:
-        later_here = o_issue.updated > t_issue.updated
+    o_updated, t_updated = _clamped(o_issue.updated), _clamped(t_issue.updated)
+    if o_updated != t_updated:
+        later_here = o_updated > t_updated
         return (o if later_here else t), (f"the later change ({'here' if later_here else 'there'}, "
-                                          f"updated {max(o_issue.updated, t_issue.updated)})")
+                                          f"updated {max(o_updated, t_updated)})")
     return max(o, t, key=_order), "both updated at the same time: the greater value"
+
+
+def _clamped(stamp: Any) -> Any:
+    """An `updated` time no later than now (plus `FUTURE_SKEW_SECONDS` for clocks a little
+    ahead): a side that claims to change in 2099 must not win every merge. All times beyond are
+    equal, so the rule stays symmetric."""
+    if not isinstance(stamp, str) or not stamp:
+        return stamp
+    horizon = issue_file.format_time(issue_file.now() + timedelta(seconds=FUTURE_SKEW_SECONDS))
+    return min(stamp, horizon)
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -428,10 +458,10 @@ def _jsonl_lines(data: bytes) -> list[bytes]:
 def _jsonl_identity(raw: bytes) -> tuple[bytes, tuple[int, str, bytes]]:
     """(identity for de-duplication, sort key for added lines)."""
     try:
-        value = json.loads(raw)
+        value = lines.json_line(raw)
         canonical = json.dumps(value, sort_keys=True, separators=(",", ":"),
                                ensure_ascii=False).encode("utf-8", "surrogatepass")
-    except (ValueError, RecursionError):
+    except ValueError:
         key = b"t" + raw
         return key, (1, "", key)
     key = b"j" + canonical

@@ -25,6 +25,7 @@ by the index as a problem like a person's bad edit.
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 from dataclasses import dataclass, field
@@ -41,9 +42,12 @@ TREE_MODE = b"40000"
 BLOB_MODE = b"100644"
 MAX_NOTES_BYTES = 8 << 20
 MAX_CONTEXT_BYTES = 1 << 20
-MAX_INCOMING_BYTES = 256 << 20
+MAX_INCOMING_BYTES = 64 << 20         # issue files and context (a 100k-issue queue is ~35 MB): ≤ 200 MB RSS
+MAX_INCOMING_NOTES_BYTES = 64 << 20   # notes (each line a row in index.db: files may share one blob)
 MAX_ENTRIES = 1_000_000
 MAX_NAME_BYTES = 255
+MAX_COMMIT_BYTES = 64 << 10       # one commit's headers and message (hive writes a few hundred bytes)
+MAX_NEW_COMMITS = 1_000_000       # commits one adoption brings (a fresh clone's whole history)
 PLAN_FILE = "PLAN.md"
 KEEP_FILE = ".gitkeep"
 COMMIT, TREE, BLOB = 1, 2, 3   # git's object types (pygit2.enums.ObjectType): pygit2 not imported here
@@ -89,6 +93,7 @@ def check_commit(repo: "pygit2.Repository", commit: str, trusted: str | None, *,
         raise Untrusted(source, commit, TreeRefused("", f"not a readable commit ({exc})")) from None
     try:
         check_tree(repo, tree, base, read)
+        check_history(repo, commit, trusted)
     except TreeRefused as refused:
         raise Untrusted(source, commit, refused) from None
 
@@ -100,9 +105,89 @@ def _tree_of(repo: "pygit2.Repository", commit: str) -> str:
     return data[5:45].decode("ascii")
 
 
+_PARENT = re.compile(rb"^parent ([0-9a-f]{40})$", re.MULTILINE)
+_COMMITTED = re.compile(rb"^committer [^\n]* (\d+) [+-]\d{4}$", re.MULTILINE)
+
+
+def check_history(repo: "pygit2.Repository", tip: str, trusted: str | None) -> None:
+    """Raise TreeRefused at the first commit reachable from `tip` and not from `trusted` whose
+    object (headers and message) is over `MAX_COMMIT_BYTES`, measured from its header before it
+    is read: the history readers (`log`, `cost`, `doctor`) read every commit whole. Newest
+    first; what `trusted` reaches is found by walking it back as far as the new commits' times
+    go (a clock off only makes the walk look at more, already checked, commits)."""
+    commits = _Commits(repo)
+    new: list[tuple[int, str]] = [(-commits.info(tip)[0], tip)]
+    seen = {tip}
+    known = _Reached(commits, trusted)
+    while new:
+        when, oid = heapq.heappop(new)
+        if known.reaches(oid, -when):
+            continue
+        if len(seen) > MAX_NEW_COMMITS:
+            raise TreeRefused(f"commit {oid}", f"more than {MAX_NEW_COMMITS} new commits in one state")
+        for parent in commits.info(oid)[1]:
+            if parent not in seen:
+                seen.add(parent)
+                heapq.heappush(new, (-commits.info(parent)[0], parent))
+
+
+@dataclass
+class _Commits:
+    """Commit objects read as (commit time, parents), each measured from its header first."""
+
+    repo: "pygit2.Repository"
+    cache: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+
+    def info(self, oid: str) -> tuple[int, list[str]]:
+        found = self.cache.get(oid)
+        if found is None:
+            data = self._read(oid)
+            when = _COMMITTED.search(data)
+            found = self.cache[oid] = (int(when.group(1)) if when else 0,
+                                       [p.decode() for p in _PARENT.findall(data)])
+        return found
+
+    def _read(self, oid: str) -> bytes:
+        try:
+            kind, size = self.repo.odb.read_header(oid)
+        except Exception:  # noqa: BLE001 - pygit2's errors: missing or unreadable
+            raise TreeRefused(f"commit {oid}", "a commit that is missing") from None
+        if kind != COMMIT:
+            raise TreeRefused(f"commit {oid}", "a parent that is not a commit")
+        if size > MAX_COMMIT_BYTES:
+            raise TreeRefused(f"commit {oid}", f"{size} bytes of headers and message, over the limit "
+                                               f"of {MAX_COMMIT_BYTES}")
+        return self.repo.odb.read(oid)[1]
+
+
+class _Reached:
+    """The commits `trusted` reaches, walked back (newest first) only as far as asked."""
+
+    def __init__(self, commits: _Commits, trusted: str | None):
+        self.commits = commits
+        self.seen = {trusted} if trusted else set()
+        self.todo = [(-self._info(trusted)[0], trusted)] if trusted else []
+
+    def _info(self, oid: str) -> tuple[int, list[str]]:
+        try:
+            return self.commits.info(oid)
+        except TreeRefused:   # adopted before commits were measured: not walked through
+            return 0, []
+
+    def reaches(self, oid: str, when: int) -> bool:
+        while self.todo and -self.todo[0][0] >= when and oid not in self.seen:
+            _, older = heapq.heappop(self.todo)
+            for parent in self._info(older)[1]:
+                if parent not in self.seen:
+                    self.seen.add(parent)
+                    heapq.heappush(self.todo, (-self._info(parent)[0], parent))
+        return oid in self.seen
+
+
 @dataclass
 class _Budget:
     bytes: int = 0
+    notes_bytes: int = 0
     entries: int = 0
     read: dict[str, bytes] | None = None   # the issue files read, kept for the caller
     issue_files: list[tuple[str, str]] = field(default_factory=list)   # (path, blob): read after the walk
@@ -228,9 +313,14 @@ def _check_file(repo: "pygit2.Repository", path: str, oid: str, budget: _Budget)
         limit = MAX_CONTEXT_BYTES
     if size > limit:
         raise TreeRefused(path, f"{size} bytes, over the limit of {limit}")
-    budget.bytes += size
-    if budget.bytes > MAX_INCOMING_BYTES:
-        raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
+    if limit == MAX_NOTES_BYTES:
+        budget.notes_bytes += size
+        if budget.notes_bytes > MAX_INCOMING_NOTES_BYTES:
+            raise TreeRefused(path, f"more than {MAX_INCOMING_NOTES_BYTES} bytes of new notes in one state")
+    else:
+        budget.bytes += size
+        if budget.bytes > MAX_INCOMING_BYTES:
+            raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
     if limit == MAX_ISSUE_BYTES:
         budget.issue_files.append((path, oid))
     if path == layout.ATTRIBUTES_FILE and repo.odb.read(oid)[1] != layout.ATTRIBUTES.encode():

@@ -2,20 +2,17 @@
 
 Every landing replays the work's own commits onto the target (`hive.workspace.replay`); the last
 one carries `Hive-Issue: <id>` (any such line an agent wrote itself is dropped, so an agent cannot
-make another issue look landed). That makes landing idempotent across machines and restarts: the
-merge step looks for the trailer on the target's first-parent history first and finalizes
-instead of landing twice (`landed_commit`). A finalized issue records its landed commit in its
-file (`merged`), so whether a blocker is on a given target tip is one ancestry check
+make another issue look landed). The candidate is recorded before the target moves
+(`record_landing`), so that landing is idempotent across restarts: the merge step finalizes a
+recorded landing that is on the target instead of landing twice (`landed_commit`); a trailer
+hive did not record (anyone can write one in a commit) counts for nothing. A finalized issue
+records its landed commit in its file (`merged`), so whether a blocker is on a given target tip is one ancestry check
 (`blockers_off_target`): a dependent neither starts from nor lands on a target without it.
 """
 
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass
-from datetime import datetime
 
 import pygit2
 
@@ -23,13 +20,12 @@ from hive.state.issue_file import Issue
 
 ISSUE_TRAILER = "Hive-Issue"
 MERGED_FIELD = "merged"          # the landed commit, in a finalized issue's file
-# a landing is never older than its issue; commit clocks of other machines may be off by this much
-CLOCK_SKEW_SECONDS = 24 * 3600
-MAX_WALK = 200_000
+LANDING_REF = "refs/hive/landings/"   # this machine's landings, recorded before the target moves
+LANDING_FIELD = "landing"             # a shared daemon's landing, in the issue's file before the target push
 
 _TRAILER_LINE = re.compile(rf"^{ISSUE_TRAILER}:.*$\n?", re.MULTILINE | re.IGNORECASE)
-_TRAILER_ID = re.compile(rf"^{ISSUE_TRAILER}: (.+)$", re.MULTILINE)   # the lines `carries` matches
 _OID = re.compile(r"\A[0-9a-f]{40}\Z")
+_TRAILER_ID = re.compile(rf"^{ISSUE_TRAILER}: (.+)$", re.MULTILINE)
 
 
 def landing_message(message: str, issue_id: str, last: bool) -> str:
@@ -45,58 +41,52 @@ def carries(commit: pygit2.Commit, issue_id: str) -> bool:
     return f"\n{ISSUE_TRAILER}: {issue_id}\n" in "\n" + (commit.message or "") + "\n"
 
 
-def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, created: str = "") -> str:
-    """The commit of `tip`'s first-parent history that landed `issue_id` ('' if none). The walk
-    stops at commits older than the issue (`created`, less the clock skew allowed)."""
-    since = _epoch(created) - CLOCK_SKEW_SECONDS if created else 0.0
-    return _landings_on(repo, tip, since).get(issue_id, "")
+def record_landing(repo: pygit2.Repository, issue_id: str, commit: str) -> None:
+    """Remember, before the target moves, that `commit` is this machine's landing of `issue_id`
+    (`refs/hive/landings/<id>`: local, never fetched or pushed, out of any jail's reach)."""
+    repo.references.create(LANDING_REF + issue_id, commit, force=True)
 
 
-@dataclass(frozen=True)
-class _Scan:
-    landed: dict[str, str]   # issue id -> the newest first-parent commit carrying its trailer
-    since: float             # the walk went down to the first commit older than this
+def forget_landing(repo: pygit2.Repository, issue_id: str) -> None:
+    ref = repo.references.get(LANDING_REF + issue_id)
+    if ref is not None:
+        ref.delete()
 
 
-_SCANS: OrderedDict[tuple[str, str], _Scan] = OrderedDict()
-_SCANS_LOCK = threading.Lock()
-MAX_SCANS = 32
+def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, recorded: str = "") -> str:
+    """The commit in `tip`'s history that landed `issue_id` ('' if none): only one hive recorded
+    — this machine's (`record_landing`, written before the target moved) or one the issue's file
+    records (`recorded_of`: its `merged`, or the `landing` a shared daemon wrote before it pushed
+    the target) — and that carries the issue's trailer. A `Hive-Issue` line in anyone else's
+    commit finalizes nothing."""
+    ref = repo.references.get(LANDING_REF + issue_id)
+    candidates = (str(ref.target) if ref is not None else "", *recorded.split())
+    for commit_id in dict.fromkeys(c for c in candidates if c):
+        try:
+            commit = repo[commit_id]
+            if carries(commit, issue_id) and (commit_id == tip or repo.descendant_of(tip, commit_id)):
+                return commit_id
+        except (pygit2.GitError, KeyError, ValueError):
+            continue   # not fetched here (yet)
+    return ""
 
 
-def _landings_on(repo: pygit2.Repository, tip: str, since: float) -> dict[str, str]:
-    """The landings on `tip`'s first-parent history down to `since`. Every merge step asks this
-    of a target that moved by a commit or two since it last asked, so a scan is kept per tip
-    (commits never change) and the next one walks only down to a tip already scanned."""
-    def known(commit_id: str) -> _Scan | None:
-        with _SCANS_LOCK:
-            scan = _SCANS.get((repo.path, commit_id))
-            if scan is not None and scan.since <= since:
-                _SCANS.move_to_end((repo.path, commit_id))
-                return scan
-            return None
+def merged_of(issue: Issue) -> str:
+    """The landed commit a finalized issue's file records ('' if none, or not a commit id)."""
+    merged = str(issue.extra.get(MERGED_FIELD, ""))
+    return merged if _OID.match(merged) else ""
 
-    cached = known(tip)
-    if cached is not None:
-        return cached.landed
-    landed: dict[str, str] = {}
-    reached = since
-    walker = repo.walk(tip, pygit2.GIT_SORT_NONE)
-    walker.simplify_first_parent()
-    for count, commit in enumerate(walker):
-        if commit.commit_time < since or count >= MAX_WALK:
-            break
-        below = known(str(commit.id)) if count else None
-        if below is not None:
-            landed.update((k, v) for k, v in below.landed.items() if k not in landed)
-            reached = below.since
-            break
-        for issue_id in _TRAILER_ID.findall(commit.message or ""):
-            landed.setdefault(issue_id, str(commit.id))
-    with _SCANS_LOCK:
-        _SCANS[(repo.path, tip)] = _Scan(landed, reached)
-        while len(_SCANS) > MAX_SCANS:
-            _SCANS.popitem(last=False)
-    return landed
+
+def recorded_of(issue: Issue) -> str:
+    """The landings the issue's file records, space-separated: `merged` and `landing`."""
+    found = [str(issue.extra.get(key, "")) for key in (MERGED_FIELD, LANDING_FIELD)]
+    return " ".join(c for c in found if _OID.match(c))
+
+
+def issue_of_landing(commit: pygit2.Commit) -> str:
+    """The issue whose trailer ends a landing commit hive made ('' if none)."""
+    found = _TRAILER_ID.findall(commit.message or "")
+    return found[-1].strip() if found else ""
 
 
 def on_target(repo: pygit2.Repository, tip: str, blocker: Issue) -> bool:
@@ -107,8 +97,8 @@ def on_target(repo: pygit2.Repository, tip: str, blocker: Issue) -> bool:
         return True
     if blocker.status != "finalized":
         return False
-    merged = str(blocker.extra.get(MERGED_FIELD, ""))
-    if not _OID.match(merged):
+    merged = merged_of(blocker)
+    if not merged:
         return True
     try:
         return merged == tip or repo.descendant_of(tip, merged)
@@ -119,10 +109,3 @@ def on_target(repo: pygit2.Repository, tip: str, blocker: Issue) -> bool:
 def blockers_off_target(repo: pygit2.Repository, tip: str, blockers: dict[str, Issue | None]) -> list[str]:
     """The ids of the blockers not on the target at `tip` (unknown ones included)."""
     return [i for i, blocker in blockers.items() if blocker is None or not on_target(repo, tip, blocker)]
-
-
-def _epoch(stamp: str) -> float:
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0

@@ -52,6 +52,7 @@ def test_an_issue_already_on_the_target_is_finalized_not_landed_again(repo, new_
     git("add", "landed.txt", cwd=repo)
     git("commit", "-q", "-m", f"the work\n\nHive-Issue: {issue}", cwd=repo)
     tip = git("rev-parse", "main", cwd=repo).stdout.strip()
+    git("update-ref", f"refs/hive/landings/{issue}", tip, cwd=repo)   # recorded before the target moved
     out = hive("finalize", issue, cwd=repo).stdout
     assert tip[:10] in out
     assert git("rev-parse", "main", cwd=repo).stdout.strip() == tip     # nothing landed twice
@@ -74,33 +75,34 @@ def test_a_dependent_never_lands_before_its_blocker(repo, new_issue, hive, git):
     assert _trailers(git, repo) == [dependent, blocker]   # newest first: the blocker landed first
 
 
-def test_landings_are_found_on_a_target_that_moves_and_a_narrow_scan_is_not_reused_for_a_wide_one(repo, git):
-    """`landed_commit` keeps what it scanned per tip; on a target moved by new commits it walks only
-    those, and a scan bounded by a recent issue's creation time never answers for an older one."""
+def test_a_landing_counts_only_as_hive_recorded_it(repo, git):
+    """`landed_commit` answers only with a recorded commit (this machine's `refs/hive/landings/<id>`
+    or the issue's `merged`) that is in the target's history and carries the trailer."""
     import pygit2
 
     from hive.workspace import landings
 
-    def commit(message: str, days_ago: int = 0) -> str:
-        stamp = f"@{int(time.time()) - days_ago * 86400} +0000"
-        git("commit", "-q", "--allow-empty", "-m", message, cwd=repo,
-            env={"GIT_COMMITTER_DATE": stamp, "GIT_AUTHOR_DATE": stamp})
+    def commit(message: str) -> str:
+        git("commit", "-q", "--allow-empty", "-m", message, cwd=repo)
         return git("rev-parse", "HEAD", cwd=repo).stdout.strip()
 
-    old = commit("an old landing\n\nHive-Issue: hv-old001", days_ago=3)
-    first = commit("a landing\n\nHive-Issue: hv-aaa001")
+    forged = commit("anyone's commit\n\nHive-Issue: hv-aaa001")
     pygit2_repo = pygit2.Repository(str(repo))
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    assert landings.landed_commit(pygit2_repo, first, "hv-aaa001", now) == first
-    assert landings.landed_commit(pygit2_repo, first, "hv-old001", now) == ""      # older than the bound
-    assert landings.landed_commit(pygit2_repo, first, "hv-old001") == old          # no bound: found
-    second = commit("another landing\n\nHive-Issue: hv-bbb002\nHive-Issue: hv-ccc003")
-    third = commit("a person's commit, no trailer")
-    assert landings.landed_commit(pygit2_repo, third, "hv-aaa001", now) == first   # through first's scan
-    assert landings.landed_commit(pygit2_repo, third, "hv-bbb002", now) == second
-    assert landings.landed_commit(pygit2_repo, third, "hv-ccc003", now) == second
-    assert landings.landed_commit(pygit2_repo, third, "hv-old001") == old
-    assert landings.landed_commit(pygit2_repo, third, "hv-aaa00") == ""             # whole lines only
+    assert landings.landed_commit(pygit2_repo, forged, "hv-aaa001") == ""           # not recorded
+    landings.record_landing(pygit2_repo, "hv-aaa001", forged)
+    assert landings.landed_commit(pygit2_repo, forged, "hv-aaa001") == forged
+    later = commit("a person's commit, no trailer")
+    assert landings.landed_commit(pygit2_repo, later, "hv-aaa001") == forged        # in the history
+    assert landings.landed_commit(pygit2_repo, later, "hv-aaa00") == ""             # whole lines only
+    landings.record_landing(pygit2_repo, "hv-bbb002", later)
+    assert landings.landed_commit(pygit2_repo, later, "hv-bbb002") == ""            # no trailer of it
+    assert landings.landed_commit(pygit2_repo, later, "hv-ccc003", recorded=forged) == ""
+    other = commit("elsewhere\n\nHive-Issue: hv-ccc003")
+    assert landings.landed_commit(pygit2_repo, other, "hv-ccc003", recorded=other) == other
+    git("reset", "-q", "--hard", later, cwd=repo)
+    assert landings.landed_commit(pygit2_repo, later, "hv-ccc003", recorded=other) == ""   # not on this tip
+    landings.forget_landing(pygit2_repo, "hv-aaa001")
+    assert landings.landed_commit(pygit2_repo, later, "hv-aaa001") == ""
 
 
 PRE_RECEIVE = """#!/bin/sh

@@ -1,0 +1,174 @@
+"""Forged records: what a collaborator pushes (to `hive/state` or the target) cannot finish work
+that was not done, or hold an issue forever (docs/SECURITY.md, "Forged records").
+
+- a claim with no lease, a lease in 2099 or one that is not a time is reclaimed like an expired
+  one (`lifecycle.lease_expired`: times compared as times, at most `LEASE_HORIZON` leases ahead);
+- a `Hive-Issue: X` trailer in anyone's commit on the target finalizes nothing: a landing counts
+  only where hive recorded it before the target moved;
+- a forged `done` does not queue this machine's escalated work for a merge, and an `updated`
+  from the future does not win every merge.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .helpers import daemon_env, tail, work_steps, write_json
+from .test_trust import BLOB, Raw, Shared, issue, shared  # noqa: F401 - fixtures
+
+FORGED_CLAIMS = {
+    "hv-lea001": "",                                          # no lease at all
+    "hv-lea002": 'lease_expires = "2099-01-01T00:00:00Z"\n',  # never ending
+    "hv-lea003": 'lease_expires = "whenever"\n',              # not a time ("w" > "2", as text)
+    "hv-lea004": "lease_expires = 2099-01-01T00:00:00Z\n",    # a TOML datetime, not a string
+}
+
+
+def push_issues(shared: Shared, git, files: dict[str, bytes]) -> str:
+    raw = Raw(shared.attacker)
+    git("fetch", "-q", "origin", cwd=shared.attacker)
+    base = raw._git("rev-parse", "origin/hive/state")
+    tree = raw._git("rev-parse", "origin/hive/state^{tree}")
+    for issue_id, data in files.items():
+        tree = raw.put(tree, [b"issues", f"{issue_id}.md".encode()], BLOB, raw.blob(data))
+    commit = raw.commit(tree, base)
+    git("push", "-q", "origin", f"{commit}:refs/heads/hive/state", cwd=shared.attacker)
+    return commit
+
+
+def statuses(cli, repo: Path) -> dict[str, str]:
+    return {i["id"]: i["status"] for i in json.loads(cli("list", "--json", cwd=repo).stdout)}
+
+
+@pytest.mark.timeout(180)
+def test_claims_that_would_never_expire_are_reclaimed(repo: Path, shared: Shared, tmp_path: Path, git, cli,
+                                                     daemons) -> None:
+    push_issues(shared, git, {issue_id: issue(f"held by {issue_id}", status="in_progress",
+                                              extra=lease + 'machine = "elsewhere"\n').replace(
+        b'assignee = ""', b'assignee = "w-evil01"') for issue_id, lease in FORGED_CLAIMS.items()})
+    cli("sync", "origin", cwd=repo)
+    assert {statuses(cli, repo)[i] for i in FORGED_CLAIMS} == {"in_progress"}
+    script = write_json(tmp_path / "agents.json", {"default": work_steps()})
+    code = daemons.run_until_idle(repo, daemon_env(script, lease_seconds=60, sync_remote="origin"), max_agents=2,
+                                  timeout=150, log=tmp_path / "daemon.log")
+    assert code == 0, tail(tmp_path / "daemon.log")
+    assert {i: statuses(cli, repo)[i] for i in FORGED_CLAIMS} == {i: "finalized" for i in FORGED_CLAIMS}, \
+        tail(tmp_path / "daemon.log")
+
+
+def forge(shared: Shared, git, issue_id: str, **fields: str) -> str:
+    """The remote's issue file with `fields` replaced (TOML values as written)."""
+    git("fetch", "-q", "origin", cwd=shared.attacker)
+    raw = Raw(shared.attacker)
+    text = raw._git("show", f"origin/hive/state:issues/{issue_id}.md") + "\n"
+    for key, value in fields.items():
+        lines = text.split("\n")
+        lines = [f"{key} = {value}" if line.startswith(f"{key} = ") else line for line in lines]
+        text = "\n".join(lines)
+    return push_issues(shared, git, {issue_id: text.encode()})
+
+
+@pytest.mark.timeout(180)
+def test_a_forged_done_does_not_merge_this_machine_s_escalated_work(repo: Path, shared: Shared, tmp_path: Path,
+                                                                   git, cli, new_issue, daemons) -> None:
+    failing = new_issue("work that fails here")
+    cli("sync", "origin", cwd=repo)
+    script = write_json(tmp_path / "agents.json", {"default": [
+        {"write": "hive-work/{issue}.txt", "content": "broken work\n"}, {"commit": "{issue}: broken"},
+        {"result": "failure", "summary": "could not do it"}]})
+    env = daemon_env(script, max_retries=0, max_agent_switches=0, sync_remote="origin")
+    log = tmp_path / "daemon.log"
+    daemons.run_until_idle(repo, env, max_agents=1, timeout=120, log=log)
+    assert statuses(cli, repo)[failing] == "escalated", tail(log)
+    assert git("branch", "--list", f"hive/work/{failing}", cwd=repo).stdout.strip(), "the failed work is kept"
+    main_before = git("rev-parse", "main", cwd=repo).stdout.strip()
+
+    forge(shared, git, failing, status='"done"', updated="2099-01-01T00:00:00Z")
+    cli("sync", "origin", cwd=repo)
+    local = daemon_env(script, max_retries=0, max_agent_switches=0)   # --until-idle ends with a `done` left
+    assert daemons.run_until_idle(repo, local, max_agents=1, timeout=120, log=log) == 0, tail(log)
+    assert statuses(cli, repo)[failing] == "done", tail(log)          # what the state says, but not merged
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == main_before, tail(log)
+    assert git("rev-parse", "origin/main", cwd=repo).stdout.strip() == main_before
+
+
+def test_an_updated_from_the_future_is_clamped_in_a_merge() -> None:
+    from hive.state import issue_file, merge_driver
+
+    base = issue(status="open").replace(b"priority = 0", b"priority = 2")
+    ours = base.replace(b"priority = 2", b"priority = 1")
+    theirs = base.replace(b"priority = 2", b"priority = 3").replace(b"updated = 2026-01-01T00:00:00Z",
+                                                                   b"updated = 2099-01-01T00:00:00Z")
+    merged, clean = merge_driver.merge_issue(base, ours, theirs, "issues/hv-abc123.md")
+    result = issue_file.parse(merged, "hv-abc123")
+    assert clean and result.updated < "2099"
+    later = merged.replace(f"updated = {result.updated}".encode(), b"updated = 2098-01-01T00:00:00Z")
+    assert later != merged
+
+
+def test_a_forged_trailer_on_the_target_finalizes_nothing(repo: Path, new_issue, hive, git) -> None:
+    """Anyone's commit on main saying `Hive-Issue: X` made `finalize` (and the pipeline, and a
+    worker's `_landed_already`) take X as landed, with none of its work on main."""
+    issue_id = new_issue("real work to land", status="done")
+    git("checkout", "-q", "-b", f"hive/work/{issue_id}", "main", cwd=repo)
+    (repo / "the-work.txt").write_text("the real work\n")
+    git("add", "the-work.txt", cwd=repo)
+    git("commit", "-q", "-m", "the real work", cwd=repo)
+    git("checkout", "-q", "main", cwd=repo)
+    git("commit", "-q", "--allow-empty", "-m", f"unrelated\n\nHive-Issue: {issue_id}", cwd=repo)
+    forged = git("rev-parse", "main", cwd=repo).stdout.strip()
+    out = hive("finalize", issue_id, cwd=repo).stdout
+    assert forged[:10] not in out, out
+    assert (repo / "the-work.txt").read_text() == "the real work\n"      # landed for real
+    shown = json.loads(hive("show", issue_id, "--json", cwd=repo).stdout)
+    assert shown["status"] == "finalized" and shown["merged"] != forged
+    assert git("rev-parse", f"{shown['merged']}^", cwd=repo).stdout.strip() == forged
+    assert git("for-each-ref", "refs/hive/landings/", cwd=repo).stdout == ""   # forgotten once finalized
+
+
+def test_a_claim_and_a_cancel_merge_into_a_canceled_issue_nobody_holds(tmp_path: Path) -> None:
+    """The merge driver keeps the holder rule of every write (`issue_file.holder_after`): a claim
+    on one side and a cancel on the other merged into `canceled` with `assignee = "w-…"`."""
+    from hive.state import issue_file, merge_driver
+
+    base = issue(status="open")
+    claimed = issue(status="in_progress").replace(b'assignee = ""', b'assignee = "w-abc123"')
+    canceled = issue(status="canceled")
+    for ours, theirs in ((claimed, canceled), (canceled, claimed)):
+        decisions: list[str] = []
+        merged, clean = merge_driver.merge_issue(base, ours, theirs, "issues/hv-abc123.md", decisions=decisions)
+        result = issue_file.parse(merged, "hv-abc123")
+        assert clean and (result.status, result.assignee) == ("canceled", ""), merged
+    for path, data in (("base", base), ("ours", claimed), ("theirs", canceled)):   # as git runs it
+        (tmp_path / path).write_bytes(data)
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "hive", "merge-driver", str(tmp_path / "base"), str(tmp_path / "ours"),
+                           str(tmp_path / "theirs"), "issues/hv-abc123.md"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert issue_file.parse((tmp_path / "ours").read_bytes(), "hv-abc123").assignee == ""
+    assert "dropped: a canceled issue has none" in proc.stderr
+
+
+
+def test_a_landing_recorded_on_hive_state_counts_on_any_machine(repo: Path, git) -> None:
+    """A shared daemon writes its candidate into the issue's file (`landing`) and pushes that
+    before it moves the target (`SharedQueue._record_landing`): a machine that takes the issue
+    over after it died finds the landing recorded; a trailer without that record counts not."""
+    import pygit2
+
+    from hive.state.issue_file import Issue
+    from hive.workspace import landings
+
+    git("commit", "-q", "--allow-empty", "-m", "landed by a machine that died\n\nHive-Issue: hv-lnd001", cwd=repo)
+    landed = git("rev-parse", "main", cwd=repo).stdout.strip()
+    pygit2_repo = pygit2.Repository(str(repo))
+    recorded = Issue(id="hv-lnd001", title="t", extra={"landing": landed})
+    assert landings.recorded_of(recorded) == landed
+    assert landings.landed_commit(pygit2_repo, landed, "hv-lnd001", landings.recorded_of(recorded)) == landed
+    assert landings.landed_commit(pygit2_repo, landed, "hv-lnd001", landings.recorded_of(
+        Issue(id="hv-lnd001", title="t"))) == ""
+    assert landings.issue_of_landing(pygit2_repo[landed]) == "hv-lnd001"

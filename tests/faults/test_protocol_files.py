@@ -1,0 +1,113 @@
+"""The worker protocol files are the agent's: it can make them anything (docs/SECURITY.md,
+"Agents"). `mkfifo .hive-notes.jsonl` blocked the daemon's event loop in `open()` for good (every
+agent and merge frozen, `git hive stop` timed out, SIGTERM ignored), a FIFO `.hive-result.jsonl`
+hung every restart in recovery. Now each is opened without blocking or following a link
+(`hive.lines.open_regular`), off the event loop, and anything but a regular file of bounded
+size is a failed attempt with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+
+from hive import lines
+from hive.agents import protocol
+
+from .helpers import daemon_env, tail, wait_until, work_steps, write_json
+
+FIRST = [1]
+
+
+def test_every_kind_of_file_but_a_regular_one_is_refused_at_once(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / protocol.RESULT_FILE)
+    os.mkfifo(tmp_path / protocol.NOTES_FILE)
+    assert "a FIFO, not a regular file" in protocol.read_result(tmp_path).problem
+    assert "a FIFO, not a regular file" in protocol.read_new_notes(tmp_path, 0).refused
+    for name in (protocol.RESULT_FILE, protocol.NOTES_FILE):
+        (tmp_path / name).unlink()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / protocol.RESULT_FILE))
+    (tmp_path / protocol.NOTES_FILE).symlink_to("/dev/zero")
+    try:
+        assert "a socket" in protocol.read_result(tmp_path).problem
+        assert "a symbolic link" in protocol.read_new_notes(tmp_path, 0).refused
+    finally:
+        sock.close()
+    (tmp_path / protocol.RESULT_FILE).unlink()
+    (tmp_path / protocol.RESULT_FILE).mkdir()
+    assert "a folder" in protocol.read_result(tmp_path).problem
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / protocol.RESULT_FILE).write_bytes(b" " * (protocol.MAX_RESULT_BYTES + 1))
+    assert "more than" in protocol.read_result(big).problem
+    with open(big / protocol.NOTES_FILE, "wb") as handle:
+        handle.truncate(protocol.MAX_NOTES_BYTES + 1)      # sparse: no disk spent
+    assert "more than" in protocol.read_new_notes(big, 0).refused
+    with pytest.raises(lines.NotAFile):
+        list(lines.iter_lines(tmp_path / protocol.NOTES_FILE))
+
+
+@pytest.mark.timeout(180)
+def test_fifos_for_protocol_files_fail_the_attempt_and_the_run_goes_on(repo: Path, tmp_path: Path, new_issue,
+                                                                       state_log, daemons) -> None:
+    behaviours = {
+        "fifo-notes": work_steps([{"run": f"rm -f {protocol.NOTES_FILE}"},
+                                  {"run": f"mkfifo {protocol.NOTES_FILE}", "on_attempts": FIRST},
+                                  {"sleep": 2, "on_attempts": FIRST}]),
+        "fifo-result": [*work_steps()[:2],
+                        {"run": f"rm -f {protocol.RESULT_FILE} && mkfifo {protocol.RESULT_FILE}",
+                         "on_attempts": FIRST},
+                        {"end_turn": True, "on_attempts": FIRST},
+                        *work_steps()[2:]],
+    }
+    ids = {name: new_issue(f"agent makes a {name}", labels=[name]) for name in behaviours}
+    script = write_json(tmp_path / "agents.json", {"labels": behaviours})
+    env = daemon_env(script, max_retries=1, max_agent_switches=0, test_command="true")
+    code = daemons.run_until_idle(repo, env, max_agents=2, timeout=120, log=tmp_path / "daemon.log")
+    assert code == 0, tail(tmp_path / "daemon.log")
+    log = state_log(repo)
+    for name, issue_id in ids.items():
+        events = [c.event for c in log if c.issue == issue_id and c.event not in ("created", "noted")]
+        assert events == ["claimed", "retry", "done", "finalized"], (name, events, tail(tmp_path / "daemon.log"))
+        reason = next(c.trailers.get("Hive-Reason", "") for c in log if c.issue == issue_id and c.event == "retry")
+        assert "a FIFO, not a regular file" in reason, (name, reason)
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_ends_a_daemon_whose_agent_made_a_fifo(repo: Path, tmp_path: Path, new_issue, daemons) -> None:
+    new_issue("agent makes a FIFO and hangs", labels=["fifo"])
+    script = write_json(tmp_path / "agents.json", {"labels": {"fifo": [
+        {"run": f"mkfifo {protocol.NOTES_FILE}"}, {"write": "started", "content": "x\n"}, {"hang": True}]}})
+    log = tmp_path / "daemon.log"
+    proc = daemons.start(repo, daemon_env(script, max_retries=0, max_agent_switches=0), log=log)
+    started = lambda: list((repo / ".git" / "hive" / "worktrees").glob("*/started"))  # noqa: E731
+    assert wait_until(started, 60), tail(log)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) is not None, tail(log)
+
+
+@pytest.mark.timeout(180)
+def test_a_restart_after_an_agent_left_a_fifo_result_recovers(repo: Path, tmp_path: Path, new_issue, cli,
+                                                              daemons) -> None:
+    """The daemon dies while its agent's `.hive-result.jsonl` is a FIFO: recovery reads it
+    (`recovery._finish_if_finished`) without hanging, and the issue is worked again."""
+    issue_id = new_issue("agent leaves a FIFO result", labels=["fifo"])
+    first = write_json(tmp_path / "first.json", {"labels": {"fifo": [
+        *work_steps()[:2], {"run": f"mkfifo {protocol.RESULT_FILE}"}, {"write": "started", "content": "x\n"},
+        {"hang": True}]}})
+    log = tmp_path / "daemon.log"
+    proc = daemons.start(repo, daemon_env(first), log=log)
+    assert wait_until(lambda: list((repo / ".git" / "hive" / "worktrees").glob("*/started")), 60), tail(log)
+    proc.kill()
+    proc.wait(10)
+    again = write_json(tmp_path / "again.json", {"default": work_steps([{"run": f"rm -f {protocol.RESULT_FILE}"}])})
+    code = daemons.run_until_idle(repo, daemon_env(again, test_command="true"), max_agents=1, timeout=120, log=log)
+    assert code == 0, tail(log)
+    assert {i["id"]: i["status"] for i in json.loads(cli("list", "--json", cwd=repo).stdout)}[
+        issue_id] == "finalized", tail(log)
