@@ -1,0 +1,115 @@
+"""`touches`: the globs of the files an issue's work is expected to change (DESIGN §2).
+
+The field through the real CLI (`create`/`update --touches`, `show`, `list --json`), its checks
+(a bad glob or a list over the bounds is a problem row naming file:line, from a person's commit
+as from fetched state), and the glob language itself (`hive/state/globs.py`: strings only).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hive.state import globs
+
+
+def show(hive, issue_id: str) -> dict:
+    return json.loads(hive("show", issue_id, "--json").stdout)
+
+
+def test_create_and_update_take_touches_and_show_and_list_print_them(repo, hive, git):
+    issue = hive("create", "Auth", "--touches", "src/auth/**", "--touches", "docs/auth.md").stdout.strip()
+    text = git("show", f"hive/state:issues/{issue}.md", cwd=repo).stdout
+    assert 'touches = ["src/auth/**", "docs/auth.md"]' in text.splitlines()
+    assert show(hive, issue)["touches"] == ["src/auth/**", "docs/auth.md"]
+    assert "touches: src/auth/**, docs/auth.md" in hive("show", issue).stdout
+    listed = {i["id"]: i for i in json.loads(hive("list", "--json").stdout)}
+    assert listed[issue]["touches"] == ["src/auth/**", "docs/auth.md"]
+
+    hive("update", issue, "--touches", "src/login.py")
+    assert show(hive, issue)["touches"] == ["src/login.py"]
+    hive("update", issue, "--touches", "")
+    assert show(hive, issue)["touches"] == []
+    assert "touches =" not in git("show", f"hive/state:issues/{issue}.md", cwd=repo).stdout
+
+    plain = hive("create", "No touches").stdout.strip()
+    assert show(hive, plain)["touches"] == []
+    assert "touches =" not in git("show", f"hive/state:issues/{plain}.md", cwd=repo).stdout
+
+
+@pytest.mark.parametrize("glob", ["../secret", "/etc/passwd", "src/[ab", "a**b", ""])
+def test_a_bad_glob_on_the_command_line_is_one_line_exit_2(repo, hive, glob):
+    proc = hive("create", "Bad", "--touches", glob or " ", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--touches" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def commit_file(git, repo, name: str, text: str) -> None:
+    (repo / ".hive" / "issues" / name).write_text(text)
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-q", "-m", "by hand", cwd=repo / ".hive")
+
+
+def test_a_bad_or_oversized_touches_is_a_problem_row_naming_file_and_line(repo, hive, git, issue_text):
+    good = issue_text("good").replace('labels = []', 'labels = []\ntouches = ["src/*.py"]')
+    bad = issue_text("bad").replace('labels = []', 'labels = []\ntouches = ["../outside"]')
+    many = issue_text("many").replace('labels = []', f'labels = []\ntouches = {json.dumps(["f"] * 65)}')
+    long = issue_text("long").replace('labels = []', f'labels = []\ntouches = {json.dumps(["x" * 300])}')
+    commit_file(git, repo, "hv-ttttt1.md", good)
+    for name, text in (("hv-ttttt2.md", bad), ("hv-ttttt3.md", many), ("hv-ttttt4.md", long)):
+        commit_file(git, repo, name, text)
+    proc = hive("doctor", check=False)
+    assert proc.returncode == 2
+    for name in ("hv-ttttt2.md:8: bad touches:", "hv-ttttt3.md:8: bad touches: more than 64 globs",
+                 "hv-ttttt4.md:8: bad touches: a glob longer than 256"):
+        assert f"issues/{name}" in proc.stdout, (name, proc.stdout)
+    listed = {i["id"]: i["touches"] for i in json.loads(hive("list", "--json").stdout)}
+    assert listed == {"hv-ttttt1": ["src/*.py"]}   # the broken ones are not taken in
+
+
+def test_touches_merge_as_a_set_in_the_merge_driver():
+    from hive.state import merge_driver
+
+    assert "touches" in merge_driver.SET_FIELDS
+
+
+# -- the glob language: strings only -------------------------------------------------------------
+
+@pytest.mark.parametrize("a, b, meet", [
+    ("src/auth/**", "src/auth/login.py", True),
+    ("src/auth/", "src/auth/deep/x.py", True),
+    ("src/auth", "src/auth/x.py", False),        # without `/` a glob names files only
+    ("src/*.py", "src/*.md", False),
+    ("src/*.py", "src/a*", True),
+    ("**/*.py", "docs/readme.md", False),
+    ("**/*.py", "a/b/c.py", True),
+    ("a/**/z", "a/z", True),
+    ("src/[ab].py", "src/[!a].py", True),
+    ("src/[a].py", "src/[!a].py", False),
+    ("*x", "*y", False),
+    ("src/x?.py", "src/xy.py", True),
+    ("notes.txt", "notes.txt", True),
+    ("notes.txt", "other.txt", False),
+])
+def test_overlap_is_decided_on_the_strings(a, b, meet):
+    assert globs.overlap(a, b) is meet and globs.overlap(b, a) is meet
+
+
+def test_matches_a_path_as_a_string():
+    assert globs.matches("src/*.py", "src/a.py") and not globs.matches("src/*.py", "src/a/b.py")
+    assert globs.matches("src/", "src/a/b.py") and globs.matches("**", "any/path/at/all")
+    assert globs.matches("a[*]b", "a*b") and not globs.matches("a[*]b", "axb")
+    assert not globs.matches("src/a*", "src/[x]")   # the path's own brackets are plain characters
+    assert globs.matches("src/?x?", "src/[x]")
+
+
+@pytest.mark.parametrize("glob", ["", " ", "/abs", "../up", "a/../b", "a/./b", "a//b", "a\\b", "a\nb",
+                                  "a**", "[ab", "x" * 257])
+def test_invalid_globs_are_named(glob):
+    assert globs.problem(glob)
+
+
+def test_the_bounds():
+    assert globs.problems(["a"] * globs.MAX_GLOBS) is None
+    assert "more than 64" in globs.problems(["a"] * (globs.MAX_GLOBS + 1))
