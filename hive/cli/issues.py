@@ -112,7 +112,15 @@ def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_j
                 listed[issue_id] = other.status if other else None
             return listed[issue_id]
 
-        table(issue_rows(found, status_of), ISSUE_HEADERS)
+        rows = issue_rows(found, status_of)
+        if ready:
+            from hive import touches   # pygit2 (what busy work changed): only for --ready
+
+            held = touches.waits(project, found)
+            for row in rows:
+                if row[0] in held:
+                    row[-1] = f"waits: {held[row[0]]} · {row[-1]}"   # the reason first: a long title is cut
+        table(rows, ISSUE_HEADERS)
     else:
         click.echo("no issues" + (" ready" if ready else ""))
 
