@@ -113,3 +113,19 @@ def test_invalid_globs_are_named(glob):
 def test_the_bounds():
     assert globs.problems(["a"] * globs.MAX_GLOBS) is None
     assert "more than 64" in globs.problems(["a"] * (globs.MAX_GLOBS + 1))
+
+
+# -- the Queen declares them ----------------------------------------------------------------------
+
+def test_the_queen_is_asked_for_touches_and_her_plan_takes_them(repo, tmp_path, hive, list_json):
+    from hive.queen import QUEEN_SYSTEM_PROMPT
+    from tests.test_plan import done_step, plan, queen_issue, queen_prompts, queen_script, write
+
+    assert "Declare `touches` for every issue" in QUEEN_SYSTEM_PROMPT
+    good = queen_issue("Rate limits").replace("labels = []", 'labels = []\ntouches = ["src/api/", "tests/test_api.py"]')
+    bad = good.replace('"src/api/"', '"../outside/"')
+    env = queen_script(tmp_path, [write("hv-tch001", bad, [1]), write("hv-tch001", good, [2]), done_step()])
+    done = plan(hive, env)
+    assert "plan round 1: 1 problem(s); sent back to the Queen" in done.stdout
+    assert "issues/hv-tch001.md:8: bad touches:" in queen_prompts(repo)[1]
+    assert {i["id"]: i["touches"] for i in list_json()} == {"hv-tch001": ["src/api/", "tests/test_api.py"]}
