@@ -81,7 +81,7 @@ def test_defaults_match_the_contract():
         "worker_backend": "", "refinery_backend": "", "max_tokens_per_run": 0,
         "test_timeout_seconds": 600, "stall_seconds": 300, "sync_remote": "",
         "scripted_script": "", "codex": {}, "sandbox": "on", "max_cost_usd_per_issue": 10.0,
-        "max_cost_usd_per_run": 100.0,
+        "max_cost_usd_per_run": 100.0, "touches_mode": "wait",
     }
     assert cfg.as_dict() == expected
     assert set(sources(None).values()) == {"default"}
