@@ -18,10 +18,12 @@ list --ready` shows each issue's `Wait` (`waits`): the same rule, written once.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterable, Iterator
 
+from hive import git
 from hive.project import Project
 from hive.state import globs
 from hive.state.issue_file import Issue
@@ -60,20 +62,20 @@ class Wait:
         return f"touches {self.what} like {self.like}"
 
 
-def wait_of(issue: Issue, busy: Iterable[Busy]) -> Wait | None:
+def wait_of(issue: Issue, busy: Iterable[Busy], *, files_first: bool = True) -> Wait | None:
     """Why `issue` should not start beside `busy`: a file their work changed that its globs
-    cover (first), else one of their globs that meets one of its own; None if nothing does."""
+    cover, else one of their globs that meets one of its own; None if nothing does. Without
+    `files_first` a declared overlap is answer enough (no worktree is read for it)."""
     if not issue.touches:
         return None
-    declared: Wait | None = None
-    for other in busy:
-        if other.issue_id == issue.id:
-            continue
+    others = [other for other in busy if other.issue_id != issue.id]
+    declared = next((w for w in (_declared_wait(issue.touches, other) for other in others) if w), None)
+    if declared is not None and not files_first:
+        return declared
+    for other in others:
         for path in other.changed():
             if any(globs.matches(mine, path) for mine in issue.touches):
                 return Wait(other.issue_id, path, declared_only=False)
-        if declared is None:
-            declared = _declared_wait(issue.touches, other)
     return declared
 
 
@@ -89,10 +91,37 @@ def _names_a_file(glob: str) -> bool:
     return not glob.endswith("/") and not _WILD & set(glob)
 
 
-def busy_work(project: Project, target_ref: str) -> list[Busy]:
-    """Every busy issue of the index, with the files its work here has changed (read lazily)."""
-    return [Busy(issue.id, tuple(issue.touches), partial(changes.changed_files, project.paths, issue.id, target_ref))
+ChangedFiles = Callable[[str], list[str]]   # an issue id -> the files its work changed so far
+
+
+def busy_work(project: Project, target_ref: str, changed: ChangedFiles | None = None) -> list[Busy]:
+    """Every busy issue of the index, with the files its work here has changed (read lazily,
+    by `changed`: `changes.changed_files` unless given)."""
+    read = changed or partial(changes.changed_files, project.paths, target_ref=target_ref)
+    return [Busy(issue.id, tuple(issue.touches), partial(read, issue.id))
             for issue in project.index.list(BUSY_STATUSES, with_body=False)]
+
+
+class RecentChanges:
+    """`changes.changed_files`, read at most once per `max_age` seconds per issue: a daemon wakes
+    many times a second while agents work, and each read stats every file of a worktree."""
+
+    def __init__(self, paths: git.RepoPaths, target_ref: Callable[[], str], max_age: float = 1.0):
+        self.paths, self.target_ref, self.max_age = paths, target_ref, max_age
+        self._seen: dict[str, tuple[float, list[str]]] = {}
+
+    def __call__(self, issue_id: str) -> list[str]:
+        now = time.monotonic()
+        seen = self._seen.get(issue_id)
+        if seen is None or now - seen[0] > self.max_age:
+            seen = self._seen[issue_id] = (now, changes.changed_files(self.paths, issue_id, self.target_ref()))
+        return seen[1]
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop what is kept of issues no longer busy."""
+        kept = set(keep)
+        for issue_id in [i for i in self._seen if i not in kept]:
+            del self._seen[issue_id]
 
 
 def target_ref_of(project: Project) -> str:
@@ -125,7 +154,8 @@ class Picker:
         return self._busy
 
     def wait_of(self, issue: Issue) -> Wait | None:
-        return wait_of(issue, self.busy) if issue.touches else None
+        # `advise` starts an issue held by declared globs only: it must know of changed files
+        return wait_of(issue, self.busy, files_first=self.mode == "advise") if issue.touches else None
 
     def order(self, candidates: Iterable[Issue]) -> Iterator[Issue]:
         """The issues that may start, in the candidates' order; then, with `advise`, those held

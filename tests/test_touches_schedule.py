@@ -152,3 +152,28 @@ def ready_rows(hive: Callable[..., Any]) -> dict[str, str]:
 def issues_ready(project: Any) -> list[Any]:
     project.sync(warn=False)
     return project.index.ready()
+
+
+def test_changed_files_are_what_the_worktree_differs_in_committed_or_not(repo: Path, project: Any,
+                                                                         new_issue: Callable[..., str],
+                                                                         git: Callable[..., Any]) -> None:
+    from hive.workspace.changes import changed_files
+
+    issue = new_issue("work")
+    base = str(worktrees.open_repo(project.paths).references["refs/heads/main"].target)
+    path = worktrees.create(project.paths, issue, base).path
+    assert changed_files(project.paths, issue, "refs/heads/main") == []
+    (path / "committed.txt").write_text("1\n")
+    git("add", "committed.txt", cwd=path)
+    git("commit", "-q", "-m", "one", cwd=path)
+    (path / "staged.txt").write_text("2\n")
+    git("add", "staged.txt", cwd=path)
+    (path / "new" / "deep").mkdir(parents=True)
+    (path / "new" / "deep" / "untracked.txt").write_text("3\n")
+    (path / ".hive-result.jsonl").write_text("{}\n")
+    assert sorted(changed_files(project.paths, issue, "refs/heads/main")) == [
+        "committed.txt", "new/deep/untracked.txt", "staged.txt"]
+    # the worktree gone, the work branch tells what was committed
+    worktrees.adopt_head(project.paths, issue)
+    worktrees.remove(project.paths, issue, delete_branch=False)
+    assert changed_files(project.paths, issue, "refs/heads/main") == ["committed.txt"]

@@ -83,6 +83,7 @@ class Daemon:
         self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
         self._problems_seen: set[str] = set()
         self._held_told: dict[str, str] = {}   # issue -> the touches wait logged last
+        self._recent_changes = touches.RecentChanges(project.paths, lambda: self.target_ref)
         self.finished = 0
         self.started_at = time.time()
         self.start_commit = ""      # the tip of hive/state when the run began (for its summary)
@@ -296,7 +297,12 @@ class Daemon:
     def _picker(self) -> touches.Picker:
         """The touches rule over what is busy now (`hive/touches.py`), read only when an issue
         declares touches."""
-        return touches.Picker(lambda: touches.busy_work(self.project, self.target_ref), self.config.touches_mode)
+        def busy() -> list[touches.Busy]:
+            found = touches.busy_work(self.project, self.target_ref, self._recent_changes)
+            self._recent_changes.forget(b.issue_id for b in found)
+            return found
+
+        return touches.Picker(busy, self.config.touches_mode)
 
     def _tell_held(self, held: dict[str, touches.Wait]) -> None:
         """Log each issue the touches rule holds back, once per reason."""
