@@ -129,3 +129,24 @@ def test_the_queen_is_asked_for_touches_and_her_plan_takes_them(repo, tmp_path, 
     assert "plan round 1: 1 problem(s); sent back to the Queen" in done.stdout
     assert "issues/hv-tch001.md:8: bad touches:" in queen_prompts(repo)[1]
     assert {i["id"]: i["touches"] for i in list_json()} == {"hv-tch001": ["src/api/", "tests/test_api.py"]}
+
+
+def test_touches_from_fetched_state_are_bounded_data_that_can_only_hold_work_back(clones, cli, hive, git,
+                                                                                 issue_text):
+    _, (a, b) = clones("a", "b")
+    over = issue_text("over the cap").replace("labels = []", f"labels = []\ntouches = {json.dumps(['x'] * 65)}")
+    everything = issue_text("claimed elsewhere", status="in_progress", assignee="w-bbbbbb").replace(
+        "labels = []", 'labels = []\ntouches = ["**"]')
+    for name, text in (("hv-fffff1.md", over), ("hv-fffff2.md", everything)):
+        (a / ".hive" / "issues" / name).write_text(text)
+    git("add", "-A", cwd=a / ".hive")
+    git("commit", "-q", "-m", "by hand, elsewhere", cwd=a / ".hive")
+    git("push", "-q", "origin", "hive/state", cwd=a)
+    cli("sync", cwd=b)
+    mine = hive("create", "mine", "--touches", "src/x.py", cwd=b).stdout.strip()
+    doctor = hive("doctor", cwd=b, check=False)
+    assert doctor.returncode == 2 and "issues/hv-fffff1.md:8: bad touches: more than 64 globs" in doctor.stdout
+    listed = {i["id"]: i["touches"] for i in json.loads(hive("list", "--json", cwd=b).stdout)}
+    assert "hv-fffff1" not in listed and listed["hv-fffff2"] == ["**"]
+    ready = hive("list", "--ready", cwd=b, env={"COLUMNS": "200"}).stdout
+    assert f"{mine}" in ready and "waits: touches src/x.py like hv-fffff2" in ready
