@@ -30,7 +30,6 @@ from hive.state.issue_file import Issue
 from hive.workspace import changes
 
 BUSY_STATUSES = ("in_progress", "done")
-MODES = ("wait", "advise")
 _WILD = frozenset("*?[")
 
 

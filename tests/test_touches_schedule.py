@@ -106,10 +106,10 @@ def test_a_file_a_running_agent_changed_holds_an_issue_that_declares_it_even_in_
     daemon = start_daemon(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
     try:
         worktree = hive_dir(repo) / "worktrees" / runner
-        wait_for(lambda: (worktree / "src" / "shared.py").exists(), "the agent's first file")
+        wait_for(lambda: (worktree / "src" / "shared.py").exists(), "the agent's first file", timeout=60)
         later = hive("create", "use shared", "--touches", "src/*.py").stdout.strip()
         wait_for(lambda: f"{later} waits: touches src/shared.py like {runner}" in (tmp_path / "daemon.log").read_text(),
-                 "the daemon holding the issue back")
+                 "the daemon holding the issue back", timeout=60)
         assert f"waits: touches src/shared.py like {runner}" in ready_rows(hive)[later]
         (worktree / "release").write_text("")
         assert daemon.wait(RUN_TIMEOUT) == 0, (tmp_path / "daemon.log").read_text()
