@@ -87,6 +87,9 @@ def test_touches_merge_as_a_set_in_the_merge_driver():
     ("a/**/z", "a/z", True),
     ("src/[ab].py", "src/[!a].py", True),
     ("src/[a].py", "src/[!a].py", False),
+    ("x[a-c]", "x[!ac]", True),                  # b is in both
+    ("x[a-c]", "x[d-f]", False),
+    ("x[!a]", "x[!b]", True),
     ("*x", "*y", False),
     ("src/x?.py", "src/xy.py", True),
     ("notes.txt", "notes.txt", True),

@@ -115,14 +115,20 @@ def _in(token: Token, ch: str) -> bool:
 
 
 def _chars_meet(a: Token, b: Token) -> bool:
-    """Whether one character matches both single-character tokens."""
+    """Whether one character matches both single-character tokens (when unsure: True, so that
+    an issue waits rather than conflicts)."""
     if a is None or b is None:
         return True
-    candidates = set(a[1]) | set(b[1]) | {low for low, _ in a[2] + b[2]} | {high for _, high in a[2] + b[2]}  # type: ignore[index]
-    if any(_in(a, c) and _in(b, c) for c in candidates):
-        return True
-    # two negated classes (or ranges) always share some character neither names
-    return bool(a[0] and b[0])  # type: ignore[index]
+    if a[0] and b[0]:   # type: ignore[index]
+        return True      # two negated classes: some character is named by neither
+    if a[0] or b[0]:   # type: ignore[index]
+        plain = b if a[0] else a   # type: ignore[index]
+        if plain[2]:   # type: ignore[index]
+            return True   # a range against a negated class: conservatively meets
+        return any(_in(a, c) and _in(b, c) for c in plain[1])   # type: ignore[index]
+    # two plain classes: they share a character, or one's range holds an end of the other's
+    candidates = set(a[1]) | set(b[1]) | {end for pair in a[2] + b[2] for end in pair}  # type: ignore[index]
+    return any(_in(a, c) and _in(b, c) for c in candidates)
 
 
 def _segments_meet(a: str, b: str) -> bool:
