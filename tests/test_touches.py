@@ -153,3 +153,13 @@ def test_touches_from_fetched_state_are_bounded_data_that_can_only_hold_work_bac
     assert "hv-fffff1" not in listed and listed["hv-fffff2"] == ["**"]
     ready = hive("list", "--ready", cwd=b, env={"COLUMNS": "200"}).stdout
     assert f"{mine}" in ready and "waits: touches src/x.py like hv-fffff2" in ready
+
+
+def test_plan_md_shows_what_each_issue_touches():
+    from hive.queen import render_plan
+    from hive.state.issue_file import Issue
+
+    doc = render_plan("spec", [Issue(id="hv-aaaaaa", title="t", touches=["src/a|b.py", "docs/"]),
+                               Issue(id="hv-bbbbbb", title="u")])
+    assert "| hv-aaaaaa | t | task | 2 | - | - | `src/a\\|b.py`, `docs/` |" in doc
+    assert "| hv-bbbbbb | u | task | 2 | - | - | - |" in doc
