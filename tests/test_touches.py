@@ -163,3 +163,41 @@ def test_plan_md_shows_what_each_issue_touches():
                                Issue(id="hv-bbbbbb", title="u")])
     assert "| hv-aaaaaa | t | task | 2 | - | - | `src/a\\|b.py`, `docs/` |" in doc
     assert "| hv-bbbbbb | u | task | 2 | - | - | - |" in doc
+
+
+# -- the rule itself: the Picker's order --------------------------------------------------------
+
+def _issue(name: str, *touches: str):
+    from hive.state.issue_file import Issue
+
+    return Issue(id=f"hv-{name:0>6}", title=name, touches=list(touches))
+
+
+def test_the_picker_starts_clear_issues_first_and_each_claimed_one_counts():
+    from hive.touches import Busy, Picker
+
+    busy = [Busy("hv-000run", ("src/api/",), lambda: ["docs/changed.md"])]
+    ready = [_issue("a", "src/api/x.py"), _issue("b", "lib/x.py"), _issue("c", "lib/*.py"),
+             _issue("d"), _issue("e", "docs/*.md")]
+    picker = Picker(lambda: list(busy))
+    started = []
+    for issue in picker.order(ready):
+        started.append(issue.title)
+        picker.started(issue)
+    assert started == ["b", "d"]   # c meets b, claimed just before it; a and e meet the running issue
+    assert {k: (str(w), w.declared_only) for k, w in picker.held.items()} == {
+        "hv-00000a": ("touches src/api/x.py like hv-000run", True),
+        "hv-00000c": ("touches lib/x.py like hv-00000b", True),
+        "hv-00000e": ("touches docs/changed.md like hv-000run", False),   # what its agent changed
+    }
+
+
+def test_advise_starts_declared_overlaps_last_but_never_over_a_changed_file():
+    from hive.touches import Busy, Picker
+
+    busy = [Busy("hv-000run", ("src/api/",), lambda: ["docs/changed.md"])]
+    ready = [_issue("a", "src/api/x.py"), _issue("b", "lib/x.py"), _issue("e", "docs/*.md")]
+    picker = Picker(lambda: list(busy), mode="advise")
+    assert [i.title for i in picker.order(ready)] == ["b", "a"]
+    assert {k: str(w) for k, w in picker.held.items()} == {"hv-00000e": "touches docs/changed.md like hv-000run"}
+    assert not picker.held["hv-00000e"].declared_only
