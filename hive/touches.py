@@ -31,6 +31,7 @@ from hive.workspace import changes
 
 BUSY_STATUSES = ("in_progress", "done")
 _WILD = frozenset("*?[")
+MAX_WALK = 1000   # blockers followed back from one issue
 
 
 @dataclass
@@ -61,13 +62,16 @@ class Wait:
         return f"touches {self.what} like {self.like}"
 
 
-def wait_of(issue: Issue, busy: Iterable[Busy], *, files_first: bool = True) -> Wait | None:
+def wait_of(issue: Issue, busy: Iterable[Busy], *, files_first: bool = True,
+            behind: frozenset[str] = frozenset()) -> Wait | None:
     """Why `issue` should not start beside `busy`: a file their work changed that its globs
     cover, else one of their globs that meets one of its own; None if nothing does. Without
-    `files_first` a declared overlap is answer enough (no worktree is read for it)."""
+    `files_first` a declared overlap is answer enough (no worktree is read for it). `behind`:
+    the issue's blockers, whose unmerged work it starts from (`worktrees.compute_base`): they
+    cannot conflict with it."""
     if not issue.touches:
         return None
-    others = [other for other in busy if other.issue_id != issue.id]
+    others = [other for other in busy if other.issue_id != issue.id and other.issue_id not in behind]
     declared = next((w for w in (_declared_wait(issue.touches, other) for other in others) if w), None)
     if declared is not None and not files_first:
         return declared
@@ -131,8 +135,9 @@ def waits(project: Project, ready: list[Issue], target_ref: str = "") -> dict[st
     """The issues of `ready` that wait now, and why (what `git hive list --ready` shows)."""
     if not any(issue.touches for issue in ready):
         return {}
-    busy = busy_work(project, target_ref or target_ref_of(project))
-    found = {issue.id: wait_of(issue, busy) for issue in ready}
+    picker = Picker(lambda: busy_work(project, target_ref or target_ref_of(project)),
+                    blockers_of=project.index.blockers_of)
+    found = {issue.id: picker.wait_of(issue, files_first=True) for issue in ready}
     return {issue_id: wait for issue_id, wait in found.items() if wait is not None}
 
 
@@ -140,8 +145,10 @@ class Picker:
     """The order a daemon tries ready issues in under the rule: `order(candidates)` yields those
     that may start, re-checked as each one it claims (`started`) becomes busy too."""
 
-    def __init__(self, busy: Callable[[], list[Busy]], mode: str = "wait"):
+    def __init__(self, busy: Callable[[], list[Busy]], mode: str = "wait",
+                 blockers_of: Callable[[str], list[str]] | None = None):
         self._read_busy = busy
+        self._blockers_of = blockers_of
         self._busy: list[Busy] | None = None
         self.mode = mode
         self.held: dict[str, Wait] = {}   # the issues held back by the last `order`, and why
@@ -152,9 +159,25 @@ class Picker:
             self._busy = self._read_busy()
         return self._busy
 
-    def wait_of(self, issue: Issue) -> Wait | None:
-        # `advise` starts an issue held by declared globs only: it must know of changed files
-        return wait_of(issue, self.busy, files_first=self.mode == "advise") if issue.touches else None
+    def wait_of(self, issue: Issue, files_first: bool | None = None) -> Wait | None:
+        if not issue.touches:
+            return None
+        if files_first is None:   # advise may start one held by declared globs only: it needs the files
+            files_first = self.mode == "advise"
+        return wait_of(issue, self.busy, files_first=files_first, behind=self._behind(issue))
+
+    def _behind(self, issue: Issue) -> frozenset[str]:
+        """Every blocker of `issue`, transitively (an issue's work holds its blockers' work)."""
+        if self._blockers_of is None or not issue.depends_on:
+            return frozenset(issue.depends_on)
+        seen: set[str] = set()
+        todo = list(issue.depends_on)
+        while todo and len(seen) < MAX_WALK:
+            blocker = todo.pop()
+            if blocker not in seen:
+                seen.add(blocker)
+                todo.extend(self._blockers_of(blocker))
+        return frozenset(seen)
 
     def order(self, candidates: Iterable[Issue]) -> Iterator[Issue]:
         """The issues that may start, in the candidates' order; then, with `advise`, those held

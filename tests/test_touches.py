@@ -201,3 +201,16 @@ def test_advise_starts_declared_overlaps_last_but_never_over_a_changed_file():
     assert [i.title for i in picker.order(ready)] == ["b", "a"]
     assert {k: str(w) for k, w in picker.held.items()} == {"hv-00000e": "touches docs/changed.md like hv-000run"}
     assert not picker.held["hv-00000e"].declared_only
+
+
+def test_an_issues_blockers_never_hold_it_back():
+    from hive.state.issue_file import Issue
+    from hive.touches import Busy, Picker
+
+    busy = [Busy("hv-00000a", ("x.txt",)), Busy("hv-00000b", ("x.txt",)), Busy("hv-00000z", ("y.txt",))]
+    blockers = {"hv-00000c": ["hv-00000b"], "hv-00000b": ["hv-00000a"]}
+    dependent = Issue(id="hv-00000c", title="c", depends_on=["hv-00000b"], touches=["x.txt", "y.txt"])
+    picker = Picker(lambda: busy, blockers_of=lambda i: blockers.get(i, []))
+    assert str(picker.wait_of(dependent)) == "touches y.txt like hv-00000z"
+    busy.pop()
+    assert picker.wait_of(dependent) is None   # its blockers' work is in its base, transitively

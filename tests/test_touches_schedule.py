@@ -177,3 +177,18 @@ def test_changed_files_are_what_the_worktree_differs_in_committed_or_not(repo: P
     worktrees.adopt_head(project.paths, issue)
     worktrees.remove(project.paths, issue, delete_branch=False)
     assert changed_files(project.paths, issue, "refs/heads/main") == ["committed.txt"]
+
+
+def test_a_dependent_starts_from_its_blockers_unmerged_work_whatever_they_touch(
+        repo: Path, new_issue: Callable[..., str], state_log: Callable[..., Any], tmp_path: Path,
+        list_json: Callable[..., list[dict]]) -> None:
+    """Its base holds the blockers' work (`worktrees.compute_base`): no conflict to wait for."""
+    first = new_issue("first", touches=["lines.txt"])
+    second = new_issue("second", touches=["lines.txt"], depends_on=[first])
+    third = new_issue("third", touches=["lines.txt"], depends_on=[second])
+    script = write_script(tmp_path, {"default": steps({"append": "lines.txt", "content": "line of {issue}\n"})})
+    proc = run_until_idle(repo, script, max_agents=2, merge_mode="manual")
+    assert "waits" not in proc.stdout
+    assert set(spans(state_log, repo)) == {first, second, third}
+    statuses = {i["id"]: i["status"] for i in list_json()}
+    assert statuses == {first: "done", second: "done", third: "done"}

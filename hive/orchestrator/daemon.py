@@ -302,7 +302,7 @@ class Daemon:
             self._recent_changes.forget(b.issue_id for b in found)
             return found
 
-        return touches.Picker(busy, self.config.touches_mode)
+        return touches.Picker(busy, self.config.touches_mode, self.project.index.blockers_of)
 
     def _tell_held(self, held: dict[str, touches.Wait]) -> None:
         """Log each issue the touches rule holds back, once per reason."""
