@@ -81,6 +81,10 @@ class Config:
                            choices=("auto", "manual"))
     sandbox: str = _key("on", "on: agents run in an OS jail (bubblewrap); off: unjailed, warned at every start.",
                         choices=("on", "off"))
+    touches_mode: str = _key(
+        "wait", "wait: an issue whose declared touches meet a busy issue's files waits for its landing; "
+                "advise: where only declared globs meet, it starts when nothing else is ready.",
+        choices=("wait", "advise"))
     id_prefix: str = _key("hv", "Prefix of new issue ids (<prefix>-<6 chars>).", nonempty=True)
     lease_seconds: int = _key(900, "How long a claim lives without a heartbeat.", minimum=1)
     stall_seconds: int = _key(300, "No agent activity for this long is a stall.", minimum=1)

@@ -55,12 +55,14 @@ def _commit(project: Project, build: Callable[[Snapshot], Change | None]) -> str
 
 def create(project: Project, title: str, *, description: str = "", priority: int = issue_file.DEFAULT_PRIORITY,
            type: str = "task", parent: str = "", depends_on: Iterable[str] = (),
-           labels: Iterable[str] = (), agent: str = "", issue_id: str | None = None) -> Issue:
+           labels: Iterable[str] = (), agent: str = "", issue_id: str | None = None,
+           touches: Iterable[str] = ()) -> Issue:
     prefix = project.config.id_prefix if issue_id is None else ""
     stamp = issue_file.format_time(issue_file.now())
     issue = Issue(id=issue_id or issue_file.new_id(prefix), title=title.strip(), priority=priority,
                   type=type, parent=parent, depends_on=list(dict.fromkeys(depends_on)),
-                  labels=list(dict.fromkeys(labels)), created=stamp, updated=stamp,
+                  labels=list(dict.fromkeys(labels)), touches=list(dict.fromkeys(touches)),
+                  created=stamp, updated=stamp,
                   body=description)
     text = issue_file.render(issue)
     # the same checks as any file; the body as stored (render ends it with a newline)

@@ -221,12 +221,13 @@ def _key_line(text: str, key: str) -> int:
 def render_plan(spec: str, issues: list[Issue]) -> str:
     """PLAN.md: the spec, a table of the proposed issues, the dependency graph in Mermaid."""
     lines = ["# Plan", "", "## Spec", "", spec.strip(), "", "## Issues", "",
-             "| id | title | type | priority | depends on | parent |",
-             "|---|---|---|---|---|---|"]
+             "| id | title | type | priority | depends on | parent | touches |",
+             "|---|---|---|---|---|---|---|"]
     for issue in issues:
         title = issue.title.replace("|", "\\|")
+        touches = ", ".join(f"`{glob}`" for glob in issue.touches).replace("|", "\\|") or "-"
         lines.append(f"| {issue.id} | {title} | {issue.type} | {issue.priority} | "
-                     f"{', '.join(issue.depends_on) or '-'} | {issue.parent or '-'} |")
+                     f"{', '.join(issue.depends_on) or '-'} | {issue.parent or '-'} | {touches} |")
     lines += ["", "## Dependency graph", "", "```mermaid", "graph TD"]
     for issue in issues:
         label = issue.title.replace('"', "'")

@@ -82,7 +82,7 @@ def test_defaults_match_the_contract():
         "test_timeout_seconds": 600, "stall_seconds": 300, "sync_remote": "",
         "scripted_script": "", "codex": {}, "sandbox": "on", "max_cost_usd_per_issue": 10.0,
         "max_cost_usd_per_run": 100.0, "attempt_retention_days": 30, "transcript_retention_days": 30,
-        "transcript_max_mb": 500,
+        "transcript_max_mb": 500, "touches_mode": "wait",
     }
     assert cfg.as_dict() == expected
     assert set(sources(None).values()) == {"default"}

@@ -300,7 +300,7 @@ def test_no_approve_leaves_a_reviewable_plan_branch(repo: Path, tmp_path: Path, 
     assert {f"issues/{i}.md" for i in (epic, a, b, c)} <= tree_files(git, branch)
     doc = git("show", f"{branch}:PLAN.md").stdout
     assert SPEC in doc
-    assert "| id | title | type | priority | depends on | parent |" in doc
+    assert "| id | title | type | priority | depends on | parent | touches |" in doc
     assert f"| {a} | Token bucket \\| core | task | 1 | - | {epic} |" in doc
     assert f"| {c} | All endpoints | task | 2 | {a}, {b} | {epic} |" in doc
     mermaid = re.search(r"```mermaid\n(.*?)```", doc, re.S)

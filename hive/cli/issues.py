@@ -30,6 +30,17 @@ def checked_title(title: str) -> str:
     return title
 
 
+def checked_touches(given: tuple[str, ...]) -> list[str]:
+    """`--touches` as given (an empty one clears the list), refused (exit 2) if a glob is invalid."""
+    from hive.state import globs
+
+    touches = [glob for glob in given if glob]
+    problem = globs.problems(touches)
+    if problem:
+        raise BadInput(f"--touches: {problem}")
+    return touches
+
+
 def description_text(description: str) -> str:
     """`-d -` reads the description from standard input."""
     if description != "-":
@@ -54,9 +65,11 @@ def resolve(project: Project, given: str) -> str:
 @click.option("--parent", default="", help="The epic this issue belongs to.")
 @click.option("--depends-on", "depends_on", multiple=True, help="A blocker (repeatable).")
 @click.option("-l", "--label", "labels", multiple=True, help="A label (repeatable).")
+@click.option("--touches", "touches", multiple=True, metavar="GLOB",
+              help="A glob of the files the work will change, e.g. 'src/auth/**' (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the created issue as JSON.")
 def create(title: str, description: str, priority: int, kind: str, parent: str,
-           depends_on: tuple[str, ...], labels: tuple[str, ...], as_json: bool) -> None:
+           depends_on: tuple[str, ...], labels: tuple[str, ...], touches: tuple[str, ...], as_json: bool) -> None:
     """Create an issue and print its id."""
     from hive import issues
 
@@ -65,7 +78,7 @@ def create(title: str, description: str, priority: int, kind: str, parent: str,
     blockers = [resolve(project, d) for d in depends_on]
     parent_id = resolve(project, parent) if parent else ""
     issue = issues.create(project, title, description=description, priority=priority, type=kind,
-                          parent=parent_id, depends_on=blockers, labels=labels)
+                          parent=parent_id, depends_on=blockers, labels=labels, touches=checked_touches(touches))
     if as_json:
         print_json(issue.to_json(with_body=True))
     else:
@@ -99,7 +112,15 @@ def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_j
                 listed[issue_id] = other.status if other else None
             return listed[issue_id]
 
-        table(issue_rows(found, status_of), ISSUE_HEADERS)
+        rows = issue_rows(found, status_of)
+        if ready:
+            from hive import touches   # pygit2 (what busy work changed): only for --ready
+
+            held = touches.waits(project, found)
+            for row in rows:
+                if row[0] in held:
+                    row[-1] = f"waits: {held[row[0]]} · {row[-1]}"   # the reason first: a long title is cut
+        table(rows, ISSUE_HEADERS)
     else:
         click.echo("no issues" + (" ready" if ready else ""))
 
@@ -292,12 +313,15 @@ def _split(command: str) -> list[str]:
 @click.option("--assignee", default=None)
 @click.option("-l", "--add-label", "add_labels", multiple=True)
 @click.option("--remove-label", "remove_labels", multiple=True)
+@click.option("--touches", "touches", multiple=True, metavar="GLOB",
+              help="Replace the globs of the files the work will change (repeatable; '' clears them).")
 @click.option("--force", is_flag=True,
               help="Allow a status/assignee no daemon would ever move on from (in_progress with no assignee...).")
 @click.option("--json", "as_json", is_flag=True)
 def update(issue_id: str, status: str | None, priority: int | None, title: str | None, kind: str | None,
            description: str | None, parent: str | None, assignee: str | None,
-           add_labels: tuple[str, ...], remove_labels: tuple[str, ...], force: bool, as_json: bool) -> None:
+           add_labels: tuple[str, ...], remove_labels: tuple[str, ...], touches: tuple[str, ...], force: bool,
+           as_json: bool) -> None:
     """Change fields of an issue (one commit)."""
     from hive import lifecycle
 
@@ -316,6 +340,8 @@ def update(issue_id: str, status: str | None, priority: int | None, title: str |
             changes[key] = value
     if parent is not None:
         changes["parent"] = resolve(project, parent) if parent else ""
+    if touches:
+        changes["touches"] = checked_touches(touches)
     if add_labels or remove_labels:
         changes["labels"] = [l for l in dict.fromkeys([*current.labels, *add_labels]) if l not in remove_labels]
     if not changes and description is None:

@@ -68,6 +68,8 @@ def show_issue(issue: Issue) -> None:
         click.echo(one_line(f"depends on: {', '.join(issue.depends_on)}"))
     if issue.labels:
         click.echo(one_line(f"labels: {', '.join(issue.labels)}"))
+    if issue.touches:
+        click.echo(one_line(f"touches: {', '.join(issue.touches)}"))
     click.echo(one_line(f"created {issue.created} · updated {issue.updated}"))
     if issue.body.strip():
         click.echo("")

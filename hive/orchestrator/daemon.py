@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, Callable, Iterator
 
-from hive import git, lifecycle
+from hive import git, lifecycle, touches
 from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
@@ -90,6 +90,8 @@ class Daemon:
         self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
         self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
         self._problems_seen: set[str] = set()
+        self._held_told: dict[str, str] = {}   # issue -> the touches wait logged last
+        self._recent_changes = touches.RecentChanges(project.paths, lambda: self.target_ref)
         self.finished = 0
         self.started_at = time.time()
         self.start_commit = ""      # the tip of hive/state when the run began (for its summary)
@@ -278,9 +280,9 @@ class Daemon:
         if self.token_cap_reached:
             return True
         first = self.project.index.ready(limit=1)
-        if not first or not self._waits_for_work_elsewhere(first[0]):
+        if not first or (not first[0].touches and not self._waits_for_work_elsewhere(first[0])):
             return not first
-        return all(self._waits_for_work_elsewhere(issue) for issue in self.project.index.ready())
+        return next(iter(self._picker().order(self._candidates())), None) is None
 
     async def _spawn(self) -> None:
         if self.stopping.is_set() or self.token_cap_reached or not self.health.healthy.is_set():
@@ -290,11 +292,10 @@ class Daemon:
         if len(self.running) >= self.max_agents:
             return
         lease = self.config.lease_seconds if self.shared is not None else 0
-        for issue in self.project.index.ready():
+        picker = self._picker()
+        for issue in picker.order(self._candidates()):
             if len(self.running) >= self.max_agents or self.stopping.is_set():
                 break
-            if issue.id in self.running or self._waits_for_work_elsewhere(issue):
-                continue
             handed = handover.peek(self.runtime, issue.id)
             # a rejected attempt retried by the same agent: it goes on under its own id
             agent_id = handed.agent_id if handed is not None and handed.same_agent else new_agent_id()
@@ -311,7 +312,32 @@ class Daemon:
             elif not lifecycle.claim(self.project, issue.id, agent_id, lease_seconds=lease):
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
+            picker.started(issue)
             self.start_worker(issue.id, agent_id)
+        self._tell_held(picker.held)
+
+    def _candidates(self) -> Iterator[Issue]:
+        """The ready queue, in order, less what runs here or waits for work elsewhere."""
+        for issue in self.project.index.ready():
+            if issue.id not in self.running and not self._waits_for_work_elsewhere(issue):
+                yield issue
+
+    def _picker(self) -> touches.Picker:
+        """The touches rule over what is busy now (`hive/touches.py`), read only when an issue
+        declares touches."""
+        def busy() -> list[touches.Busy]:
+            found = touches.busy_work(self.project, self.target_ref, self._recent_changes)
+            self._recent_changes.forget(b.issue_id for b in found)
+            return found
+
+        return touches.Picker(busy, self.config.touches_mode, self.project.index.blockers_of)
+
+    def _tell_held(self, held: dict[str, touches.Wait]) -> None:
+        """Log each issue the touches rule holds back, once per reason."""
+        for issue_id, wait in held.items():
+            if self._held_told.get(issue_id) != str(wait):
+                self._held_told[issue_id] = str(wait)
+                self.log(f"{issue_id} waits: {wait}")
 
     def _waits_for_work_elsewhere(self, issue: Issue) -> bool:
         """Whether a blocker's work is not where this machine may start from: done but neither on

@@ -48,7 +48,7 @@ def _time(text: str) -> datetime:
 _RENDERED = (
     rf"title = {_STRING_VALUE}\nstatus = {_STRING_VALUE}\npriority = {_INTEGER_VALUE}\n"
     rf"type = {_STRING_VALUE}\n(?:parent = {_STRING_VALUE}\n)?depends_on = {_ARRAY_VALUE}\n"
-    rf"labels = {_ARRAY_VALUE}\nassignee = {_STRING_VALUE}\ncreated = {_TIME_VALUE}\nupdated = {_TIME_VALUE}"
+    rf"labels = {_ARRAY_VALUE}\n(?:touches = {_ARRAY_VALUE}\n)?assignee = {_STRING_VALUE}\ncreated = {_TIME_VALUE}\nupdated = {_TIME_VALUE}"
 )
 
 
@@ -88,7 +88,7 @@ def read(front: str) -> dict[str, Any] | None:
 
 
 def _read_rendered(values: tuple[str | None, ...], items_of: Callable[[str], list[str]]) -> dict[str, Any] | None:
-    title, status, priority, kind, parent, depends_on, labels, assignee, created, updated = values
+    title, status, priority, kind, parent, depends_on, labels, touches, assignee, created, updated = values
     try:
         created_at, updated_at = _time(created), _time(updated)   # type: ignore[arg-type]
     except ValueError:
@@ -98,6 +98,8 @@ def _read_rendered(values: tuple[str | None, ...], items_of: Callable[[str], lis
         result["parent"] = parent
     result["depends_on"] = [item[1:-1] for item in items_of(depends_on)] if depends_on != "[]" else []   # type: ignore[arg-type]
     result["labels"] = [item[1:-1] for item in items_of(labels)] if labels != "[]" else []   # type: ignore[arg-type]
+    if touches is not None:
+        result["touches"] = [item[1:-1] for item in items_of(touches)] if touches != "[]" else []
     result["assignee"] = assignee
     result["created"] = created_at
     result["updated"] = updated_at

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     OwnChanges = Callable[[str, str], "Changes | None"]
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 CONFLICT_MESSAGE = ("conflict markers in the description (both sides changed the same lines): "
                     "keep what is right, remove the <<<<<<< ======= >>>>>>> lines")
 REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
@@ -40,15 +40,16 @@ MAX_NOTE_LINE = 64 << 10     # bytes of one note line
 NOTES_BATCH_BYTES = 16 << 20   # notes held before they are stored: memory stays flat however many files
 
 ISSUE_COLUMNS = ("id", "path", "blob", "title", "status", "priority", "type", "parent", "assignee",
-                 "depends_on", "labels", "created_at", "updated_at", "body", "extra")
+                 "depends_on", "labels", "created_at", "updated_at", "body", "extra", "touches")
 
 # Issue.to_json() in SQL: the same keys in the same order (id, then issue_file.KNOWN_FIELDS);
 # `extra` (kept JSON-ready) is merged after them with json_patch.
 JSON_OBJECT = ("json_object('id', id, 'title', title, 'status', status, 'priority', priority, 'type', type, "
                "'parent', coalesce(parent, ''), 'depends_on', json(depends_on), 'labels', json(labels), "
-               "'assignee', coalesce(assignee, ''), 'created', created_at, 'updated', updated_at)")
+               "'touches', json(coalesce(touches, '[]')), 'assignee', coalesce(assignee, ''), 'created', created_at, 'updated', updated_at)")
 # an issue's JSON for a listing; the sort and the JSON read only these columns (not the bodies)
-LISTED_COLUMNS = "id, title, status, priority, type, parent, assignee, depends_on, labels, created_at, updated_at, extra"
+LISTED_COLUMNS = ("id, title, status, priority, type, parent, assignee, depends_on, labels, created_at, updated_at, "
+                  "extra, touches")
 ISSUE_JSON = f"CASE WHEN extra = '{{}}' THEN {JSON_OBJECT} ELSE json_patch({JSON_OBJECT}, extra) END"
 
 READY_SQL = f"""
@@ -131,7 +132,7 @@ def row_to_issue(row: sqlite3.Row) -> Issue:
     return Issue(
         id=row["id"], title=row["title"], status=row["status"], priority=row["priority"],
         type=row["type"], parent=row["parent"] or "", depends_on=_json(row["depends_on"]),
-        labels=_json(row["labels"]), assignee=row["assignee"] or "",
+        labels=_json(row["labels"]), touches=_json(row["touches"] or "[]"), assignee=row["assignee"] or "",
         created=row["created_at"], updated=row["updated_at"], body=row["body"],
         extra=_json(row["extra"]),
     )
@@ -151,7 +152,7 @@ def _issue_row(issue: Issue, path: str, blob: str) -> tuple[Any, ...]:
     return (issue.id, path, blob, issue.title, issue.status, issue.priority, issue.type,
             issue.parent or None, issue.assignee or None, _ids_json(issue.depends_on),
             _json_text(issue.labels), issue.created, issue.updated, issue.body,
-            _json_text(issue_file._jsonable(issue.extra)) if issue.extra else "{}")
+            _json_text(issue_file._jsonable(issue.extra)) if issue.extra else "{}", _json_text(issue.touches))
 
 
 def _json_text(values: list[str]) -> str:
@@ -331,7 +332,7 @@ class Index:
             "id": str, "path": str, "blob": str, "title": str, "status": str, "priority": int,
             "type": str, "parent": str, "assignee": str, "depends_on": str, "labels": str,
             "created_at": str, "updated_at": str, "body": str, "extra": str,
-            "chain": int, "dependents": int,
+            "chain": int, "dependents": int, "touches": str,
         }, pk="id", not_null={"path", "status", "title", "chain", "dependents"},
             defaults={"chain": 0, "dependents": 0}, if_not_exists=True)
         sdb["deps"].create({"issue_id": str, "blocker_id": str}, pk=("issue_id", "blocker_id"),

@@ -15,7 +15,7 @@ from typing import Any
 
 from hive import lines
 from hive.errors import BadInput
-from hive.state import front_matter
+from hive.state import front_matter, globs
 
 STATUSES = ("open", "in_progress", "done", "finalized", "failed", "escalated", "canceled")
 TERMINAL_STATUSES = frozenset({"finalized", "canceled"})
@@ -35,7 +35,8 @@ MAX_TOML_DEPTH = 16   # arrays and inline tables in a front matter: tomllib recu
 
 # Front-matter keys hive knows, in the order a new file lists them.
 KNOWN_FIELDS = ("title", "status", "priority", "type", "parent", "depends_on", "labels",
-                "assignee", "created", "updated")
+                "touches", "assignee", "created", "updated")
+OPTIONAL_FIELDS = frozenset({"parent", "touches"})   # a new file leaves them out when empty
 _KNOWN_KEYS = frozenset(KNOWN_FIELDS)
 
 
@@ -49,6 +50,7 @@ class Issue:
     parent: str = ""
     depends_on: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
+    touches: list[str] = field(default_factory=list)   # globs of the files the work should change
     assignee: str = ""
     created: str = ""
     updated: str = ""
@@ -317,7 +319,7 @@ def from_meta(meta: dict[str, Any], body: str, issue_id: str, where: str,
     return Issue(
         id=issue_id, title=title, status=status, priority=priority, type=kind, parent=parent,
         depends_on=list(dict.fromkeys(depends_on)) if depends_on else depends_on,
-        labels=_unique(_list_field(meta, "labels", at)),
+        labels=_unique(_list_field(meta, "labels", at)), touches=_touches_field(meta, at),
         assignee=_text_field(meta, "assignee", "", at), created=_time_field(meta, "created", at),
         updated=_time_field(meta, "updated", at), body=body, extra=extra,
     )
@@ -340,6 +342,16 @@ def _list_field(meta: dict[str, Any], key: str, at: tuple[str, str, int]) -> lis
     if not isinstance(value, list) or (value and not all(isinstance(v, str) for v in value)):
         raise _fail(at, key, f"field '{key}' must be a list of strings")
     return list(value)
+
+
+def _touches_field(meta: dict[str, Any], at: tuple[str, str, int]) -> list[str]:
+    if "touches" not in meta:
+        return []
+    touches = _list_field(meta, "touches", at)
+    found = globs.problems(touches)
+    if found:
+        raise _fail(at, "touches", f"bad touches: {found}")
+    return _unique(touches)
 
 
 def _unique(values: list[str]) -> list[str]:
@@ -379,7 +391,7 @@ def render(issue: Issue) -> str:
     doc = tomlkit.document()
     for key in KNOWN_FIELDS:
         value = getattr(issue, key)
-        if key == "parent" and not value:
+        if key in OPTIONAL_FIELDS and not value:
             continue
         doc[key] = _toml_value(key, value)
     for key, value in issue.extra.items():
@@ -402,7 +414,7 @@ def update_text(text: str, changes: dict[str, Any], where: str, body: str | None
 
         doc = tomlkit.parse(front)
         for key, value in changes.items():
-            if value is None or (key == "parent" and value == ""):
+            if value is None or (key in OPTIONAL_FIELDS and not value):
                 if key in doc:
                     del doc[key]
                 continue

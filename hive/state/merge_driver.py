@@ -49,7 +49,7 @@ from hive.state import issue_file
 
 __all__ = ["main", "merge_issue", "merge_jsonl", "merge_text", "merge_file", "path_kind"]
 
-SET_FIELDS = frozenset({"depends_on", "labels"})
+SET_FIELDS = frozenset({"depends_on", "labels", "touches"})
 MARKER_SIZE = 7
 OURS_LABEL = "ours"
 BASE_LABEL = "base"

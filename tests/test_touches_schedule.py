@@ -1,0 +1,194 @@
+"""The touches rule in the daemon and in `git hive list --ready` (hive/touches.py).
+
+Real repositories, real daemons (`git hive run --backend scripted`), real scripted agents; what
+ran when is read back from the commits of `hive/state` (one total order of claims and landings).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+from hive import issues, lifecycle
+from hive.workspace import worktrees
+from tests.daemon_helpers import RUN, hive_dir, start_daemon, stop_daemon, write_script
+
+RUN_TIMEOUT = 120
+
+
+def steps(*work: dict) -> list[dict]:
+    return [*work, {"commit": "{issue}: work"}, {"result": "success", "summary": "done"}]
+
+
+APPEND_A_LINE = steps({"sleep": 1}, {"append": "lines.txt", "content": "line of {issue}\n"})
+OWN_FILE = steps({"sleep": 1}, {"write": "hive-work/{issue}.txt", "content": "work of {issue}\n"})
+
+
+def run_until_idle(repo: Path, script: Path, *, max_agents: int, expect: int = 0,
+                   **config: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_ANOMALY_FAILURE_THRESHOLD": "100",
+           **{f"HIVE_{key.upper()}": value for key, value in config.items()}}
+    proc = subprocess.run([*RUN, "--until-idle", "--max-agents", str(max_agents)], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert proc.returncode == expect, f"run exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def spans(state_log: Callable[..., list[Any]], repo: Path) -> dict[str, tuple[int, int]]:
+    """Each issue's (claim, landing) as places in the state's history (no landing: the end)."""
+    log = state_log(cwd=repo)
+    found: dict[str, list[int]] = {}
+    for place, commit in enumerate(log):
+        if commit.event == "claimed":
+            found.setdefault(commit.issue, [place, len(log)])
+        elif commit.event == "finalized" and commit.issue in found:
+            found[commit.issue][1] = place
+    return {issue: (start, end) for issue, (start, end) in found.items()}
+
+
+def at_once(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def test_issues_that_append_to_one_file_run_one_after_another_and_every_line_lands(
+        repo: Path, new_issue: Callable[..., str], git: Callable[..., Any], state_log: Callable[..., Any],
+        tmp_path: Path) -> None:
+    """Issue 32's case: 3 agents, 3 ready issues appending a line to one file, 3 independent."""
+    lines = [new_issue(f"line {k}", labels=["line"], touches=["lines.txt"]) for k in range(3)]
+    free = [new_issue(f"free {k}", labels=["free"], touches=[f"hive-work/free-{k}/"]) for k in range(3)]
+    script = write_script(tmp_path, {"labels": {"line": APPEND_A_LINE, "free": OWN_FILE}})
+    proc = run_until_idle(repo, script, max_agents=3)
+    assert "refinery" not in proc.stdout + proc.stderr
+    landed = git("show", "main:lines.txt", cwd=repo).stdout.splitlines()
+    assert sorted(landed) == sorted(f"line of {issue}" for issue in lines)
+    ran = spans(state_log, repo)
+    assert all(ran[issue][1] < len(state_log(cwd=repo)) for issue in lines + free), "not all landed"
+    for k, first in enumerate(lines):
+        for second in lines[k + 1:]:
+            assert not at_once(ran[first], ran[second]), (first, second, ran)
+    # the independent issues used the agents meanwhile
+    assert any(at_once(ran[line], ran[issue]) for line in lines for issue in free)
+
+
+def test_wait_mode_waits_for_the_landing_even_with_an_agent_free(
+        repo: Path, new_issue: Callable[..., str], state_log: Callable[..., Any], tmp_path: Path) -> None:
+    """`merge_mode = manual`: the first issue's work waits for a person, so the second, whose
+    globs meet the first's, never starts; the run ends idle, saying why."""
+    first = new_issue("auth api", touches=["src/auth/**"], priority=1)
+    second = new_issue("auth tokens", touches=["src/auth/tokens.py"])
+    script = write_script(tmp_path, {"default": OWN_FILE})
+    proc = run_until_idle(repo, script, max_agents=2, merge_mode="manual")
+    assert f"{second} waits: touches src/auth/tokens.py like {first}" in proc.stdout
+    assert set(spans(state_log, repo)) == {first}
+
+
+def test_advise_mode_starts_a_declared_overlap_when_nothing_else_is_ready(
+        repo: Path, new_issue: Callable[..., str], state_log: Callable[..., Any], tmp_path: Path) -> None:
+    first = new_issue("auth api", touches=["src/auth/**"])
+    second = new_issue("auth tokens", touches=["src/auth/tokens.py"])
+    script = write_script(tmp_path, {"default": OWN_FILE})
+    run_until_idle(repo, script, max_agents=2, merge_mode="manual", touches_mode="advise")
+    ran = spans(state_log, repo)
+    assert set(ran) == {first, second} and at_once(ran[first], ran[second])
+
+
+def test_a_file_a_running_agent_changed_holds_an_issue_that_declares_it_even_in_advise_mode(
+        repo: Path, project: Any, new_issue: Callable[..., str], hive: Callable[..., Any],
+        state_log: Callable[..., Any], wait_for: Callable[..., Any], tmp_path: Path) -> None:
+    """The running issue declared nothing; what its agent wrote so far is what hive sees."""
+    runner = new_issue("refactor", labels=["slow"])
+    script = write_script(tmp_path, {"labels": {"slow": steps(
+        {"write": "src/shared.py", "content": "X = 1\n"},
+        {"run": "while [ ! -e release ]; do sleep 0.05; done; rm release", "timeout": 100})}, "default": OWN_FILE})
+    env = {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TOUCHES_MODE": "advise"}
+    daemon = start_daemon(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
+    try:
+        worktree = hive_dir(repo) / "worktrees" / runner
+        wait_for(lambda: (worktree / "src" / "shared.py").exists(), "the agent's first file", timeout=60)
+        later = hive("create", "use shared", "--touches", "src/*.py").stdout.strip()
+        wait_for(lambda: f"{later} waits: touches src/shared.py like {runner}" in (tmp_path / "daemon.log").read_text(),
+                 "the daemon holding the issue back", timeout=60)
+        assert f"waits: touches src/shared.py like {runner}" in ready_rows(hive)[later]
+        (worktree / "release").write_text("")
+        assert daemon.wait(RUN_TIMEOUT) == 0, (tmp_path / "daemon.log").read_text()
+    finally:
+        stop_daemon(daemon)
+    ran = spans(state_log, repo)
+    assert ran[runner][1] < ran[later][0], ran   # started once the runner's work had landed
+
+
+def test_list_ready_says_why_an_issue_waits(repo: Path, project: Any, new_issue: Callable[..., str],
+                                           hive: Callable[..., Any]) -> None:
+    busy = new_issue("busy", touches=["src/x.py"])
+    assert lifecycle.claim(project, busy, "w-aaaaaa")
+    done = new_issue("landing", touches=["docs/"], status="done")
+    waits = new_issue("waits", touches=["src/**"])
+    also = new_issue("waits too", touches=["docs/guide.md", "other.md"])
+    free = new_issue("free", touches=["tests/**"])
+    bare = new_issue("declares nothing")
+    rows = ready_rows(hive)
+    assert f"waits: touches src/x.py like {busy} · waits" in rows[waits]
+    assert f"waits: touches docs/guide.md like {done} · waits too" in rows[also]
+    assert "waits" not in rows[free] and "waits" not in rows[bare]
+    # what the busy issue's work changed counts as well as what it declared
+    base = str(worktrees.open_repo(project.paths).references["refs/heads/main"].target)
+    worktree = worktrees.create(project.paths, busy, base)
+    (worktree.path / "tests").mkdir()
+    (worktree.path / "tests" / "test_x.py").write_text("changed\n")
+    rows = ready_rows(hive)
+    assert f"waits: touches tests/test_x.py like {busy} · free" in rows[free]
+    # the order is the ready queue's, waits or not
+    assert list(rows) == [i.id for i in issues_ready(project)]
+
+
+def ready_rows(hive: Callable[..., Any]) -> dict[str, str]:
+    """`git hive list --ready` on a wide terminal: each row by its id."""
+    out = hive("list", "--ready", env={"COLUMNS": "200"}).stdout
+    return {line.split()[0]: line for line in out.splitlines()[1:]}
+
+
+def issues_ready(project: Any) -> list[Any]:
+    project.sync(warn=False)
+    return project.index.ready()
+
+
+def test_changed_files_are_what_the_worktree_differs_in_committed_or_not(repo: Path, project: Any,
+                                                                         new_issue: Callable[..., str],
+                                                                         git: Callable[..., Any]) -> None:
+    from hive.workspace.changes import changed_files
+
+    issue = new_issue("work")
+    base = str(worktrees.open_repo(project.paths).references["refs/heads/main"].target)
+    path = worktrees.create(project.paths, issue, base).path
+    assert changed_files(project.paths, issue, "refs/heads/main") == []
+    (path / "committed.txt").write_text("1\n")
+    git("add", "committed.txt", cwd=path)
+    git("commit", "-q", "-m", "one", cwd=path)
+    (path / "staged.txt").write_text("2\n")
+    git("add", "staged.txt", cwd=path)
+    (path / "new" / "deep").mkdir(parents=True)
+    (path / "new" / "deep" / "untracked.txt").write_text("3\n")
+    (path / ".hive-result.jsonl").write_text("{}\n")
+    assert sorted(changed_files(project.paths, issue, "refs/heads/main")) == [
+        "committed.txt", "new/deep/untracked.txt", "staged.txt"]
+    # the worktree gone, the work branch tells what was committed
+    worktrees.adopt_head(project.paths, issue)
+    worktrees.remove(project.paths, issue, delete_branch=False)
+    assert changed_files(project.paths, issue, "refs/heads/main") == ["committed.txt"]
+
+
+def test_a_dependent_starts_from_its_blockers_unmerged_work_whatever_they_touch(
+        repo: Path, new_issue: Callable[..., str], state_log: Callable[..., Any], tmp_path: Path,
+        list_json: Callable[..., list[dict]]) -> None:
+    """Its base holds the blockers' work (`worktrees.compute_base`): no conflict to wait for."""
+    first = new_issue("first", touches=["lines.txt"])
+    second = new_issue("second", touches=["lines.txt"], depends_on=[first])
+    third = new_issue("third", touches=["lines.txt"], depends_on=[second])
+    script = write_script(tmp_path, {"default": steps({"append": "lines.txt", "content": "line of {issue}\n"})})
+    proc = run_until_idle(repo, script, max_agents=2, merge_mode="manual")
+    assert "waits" not in proc.stdout
+    assert set(spans(state_log, repo)) == {first, second, third}
+    statuses = {i["id"]: i["status"] for i in list_json()}
+    assert statuses == {first: "done", second: "done", third: "done"}
