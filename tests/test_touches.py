@@ -129,7 +129,7 @@ def test_the_queen_is_asked_for_touches_and_her_plan_takes_them(repo, tmp_path, 
     bad = good.replace('"src/api/"', '"../outside/"')
     env = queen_script(tmp_path, [write("hv-tch001", bad, [1]), write("hv-tch001", good, [2]), done_step()])
     done = plan(hive, env)
-    assert "plan round 1: 1 problem(s); sent back to the Queen" in done.stdout
+    assert "plan round 1: 1 problem(s), sent back to the Queen: issues/hv-tch001.md:" in done.stdout
     assert "issues/hv-tch001.md:8: bad touches:" in queen_prompts(repo)[1]
     assert {i["id"]: i["touches"] for i in list_json()} == {"hv-tch001": ["src/api/", "tests/test_api.py"]}
 
