@@ -46,6 +46,9 @@ def _find(env: str, program: str, package: str) -> tuple[str, str]:
                 f"{package}` (or set {env} to its path)")
 
 
+# as root, Claude Code refuses to start under claude-agent-acp ("bypass_root") unless it is told it
+# runs in a sandbox (docs/acp-protocols.md); hive's jail is one
+ROOT_ENV = {"IS_SANDBOX": "1"} if os.geteuid() == 0 else {}
 CLAUDE_ACP, CLAUDE_ACP_MISSING = _find("HIVE_TEST_CLAUDE_ACP", "claude-agent-acp", CLAUDE_ACP_PACKAGE)
 CODEX_ACP, CODEX_ACP_MISSING = _find("HIVE_TEST_CODEX_ACP", "codex-acp", CODEX_ACP_PACKAGE)
 

@@ -27,7 +27,7 @@ from tests.fakes import anthropic_server, openai_server
 from tests.test_backend_claude import CLAUDE, REQUIRE_CLIS, WHY_NOT, offline_env
 from tests.test_backend_codex import CODEX, INSTALL_HINT as CODEX_HINT
 from tests.test_backend_acp import (
-    CLAUDE_ACP, CLAUDE_ACP_MISSING, CODEX_ACP, CODEX_ACP_MISSING, FAKE_COMMAND,
+    CLAUDE_ACP, CLAUDE_ACP_MISSING, CODEX_ACP, CODEX_ACP_MISSING, FAKE_COMMAND, ROOT_ENV,
 )
 
 
@@ -204,8 +204,8 @@ class ClaudeAcpCase(ClaudeCase):
     missing = CLAUDE_ACP_MISSING
 
     def backend(self) -> Backend:
-        return load_backend("acp", command=CLAUDE_ACP, hive_dir=str(self.hive_dir), extra_env=self.env,
-                            endpoints=(self.api.base_url,))
+        return load_backend("acp", command=CLAUDE_ACP, hive_dir=str(self.hive_dir),
+                            extra_env={**self.env, **ROOT_ENV}, endpoints=(self.api.base_url,))
 
 
 class CodexAcpCase(CodexCase):

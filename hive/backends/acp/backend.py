@@ -60,6 +60,8 @@ class _Session:
     queue: collections.deque = field(default_factory=collections.deque)
     turn_active: bool = False
     turn_seq: int = 0
+    prompt_sent: bool = False              # this turn's session/prompt is written
+    cancelled: bool = False                # hive cancelled this turn: it ends not ok, whatever the agent says
     turn_done: asyncio.Event = field(default_factory=asyncio.Event)
     turn_used: int = 0                     # the most context tokens a usage_update named this turn
     text: list[str] = field(default_factory=list)   # the agent message being streamed
@@ -237,10 +239,10 @@ class AcpBackend(SessionBackend):
         dropped = len(s.queue)
         s.queue.clear()
         proc = s.proc
-        if s.turn_active and (proc is None or not proc.alive()):
-            await self._finish_turn(s, TurnResult(ok=False, error="aborted"))
+        if s.turn_active and (proc is None or not proc.alive() or not s.prompt_sent):
+            await self._finish_turn(s, TurnResult(ok=False, error="aborted"))     # never reaches the agent
         elif s.turn_active and proc is not None:
-            s.aborting = True
+            s.aborting = s.cancelled = True
             try:
                 await self._cancel_permissions(s)
                 await proc.notify("session/cancel", {"sessionId": s.id})
@@ -287,7 +289,7 @@ class AcpBackend(SessionBackend):
         self._start_turn(s, text)
 
     def _start_turn(self, s: _Session, text: str) -> None:
-        s.turn_active = True
+        s.turn_active, s.prompt_sent, s.cancelled = True, False, False
         s.turn_seq += 1
         s.turn_done.clear()
         task = asyncio.create_task(self._run_turn(s, s.turn_seq, text), name=f"acp-{s.id[:8]}-turn")
@@ -297,6 +299,8 @@ class AcpBackend(SessionBackend):
     async def _run_turn(self, s: _Session, seq: int, text: str) -> None:
         s.text, s.message_id, s.last_text, s.turn_used = [], "", "", 0
         await self._emit(s, BUSY)
+        if s.turn_seq != seq:
+            return                                  # aborted before it was sent
         proc = s.proc
         prompt = [{"type": "text", "text": text}]
         if s.instructions:
@@ -305,6 +309,7 @@ class AcpBackend(SessionBackend):
         try:
             if proc is None:
                 raise AgentGone("the ACP agent has exited")
+            s.prompt_sent = True
             answer = await proc.request("session/prompt", {"sessionId": s.id, "prompt": prompt}, None)
         except AgentGone:
             return                                  # the reader ends the turn (idle, then exited)
@@ -325,7 +330,9 @@ class AcpBackend(SessionBackend):
             s.usage = s.usage.plus(replace(tokens, cost_usd=0.0))
             await self._emit(s, USAGE, replace(s.usage))
         stop = answer.get("stopReason")
-        if stop == "end_turn":
+        if s.cancelled:
+            result = TurnResult(ok=False, error="aborted", text=s.last_text)
+        elif stop == "end_turn":
             result = TurnResult(ok=True, text=s.last_text[:MAX_MESSAGE_CHARS])
         elif stop == "cancelled":
             result = TurnResult(ok=False, error="aborted" if s.aborting else "cancelled", text=s.last_text)
