@@ -254,18 +254,29 @@ def test_what_acp_messages_mean_to_hive() -> None:
 
 # -- through the pipeline: `git hive run --backend acp --until-idle` with claude-agent-acp ----------
 
+class AgentCallsOnly(anthropic_server.FakeAnthropic):
+    """The script answers the agent's own model calls; claude-agent-acp's side calls without tools
+    (the session's title, docs/acp-protocols.md) get a title and take no step of it."""
+
+    def _next(self, request: anthropic_server.Request) -> anthropic_server.Reply:
+        if not request.body.get("tools"):
+            return anthropic_server.text("Add a greeting")
+        return super()._next(request)
+
+
 @needs(CLAUDE_ACP_MISSING)
 def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: Callable[..., Any],
                                                              git: Callable[..., Any], tmp_path: Path) -> None:
     issue_id = hive("create", "Add a greeting", "-d", "Write hello.txt and commit it.").stdout.strip()
-    with anthropic_server.FakeAnthropic() as api:
+    with AgentCallsOnly() as api:
         api.script(anthropic_server.write("hello.txt", "hello\n"),
                    anthropic_server.bash('git add hello.txt && git commit -q -m "Add hello.txt"'),
                    anthropic_server.write(".hive-result.jsonl", '{"status": "success", "summary": "greeting"}\n'),
                    anthropic_server.text("Done: hello.txt committed."))
         config = tmp_path / "claude-config"
         config.mkdir()
-        env = {**os.environ, **offline_env(api, config), "HIVE_BACKEND": "acp", "HIVE_ACP_COMMAND": CLAUDE_ACP,
+        env = {**os.environ, **offline_env(api, config), **ROOT_ENV, "HIVE_BACKEND": "acp",
+               "HIVE_ACP_COMMAND": CLAUDE_ACP, "HIVE_ACP_ENV": "ANTHROPIC_* CLAUDE_* IS_SANDBOX",
                "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "manual", "HIVE_STALL_SECONDS": "60"}
         done = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
                               cwd=repo, env=env, capture_output=True, text=True, timeout=240)
