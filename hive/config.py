@@ -96,6 +96,14 @@ class Config:
         500, "Total size of the session transcripts kept, in MB: past it the oldest go first.", minimum=1)
     claude_command: str = _key("claude", "The claude CLI: a path or a name on PATH.", nonempty=True)
     codex_command: str = _key("codex", "The codex CLI: a path or a name on PATH.", nonempty=True)
+    acp_command: str = _key("claude-agent-acp", "The ACP agent (backend acp): a command line, its program a path "
+                                                "or a name on PATH.", nonempty=True)
+    acp_endpoints: str = _key("", "URLs the jailed ACP agent may reach, space-separated; empty = ANTHROPIC_BASE_URL "
+                                  "/ OPENAI_BASE_URL when set, else Anthropic's and OpenAI's APIs.")
+    acp_env: str = _key("ANTHROPIC_* CLAUDE_* OPENAI_* CODEX_*", "Environment names (X_* a prefix) the jailed ACP "
+                                                                 "agent gets, space-separated.")
+    acp_mode: str = _key("", "The ACP session mode hive sets; empty = the first of default, read-only, ask, "
+                             "manual the agent offers.")
     queen_backend: str = _key("", "Backend of the queen; empty = backend.", choices=("",) + BACKENDS)
     worker_backend: str = _key("", "Backend of the workers; empty = backend.", choices=("",) + BACKENDS)
     refinery_backend: str = _key("", "Backend of the refinery; empty = backend.",

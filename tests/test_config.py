@@ -82,7 +82,8 @@ def test_defaults_match_the_contract():
         "test_timeout_seconds": 600, "stall_seconds": 300, "sync_remote": "",
         "scripted_script": "", "codex": {}, "sandbox": "on", "max_cost_usd_per_issue": 10.0,
         "max_cost_usd_per_run": 100.0, "attempt_retention_days": 30, "transcript_retention_days": 30,
-        "transcript_max_mb": 500, "touches_mode": "wait",
+        "transcript_max_mb": 500, "touches_mode": "wait", "acp_command": "claude-agent-acp", "acp_endpoints": "",
+        "acp_env": "ANTHROPIC_* CLAUDE_* OPENAI_* CODEX_*", "acp_mode": "",
     }
     assert cfg.as_dict() == expected
     assert set(sources(None).values()) == {"default"}
@@ -105,7 +106,7 @@ def test_keys_table_declares_every_field_with_type_default_and_doc():
         assert key.doc, name
         assert isinstance(key.default, key.type), name
         assert key.env == "HIVE_" + name.upper()
-    assert config.KEYS["backend"].choices == ("claude", "codex", "scripted")
+    assert config.KEYS["backend"].choices == ("claude", "codex", "scripted", "acp")
     assert config.KEYS["merge_mode"].choices == ("auto", "manual")
     assert config.KEYS["max_agents"].minimum == 1
 

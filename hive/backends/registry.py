@@ -35,6 +35,8 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
     Kind("codex", "hive.backends.codex:CodexBackend", untrusted=True, command_setting="codex_command",
          settings_dirs=(".codex",)),
     Kind("scripted", "hive.backends.scripted:ScriptedBackend", untrusted=False),
+    Kind("acp", "hive.backends.acp:AcpBackend", untrusted=True, command_setting="acp_command",
+         settings_dirs=(".claude", ".codex")),
 )}
 # name → "module:Class"
 BACKENDS: dict[str, str] = {name: kind.target for name, kind in KINDS.items()}
@@ -69,6 +71,10 @@ class BackendSettings(Protocol):
     claude_command: str
     codex_command: str
     codex: dict[str, Any]
+    acp_command: str
+    acp_endpoints: str
+    acp_env: str
+    acp_mode: str
 
     def backend_for(self, role: str) -> str: ...
 

@@ -7,14 +7,17 @@ as `tests/test_backend_claude.py` and `tests/test_backend_codex.py` find them: `
 / `HIVE_TEST_CODEX`, PATH, the npm cache), skip without them, and fail instead when
 `HIVE_REQUIRE_AGENT_CLIS=1`.
 
-A new backend: one more `AgentCase` subclass here and one line in `CASES`.
+A new backend: one more `AgentCase` subclass here and one line in `CASES` (a backend may have
+several: `acp` runs over the fake ACP agent and over the real `claude-agent-acp` and `codex-acp`).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +26,9 @@ from hive.backends.registry import load_backend
 from tests.fakes import anthropic_server, openai_server
 from tests.test_backend_claude import CLAUDE, REQUIRE_CLIS, WHY_NOT, offline_env
 from tests.test_backend_codex import CODEX, INSTALL_HINT as CODEX_HINT
+from tests.test_backend_acp import (
+    CLAUDE_ACP, CLAUDE_ACP_MISSING, CODEX_ACP, CODEX_ACP_MISSING, FAKE_COMMAND, ROOT_ENV,
+)
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -47,6 +53,7 @@ class AgentCase:
     """A backend under test, and the agent behind it."""
 
     name = ""
+    kind = ""                                   # the registered backend it drives ("": `name`)
     missing = ""                                # why the agent CLI cannot run here ("" if it can)
 
     def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -165,7 +172,70 @@ class CodexCase(AgentCase):
         self.api.close()
 
 
-CASES: dict[str, type[AgentCase]] = {case.name: case for case in (ScriptedCase, ClaudeCase, CodexCase)}
+class AcpCase(AgentCase):
+    """The `acp` backend over the small ACP agent of tests/fakes/acp_agent.py (always runs)."""
+
+    name = "acp"
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        super().__init__(tmp_path, monkeypatch)
+        self.script = tmp_path / "acp-script.json"
+        monkeypatch.setenv("FAKE_ACP_SCRIPT", str(self.script))
+        self.replies("ok")
+
+    def backend(self) -> Backend:
+        return load_backend("acp", command=FAKE_COMMAND, hive_dir=str(self.hive_dir))
+
+    def replies(self, *texts: str) -> None:
+        self.script.write_text(json.dumps([{"say": t} for t in texts]))
+
+    def long_turn(self) -> None:
+        self.script.write_text('[{"hang": true}]')
+
+    def slow_then_quick(self, first: str, second: str) -> None:
+        self.script.write_text(json.dumps([{"sleep": 2, "say": first}, {"say": second}]))
+
+
+class ClaudeAcpCase(ClaudeCase):
+    """`claude-agent-acp` (Claude Code behind ACP) against the fake Anthropic API."""
+
+    name = "acp-claude"
+    kind = "acp"
+    missing = CLAUDE_ACP_MISSING
+
+    def backend(self) -> Backend:
+        return load_backend("acp", command=CLAUDE_ACP, hive_dir=str(self.hive_dir),
+                            extra_env={**self.env, **ROOT_ENV}, endpoints=(self.api.base_url,))
+
+
+class CodexAcpCase(CodexCase):
+    """`codex-acp` (Codex behind ACP) against the fake OpenAI API, with a CODEX_HOME of its own."""
+
+    name = "acp-codex"
+    kind = "acp"
+    missing = CODEX_ACP_MISSING
+
+    def backend(self) -> Backend:
+        home = self.tmp_path / "codex-home"
+        home.mkdir(exist_ok=True)
+        (home / "config.toml").write_text(codex_toml(self.api.codex_config()))
+        return load_backend("acp", command=CODEX_ACP, hive_dir=str(self.hive_dir),
+                            extra_env={"CODEX_HOME": str(home)}, endpoints=(self.api.base_url,),
+                            provider_env=("OPENAI_*", "CODEX_*", "FAKE_OPENAI_API_KEY"))
+
+
+def codex_toml(table: dict[str, Any]) -> str:
+    """Codex's config.toml of the fake provider, offline (no plugins, analytics, update checks)."""
+    provider = table["model_providers"]["fake"]
+    lines = [f'model = "{table["model"]}"', 'model_provider = "fake"', "check_for_update_on_startup = false",
+             "[model_providers.fake]", *(f"{k} = {json.dumps(v)}" for k, v in provider.items()),
+             "[analytics]", "enabled = false", "[feedback]", "enabled = false",
+             "[features]", "plugins = false", "remote_plugin = false", "apps = false", "shell_snapshot = false"]
+    return "\n".join(lines) + "\n"
+
+
+CASES: dict[str, type[AgentCase]] = {case.name: case for case in (
+    ScriptedCase, ClaudeCase, CodexCase, AcpCase, ClaudeAcpCase, CodexAcpCase)}
 
 
 def make_case(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AgentCase:
