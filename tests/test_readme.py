@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.test_backend_claude import CLAUDE, REQUIRE_CLIS, WHY_NOT, offline_env
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 # (pattern, replacement, why)
 ADAPTED = [
@@ -82,3 +85,22 @@ def test_every_block_of_using_it_runs_as_written(repo: Path, git, tmp_path: Path
 def test_each_adaptation_still_matches_a_readme_line(pattern: str, replacement: str, why: str) -> None:
     lines = [line for block in using_blocks() for line in block.splitlines()]
     assert any(re.search(pattern, line) for line in lines), f"no README line needs: {why}"
+
+
+def test_the_real_agents_block_runs_with_the_real_claude_cli(repo: Path, tmp_path: Path) -> None:
+    """The "Real agents" block with the real `claude` CLI against the fake Anthropic API (the
+    queue empty: what an agent does there is tests/test_backend_claude.py's)."""
+    if not CLAUDE:
+        if REQUIRE_CLIS:
+            pytest.fail(WHY_NOT)
+        pytest.skip(WHY_NOT)
+    text = README.read_text()
+    start = text.index("## Real agents")
+    block = bash_blocks(text[start:])[0]
+    with FakeAnthropic() as api:
+        env = {**os.environ, **offline_env(api, tmp_path / "claude-config"), "HIVE_CLAUDE_COMMAND": CLAUDE,
+               "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+        done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", adapted(block)], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{block}\n---\n{done.stdout}\n{done.stderr}"
+    assert "claude" in done.stdout and "Traceback" not in done.stdout + done.stderr
