@@ -23,7 +23,7 @@ import pytest
 from hive.agents import permissions
 from hive.backends.acp import AcpBackend
 from hive.backends.acp.translate import permission_outcome, permission_request, turn_usage
-from hive.backends.base import EXITED, IDLE, MESSAGE, PERMISSION, USAGE, Event, SessionSpec
+from hive.backends.base import EXITED, IDLE, PERMISSION, Event, SessionSpec
 from tests.fakes import anthropic_server, openai_server
 from tests.test_backend_claude import REQUIRE_CLIS, offline_env
 
@@ -332,3 +332,37 @@ def test_run_works_an_issue_end_to_end_with_codex_acp(repo: Path, hive: Callable
     assert git("log", "-1", "--format=%s", branch).stdout.strip() == "Add hello.txt"
     assert git("show", f"{branch}:hello.txt").stdout == "hello\n"
     assert any("Add a greeting" in json.dumps(r) for r in requests)
+
+
+def test_claude_agent_acp_asks_and_hives_policy_denies_a_write_outside_the_worktree(
+        git_env: Path, tmp_path: Path) -> None:
+    require(CLAUDE_ACP_MISSING)
+    root = tmp_path / "work"
+    root.mkdir()
+    outside = tmp_path / "outside.txt"
+    config = tmp_path / "claude-config"
+    config.mkdir()
+    with AgentCallsOnly() as api:
+        api.script(anthropic_server.tool("Write", {"file_path": str(outside), "content": "x\n"}),
+                   anthropic_server.write("inside.txt", "ok\n"), anthropic_server.text("done"))
+        backend = AcpBackend(command=CLAUDE_ACP, hive_dir=str(tmp_path),
+                             extra_env={**offline_env(api, config), **ROOT_ENV}, endpoints=(api.base_url,))
+        verdicts: list[permissions.Verdict] = []
+
+        async def answer(event: Event) -> None:
+            verdict = permissions.decide(event.data, role="worker", root=str(root))
+            verdicts.append(verdict)
+            await backend.reply_permission(event.session_id, event.data.request_id, verdict.allow, verdict.reason)
+        backend.on(PERMISSION, answer)
+
+        async def main() -> Any:
+            try:
+                sid = await backend.create_session(SessionSpec(role="worker", cwd=str(root)))
+                return await asyncio.wait_for(backend.run_turn(sid, "write two files"), 90)
+            finally:
+                await backend.stop()
+        result = asyncio.run(main())
+    assert result.ok and result.text == "done", result
+    assert [v.allow for v in verdicts] == [False, True], verdicts
+    assert "outside the worktree" in verdicts[0].reason
+    assert not outside.exists() and (root / "inside.txt").read_text() == "ok\n"
