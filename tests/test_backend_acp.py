@@ -40,9 +40,9 @@ def _find(env: str, program: str, package: str) -> tuple[str, str]:
     candidates = [os.environ.get(env, ""), shutil.which(program) or "",
                   str(NPM_BIN / program) if (NPM_BIN / program).exists() else ""]
     path = next((c for c in candidates if c), "")
-    if path:
+    if path and os.access(path, os.X_OK):
         return path, ""
-    return "", (f"{program} not installed: run .ci/run or `npm install --prefix ~/.cache/git-hive/npm "
+    return "", (f"{program} not installed{f' at {path}' if path else ''}: run .ci/run or `npm install --prefix ~/.cache/git-hive/npm "
                 f"{package}` (or set {env} to its path)")
 
 
