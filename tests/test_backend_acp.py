@@ -23,8 +23,8 @@ import pytest
 from hive.agents import permissions
 from hive.backends.acp import AcpBackend
 from hive.backends.acp.translate import permission_outcome, permission_request, turn_usage
-from hive.backends.base import EXITED, IDLE, MESSAGE, PERMISSION, USAGE, Event, SessionSpec
-from tests.fakes import anthropic_server
+from hive.backends.base import EXITED, IDLE, PERMISSION, Event, SessionSpec
+from tests.fakes import anthropic_server, openai_server
 from tests.test_backend_claude import REQUIRE_CLIS, offline_env
 
 FAKE_AGENT = Path(__file__).resolve().parent / "fakes" / "acp_agent.py"
@@ -40,9 +40,9 @@ def _find(env: str, program: str, package: str) -> tuple[str, str]:
     candidates = [os.environ.get(env, ""), shutil.which(program) or "",
                   str(NPM_BIN / program) if (NPM_BIN / program).exists() else ""]
     path = next((c for c in candidates if c), "")
-    if path:
+    if path and os.access(path, os.X_OK):
         return path, ""
-    return "", (f"{program} not installed: run .ci/run or `npm install --prefix ~/.cache/git-hive/npm "
+    return "", (f"{program} not installed{f' at {path}' if path else ''}: run .ci/run or `npm install --prefix ~/.cache/git-hive/npm "
                 f"{package}` (or set {env} to its path)")
 
 
@@ -53,11 +53,26 @@ CLAUDE_ACP, CLAUDE_ACP_MISSING = _find("HIVE_TEST_CLAUDE_ACP", "claude-agent-acp
 CODEX_ACP, CODEX_ACP_MISSING = _find("HIVE_TEST_CODEX_ACP", "codex-acp", CODEX_ACP_PACKAGE)
 
 
-def needs(missing: str) -> pytest.MarkDecorator:
-    if REQUIRE_CLIS and missing:
-        return pytest.mark.xfail(reason=f"HIVE_REQUIRE_AGENT_CLIS is set but {missing}", strict=True,
-                                 run=False)
-    return pytest.mark.skipif(bool(missing), reason=missing)
+def require(missing: str) -> None:
+    """Skip without the adapter (`missing` says why), or fail with HIVE_REQUIRE_AGENT_CLIS=1."""
+    if missing and REQUIRE_CLIS:
+        pytest.fail(f"HIVE_REQUIRE_AGENT_CLIS is set but {missing}")
+    if missing:
+        pytest.skip(missing)
+
+
+def codex_toml(table: dict[str, Any]) -> str:
+    """Codex's config.toml of the fake provider, offline (no plugins, analytics, update checks),
+    set up as codex-acp must be inside hive's jail: every command asked (hive's policy answers),
+    Codex's own sandbox off (it cannot start in the jail; docs/acp-protocols.md)."""
+    provider = table["model_providers"]["fake"]
+    lines = [f'model = "{table["model"]}"', 'model_provider = "fake"', "check_for_update_on_startup = false",
+             'approval_policy = "untrusted"', 'sandbox_mode = "danger-full-access"',
+             "[model_providers.fake]", *(f"{k} = {json.dumps(v)}" for k, v in provider.items()),
+             "[analytics]", "enabled = false", "[feedback]", "enabled = false",
+             "[features]", "plugins = false", "remote_plugin = false", "apps = false", "shell_snapshot = false"]
+    return "\n".join(lines) + "\n"
+
 
 
 # -- against the fake ACP agent ------------------------------------------------------------------
@@ -264,9 +279,9 @@ class AgentCallsOnly(anthropic_server.FakeAnthropic):
         return super()._next(request)
 
 
-@needs(CLAUDE_ACP_MISSING)
 def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: Callable[..., Any],
                                                              git: Callable[..., Any], tmp_path: Path) -> None:
+    require(CLAUDE_ACP_MISSING)
     issue_id = hive("create", "Add a greeting", "-d", "Write hello.txt and commit it.").stdout.strip()
     with AgentCallsOnly() as api:
         api.script(anthropic_server.write("hello.txt", "hello\n"),
@@ -289,3 +304,65 @@ def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: C
     worktree = repo / ".git" / "hive" / "worktrees" / issue_id
     assert any(r.cwd == str(worktree) for r in requests)
     assert any("Add a greeting" in r.text() for r in requests)
+
+
+def test_run_works_an_issue_end_to_end_with_codex_acp(repo: Path, hive: Callable[..., Any],
+                                                      git: Callable[..., Any], tmp_path: Path) -> None:
+    require(CODEX_ACP_MISSING)
+    issue_id = hive("create", "Add a greeting", "-d", "Write hello.txt and commit it.").stdout.strip()
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    with openai_server.FakeOpenAI() as api:
+        (home / "config.toml").write_text(codex_toml(api.codex_config()))
+        api.script(openai_server.apply_patch(openai_server.add_file_patch("hello.txt", "hello\n")),
+                   openai_server.exec_command('git add hello.txt && git commit -q -m "Add hello.txt"'),
+                   openai_server.apply_patch(openai_server.add_file_patch(
+                       ".hive-result.jsonl", '{"status": "success", "summary": "greeting"}')),
+                   openai_server.text("Done: hello.txt committed."))
+        env = {**os.environ, "CODEX_HOME": str(home), "FAKE_OPENAI_API_KEY": "dummy", "HIVE_BACKEND": "acp",
+               "HIVE_ACP_COMMAND": CODEX_ACP, "HIVE_ACP_ENV": "CODEX_* FAKE_OPENAI_API_KEY",
+               "HIVE_ACP_ENDPOINTS": api.base_url, "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "manual",
+               "HIVE_STALL_SECONDS": "60"}
+        done = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
+                              cwd=repo, env=env, capture_output=True, text=True, timeout=240)
+        requests = api.responses_requests()
+    assert done.returncode == 0, f"git hive run exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert json.loads(hive("show", issue_id, "--json").stdout)["status"] == "done", hive("logs", issue_id).stdout
+    branch = f"hive/work/{issue_id}"
+    assert git("log", "-1", "--format=%s", branch).stdout.strip() == "Add hello.txt"
+    assert git("show", f"{branch}:hello.txt").stdout == "hello\n"
+    assert any("Add a greeting" in json.dumps(r) for r in requests)
+
+
+def test_claude_agent_acp_asks_and_hives_policy_denies_a_write_outside_the_worktree(
+        git_env: Path, tmp_path: Path) -> None:
+    require(CLAUDE_ACP_MISSING)
+    root = tmp_path / "work"
+    root.mkdir()
+    outside = tmp_path / "outside.txt"
+    config = tmp_path / "claude-config"
+    config.mkdir()
+    with AgentCallsOnly() as api:
+        api.script(anthropic_server.tool("Write", {"file_path": str(outside), "content": "x\n"}),
+                   anthropic_server.write("inside.txt", "ok\n"), anthropic_server.text("done"))
+        backend = AcpBackend(command=CLAUDE_ACP, hive_dir=str(tmp_path),
+                             extra_env={**offline_env(api, config), **ROOT_ENV}, endpoints=(api.base_url,))
+        verdicts: list[permissions.Verdict] = []
+
+        async def answer(event: Event) -> None:
+            verdict = permissions.decide(event.data, role="worker", root=str(root))
+            verdicts.append(verdict)
+            await backend.reply_permission(event.session_id, event.data.request_id, verdict.allow, verdict.reason)
+        backend.on(PERMISSION, answer)
+
+        async def main() -> Any:
+            try:
+                sid = await backend.create_session(SessionSpec(role="worker", cwd=str(root)))
+                return await asyncio.wait_for(backend.run_turn(sid, "write two files"), 90)
+            finally:
+                await backend.stop()
+        result = asyncio.run(main())
+    assert result.ok and result.text == "done", result
+    assert [v.allow for v in verdicts] == [False, True], verdicts
+    assert "outside the worktree" in verdicts[0].reason
+    assert not outside.exists() and (root / "inside.txt").read_text() == "ok\n"

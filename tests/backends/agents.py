@@ -17,7 +17,6 @@ import json
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,7 +26,7 @@ from tests.fakes import anthropic_server, openai_server
 from tests.test_backend_claude import CLAUDE, REQUIRE_CLIS, WHY_NOT, offline_env
 from tests.test_backend_codex import CODEX, INSTALL_HINT as CODEX_HINT
 from tests.test_backend_acp import (
-    CLAUDE_ACP, CLAUDE_ACP_MISSING, CODEX_ACP, CODEX_ACP_MISSING, FAKE_COMMAND, ROOT_ENV,
+    CLAUDE_ACP, CLAUDE_ACP_MISSING, CODEX_ACP, CODEX_ACP_MISSING, FAKE_COMMAND, ROOT_ENV, codex_toml,
 )
 
 
@@ -222,16 +221,6 @@ class CodexAcpCase(CodexCase):
         return load_backend("acp", command=CODEX_ACP, hive_dir=str(self.hive_dir),
                             extra_env={"CODEX_HOME": str(home)}, endpoints=(self.api.base_url,),
                             provider_env=("OPENAI_*", "CODEX_*", "FAKE_OPENAI_API_KEY"))
-
-
-def codex_toml(table: dict[str, Any]) -> str:
-    """Codex's config.toml of the fake provider, offline (no plugins, analytics, update checks)."""
-    provider = table["model_providers"]["fake"]
-    lines = [f'model = "{table["model"]}"', 'model_provider = "fake"', "check_for_update_on_startup = false",
-             "[model_providers.fake]", *(f"{k} = {json.dumps(v)}" for k, v in provider.items()),
-             "[analytics]", "enabled = false", "[feedback]", "enabled = false",
-             "[features]", "plugins = false", "remote_plugin = false", "apps = false", "shell_snapshot = false"]
-    return "\n".join(lines) + "\n"
 
 
 CASES: dict[str, type[AgentCase]] = {case.name: case for case in (
