@@ -25,7 +25,7 @@ from hive.backends.base import (
     TurnResult, Usage,
 )
 from hive.backends.jails import cli_install, session_jail
-from hive.backends.reports import count
+from hive.backends.reports import count, table
 from hive.backends.sessions import SessionBackend
 from hive.errors import HiveError
 from hive.jail import JailSpec, NoJail
@@ -222,12 +222,12 @@ class AcpBackend(SessionBackend):
     async def _configure(self, peer: Peer, sid: str, result: Any, spec: SessionSpec) -> None:
         """The mode that asks hive before edits and commands; the role's model when offered."""
         result = result if isinstance(result, dict) else {}
-        modes = result.get("modes") if isinstance(result.get("modes"), dict) else {}
+        modes = table(result, "modes")
         offered = [m.get("id") for m in modes.get("availableModes") or [] if isinstance(m, dict)]
         wanted = self.mode or next((m for m in ASKING_MODES if m in offered), "")
         if wanted and wanted in offered and wanted != modes.get("currentModeId"):
             await peer.request("session/set_mode", {"sessionId": sid, "modeId": wanted}, self.request_timeout)
-        models = result.get("models") if isinstance(result.get("models"), dict) else {}
+        models = table(result, "models")
         ids = [m.get("modelId") for m in models.get("availableModels") or [] if isinstance(m, dict)]
         if spec.model and spec.model in ids and spec.model != models.get("currentModelId"):
             await peer.request("session/set_model", {"sessionId": sid, "modelId": spec.model}, self.request_timeout)
@@ -414,7 +414,7 @@ class AcpBackend(SessionBackend):
         if not isinstance(method, str) or s.proc is not peer:
             return
         s.last_activity = time.monotonic()
-        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        params = table(msg, "params")
         if "id" not in msg:
             if method == "session/update" and not s.loading and params.get("sessionId") == s.id:
                 await self._update(s, params.get("update"))

@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from hive.backends.base import PermissionRequest, Usage
-from hive.backends.reports import amount, count
+from hive.backends.reports import amount, count, table
 
 MAX_EVENT_CHARS = 4 * 1024
 
@@ -42,8 +42,8 @@ def permission_request(request_id: str, params: dict[str, Any]) -> PermissionReq
     """A `session/request_permission` as hive's PermissionRequest: the tool named by its ACP kind
     (an unknown kind keeps its own name, which the policy refuses), the paths of its locations
     and raw input, its shell line and working folder."""
-    call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
-    raw = call.get("rawInput") if isinstance(call.get("rawInput"), dict) else {}
+    call = table(params, "toolCall")
+    raw = table(call, "rawInput")
     kind = str(call.get("kind") or "other")
     paths = [str(loc["path"]) for loc in call.get("locations") or []
              if isinstance(loc, dict) and isinstance(loc.get("path"), str) and loc["path"]]
