@@ -134,6 +134,30 @@ def git_out(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
+def test_claude_codes_side_calls_leave_the_script_to_the_conversation(api: FakeAnthropic) -> None:
+    """A session title or prompt suggestion Claude Code asks for between turns (claude-agent-acp
+    does, at any moment) must not take the reply scripted for the conversation's next turn."""
+    import urllib.request
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def post(body: dict[str, Any]) -> str:
+        request = urllib.request.Request(api.base_url + "/v1/messages", json.dumps({**body, "stream": False}).encode(),
+                                         {"content-type": "application/json"})
+        with opener.open(request, timeout=10) as answer:
+            return json.loads(answer.read())["content"][0]["text"]
+
+    api.script(text("turn two"))
+    title = post({"system": [{"type": "text", "text": "You are naming a coding session so the user ..."}],
+                  "messages": [{"role": "user", "content": "<session>turn one</session>"}]})
+    suggestion = post({"system": "You are a Claude agent", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "turn one"}]},
+        {"role": "user", "content": [{"type": "text", "text": "... Reply with ONLY the suggestion, no quotes."}]}]})
+    turn = post({"system": "You are a Claude agent", "messages": [{"role": "user", "content": "turn two"}]})
+    assert (title, suggestion, turn) == ("Fake session", "Fake session", "turn two")
+    assert [r.side_call for r in api.message_requests] == ["title", "suggestion", ""]
+
+
+
 class Recorder:
     """Every event of a backend; answers permissions with hive's policy for `role` in `root`."""
 

@@ -11,11 +11,15 @@ Stdlib only (`http.server`). It answers:
 * `GET /v1/models`: a model list (the backend's health probe); `models_status` makes it fail.
 * anything else: 404, recorded.
 
-A *script* is a queue of replies. Each entry is a `Reply` or a callable `(Request) -> Reply` that
+A *script* is a queue of replies for the conversation's own calls. Each entry is a `Reply` or a callable `(Request) -> Reply` that
 decides from what the CLI sent (its working directory, the tool results it got back, ...). When the
 queue is empty the server answers `default` (a short text reply ending the turn). Every request is
 recorded in `requests` for assertions. The server is bounded: after `max_requests` message
 requests it answers 400, so a CLI stuck in a loop ends; stalls end when the server stops.
+
+Claude Code also makes calls of its own beside the conversation, whenever it likes (a session
+title, a prompt suggestion after a turn: `Request.side_call`). They get `side_reply` and leave the
+script alone, so a scripted reply always goes to the conversation, whatever the timing.
 
     with FakeAnthropic() as api:
         api.script(write("hello.txt", "hi\\n"), bash("git add -A && git commit -m hi"), text("done"))
@@ -168,6 +172,18 @@ class Request:
                             parts.append(block["content"])
         return "\n".join(parts)
 
+    @property
+    def side_call(self) -> str:
+        """Which of Claude Code's own calls beside the conversation this is ("" for none)."""
+        if "You are naming a coding session" in self.system_text():
+            return "title"
+        last = self.messages[-1] if self.messages else {}
+        content = last.get("content") if last.get("role") == "user" else None
+        blocks = content if isinstance(content, list) else [{"text": content}]
+        if any("Reply with ONLY the suggestion" in str(b.get("text", "")) for b in blocks if isinstance(b, dict)):
+            return "suggestion"
+        return ""
+
     def system_text(self) -> str:
         system = self.body.get("system") if isinstance(self.body, dict) else None
         if isinstance(system, str):
@@ -201,6 +217,7 @@ class FakeAnthropic:
 
     def __init__(self, *, default: Reply | None = None, max_requests: int = 200, model: str = "claude-fake"):
         self.default = default or text("Nothing more to do.")
+        self.side_reply = text("Fake session")
         self.max_requests = max_requests
         self.model = model
         self.requests: list[Request] = []
@@ -271,6 +288,8 @@ class FakeAnthropic:
             count = sum(1 for r in self.requests if r.method == "POST")
             if count > self.max_requests:
                 return error(400, message=f"fake server: more than {self.max_requests} requests")
+            if request.side_call:
+                return self.side_reply
             step = self._queue.popleft() if self._queue else None
         if step is None:
             return self.default
