@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 STATE_BRANCH = "hive/state"
 STATE_REF = "refs/heads/" + STATE_BRANCH
-WORK_REF_PREFIX = "refs/heads/hive/work/"
 PLAN_REF_PREFIX = "refs/heads/hive/plan/"
 
 

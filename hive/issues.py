@@ -88,9 +88,10 @@ def update(project: Project, issue_id: str,
            agent: str = "", summary: str = "", body: str | None = None,
            check: Callable[[Issue], None] | None = None,
            check_snapshot: Callable[[Snapshot, Issue], None] | None = None,
-           trailers: dict[str, str] | None = None) -> Issue:
+           trailers: dict[str, str] | None = None, notes: list[dict[str, Any]] | None = None) -> Issue:
     """Change fields of one issue. `check(current)` (and `check_snapshot(snap, current)`) raise
     to give up, on the tip the commit is built on: `hive.lifecycle` raises TransitionRefused.
+    `notes` go into the issue's notes file in the same commit.
 
     `changes` may be a function of the issue as it is on the tip the commit is built on, for
     changes that depend on the current value (adding to a list): a retry then keeps what another
@@ -121,6 +122,8 @@ def update(project: Project, issue_id: str,
         files: dict[str, bytes | None] = {new_path: text.encode()}
         if new_path != path:
             files[path] = None
+        if notes:
+            files.update(notes_appended(snap, issue_id, notes)[0])
         result[:] = [new]
         return Change(files, summary=summary or f"{event} {issue_id}", event=event, issue=issue_id,
                       agent=agent, trailers=trailers or {}, audit=bool(trailers))
@@ -166,22 +169,29 @@ def note_line(content: str, category: str, issue: str = "", agent: str = "", at:
 def add_notes(project: Project, notes: list[dict[str, Any]], *, file_id: str, agent: str = "",
               event: str = "noted") -> str | None:
     """Append notes to `notes/<file_id>.jsonl` (de-duplicated), as one commit."""
-    path = layout.notes_path(file_id)
-
     def build(snap: Snapshot) -> Change | None:
-        existing = snap.read(path) or b""
-        seen = {_canonical(line) for line in existing.split(b"\n") if line.strip()}
-        fresh = [n for n in notes if _canonical(json.dumps(n).encode()) not in seen]
+        files, fresh = notes_appended(snap, file_id, notes)
         if not fresh:
             return None
-        addition = "".join(json.dumps(n, ensure_ascii=False) + "\n" for n in fresh).encode()
-        if existing and not existing.endswith(b"\n"):
-            existing += b"\n"
         label = file_id if file_id != PROJECT_NOTES else "the project"
-        return Change({path: existing + addition}, summary=f"{len(fresh)} note(s) for {label}",
+        return Change(files, summary=f"{fresh} note(s) for {label}",
                       event=event, issue=file_id if file_id != PROJECT_NOTES else "", agent=agent)
 
     return _commit(project, build)
+
+
+def notes_appended(snap: Snapshot, file_id: str, notes: list[dict[str, Any]]) -> tuple[dict[str, bytes | None], int]:
+    """The notes file of `file_id` on `snap` with those of `notes` it lacks appended, and how many."""
+    path = layout.notes_path(file_id)
+    existing = snap.read(path) or b""
+    seen = {_canonical(line) for line in existing.split(b"\n") if line.strip()}
+    fresh = [n for n in notes if _canonical(json.dumps(n).encode()) not in seen]
+    if not fresh:
+        return {}, 0
+    addition = "".join(json.dumps(n, ensure_ascii=False) + "\n" for n in fresh).encode()
+    if existing and not existing.endswith(b"\n"):
+        existing += b"\n"
+    return {path: existing + addition}, len(fresh)
 
 
 def _canonical(line: bytes) -> str:

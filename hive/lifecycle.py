@@ -71,9 +71,10 @@ def _anything(current: Issue) -> None:
 
 
 def _move(project: Project, issue_id: str, check: Check, changes: dict[str, Any], *, event: str,
-          summary: str, agent: str = "", trailers: dict[str, str] | None = None) -> Issue:
+          summary: str, agent: str = "", trailers: dict[str, str] | None = None,
+          notes: list[dict[str, Any]] | None = None) -> Issue:
     return issues.update(project, issue_id, changes, event=event, agent=agent, summary=summary,
-                         check=check, trailers=trailers)
+                         check=check, trailers=trailers, notes=notes)
 
 
 def reason_line(text: str, limit: int = 500) -> str:
@@ -188,6 +189,18 @@ def finish(project: Project, issue_id: str, agent_id: str, summary: str, trailer
                  summary=f"done {issue_id}: {reason_line(summary)[:100] or 'work committed'}", trailers=trailers)
 
 
+def hand_off(project: Project, runtime: Runtime, issue_id: str, agent_id: str, summary: str,
+             trailers: dict[str, str], test_command: str = "") -> Issue:
+    """An agent's finished work → done, and this machine's merge pipeline may land it (gated by
+    `test_command` too). The hand-off is recorded first: a crash between the two is rescanned."""
+    runtime.record_handoff(issue_id, test_command)
+    try:
+        return finish(project, issue_id, agent_id, summary, trailers)
+    except TransitionRefused:
+        runtime.forget_handoff(issue_id)
+        raise
+
+
 def escalate(project: Project, issue_id: str, agent_id: str, reason: str, last_error: str,
              usage: dict[str, str] | None = None) -> Issue:
     """in_progress → escalated: the escalation chain ran out; a person decides. `usage`: the
@@ -251,12 +264,14 @@ def reject(project: Project, runtime: Runtime, config: Config, issue_id: str, re
            usage: dict[str, str] | None = None) -> "Decision":
     """done → open (or escalated when the budget is spent): the refinery rejected the work. The
     rejection counts against the retry budget and is left to the next agent as a note."""
-    decision = count_failure(runtime, config, issue_id, f"rejected by the refinery: {reason}")
+    budget = runtime.budget(issue_id)
+    decision = _charge(budget, config, f"rejected by the refinery: {reason}")
     note = issues.note_line(f"The refinery rejected the previous attempt: {reason}", "gotcha",
                             issue=issue_id, agent="refinery")
-    issues.add_notes(project, [note], file_id=issue_id, agent="refinery")
     _move(project, issue_id, _status_in(_DONE, "reject"), {"status": status_after(decision)}, event="rejected",
-          summary=f"reject {issue_id}: {reason[:100]}", trailers={"Hive-Reason": reason_line(reason, 400), **(usage or {})})
+          summary=f"reject {issue_id}: {reason[:100]}", trailers={"Hive-Reason": reason_line(reason, 400), **(usage or {})},
+          notes=[note])
+    runtime.save_budget(budget)     # only once the move was made: a refused one costs nothing
     return decision
 
 
@@ -366,15 +381,21 @@ def count_failure(runtime: Runtime, config: Config, issue_id: str, error: str, *
     """
     if provider:
         return Decision(RETRY, "provider failure (not counted)")
-    now = time.time()
     budget = runtime.budget(issue_id)
+    decision = _charge(budget, config, error, hopeless)
+    runtime.save_budget(budget)
+    return decision
+
+
+def _charge(budget: Budget, config: Config, error: str, hopeless: str = "") -> Decision:
+    """Record a failure on `budget`, decide what follows and take what that decision spends."""
+    now = time.time()
     record_failure(budget, error, now)
     decision = decide(budget, config, now, hopeless=hopeless)
     if decision.action == RETRY:
         budget.retries += 1
     elif decision.action == SWITCH:
         budget.retries, budget.switches = 0, budget.switches + 1
-    runtime.save_budget(budget)
     return decision
 
 

@@ -129,7 +129,7 @@ def processes_with(marker: str) -> list[str]:
 
 
 # what the real CLIs try (their own Bash / exec tools), reaching the jail past the text policy
-REAL_CLI_SUBSET = ("push-env", "push-sh", "ssh-key", "bashrc-python", "hook", "fsmonitor-append",
+REAL_CLI_SUBSET = ("push-env", "push-alias", "ssh-key", "bashrc-python", "hook", "fsmonitor-append",
                    "packed-refs", "hooks-path", "runtime-write", "dotgit-rewrite", "other-repo", "curl-dotenv")
 
 

@@ -366,3 +366,24 @@ def test_claude_agent_acp_asks_and_hives_policy_denies_a_write_outside_the_workt
     assert [v.allow for v in verdicts] == [False, True], verdicts
     assert "outside the worktree" in verdicts[0].reason
     assert not outside.exists() and (root / "inside.txt").read_text() == "ok\n"
+
+
+@pytest.mark.parametrize("agent", ["fake", "claude-agent-acp", "codex-acp"])
+def test_doctor_asks_an_acp_agent_what_it_is_with_initialize(agent: str, repo: Path, hive: Callable[..., Any],
+                                                             tmp_path: Path) -> None:
+    """ACP agents need not answer `--version` (codex-acp exits 2 on it): doctor asks `initialize`."""
+    command, missing, expected = {
+        "fake": (FAKE_COMMAND, "", "worker backend acp: fake-acp 1"),
+        "claude-agent-acp": (CLAUDE_ACP, CLAUDE_ACP_MISSING, "worker backend acp: @agentclientprotocol/claude-agent-acp"),
+        "codex-acp": (CODEX_ACP, CODEX_ACP_MISSING, "worker backend acp: codex-acp"),
+    }[agent]
+    require(missing)
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    env = {"HIVE_BACKEND": "acp", "HIVE_ACP_COMMAND": command, "CODEX_HOME": str(home), **ROOT_ENV}
+
+    report = hive("doctor", env=env, check=False).stdout
+
+    [line] = [line for line in report.splitlines() if "worker backend acp" in line]
+    assert expected in line, report
+    assert line.startswith("ok "), report

@@ -41,6 +41,29 @@ def test_a_refused_transition_is_typed_and_commits_nothing(project, new_issue, r
     assert len(state_log(repo)) == before
 
 
+
+def test_a_rejection_is_one_commit_and_a_refused_one_spends_nothing(project, new_issue, runtime, state_log, repo,
+                                                                   git):
+    issue = new_issue("the refinery rejects it")
+    before = len(state_log(repo))
+    with pytest.raises(TransitionRefused):       # open, not done: nothing to reject
+        lifecycle.reject(project, runtime, project.config, issue, "tests fail")
+    assert len(state_log(repo)) == before
+    assert runtime.budget(issue).retries == 0 and not runtime.budget(issue).failures
+
+    lifecycle.claim(project, issue, "w-aaaaaa")
+    lifecycle.finish(project, issue, "w-aaaaaa", "did it", {})
+    before = len(state_log(repo))
+    decision = lifecycle.reject(project, runtime, project.config, issue, "tests fail")
+
+    [rejected] = state_log(repo)[before:]
+    assert rejected.event == "rejected" and status(project, issue)[0] == "open" and decision.action == "retry"
+    changed = git("show", "--name-only", "--format=", rejected.oid, "--", cwd=repo).stdout.split()
+    assert sorted(changed) == sorted([f"issues/{issue}.md", f"notes/{issue}.jsonl"])
+    assert "The refinery rejected the previous attempt: tests fail" in git(
+        "show", f"hive/state:notes/{issue}.jsonl", cwd=repo).stdout
+    assert runtime.budget(issue).retries == 1
+
 def test_a_worker_holds_its_issue_from_claim_to_done(project, new_issue, runtime):
     issue = new_issue("the work")
     assert lifecycle.claim(project, issue, "w-aaaaaa")

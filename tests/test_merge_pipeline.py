@@ -567,6 +567,41 @@ def test_manual_mode_leaves_done_issues_for_review_and_finalize(repo, paths, new
     assert len(commits_touching(git, f"{b}.txt")) == 1
 
 
+def _done_with_a_failing_own_test(new_issue, script, run_hive, status_of) -> str:
+    """An issue done in manual mode whose agent named a test command its work fails."""
+    worker = [{"write": "{issue}.txt", "content": "work\n"}, {"commit": "{issue}: work"},
+              {"result": "success", "summary": "work", "test_command": "test -f {issue}.proof"}]
+    issue = new_issue("Gated by its own test")
+    run_hive(script({"roles": {"worker": worker}}), HIVE_MERGE_MODE="manual")
+    assert status_of(issue) == "done"
+    return issue
+
+
+def test_finalize_runs_the_agents_own_test_command_too(repo, new_issue, script, run_hive, hive, git, status_of):
+    issue = _done_with_a_failing_own_test(new_issue, script, run_hive, status_of)
+    main_before = git("rev-parse", "main").stdout.strip()
+
+    refused = hive("finalize", issue, check=False)
+
+    assert refused.returncode == 1 and "not merged" in refused.stderr, refused.stderr
+    assert git("rev-parse", "main").stdout.strip() == main_before
+    assert status_of(issue) == "done"
+
+
+def test_after_a_restart_the_pipeline_still_runs_the_agents_own_test_command(repo, new_issue, script, run_hive,
+                                                                           git, status_of):
+    issue = _done_with_a_failing_own_test(new_issue, script, run_hive, status_of)
+    main_before = git("rev-parse", "main").stdout.strip()
+
+    # a new daemon finds the done hand-off (as after a crash between `done` and the merge)
+    log = run_hive(script({"roles": {"worker": [{"result": "failure", "summary": "cannot"}]}}),
+                   expect=3, HIVE_MERGE_MODE="auto", HIVE_MAX_RETRIES="0", HIVE_MAX_AGENT_SWITCHES="0")
+
+    assert git("rev-parse", "main").stdout.strip() == main_before, log
+    assert f"`test -f {issue}.proof` failed" in log, log
+    assert status_of(issue) == "escalated"
+
+
 # -- 8. a dirty checkout of the target --------------------------------------------------------------
 
 

@@ -125,6 +125,45 @@ def test_worktrees_have_the_submodules_from_the_local_copies_and_a_test_reading_
     assert (repo / ".git" / "config").read_bytes() == config_before
 
 
+
+def test_a_hostile_gitmodules_clones_nothing_runs_nothing_and_changes_no_config(repo, make_repo, git,
+                                                                                tmp_path) -> None:
+    """`.gitmodules` is the target's code, which an agent's landing may have written: a name
+    climbing out of `modules/` and a submodule with no local copy (its url elsewhere) are left
+    out, an `update = !command` runs nothing (git refuses it from `.gitmodules`); the shared
+    config stays as it was."""
+    from hive import git as hive_git
+    from hive.workspace import worktrees
+
+    outside = make_repo("outside")
+    (outside / "secret.txt").write_text("fetched from outside\n")
+    git("add", "secret.txt", cwd=outside)
+    git("commit", "-q", "-m", "outside", cwd=outside)
+    escaped = repo / ".git" / "escaped"           # `modules/../../escaped` would name this
+    git("clone", "-q", "--bare", str(outside), str(escaped))
+    git("clone", "-q", "--bare", str(outside), str(repo / ".git" / "modules" / "cmd"))   # the person's copy
+    pwned = tmp_path / "pwned"
+    (repo / ".gitmodules").write_text(
+        f'[submodule "../escaped"]\n\tpath = climb\n\turl = {outside}\n'
+        f'[submodule "gone"]\n\tpath = gone\n\turl = {outside}\n'
+        f'[submodule "cmd"]\n\tpath = cmd\n\turl = {outside}\n\tupdate = !touch {pwned}\n')
+    commit = git("rev-parse", "HEAD", cwd=outside).stdout.strip()
+    for path in ("climb", "gone", "cmd"):
+        git("update-index", "--add", "--cacheinfo", f"160000,{commit},{path}", cwd=repo)
+    git("add", ".gitmodules", cwd=repo)
+    git("commit", "-q", "-m", "hostile submodules", cwd=repo)
+    config_before = (repo / ".git" / "config").read_bytes()
+    worktree = tmp_path / "wt"
+    git("worktree", "add", "-q", "--detach", str(worktree), "HEAD", cwd=repo)
+
+    left_out = worktrees.init_submodules(hive_git.discover(repo), worktree)
+
+    assert sorted(left_out) == ["../escaped", "gone"]
+    assert not any((worktree / p / "secret.txt").exists() for p in ("climb", "gone"))
+    assert not pwned.exists()
+    assert (repo / ".git" / "config").read_bytes() == config_before
+    assert sorted(p.name for p in (repo / ".git" / "modules").iterdir()) == ["cmd"]
+
 def test_plan_works_offline_with_the_scripted_queen(repo, hive, list_json) -> None:
     done = hive("plan", "--backend", "scripted", "--headless", "Add a health endpoint", cwd=repo)
     assert "approved: 1 issue(s)" in done.stdout, done.stdout + done.stderr
@@ -221,7 +260,7 @@ def test_sync_and_status_say_the_target_has_landings_the_remote_lacks(repo, git,
     new_issue("Lands on main")
     subprocess.run([*RUN, "--until-idle"], cwd=repo, env=dict(os.environ), check=True, capture_output=True, timeout=300)
     synced = hive("sync", cwd=repo)
-    assert "warning: main has 1 commit(s) origin lacks" in synced.stderr and "--push-target" in synced.stderr, synced.stderr
+    assert "warning: main has 1 commit(s) origin/main lacks" in synced.stderr and "--push-target" in synced.stderr, synced.stderr
     assert "target: main has 1 commit(s) origin/main lacks" in hive("status", cwd=repo).stdout
     hive("sync", "--push-target", cwd=repo)                        # what the warning says, done
     assert git("rev-parse", "main", cwd=repo).stdout == git("--git-dir", str(remote), "rev-parse", "main").stdout

@@ -575,10 +575,9 @@ def test_sigkill_mid_run_then_restart_finishes_everything_once(repo: Path, tmp_p
     assert "hive/worktrees" not in worktrees
 
 
-def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: Path, tmp_path: Path, new_issue,
-                                                                          state_log, list_json, wait_for, procs):
-    """Killed after the agent committed and wrote its success result, before its turn ended: the
-    restart takes the work as done (no second attempt, no budget spent), and merges it."""
+def _finish_then_kill_the_daemon(repo: Path, tmp_path: Path, new_issue, list_json, wait_for, procs,
+                                 ) -> tuple[str, dict[str, str], list[int]]:
+    """Kill the daemon after the agent committed and wrote its success result, before its turn ended."""
     issue_id = new_issue("finishes, then the daemon dies")
     script = {"labels": {}, "issues": {issue_id: [*work_steps(), {"sleep": 30, "on_attempts": [1]}]}}
     env = daemon_env(write_script(tmp_path, script), max_retries=0, max_agent_switches=0)
@@ -590,6 +589,13 @@ def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: 
     daemon.wait(10)
     procs.pids.update(pids)
     assert statuses(list_json, repo)[issue_id] == "in_progress"
+    return issue_id, env, pids
+
+
+def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: Path, tmp_path: Path, new_issue,
+                                                                          state_log, list_json, wait_for, procs):
+    """The restart takes the work as done (no second attempt, no budget spent), and merges it."""
+    issue_id, env, pids = _finish_then_kill_the_daemon(repo, tmp_path, new_issue, list_json, wait_for, procs)
 
     run_until_idle(repo, env)
 
@@ -600,6 +606,21 @@ def test_an_agent_that_finished_before_the_daemon_died_is_done_on_restart(repo: 
     assert done.trailers["Hive-Base"] and done.trailers["Hive-Head"]
     assert len(prompts(repo, issue_id)) == 1                       # not redone
     assert not [pid for pid in pids if alive(pid)]
+
+
+def test_an_agent_that_finished_over_its_budget_is_escalated_on_restart(repo: Path, tmp_path: Path, new_issue,
+                                                                        state_log, list_json, wait_for, procs):
+    """The restart judges finished work as the worker does: over the budget is no hand-off."""
+    issue_id, env, _ = _finish_then_kill_the_daemon(repo, tmp_path, new_issue, list_json, wait_for, procs)
+
+    run_until_idle(repo, {**env, "HIVE_MAX_TOKENS_PER_ISSUE": "50"}, expect=3)
+
+    assert statuses(list_json, repo)[issue_id] == "escalated"
+    log = state_log(repo)
+    assert events_of(log, issue_id) == ["claimed", "escalated"]
+    [escalated] = [c for c in log if c.issue == issue_id and c.event == "escalated"]
+    assert "token budget exceeded" in escalated.trailers["Hive-Reason"]
+    assert len(prompts(repo, issue_id)) == 1
 
 
 # -- 5. notes -------------------------------------------------------------------------------------

@@ -88,3 +88,18 @@ def test_the_queen_works_from_its_plan_directory() -> None:
     request = PermissionRequest("r1", "Write", {"file_path": "issues/hv-aaaaaa.md"})
     assert decide(request, role="queen", root="/repo", plan_root=plan).allow   # relative: from the plan dir
     assert not _in(plan, "rm -rf issues", role="queen", plan_root=plan)
+
+
+@pytest.mark.parametrize("argv", [["bash", "-lc", "cd /repo && make"], ["/bin/sh", "-c", "rm -rf /etc/x"],
+                                  ["zsh", "-l", "-c", "git push origin HEAD"],
+                                  ["bash", "-c", "bash -c 'cat /repo/main.py'"]])
+def test_a_shell_given_a_script_is_judged_by_its_script(argv: list[str]) -> None:
+    """Codex sends every command as argv `bash -lc SCRIPT`: the script is what runs."""
+    assert not ask("exec_command", command=argv)
+    assert not ask("Bash", command=" ".join([*argv[:-1], repr(argv[-1])]))
+
+
+def test_a_shell_script_inside_the_worktree_is_allowed() -> None:
+    assert ask("exec_command", command=["bash", "-lc", "git add -A && git commit -m x && ls src"])
+    assert ask("Bash", command="bash -c 'python -m pytest -q'")
+

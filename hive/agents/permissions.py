@@ -84,6 +84,21 @@ def _command_words(command: str) -> list[list[str]]:
     return commands
 
 
+SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish"}
+
+
+def _shell_script(program: str, words: list[str]) -> str | None:
+    """The script of `<shell> [-l…] -c SCRIPT`, or None for any other command."""
+    if program not in SHELLS:
+        return None
+    for index, word in enumerate(words[1:], 1):
+        if not word.startswith("-") or word == "--":
+            return None
+        if "c" in word[1:] and not word.startswith("--"):
+            return words[index + 1] if index + 1 < len(words) else ""
+    return None
+
+
 def _check_shell(command: str, roots: tuple[str, ...], role: str, cwd: str) -> Verdict:
     """Judge each simple command by the folder it acts in: the reported `cwd` (else the first
     root), moved by every `cd` on the way; that folder and the paths named must be in a root."""
@@ -105,6 +120,12 @@ def _check_shell(command: str, roots: tuple[str, ...], role: str, cwd: str) -> V
             continue
         if not inside(folder):
             return Verdict(False, f"`{program}` would run in {folder}, outside the worktree {root}")
+        script = _shell_script(program, words)
+        if script is not None:      # `bash -lc "cd / && …"`, as codex sends every command: judge the script
+            verdict = _check_shell(script, roots, role, folder)
+            if not verdict.allow:
+                return verdict
+            continue
         if program == "git":
             sub = _git_subcommand(words)
             allowed = REFINERY_GIT if role == "refinery" else {"branch"} if len(words) <= 2 else set()

@@ -13,6 +13,7 @@ the others).
 from __future__ import annotations
 
 import importlib
+import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +28,7 @@ class Kind:
     untrusted: bool                          # runs model-chosen commands: jailed or not at all
     command_setting: str = ""                # the config key naming its CLI ("" for none)
     settings_dirs: tuple[str, ...] = ()      # worktree folders that configure it: not the agent's
+    version_probe: str = ""                  # "module:function(argv, env, timeout) -> str" ("": `--version`)
 
 
 KINDS: dict[str, Kind] = {kind.name: kind for kind in (
@@ -36,7 +38,7 @@ KINDS: dict[str, Kind] = {kind.name: kind for kind in (
          settings_dirs=(".codex",)),
     Kind("scripted", "hive.backends.scripted:ScriptedBackend", untrusted=False),
     Kind("acp", "hive.backends.acp:AcpBackend", untrusted=True, command_setting="acp_command",
-         settings_dirs=(".claude", ".codex")),
+         settings_dirs=(".claude", ".codex"), version_probe="hive.backends.acp.probe:agent_version"),
 )}
 # name → "module:Class"
 BACKENDS: dict[str, str] = {name: kind.target for name, kind in KINDS.items()}
@@ -77,6 +79,20 @@ class BackendSettings(Protocol):
     acp_mode: str
 
     def backend_for(self, role: str) -> str: ...
+
+
+def cli_version(name: str, argv: list[str], env: dict[str, str] | None, timeout: float) -> str:
+    """What backend `name`'s CLI `argv` says it is (the first line of `--version`, or its kind's
+    own probe); OSError or subprocess.SubprocessError when it cannot say."""
+    probe = kind(name).version_probe
+    if probe:
+        module_name, _, function = probe.partition(":")
+        return str(getattr(importlib.import_module(module_name), function)(argv, env, timeout))
+    proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise subprocess.SubprocessError(f"`--version` exited {proc.returncode}")
+    lines = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
+    return lines[0] if lines else "ok"
 
 
 def backend_class(name: str) -> type:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -173,18 +172,14 @@ def _check_cli(config, role: str, codex_home: str = "") -> tuple[bool, str]:
         return False, problem
     backend = config.backend_for(role)
     command = getattr(config, registry.kind(backend).command_setting)
-    argv = shlex.split(command)
+    env = None
+    if backend == "codex" and codex_home:  # else codex writes into ~/.codex
+        env = {**os.environ, "CODEX_HOME": codex_home}
     try:
-        env = None
-        if backend == "codex" and codex_home:  # else codex writes into ~/.codex
-            env = {**os.environ, "CODEX_HOME": codex_home}
-        proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=30, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"{role} backend {backend}: `{command} --version` failed: {exc}"
-    version = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
-    if proc.returncode != 0:
-        return False, f"{role} backend {backend}: `{command} --version` exited {proc.returncode}"
-    return True, f"{role} backend {backend}: {version[0] if version else 'ok'}"
+        version = registry.cli_version(backend, shlex.split(command), env, 30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, f"{role} backend {backend}: `{command}` does not say what it is: {exc}"
+    return True, f"{role} backend {backend}: {version}"
 
 
 def _merge_driver_check(paths) -> tuple[bool, str]:

@@ -26,6 +26,16 @@ def one_line(text: str) -> str:
     return escaped(text).replace("\n", "\\n").replace("\t", " ")
 
 
+def unpushed_target(remote: str, branch: str, commits: int) -> str:
+    """What `status` and `sync` say of landings on the target that `remote` lacks (`commits` > 0)
+    or a target that has diverged from it (< 0)."""
+    where = f"{remote}/{branch}"
+    if commits < 0:
+        return f"{branch} and {where} have diverged: merge {where} into {branch}, then `git hive sync --push-target`"
+    return f"{branch} has {commits} commit(s) {where} lacks (what hive merged is not pushed): " \
+           "`git hive sync --push-target` pushes them"
+
+
 def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
     rows = [[one_line(str(cell)) for cell in r] for r in rows]
     width = shutil.get_terminal_size((120, 20)).columns

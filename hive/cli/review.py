@@ -67,7 +67,7 @@ def finalize(issue_id: str) -> None:
     from hive import lifecycle
     from hive.agents import jails
     from hive.merge import mechanical
-    from hive.merge.pipeline import done_base
+    from hive.merge.pipeline import done_base, test_gate
     from hive.workspace import landings, worktrees
     from hive.runtime import Runtime
 
@@ -82,16 +82,18 @@ def finalize(issue_id: str) -> None:
         raise HiveError(f"{issue_id} has no branch {worktrees.branch_name(issue_id)} to merge")
     if not worktrees.worktree_path(project.paths, issue_id).exists():
         worktrees.recreate(project.paths, issue_id)
-    # replayed from the base the worker started from, as the merge pipeline does
-    landing = mechanical.land(project.paths, config.target_branch, issue_id, head, done_base(project, issue_id),
-                              [c for c in (config.test_command,) if c], config.test_timeout_seconds,
-                              jail=lambda worktree: jails.worktree_jail(config, project.paths, worktree),
-                              recorded=landings.recorded_of(issue), blockers={b: project.index.get(b) for b in issue.depends_on},
-                              by_person=True)
-    if landing.status != "merged":
-        raise HiveError(f"{issue_id} not merged ({landing.status}): {landing.detail.splitlines()[0] if landing.detail else ''}")
     runtime = Runtime(project.paths)
     try:
+        # replayed from the base the worker started from and gated by its tests, as the pipeline does
+        landing = mechanical.land(project.paths, config.target_branch, issue_id, head, done_base(project, issue_id),
+                                  test_gate(runtime.handoffs().get(issue_id, ""), config),
+                                  config.test_timeout_seconds,
+                                  jail=lambda worktree: jails.worktree_jail(config, project.paths, worktree),
+                                  recorded=landings.recorded_of(issue),
+                                  blockers={b: project.index.get(b) for b in issue.depends_on}, by_person=True)
+        if landing.status != "merged":
+            raise HiveError(f"{issue_id} not merged ({landing.status}): "
+                            f"{landing.detail.splitlines()[0] if landing.detail else ''}")
         lifecycle.finalize(project, runtime, issue_id, landing.commit, config.target_branch)
     finally:
         runtime.close()

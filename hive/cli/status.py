@@ -8,7 +8,7 @@ import click
 
 from hive import cost
 from hive.cli.listing import print_json
-from hive.cli.output import one_line
+from hive.cli.output import one_line, unpushed_target
 from hive.orchestrator.progress import PROGRESS_KEY, RunProgress
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
@@ -150,15 +150,8 @@ def render_issues(data: dict) -> None:
 
 def render_target(data: dict) -> None:
     unpushed = data.get("target_unpushed")
-    if not unpushed:
-        return
-    where = f"{unpushed['remote']}/{unpushed['branch']}"
-    if unpushed["commits"] < 0:
-        click.echo(f"target: {unpushed['branch']} and {where} have diverged (merge {where}, then "
-                   "`git hive sync --push-target`)")
-    else:
-        click.echo(f"target: {unpushed['branch']} has {unpushed['commits']} commit(s) {where} lacks "
-                   "(`git hive sync --push-target` pushes them)")
+    if unpushed:
+        click.echo("target: " + unpushed_target(unpushed["remote"], unpushed["branch"], unpushed["commits"]))
 
 
 def render_daemon(data: dict) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from hive.cli.listing import print_json
+from hive.cli.output import unpushed_target
 from hive.errors import HiveError
 
 
@@ -60,9 +61,5 @@ def sync(remote: str | None, as_json: bool, prune: bool, push_target: bool, rese
 def _say_unpushed(shared, name: str, target: str) -> None:
     """The landings on the target branch that the remote lacks (sync shares hive/state only)."""
     missing = shared.unpushed(target)
-    if missing > 0:
-        click.echo(f"warning: {target} has {missing} commit(s) {name} lacks (what hive merged is not pushed): "
-                   f"`git hive sync --push-target` pushes them", err=True)
-    elif missing < 0:
-        click.echo(f"warning: {target} and {name}/{target} have diverged: merge {name}/{target} into "
-                   f"{target}, then `git hive sync --push-target`", err=True)
+    if missing:
+        click.echo(f"warning: {unpushed_target(name, target, missing)}", err=True)

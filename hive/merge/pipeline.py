@@ -22,6 +22,7 @@ import pygit2
 from hive import lifecycle
 from hive.agents import jails
 from hive.backends.base import IDLE, PERMISSION, USAGE, Event, Usage
+from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.merge import mechanical
 from hive.merge.host import MergeHost
@@ -111,7 +112,7 @@ class MergeProcessor:
         for issue in self.project.index.list(["done"]):
             if issue.id not in queued and issue.id in handed_off and worktrees.head_of(
                     self.project.paths, issue.id) is not None and (shared is None or shared.worked_here(issue)):
-                self.enqueue(issue.id, done_base(self.project, issue.id))
+                self.enqueue(issue.id, done_base(self.project, issue.id), handed_off[issue.id])
         if shared is not None:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):
                 issue = self.project.index.get(issue_id)
@@ -242,7 +243,7 @@ class MergeProcessor:
                      from_refinery: bool = False) -> bool:
         paths = self.project.paths
         await asyncio.to_thread(worktrees.prepare_for_merge, paths, issue.id, head)
-        commands = [c for c in (entry.test_command, self.config.test_command) if c]
+        commands = test_gate(entry.test_command, self.config)
         shared = self.host.shared_target
         test_agent, tested = f"test-{issue.id}", []
 
@@ -400,6 +401,12 @@ def rejection_text(head: str, reason: str, detail: str) -> str:
     if detail.strip():
         text += f"\n\nWhat the merge step saw (the failing test's output, or the conflict):\n\n```\n{detail.strip()}\n```"
     return text
+
+
+def test_gate(agent_test_command: str, config: Config) -> list[str]:
+    """What a landing must pass, wherever it lands (the pipeline, after a restart, `git hive
+    finalize`): the test command the agent's result named, then the configured one."""
+    return [c for c in (agent_test_command, config.test_command) if c]
 
 
 def done_base(project: Project, issue_id: str) -> str:

@@ -85,7 +85,8 @@ def requeue_lost_issues(project: Project, runtime: Runtime, config: Config,
 def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent: dict[str, Any],
                         log: Callable[[str], None]) -> bool:
     """An agent that committed beyond its base and wrote a success result before its daemon
-    died has done its work: the issue is done, as if the daemon had lived to see it."""
+    died has done its work: the issue is done (or escalated, over its budget), as if the daemon
+    had lived to see it."""
     worktree, base = agent.get("worktree") or "", agent.get("base_commit") or ""
     if agent.get("role") != "worker" or not worktree or not base or not (Path(worktree) / ".git").is_file():
         return False
@@ -95,11 +96,17 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
     worktrees.adopt_head(project.paths, issue_id)   # the jailed agent committed on a detached HEAD
     if not worktrees.has_new_commits(project.paths, issue_id, base):
         return False
+    budget = runtime.budget(issue_id)
+    backend = agent.get("backend") or ""
+    over = lifecycle.over_budget(budget, project.config)
+    if over:
+        lifecycle.escalate(project, issue_id, agent["id"], over, "its agent finished over the budget",
+                           lifecycle.usage_trailers(budget, backend=backend))
+        log(f"{issue_id} escalated: {over}")
+        return True
     head = worktrees.head_of(project.paths, issue_id) or ""
-    trailers = lifecycle.done_trailers(base, head, result.test_command, runtime.budget(issue_id),
-                                       backend=agent.get("backend") or "")
-    runtime.record_handoff(issue_id)
-    lifecycle.finish(project, issue_id, agent["id"], result.summary, trailers)
+    trailers = lifecycle.done_trailers(base, head, result.test_command, budget, backend=backend)
+    lifecycle.hand_off(project, runtime, issue_id, agent["id"], result.summary, trailers, result.test_command)
     log(f"{issue_id} done: its agent had finished before the daemon stopped")
     return True
 

@@ -379,11 +379,10 @@ class Worker:
                                            worktrees.head_of(self.project.paths, self.issue_id) or "",
                                            outcome.test_command, self.host.runtime.budget(self.issue_id),
                                            self.config.model_for("worker"), self.backend.name)
-        self.host.runtime.record_handoff(self.issue_id)   # before the commit: a crash between them is rescanned
         try:
-            lifecycle.finish(self.project, self.issue_id, self.agent_id, outcome.summary, trailers)
+            lifecycle.hand_off(self.project, self.host.runtime, self.issue_id, self.agent_id, outcome.summary,
+                               trailers, outcome.test_command)
         except TransitionRefused:
-            self.host.runtime.forget_handoff(self.issue_id)
             return
         # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
         # and counts against the same budget, so an issue rejected again and again escalates.

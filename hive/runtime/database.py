@@ -7,6 +7,7 @@ agent, budget and key/value calls are kept on the handle itself (`runtime.budget
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -126,17 +127,21 @@ class Runtime:
 
     # -- hand-offs: the `done` issues this machine may merge ------------------------------------
 
-    def record_handoff(self, issue_id: str) -> None:
+    def record_handoff(self, issue_id: str, test_command: str = "") -> None:
         """`issue_id` is done here (this machine's agent, or a person's `update --status done`):
-        the merge pipeline may queue it. A `done` that arrived with `hive/state` never may."""
-        KeyValues(self.db).put(HANDOFF + issue_id, "1")
+        the merge pipeline may queue it. A `done` that arrived with `hive/state` never may.
+        `test_command`: the one the agent's result named, which gates its landing with the
+        configured one wherever it lands (the pipeline after a restart, `git hive finalize`)."""
+        KeyValues(self.db).put(HANDOFF + issue_id, json.dumps({"test_command": test_command}))
 
     def forget_handoff(self, issue_id: str) -> None:
         KeyValues(self.db).delete(HANDOFF + issue_id)
 
-    def handoffs(self) -> set[str]:
-        rows = self.db.execute("SELECT key FROM kv WHERE key >= ? AND key < ?", (HANDOFF, HANDOFF[:-1] + ";"))
-        return {row[0][len(HANDOFF):] for row in rows}
+    def handoffs(self) -> dict[str, str]:
+        """Each issue handed off here, with its agent's test command ("" for none)."""
+        rows = self.db.execute("SELECT key, value FROM kv WHERE key >= ? AND key < ?",
+                               (HANDOFF, HANDOFF[:-1] + ";"))
+        return {key[len(HANDOFF):]: _handoff_test_command(value) for key, value in rows}
 
     # -- key/value ----------------------------------------------------------------------------
 
@@ -148,3 +153,12 @@ class Runtime:
 
     def delete(self, key: str) -> None:
         KeyValues(self.db).delete(key)
+
+
+def _handoff_test_command(value: str) -> str:
+    try:
+        record = json.loads(value)
+    except ValueError:
+        return ""     # a hand-off recorded before it kept the test command
+    command = record.get("test_command") if isinstance(record, dict) else ""
+    return command if isinstance(command, str) else ""

@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 CLIENT_INFO = {"name": "git-hive", "title": "git hive", "version": "0.1.0"}
+INITIALIZE = {
+    "protocolVersion": PROTOCOL_VERSION, "clientInfo": CLIENT_INFO,
+    # files and terminals stay the agent's own, inside its jail (see the package docstring)
+    "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+}
 LINE_LIMIT = 16 * 1024 * 1024
 MAX_MESSAGES = 500
 MAX_MESSAGE_CHARS = 64 * 1024
@@ -155,11 +160,7 @@ class AcpBackend(SessionBackend):
         s.cost_base = s.usage.cost_usd
         peer.reader = asyncio.create_task(self._read_stdout(s, peer), name=f"acp-{peer.pid}-stdout")
         try:
-            answer = await peer.request("initialize", {
-                "protocolVersion": PROTOCOL_VERSION, "clientInfo": CLIENT_INFO,
-                # files and terminals stay the agent's own, inside its jail (see the package docstring)
-                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
-            }, self.init_timeout)
+            answer = await peer.request("initialize", INITIALIZE, self.init_timeout)
         except BaseException as e:
             await peer.kill()
             if isinstance(e, (RpcError, AgentGone)):
