@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -269,21 +271,11 @@ def test_what_acp_messages_mean_to_hive() -> None:
 
 # -- through the pipeline: `git hive run --backend acp --until-idle` with claude-agent-acp ----------
 
-class AgentCallsOnly(anthropic_server.FakeAnthropic):
-    """The script answers the agent's own model calls; claude-agent-acp's side calls without tools
-    (the session's title, docs/acp-protocols.md) get a title and take no step of it."""
-
-    def _next(self, request: anthropic_server.Request) -> anthropic_server.Reply:
-        if not request.body.get("tools"):
-            return anthropic_server.text("Add a greeting")
-        return super()._next(request)
-
-
 def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: Callable[..., Any],
                                                              git: Callable[..., Any], tmp_path: Path) -> None:
     require(CLAUDE_ACP_MISSING)
     issue_id = hive("create", "Add a greeting", "-d", "Write hello.txt and commit it.").stdout.strip()
-    with AgentCallsOnly() as api:
+    with anthropic_server.FakeAnthropic() as api:
         api.script(anthropic_server.write("hello.txt", "hello\n"),
                    anthropic_server.bash('git add hello.txt && git commit -q -m "Add hello.txt"'),
                    anthropic_server.write(".hive-result.jsonl", '{"status": "success", "summary": "greeting"}\n'),
@@ -305,6 +297,61 @@ def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: C
     assert any(r.cwd == str(worktree) for r in requests)
     assert any("Add a greeting" in r.text() for r in requests)
 
+
+
+def test_run_the_claude_agent_acp_refinery_resolves_a_conflict(repo: Path, hive: Callable[..., Any],
+                                                                git: Callable[..., Any], tmp_path: Path) -> None:
+    """The whole pipeline over ACP, jailed: the worker's replay conflicts with a person's commit
+    on the target, the refinery (claude-agent-acp in the issue's worktree) rebases and resolves it,
+    its `git rebase` allowed by hive's policy for the refinery; hive checks and lands it."""
+    require(CLAUDE_ACP_MISSING)
+    issue_id = hive("create", "Greet from the worker").stdout.strip()
+    worktree = repo / ".git" / "hive" / "worktrees" / issue_id
+    person_committed = threading.Event()
+
+    def commit_once_the_target_moved(request: anthropic_server.Request) -> anthropic_server.Reply:
+        person_committed.wait(60)
+        return anthropic_server.bash('git commit -q -am "README: greet from the worker"')
+
+    with anthropic_server.FakeAnthropic() as api:
+        api.script(anthropic_server.write("README.md", "hello from the worker\n"), commit_once_the_target_moved,
+                   anthropic_server.write(".hive-result.jsonl", '{"status": "success", "summary": "greets"}\n'),
+                   anthropic_server.text("Done."),
+                   # the refinery
+                   anthropic_server.bash(f"cd {worktree} && git -c core.editor=true rebase main"),
+                   anthropic_server.bash(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n'"
+                                         " > README.md && git add README.md && git -c core.editor=true rebase --continue"),
+                   anthropic_server.write(".hive-result.jsonl", '{"status": "merged", "summary": "kept both"}\n'),
+                   anthropic_server.text("Merged."))
+        config = tmp_path / "claude-config"
+        config.mkdir()
+        env = {**os.environ, **offline_env(api, config), **ROOT_ENV, "HIVE_BACKEND": "acp",
+               "HIVE_ACP_COMMAND": CLAUDE_ACP, "HIVE_ACP_ENV": "ANTHROPIC_* CLAUDE_* IS_SANDBOX",
+               "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "auto", "HIVE_STALL_SECONDS": "60"}
+        daemon = subprocess.Popen([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
+                                  cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 90
+            while len([r for r in api.message_requests if not r.side_call]) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)     # the fake's requests are no event this process can wait on
+            (repo / "README.md").write_text("hello from a person\n")
+            git("commit", "-q", "-am", "README: greet from a person")
+        finally:
+            person_committed.set()
+        try:
+            out, _ = daemon.communicate(timeout=240)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+        calls = [r for r in api.message_requests if not r.side_call]
+
+    assert daemon.returncode == 0, out
+    assert json.loads(hive("show", issue_id, "--json").stdout)["status"] == "finalized", out
+    assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
+    assert git("show", "main:README.md").stdout == "hello from a person\nhello from the worker\n"
+    assert calls[4].cwd == str(worktree)                                 # the refinery starts in the worktree
+    rebased = " ".join(anthropic_server.result_text(b) for b in calls[5].tool_results)
+    assert "CONFLICT" in rebased, rebased                                # git ran it, in the worktree
 
 def test_run_works_an_issue_end_to_end_with_codex_acp(repo: Path, hive: Callable[..., Any],
                                                       git: Callable[..., Any], tmp_path: Path) -> None:
@@ -342,7 +389,7 @@ def test_claude_agent_acp_asks_and_hives_policy_denies_a_write_outside_the_workt
     outside = tmp_path / "outside.txt"
     config = tmp_path / "claude-config"
     config.mkdir()
-    with AgentCallsOnly() as api:
+    with anthropic_server.FakeAnthropic() as api:
         api.script(anthropic_server.tool("Write", {"file_path": str(outside), "content": "x\n"}),
                    anthropic_server.write("inside.txt", "ok\n"), anthropic_server.text("done"))
         backend = AcpBackend(command=CLAUDE_ACP, hive_dir=str(tmp_path),
@@ -387,3 +434,56 @@ def test_doctor_asks_an_acp_agent_what_it_is_with_initialize(agent: str, repo: P
     [line] = [line for line in report.splitlines() if "worker backend acp" in line]
     assert expected in line, report
     assert line.startswith("ok "), report
+
+
+def test_run_the_codex_acp_refinery_resolves_a_conflict(repo: Path, hive: Callable[..., Any],
+                                                         git: Callable[..., Any], tmp_path: Path) -> None:
+    """The same pipeline through codex-acp, the second real ACP agent: worker, conflict, refinery."""
+    require(CODEX_ACP_MISSING)
+    issue_id = hive("create", "Greet from the worker").stdout.strip()
+    worktree = repo / ".git" / "hive" / "worktrees" / issue_id
+    person_committed = threading.Event()
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    with openai_server.FakeOpenAI() as api:
+        (home / "config.toml").write_text(codex_toml(api.codex_config()))
+        api.script(
+            openai_server.apply_patch("*** Begin Patch\n*** Update File: README.md\n@@\n-hello\n"
+                                      "+hello from the worker\n*** End Patch\n"),
+            openai_server.gate(openai_server.exec_command('git commit -q -am "README: greet from the worker"'),
+                               person_committed),
+            openai_server.apply_patch(openai_server.add_file_patch(
+                ".hive-result.jsonl", '{"status": "success", "summary": "greets"}')),
+            openai_server.text("Done."),
+            # the refinery
+            openai_server.exec_command(f"cd {worktree} && git -c core.editor=true rebase main"),
+            openai_server.exec_command(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n'"
+                                       " > README.md && git add README.md && git -c core.editor=true rebase --continue"),
+            openai_server.apply_patch(openai_server.add_file_patch(
+                ".hive-result.jsonl", '{"status": "merged", "summary": "kept both"}')),
+            openai_server.text("Merged."))
+        env = {**os.environ, "CODEX_HOME": str(home), "FAKE_OPENAI_API_KEY": "dummy", "HIVE_BACKEND": "acp",
+               "HIVE_ACP_COMMAND": CODEX_ACP, "HIVE_ACP_ENV": "CODEX_* FAKE_OPENAI_API_KEY",
+               "HIVE_ACP_ENDPOINTS": api.base_url, "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "auto",
+               "HIVE_STALL_SECONDS": "60"}
+        daemon = subprocess.Popen([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
+                                  cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            api.wait_requests(2, timeout=90)                     # the worker edited README.md
+            (repo / "README.md").write_text("hello from a person\n")
+            git("commit", "-q", "-am", "README: greet from a person")
+        finally:
+            person_committed.set()
+        try:
+            out, _ = daemon.communicate(timeout=240)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+        requests = api.responses_requests()
+
+    assert daemon.returncode == 0, out
+    assert json.loads(hive("show", issue_id, "--json").stdout)["status"] == "finalized", out
+    assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
+    assert git("show", "main:README.md").stdout == "hello from a person\nhello from the worker\n"
+    outputs = [item for item in requests[5]["body"]["input"] if item.get("type") == "function_call_output"]
+    assert "CONFLICT" in json.dumps(outputs[-1]), outputs                # git ran it, in the worktree
