@@ -299,6 +299,23 @@ def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: C
 
 
 
+
+def start_run(repo: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`git hive run --backend acp --until-idle` in the background; end it with finish_run."""
+    return subprocess.Popen([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
+                            cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish_run(daemon: subprocess.Popen[str]) -> str:
+    """Its output, once it exited 0."""
+    try:
+        out, _ = daemon.communicate(timeout=240)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    assert daemon.returncode == 0, out
+    return out
+
 def test_run_the_claude_agent_acp_refinery_resolves_a_conflict(repo: Path, hive: Callable[..., Any],
                                                                 git: Callable[..., Any], tmp_path: Path) -> None:
     """The whole pipeline over ACP, jailed: the worker's replay conflicts with a person's commit
@@ -328,8 +345,7 @@ def test_run_the_claude_agent_acp_refinery_resolves_a_conflict(repo: Path, hive:
         env = {**os.environ, **offline_env(api, config), **ROOT_ENV, "HIVE_BACKEND": "acp",
                "HIVE_ACP_COMMAND": CLAUDE_ACP, "HIVE_ACP_ENV": "ANTHROPIC_* CLAUDE_* IS_SANDBOX",
                "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "auto", "HIVE_STALL_SECONDS": "60"}
-        daemon = subprocess.Popen([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
-                                  cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        daemon = start_run(repo, env)
         try:
             deadline = time.monotonic() + 90
             while len([r for r in api.message_requests if not r.side_call]) < 2 and time.monotonic() < deadline:
@@ -338,14 +354,9 @@ def test_run_the_claude_agent_acp_refinery_resolves_a_conflict(repo: Path, hive:
             git("commit", "-q", "-am", "README: greet from a person")
         finally:
             person_committed.set()
-        try:
-            out, _ = daemon.communicate(timeout=240)
-        finally:
-            if daemon.poll() is None:
-                daemon.kill()
+        out = finish_run(daemon)
         calls = [r for r in api.message_requests if not r.side_call]
 
-    assert daemon.returncode == 0, out
     assert json.loads(hive("show", issue_id, "--json").stdout)["status"] == "finalized", out
     assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
     assert git("show", "main:README.md").stdout == "hello from a person\nhello from the worker\n"
@@ -466,22 +477,16 @@ def test_run_the_codex_acp_refinery_resolves_a_conflict(repo: Path, hive: Callab
                "HIVE_ACP_COMMAND": CODEX_ACP, "HIVE_ACP_ENV": "CODEX_* FAKE_OPENAI_API_KEY",
                "HIVE_ACP_ENDPOINTS": api.base_url, "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "auto",
                "HIVE_STALL_SECONDS": "60"}
-        daemon = subprocess.Popen([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
-                                  cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        daemon = start_run(repo, env)
         try:
             api.wait_requests(2, timeout=90)                     # the worker edited README.md
             (repo / "README.md").write_text("hello from a person\n")
             git("commit", "-q", "-am", "README: greet from a person")
         finally:
             person_committed.set()
-        try:
-            out, _ = daemon.communicate(timeout=240)
-        finally:
-            if daemon.poll() is None:
-                daemon.kill()
+        out = finish_run(daemon)
         requests = api.responses_requests()
 
-    assert daemon.returncode == 0, out
     assert json.loads(hive("show", issue_id, "--json").stdout)["status"] == "finalized", out
     assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
     assert git("show", "main:README.md").stdout == "hello from a person\nhello from the worker\n"
