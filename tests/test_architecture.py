@@ -219,3 +219,95 @@ def test_the_layers_contract_names_every_top_level_module() -> None:
                  for path in HIVE.iterdir()
                  if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()}
     assert top_level <= named, f"no layer in pyproject's import-linter contract: {sorted(top_level - named)}"
+
+
+# -- "Where a rule lives" (docs/ARCHITECTURE.md), checked where a parser can see it ----------------
+
+def _calls(path: Path) -> list[ast.Call]:
+    return [n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))) if isinstance(n, ast.Call)]
+
+
+def _dotted(node: ast.expr) -> str:
+    """`a.b.c` of a Name/Attribute chain ("" for anything else)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
+def _where(module: str, node: ast.AST) -> str:
+    return f"{MODULES[module].relative_to(HIVE.parent)}:{getattr(node, 'lineno', 0)}"
+
+
+def _status_writes(tree: ast.AST) -> list[ast.Call]:
+    """Calls of `issues.update(project, id, {"status": ...})` / `issues.set_status` in `tree`."""
+    found = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        name = _dotted(call.func)
+        if name.endswith("issues.set_status"):
+            found.append(call)
+        elif name.endswith("issues.update") and len(call.args) > 2 and isinstance(call.args[2], ast.Dict) and any(
+                isinstance(k, ast.Constant) and k.value == "status" for k in call.args[2].keys):
+            found.append(call)
+    return found
+
+
+def test_an_issue_changes_status_only_in_lifecycle() -> None:
+    elsewhere = [_where(m, c) for m, p in MODULES.items() if m != "hive.lifecycle"
+                 for c in _status_writes(ast.parse(p.read_text(encoding="utf-8")))]
+    assert not elsewhere, "status written outside hive/lifecycle.py:\n    " + "\n    ".join(elsewhere)
+    probe = ast.parse('issues.update(p, i, {"status": "open"})\nissues.update(p, i, {"title": "x"})')
+    assert len(_status_writes(probe)) == 1
+    assert _status_writes(ast.parse((HIVE / "lifecycle.py").read_text(encoding="utf-8")))
+
+
+def _spending(tree: ast.AST) -> list[ast.AST]:
+    """Assignments to a budget's `retries`/`switches`, and `.spend(...)` calls, in `tree`."""
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AugAssign) else []
+        flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+        if any(isinstance(t, ast.Attribute) and t.attr in ("retries", "switches") for t in flat):
+            found.append(node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "spend" \
+                and _dotted(node.func) != "lifecycle.spend":
+            found.append(node)
+    return found
+
+
+def test_a_budget_is_spent_only_in_lifecycle() -> None:
+    """Spending (usage added, a retry or an agent switch taken) happens in `hive/lifecycle.py`;
+    `hive/runtime/budgets.py` defines the record."""
+    allowed = {"hive.lifecycle", "hive.runtime.budgets"}
+    found = [(m, n) for m, p in MODULES.items() for n in _spending(ast.parse(p.read_text(encoding="utf-8")))]
+    elsewhere = [_where(m, n) for m, n in found if m not in allowed]
+    assert not elsewhere, "a budget spent outside hive/lifecycle.py:\n    " + "\n    ".join(elsewhere)
+    assert "hive.lifecycle" in {m for m, _ in found}, "the check sees no spending where there is some"
+
+
+def test_agent_processes_start_only_in_agent_process() -> None:
+    """Every backend starts its agent through `AgentProcess.start` (jail, process group, pipes);
+    the scripted agent is itself an agent (its `run:` steps are the agent's commands)."""
+    allowed = {"hive.backends.agent_process", "hive.backends.scripted_agent"}
+    starts = ("subprocess.Popen", "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell", "os.fork")
+    elsewhere = [_where(m, c) for m, p in MODULES.items() if m.startswith(("hive.backends", "hive.agents"))
+                 and m not in allowed for c in _calls(p) if _dotted(c.func) in starts]
+    assert not elsewhere, "a process started outside AgentProcess:\n    " + "\n    ".join(elsewhere)
+    nowhere = [_where(m, c) for m, p in MODULES.items() for c in _calls(p)
+               if _dotted(c.func).startswith("asyncio.create_subprocess")]
+    assert not nowhere, "asyncio subprocesses (hive starts processes with Popen and pidfds):\n    " + "\n    ".join(nowhere)
+
+
+def test_only_worktrees_resets_a_worktree() -> None:
+    """Nothing but `hive/workspace/worktrees.py` resets a work worktree (it keeps the head first);
+    the Queen resets its plan worktree onto the commit it has just made of the plan's files."""
+    allowed = {"hive.workspace.worktrees", "hive.queen"}
+    resets = [(m, c) for m, p in MODULES.items() for c in _calls(p)
+              if isinstance(c.func, ast.Attribute) and c.func.attr == "reset"
+              and any("GIT_RESET" in ast.unparse(a) for a in c.args)]
+    elsewhere = [_where(m, c) for m, c in resets if m not in allowed]
+    assert not elsewhere, "a worktree reset outside hive/workspace/worktrees.py:\n    " + "\n    ".join(elsewhere)
+    assert {m for m, _ in resets} == allowed, "the check sees no reset where there are some"
