@@ -24,11 +24,8 @@ from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
 from hive.state.index import Problem
-from hive.state.issue_file import Issue
+from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.state.store import notify
-
-FINISHED = ("finalized", "canceled")   # no agent will work these again
-
 
 @dataclass(frozen=True)
 class Told:
@@ -126,7 +123,7 @@ class Hive:
         if not text.strip():
             raise BadInput("the message is empty")
         issue = self.issue(issue_id)
-        if issue.status in FINISHED:
+        if issue.status in TERMINAL_STATUSES:   # no agent will work these again
             raise HiveError(f"{issue.id} is {issue.status}: no agent will work it again")
         runtime = Runtime(self.project.paths)
         try:

@@ -250,10 +250,10 @@ def finalize_epics(project: Project, parent: str) -> None:
     """An epic whose children are all finalized or canceled is finalized (walking up)."""
     while parent:
         epic = project.index.get(parent)
-        if epic is None or epic.type != "epic" or epic.status in ("finalized", "canceled"):
+        if epic is None or epic.type != "epic" or epic.status in issue_file.TERMINAL_STATUSES:
             return
         children = project.index.list(parent=parent)
-        if not children or any(c.status not in ("finalized", "canceled") for c in children):
+        if not children or any(c.status not in issue_file.TERMINAL_STATUSES for c in children):
             return
         issues.update(project, parent, {"status": "finalized"}, event="finalized",
                       summary=f"finalize epic {parent}: all its issues are finished")

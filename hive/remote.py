@@ -172,7 +172,7 @@ class Remote:
         for branch in self.work_branches() if listed is None else listed:
             issue_id = branch.removeprefix("hive/work/")
             issue = self.project.index.get(issue_id) if issue_file.is_valid_id(issue_id) else None
-            if issue is not None and issue.status in ("finalized", "canceled"):
+            if issue is not None and issue.status in issue_file.TERMINAL_STATUSES:
                 finished.append(branch)
         return finished if self.delete_branches(finished) else []
 

@@ -8,7 +8,7 @@ from typing import Callable, Iterable, Sequence
 
 import click
 
-from hive.state.issue_file import Issue
+from hive.state.issue_file import SATISFIED_BLOCKER_STATUSES, Issue
 
 
 # C0 controls but newline and tab, DEL, C1 controls: a title or note from hive/state could move the
@@ -52,13 +52,10 @@ def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
         click.echo(line(row))
 
 
-FINISHED_BLOCKER = ("done", "finalized", "canceled")   # a blocker in these blocks no more
-
-
 def issue_rows(issues: Iterable[Issue], status_of: Callable[[str], str | None] | None = None) -> list[list[str]]:
     """Table rows; BLOCKED BY leaves out the blockers that `status_of` says are finished."""
     def blocking(issue: Issue) -> str:
-        left = [b for b in issue.depends_on if status_of is None or status_of(b) not in FINISHED_BLOCKER]
+        left = [b for b in issue.depends_on if status_of is None or status_of(b) not in SATISFIED_BLOCKER_STATUSES]
         return ",".join(left) or "-"
 
     return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-", blocking(i), i.title]

@@ -31,7 +31,7 @@ from hive.project import Project
 from hive.runtime import handover, process_start_time
 from hive.runtime.merge_queue import Entry
 from hive.state import history
-from hive.state.issue_file import Issue
+from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.workspace import attempts, landings, worktrees
 
 
@@ -116,7 +116,7 @@ class MergeProcessor:
         if shared is not None:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):
                 issue = self.project.index.get(issue_id)
-                if issue is not None and issue.status in ("finalized", "canceled") and issue_id not in queued:
+                if issue is not None and issue.status in TERMINAL_STATUSES and issue_id not in queued:
                     worktrees.remove(self.project.paths, issue_id, target=self.config.target_branch)
 
     # -- events ---------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ class MergeProcessor:
         issue = self.project.index.get(entry.issue_id)
         if issue is None or issue.status != "done":
             self._drop(entry)
-            if issue is not None and issue.status in ("finalized", "canceled"):
+            if issue is not None and issue.status in TERMINAL_STATUSES:
                 # finished elsewhere (another machine landed its own agent's work, or a person
                 # canceled it): this copy of the work is obsolete and nothing will come back to it
                 await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch)
