@@ -176,7 +176,7 @@ def parse_record(event: history.StateEvent) -> Record:
 def running(paths: git.RepoPaths, open_budgets: dict[str, Usage], models: dict[str, str]) -> list[Record]:
     """What sessions of a running daemon spent beyond the records: the budgets of the issues its
     workers hold, and the refinery's merge in progress."""
-    if not DaemonLock(paths).holder() or not (paths.hive_dir / "runtime.db").exists():
+    if not DaemonLock(paths).holder() or not paths.runtime_db.exists():
         return []
     runtime = Runtime(paths)
     try:

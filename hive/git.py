@@ -61,6 +61,19 @@ class RepoPaths:
         return self.hive_dir / "index.db"
 
     @cached_property
+    def runtime_db(self) -> Path:
+        return self.hive_dir / "runtime.db"
+
+    @cached_property
+    def checkout_db(self) -> Path:
+        """The `.hive/` checkout's records (what each file was when last read)."""
+        return self.hive_dir / "checkout.db"
+
+    @cached_property
+    def daemon_log(self) -> Path:
+        return self.hive_dir / "daemon.log"
+
+    @cached_property
     def worktrees_dir(self) -> Path:
         return self.hive_dir / "worktrees"
 

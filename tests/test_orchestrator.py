@@ -231,7 +231,6 @@ def test_what_stops_the_daemon_unexpectedly_is_kept_in_its_log_with_where(repo: 
     looks into it."""
     from hive.orchestrator.assemble import build_daemon
     from hive.orchestrator import daemon as daemon_module
-    from hive.orchestrator.logfile import log_path
 
     def vanished(self: Any) -> None:
         raise FileNotFoundError(2, "No such file or directory", str(repo / ".git" / "worktrees" / "hv-gone01"))
@@ -240,7 +239,7 @@ def test_what_stops_the_daemon_unexpectedly_is_kept_in_its_log_with_where(repo: 
     daemon = build_daemon(project, backend="scripted", max_agents=1, until_idle=True, log=lambda _: None)
     with pytest.raises(FileNotFoundError):
         asyncio.run(asyncio.wait_for(daemon.run(), RUN_TIMEOUT))
-    logged = log_path(project.paths.hive_dir).read_text()
+    logged = project.paths.daemon_log.read_text()
     assert "daemon stopped by FileNotFoundError: [Errno 2] No such file or directory" in logged
     assert "Traceback (most recent call last)" in logged and "in vanished" in logged
 

@@ -158,7 +158,7 @@ def show(issue_id: str, as_json: bool) -> None:
 
 def merge_waits(project: Project, issue: issue_file.Issue) -> str:
     """Why this machine's merge of a done issue waits (for a person, often: say how), or ''."""
-    if issue.status != "done" or not (project.paths.hive_dir / "runtime.db").exists():
+    if issue.status != "done" or not project.paths.runtime_db.exists():
         return ""
     from hive.runtime import Runtime
 

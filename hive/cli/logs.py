@@ -97,9 +97,8 @@ def _follow_issue(project: Project, issue_id: str, files: Callable[[], list[Path
 
 
 def _daemon_log(project: Project, follow: bool, as_json: bool) -> None:
-    from hive.orchestrator.logfile import log_path
 
-    path = log_path(project.paths.hive_dir)
+    path = project.paths.daemon_log
     if not path.exists() and not follow:
         if as_json:
             print_json([])

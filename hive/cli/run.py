@@ -98,7 +98,7 @@ def _detach(project, max_agents: int | None, backend: str | None, until_idle: bo
         args.append("--until-idle")
     if remote:
         args += ["--remote", remote]
-    log_path = project.paths.hive_dir / "daemon.log"
+    log_path = project.paths.daemon_log
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(args, cwd=project.paths.worktree, stdin=subprocess.DEVNULL,
                                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)

@@ -33,7 +33,7 @@ from hive.merge.pipeline import MergeProcessor
 from hive.orchestrator import recovery
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.progress import PROGRESS_KEY, RunProgress, RunSummary, summarize
-from hive.orchestrator.logfile import LogFile, log_path
+from hive.orchestrator.logfile import LogFile
 from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.watchers import watch_state
 from hive.orchestrator.worker import Outcome, Worker
@@ -86,7 +86,7 @@ class Daemon:
         self.run_usage = Usage()
         self.token_cap_reached = False
         self._log = log or (lambda line: print(line, flush=True))
-        self._log_file = LogFile(log_path(project.paths.hive_dir))
+        self._log_file = LogFile(project.paths.daemon_log)
         self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
         self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
         self._problems_seen: set[str] = set()

@@ -10,12 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-LOG_NAME = "daemon.log"
-
-
-def log_path(hive_dir: Path) -> Path:
-    return hive_dir / LOG_NAME
-
 
 class LogFile:
     def __init__(self, path: Path):

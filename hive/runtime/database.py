@@ -29,7 +29,7 @@ HANDOFF = "handoff:"   # kv key of a hand-off (`record_handoff`)
 class Runtime:
     def __init__(self, paths: git.RepoPaths):
         self.paths = paths
-        self.path = paths.hive_dir / "runtime.db"
+        self.path = paths.runtime_db
         self._db: sqlite3.Connection | None = None
 
     @property

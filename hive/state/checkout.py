@@ -181,7 +181,7 @@ class Checkout:
         if self._db is None:
             # after a power loss a lost record only makes the next scan compare that file's
             # content with the branch again
-            db = connect(self.paths.hive_dir / "checkout.db", named_rows=False)
+            db = connect(self.paths.checkout_db, named_rows=False)
             db.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, blob TEXT, "
                        "mtime_ns INTEGER, size INTEGER)")
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")

@@ -32,7 +32,7 @@ class Trace:
 
 def had_state(paths: git.RepoPaths) -> bool:
     """True if this repository had a hive (its checkout, checkout records or index remain)."""
-    return ((paths.state_checkout / ".git").exists() or (paths.hive_dir / "checkout.db").is_file()
+    return ((paths.state_checkout / ".git").exists() or paths.checkout_db.is_file()
             or paths.index_db.is_file())
 
 
@@ -62,7 +62,7 @@ def _meta(db_path: Path, key: str) -> str | None:
 def _local_traces(paths: git.RepoPaths) -> list[Trace]:
     found = [
         ("the reflog of hive/state", _reflog_tip(paths.common_dir / "logs" / git.STATE_REF)),
-        ("the .hive/ checkout's records", _meta(paths.hive_dir / "checkout.db", "commit")),
+        ("the .hive/ checkout's records", _meta(paths.checkout_db, "commit")),
         ("the index", _meta(paths.index_db, "state_commit")),
     ]
     return [Trace(where, commit) for where, commit in found if commit]
