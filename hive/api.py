@@ -20,17 +20,41 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from hive import issues, lifecycle
+from hive.agents import jails
 from hive.errors import BadInput, HiveError
+from hive.merge import mechanical, pipeline
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
 from hive.state.index import Problem
 from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.state.store import notify
+from hive.workspace import landings, worktrees
 
 @dataclass(frozen=True)
 class Told:
     issue_id: str
     now: bool           # a running agent gets it now; else it goes in the issue's next prompt
+
+
+@dataclass(frozen=True)
+class Review:
+    """A done issue waiting to be merged by hand, and what its branch changes against the target."""
+    id: str
+    title: str
+    branch: str | None          # None: the work branch is gone
+    commits: int
+    files: int
+    insertions: int
+    deletions: int
+    inspect: str                # the command that shows the diff ("" without a branch)
+    merge: str                  # the command that lands it
+
+
+@dataclass(frozen=True)
+class Finalized:
+    issue_id: str
+    target: str
+    commit: str                 # the target's commit that holds the work
 
 
 class Hive:
@@ -117,6 +141,50 @@ class Hive:
             return lifecycle.retry(self.project, runtime, self.resolve(issue_id))
         finally:
             runtime.close()
+
+    # -- the merge step by hand (`merge_mode = "manual"`) --------------------------------------
+    def reviews(self) -> list[Review]:
+        """The done issues waiting to be merged, as `git hive review` lists them."""
+        target = self.project.config.target_branch
+        found = []
+        for issue in self.project.index.list(["done"]):
+            stat = mechanical.diffstat(self.project.paths, issue.id, target)
+            branch = worktrees.branch_name(issue.id) if stat is not None else None
+            commits, files, insertions, deletions = stat or (0, 0, 0, 0)
+            found.append(Review(issue.id, issue.title, branch, commits, files, insertions, deletions,
+                                f"git diff {target}...{branch}" if branch else "", f"git hive finalize {issue.id}"))
+        return found
+
+    def finalize(self, issue_id: str) -> Finalized:
+        """Land a done issue's branch on the target as the pipeline does — replayed from the base
+        its worker started from, gated by its agent's test command and `test_command`, jailed —
+        and finalize it. What a person committed in its worktree is what lands."""
+        project, config = self.project, self.project.config
+        issue = self.issue(issue_id)
+        if issue.status != "done":
+            raise HiveError(f"{issue.id} is {issue.status}: only done issues can be finalized")
+        head = worktrees.follow_worktree(project.paths, issue.id)
+        if head is None:
+            raise HiveError(f"{issue.id} has no branch {worktrees.branch_name(issue.id)} to merge")
+        if not worktrees.worktree_path(project.paths, issue.id).exists():
+            worktrees.recreate(project.paths, issue.id)
+        runtime = Runtime(project.paths)
+        try:
+            landing = mechanical.land(project.paths, config.target_branch, issue.id, head,
+                                      pipeline.done_base(project, issue.id),
+                                      pipeline.test_gate(runtime.handoffs().get(issue.id, ""), config),
+                                      config.test_timeout_seconds,
+                                      jail=lambda worktree: jails.worktree_jail(config, project.paths, worktree),
+                                      recorded=landings.recorded_of(issue),
+                                      blockers={b: project.index.get(b) for b in issue.depends_on}, by_person=True)
+            if landing.status != "merged":
+                raise HiveError(f"{issue.id} not merged ({landing.status}): "
+                                f"{landing.detail.splitlines()[0] if landing.detail else ''}")
+            lifecycle.finalize(project, runtime, issue.id, landing.commit, config.target_branch)
+        finally:
+            runtime.close()
+        worktrees.retire(project.paths, issue.id, config.target_branch)
+        return Finalized(issue.id, config.target_branch, landing.commit)
 
     def tell(self, issue_id: str, text: str) -> Told:
         """A message to the agent working the issue: now, or in its next attempt's prompt."""

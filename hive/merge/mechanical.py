@@ -192,3 +192,20 @@ def _is_commit(repo: pygit2.Repository, oid: str) -> bool:
         return isinstance(repo[oid], pygit2.Commit)
     except (KeyError, ValueError):
         return False
+
+
+def diffstat(paths: git.RepoPaths, issue_id: str, target: str) -> tuple[int, int, int, int] | None:
+    """(commits, files, insertions, deletions) of the issue's work branch against `target`; None
+    when the branch or the target is gone."""
+    repo = worktrees.open_repo(paths)
+    head = worktrees.head_of(paths, issue_id)
+    tip = repo.references.get(f"refs/heads/{target}")
+    if head is None or tip is None:
+        return None
+    base = repo.merge_base(head, tip.target)
+    walker = repo.walk(head)
+    if base:
+        walker.hide(base)
+    commits = sum(1 for _ in walker)
+    stats = repo.diff(repo[base].peel(pygit2.Commit).tree if base else None, repo[head].peel(pygit2.Commit).tree).stats
+    return commits, stats.files_changed, stats.insertions, stats.deletions
