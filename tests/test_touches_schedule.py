@@ -6,6 +6,8 @@ ran when is read back from the commits of `hive/state` (one total order of claim
 
 from __future__ import annotations
 
+import json
+
 import os
 import subprocess
 from pathlib import Path
@@ -141,6 +143,11 @@ def test_list_ready_says_why_an_issue_waits(repo: Path, project: Any, new_issue:
     assert f"waits: touches tests/test_x.py like {busy} · free" in rows[free]
     # the order is the ready queue's, waits or not
     assert list(rows) == [i.id for i in issues_ready(project)]
+    # and --json says the same, for scripts
+    listed = {i["id"]: i for i in json.loads(hive("list", "--ready", "--json").stdout)}
+    assert listed[free]["waits"] == f"touches tests/test_x.py like {busy}"
+    assert listed[waits]["waits"] == f"touches src/x.py like {busy}"
+    assert "waits" not in listed[bare]
 
 
 def ready_rows(hive: Callable[..., Any]) -> dict[str, str]:

@@ -102,7 +102,8 @@ def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_j
     else:
         found = project.index.list(statuses or None, parent=parent_id, with_body=False)
     if as_json:
-        print_json([i.to_json() for i in found])
+        held = _touch_waits(project, found) if ready else {}
+        print_json([{**i.to_json(), **({"waits": held[i.id]} if i.id in held else {})} for i in found])
     elif found:
         listed = {i.id: i.status for i in found}
 
@@ -114,15 +115,20 @@ def list_issues(statuses: tuple[str, ...], ready: bool, parent: str | None, as_j
 
         rows = issue_rows(found, status_of)
         if ready:
-            from hive import touches   # pygit2 (what busy work changed): only for --ready
-
-            held = touches.waits(project, found)
+            held = _touch_waits(project, found)
             for row in rows:
                 if row[0] in held:
                     row[-1] = f"waits: {held[row[0]]} · {row[-1]}"   # the reason first: a long title is cut
         table(rows, ISSUE_HEADERS)
     else:
         click.echo("no issues" + (" ready" if ready else ""))
+
+
+def _touch_waits(project: Project, ready: list[issue_file.Issue]) -> dict[str, str]:
+    """Why each ready issue that waits for files another's work changes does so."""
+    from hive import touches   # pygit2 (what busy work changed): only for --ready
+
+    return {issue_id: str(wait) for issue_id, wait in touches.waits(project, ready).items()}
 
 
 @click.command()
