@@ -426,6 +426,30 @@ def test_claude_agent_acp_asks_and_hives_policy_denies_a_write_outside_the_workt
     assert not outside.exists() and (root / "inside.txt").read_text() == "ok\n"
 
 
+def test_claude_agent_acp_makes_no_prompt_suggestion_call_after_a_turn(git_env: Path, tmp_path: Path) -> None:
+    """claude-agent-acp turns on the SDK's predicted next prompt: a whole-context model call after
+    every turn but the first, billed, which no one reads under hive. hive's `_meta` turns it off."""
+    require(CLAUDE_ACP_MISSING)
+    root = tmp_path / "work"
+    root.mkdir()
+    config = tmp_path / "claude-config"
+    config.mkdir()
+    with anthropic_server.FakeAnthropic() as api:
+        api.script(*(anthropic_server.text(f"turn {n}") for n in range(1, 4)))
+        backend = AcpBackend(command=CLAUDE_ACP, hive_dir=str(tmp_path),
+                             extra_env={**offline_env(api, config), **ROOT_ENV}, endpoints=(api.base_url,))
+
+        async def main() -> list[str]:
+            try:
+                sid = await backend.create_session(SessionSpec(role="worker", cwd=str(root)))
+                return [(await asyncio.wait_for(backend.run_turn(sid, f"turn {n}"), 90)).text for n in range(1, 4)]
+            finally:
+                await backend.stop()
+        said = asyncio.run(main())
+        calls = [r.side_call for r in api.message_requests]
+    assert said == ["turn 1", "turn 2", "turn 3"]
+    assert calls.count("") == 3 and "suggestion" not in calls, calls
+
 @pytest.mark.parametrize("agent", ["fake", "claude-agent-acp", "codex-acp"])
 def test_doctor_asks_an_acp_agent_what_it_is_with_initialize(agent: str, repo: Path, hive: Callable[..., Any],
                                                              tmp_path: Path) -> None:

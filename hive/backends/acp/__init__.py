@@ -9,7 +9,7 @@ its own process group and jail, for the reasons of the codex backend: a session'
 crashes, kills and crash recovery stay per session. The session id is the agent's `sessionId`.
 
     >> initialize {protocolVersion: 1, clientInfo, clientCapabilities: {fs: false, terminal: false}}
-    >> session/new {cwd, mcpServers: []}      or session/load {sessionId, cwd, mcpServers: []}
+    >> session/new {cwd, mcpServers: [], _meta}   or session/load {sessionId, cwd, mcpServers: [], _meta}
                                               (a resume, when the agent says `loadSession`)
     >> session/set_mode {modeId}              the mode that asks before edits and commands
                                               (`acp_mode`, else the first of ASKING_MODES offered)

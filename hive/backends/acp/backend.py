@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 CLIENT_INFO = {"name": "git-hive", "title": "git hive", "version": "0.1.0"}
+# `_meta` is ACP's extension field (an agent ignores what it does not know). claude-agent-acp reads
+# its SDK options there: no predicted next prompt, a model call after every turn no one reads.
+SESSION_META = {"claudeCode": {"options": {"promptSuggestions": False}}}
 INITIALIZE = {
     "protocolVersion": PROTOCOL_VERSION, "clientInfo": CLIENT_INFO,
     # files and terminals stay the agent's own, inside its jail (see the package docstring)
@@ -201,7 +204,7 @@ class AcpBackend(SessionBackend):
     async def _open(self, s: _Session, peer: Peer, spec: SessionSpec) -> tuple[str, Any]:
         """session/load of `spec.resume` when the agent can, else session/new (hive's
         instructions then go with the first turn)."""
-        where = {"cwd": spec.cwd, "mcpServers": []}
+        where = {"cwd": spec.cwd, "mcpServers": [], "_meta": SESSION_META}
         if spec.resume and peer.capabilities.get("loadSession"):
             s.id, s.loading = spec.resume, True
             try:
