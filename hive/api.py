@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from hive import issues, lifecycle
+from hive import issues, lifecycle, report
 from hive.agents import jails
 from hive.errors import BadInput, HiveError
 from hive.merge import mechanical, pipeline
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
+from hive.runtime import watch as runtime_watch
 from hive.state.index import Problem
 from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.state.store import notify
@@ -57,6 +58,30 @@ class Finalized:
     commit: str                 # the target's commit that holds the work
 
 
+class StatusWatch:
+    """`status()` on a runtime handle held open, and the changes that call for a new one."""
+
+    def __init__(self, project: Project):
+        self.project = project
+        self.runtime = Runtime(project.paths)
+
+    def status(self) -> dict[str, Any]:
+        return report.collect(self.project, self.runtime)
+
+    def changes(self, timeout_ms: int) -> Iterator[bool]:
+        """True after each change of the state or of runtime.db; False after `timeout_ms` without any."""
+        return runtime_watch.changes(self.project.paths, timeout_ms=timeout_ms)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    def __enter__(self) -> StatusWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Hive:
     """One repository's hive (`git hive init` must have run there)."""
 
@@ -64,11 +89,13 @@ class Hive:
         self.project = project
 
     @classmethod
-    def open(cls, path: Path | str | None = None) -> Hive:
+    def open(cls, path: Path | str | None = None, *, sync: bool = True) -> Hive:
         """The hive of the repository at `path` (default: the current directory), caught up with
-        the person's saved edits in `.hive/` and the branch, as every command starts."""
+        the person's saved edits in `.hive/` and the branch, as every command starts (`sync=False`:
+        not yet; `status()` catches up itself)."""
         project = Project.open(path)
-        project.sync(warn=False)
+        if sync:
+            project.sync(warn=False)
         return cls(project)
 
     def close(self) -> None:
@@ -103,6 +130,14 @@ class Hive:
 
     def resolve(self, issue_id: str) -> str:
         return issues.resolve_id(self.project, issue_id)
+
+    def status(self) -> dict[str, Any]:
+        """Everything `git hive status` shows, as `status --json` prints it (hive/report.py)."""
+        return report.collect(self.project)
+
+    def watching(self) -> StatusWatch:
+        """`status()` again and again, on one runtime handle (`git hive status --watch`)."""
+        return StatusWatch(self.project)
 
     # -- writing ---------------------------------------------------------------------------------
     def create(self, title: str, **fields: Any) -> Issue:
