@@ -311,3 +311,15 @@ def test_only_worktrees_resets_a_worktree() -> None:
     elsewhere = [_where(m, c) for m, c in resets if m not in allowed]
     assert not elsewhere, "a worktree reset outside hive/workspace/worktrees.py:\n    " + "\n    ".join(elsewhere)
     assert {m for m, _ in resets} == allowed, "the check sees no reset where there are some"
+
+
+def test_the_api_only_contract_forbids_every_module_but_the_api() -> None:
+    """A new top-level module must be forbidden to the API-only commands too, or they could
+    reach past the API through it."""
+    contracts = _pyproject()["tool"]["importlinter"]["contracts"]
+    [api_only] = [c for c in contracts if c["type"] == "forbidden" and "hive.cli.status" in c["source_modules"]]
+    top_level = {path.stem if path.is_file() else path.name
+                 for path in HIVE.iterdir()
+                 if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()}
+    forbidden = {name.removeprefix("hive.") for name in api_only["forbidden_modules"]}
+    assert forbidden == top_level - {"__main__", "cli", "api", "errors"}, sorted(forbidden ^ (top_level - {"__main__", "cli", "api", "errors"}))
