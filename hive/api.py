@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from hive import cost as spending
 from hive import issues, lifecycle, report
+from hive.backends.base import Usage
+from hive.cost import GROUPS as COST_GROUPS
+from hive.cost import Report as CostReport
+from hive.cost import describe as describe_usage
 from hive.agents import jails
 from hive.errors import BadInput, HiveError
 from hive.merge import mechanical, pipeline
@@ -30,6 +35,10 @@ from hive.state.index import Problem
 from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.state.store import notify
 from hive.workspace import landings, worktrees
+
+__all__ = ["COST_GROUPS", "CostReport", "Finalized", "Hive", "Review", "StatusWatch", "Told", "Usage",
+           "describe_usage"]
+
 
 @dataclass(frozen=True)
 class Told:
@@ -134,6 +143,12 @@ class Hive:
     def status(self) -> dict[str, Any]:
         """Everything `git hive status` shows, as `status --json` prints it (hive/report.py)."""
         return report.collect(self.project)
+
+    def cost(self, by: str = "issue") -> CostReport:
+        """Tokens and USD spent, one row per issue, role, model or day (`COST_GROUPS`): the usage
+        records on `hive/state` plus the sessions still running, as `git hive cost`."""
+        config = self.project.config
+        return spending.report(self.project.paths, by, {role: config.model_for(role) for role in ("worker", "refinery")})
 
     def watching(self) -> StatusWatch:
         """`status()` again and again, on one runtime handle (`git hive status --watch`)."""
