@@ -210,7 +210,7 @@ METHOD = f"""### Notes (`bench/notes.py`)
   succeeds exactly when its prompt says the fact (`needs_fact`, docs/SCRIPTED.md).
 - **Workload**: a fresh repository per run; an epic with a scout issue whose agent writes the
   fact as a `discovery` note and {DEPENDENTS} dependents (label `build`, waiting for the scout)
-  that need it, among {NOISE} project notes of noise (~30 tokens each). `max_retries` 1, no agent
+  that need it, among {NOISE} project notes of noise (~40 tokens each). `max_retries` 1, no agent
   switch: a dependent without the fact escalates after 2 attempts. Runs: notes on (no budget),
   off (0), budgeted (the default); then the off run's escalated dependents are retried with the
   default budget and `notes --effect --json` read.
@@ -221,6 +221,13 @@ METHOD = f"""### Notes (`bench/notes.py`)
   repository of 10 earlier issues carrying 10, 100 or 1,000 notes between them: the prompt's
   estimate with the notes minus without, with the default budget and with none; the time is the
   median of 7 builds.
+- **Why `notes_prompt_tokens` is 2,000**: a note line as hive formats it costs ~50 tokens here
+  (1,000 notes: 49,970 tokens). Before issue 34 a prompt carried the 30 latest notes (~1,500
+  tokens of such notes, up to ~17,000 at the 2,000-character cap of a note); 2,000 keeps about as
+  many (40), now the relevant ones first, caps the worst case at 1 % of `max_tokens_per_issue`
+  per prompt and under a tenth of the ~25k-token prefix an agent CLI sends with every call, and
+  at 1,000 notes cuts what every note would add 25-fold. The fact a dependent needs comes from
+  its dependency chain, ranked before the noise: it is in every budgeted prompt.
 - **The token estimate**: UTF-8 bytes / 3.5, rounded up (`hive/state/note_record.py`), checked
   once against a Claude BPE tokenizer (the `anthropic-tokenizer` package's embedded 65k
   vocabulary, installed outside the project) on 717 paragraphs of this repository's docs,
