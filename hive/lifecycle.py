@@ -228,6 +228,7 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it
+    runtime.attempt_log.settle(issue_id, "finalized")
     landings.forget_landing(worktrees.open_repo(project.paths), issue_id)   # `merged` says it from now on
     finalize_epics(project, issue.parent)
     return issue
@@ -252,6 +253,7 @@ def reject(project: Project, runtime: Runtime, config: Config, issue_id: str, re
     """done → open (or escalated when the budget is spent): the refinery rejected the work. The
     rejection counts against the retry budget and is left to the next agent as a note."""
     decision = count_failure(runtime, config, issue_id, f"rejected by the refinery: {reason}")
+    runtime.attempt_log.settle(issue_id, "rejected")
     note = issues.note_line(f"The refinery rejected the previous attempt: {reason}", "gotcha",
                             issue=issue_id, agent="refinery")
     issues.add_notes(project, [note], file_id=issue_id, agent="refinery")

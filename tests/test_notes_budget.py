@@ -149,38 +149,42 @@ def test_the_attempt_log_counts_each_attempt_once_with_its_notes_and_spend(repo)
         log.end(second, "done", 1_600)
         third, _ = log.start("hv-aaaaaa", "w-2", epic="", labels=[], notes=[], tokens_before=0)
         log.end(third, "stopped", 50)
+        log.settle("hv-aaaaaa", "finalized")            # the last done attempt's work landed
+        log.settle("hv-aaaaaa", "rejected")             # settled once
         with pytest.raises(ValueError):
             log.end(third, "exploded", 0)
         ended = log.ended()
     finally:
         runtime.close()
     assert (number, number2) == (1, 2)
-    assert [(a.attempt, a.outcome, a.tokens, a.labels, [n.key for n in a.notes]) for a in ended] == [
-        (1, "retried", 1_000, ["a", "b"], ["n1"]), (2, "done", 500, ["a", "b"], [])]
+    assert [(a.attempt, a.outcome, a.tokens, a.labels, [n.key for n in a.notes], a.landed) for a in ended] == [
+        (1, "retried", 1_000, ["a", "b"], ["n1"], ""), (2, "done", 500, ["a", "b"], [], "finalized")]
 
 
 def _attempt(n: int, outcome: str, notes: list[tuple[str, str]], epic: str = "hv-eeeeee",
-             labels: tuple[str, ...] = ("x",), tokens: int = 1000, attempt: int = 1) -> Attempt:
+             labels: tuple[str, ...] = ("x",), tokens: int = 1000, attempt: int = 1, landed: str = "") -> Attempt:
     return Attempt(n, f"hv-{n:06d}", attempt, epic, list(labels), 0.0, outcome, tokens,
-                   [Seen(key, category, 10) for key, category in notes])
+                   [Seen(key, category, 10) for key, category in notes], landed)
 
 
 def test_the_effect_compares_attempts_that_saw_a_note_with_comparable_ones_that_did_not():
     attempts = [
-        _attempt(1, "done", [("good", "discovery")]), _attempt(2, "done", [("good", "discovery"), ("bad", "context")]),
+        _attempt(1, "done", [("good", "discovery")], landed="finalized"),
+        _attempt(2, "done", [("good", "discovery"), ("bad", "context")]),
+        _attempt(7, "done", [("bad", "context")], landed="rejected"),      # done, then sent back: not ok
         _attempt(3, "retried", [("bad", "context")], tokens=3000), _attempt(4, "escalated", [], tokens=5000),
         _attempt(5, "done", []),
         _attempt(6, "retried", [], epic="hv-other"),     # another epic: comparable to nothing here
     ]
     notes = note_effect.by_note(attempts)
     good, bad = notes["good"], notes["bad"]
-    assert (good.seen.attempts, good.seen.done, good.unseen.attempts, good.unseen.done) == (2, 2, 3, 1)
-    assert good.delta == pytest.approx(1 - 1 / 3) and good.seen.first_try == 2
-    assert (bad.seen.attempts, bad.seen.done, bad.seen.retried, bad.unseen.attempts) == (2, 1, 1, 3)
-    assert bad.seen.mean_tokens == 2000 and bad.unseen.escalated == 1
+    assert (good.seen.attempts, good.seen.done, good.unseen.attempts, good.unseen.done) == (2, 2, 4, 1)
+    assert good.delta == pytest.approx(1 - 1 / 4) and good.seen.first_try == 1     # only 1's work was finalized
+    assert (bad.seen.attempts, bad.seen.done, bad.seen.rejected, bad.seen.retried, bad.unseen.attempts) == (3, 1, 1, 1, 3)
+    assert bad.seen.mean_tokens == pytest.approx(5000 / 3) and bad.unseen.escalated == 1
     categories = note_effect.by_category(attempts)
-    assert (categories["discovery"].seen.attempts, categories["context"].seen.attempts) == (2, 2)
-    assert note_effect.harmful(notes, min_count=2) == ["bad"] and note_effect.harmful(notes, min_count=3) == []
+    assert (categories["discovery"].seen.attempts, categories["context"].seen.attempts) == (2, 3)
+    assert note_effect.harmful(notes, min_count=3) == ["bad"] and note_effect.harmful(notes, min_count=4) == []
     worse = [_attempt(k, "retried", [("bad", "context")]) for k in range(10, 15)] + \
             [_attempt(k, "done", []) for k in range(20, 25)]
     assert note_effect.harmful(note_effect.by_note(worse), min_count=5) == ["bad"]

@@ -8,8 +8,8 @@ attempt that did not, among the strata (epic, labels) of the seen ones. A catego
 same way: attempts that received any note of it against comparable ones that received none.
 
 The figures are counts, not a verdict: `ok` is the share of attempts whose result was a success
-(`done`), `first` the attempts that were an issue's first and succeeded, `tokens` the mean an
-attempt spent. With a handful of attempts a difference is noise; `MIN_COUNT` attempts on each
+(`done`) the refinery did not send back, `first_try` the attempts that were an issue's first and
+whose work was finalized, `tokens` the mean an attempt spent. With a handful of attempts a difference is noise; `MIN_COUNT` attempts on each
 side is what `--harmful` requires before it calls a note harmful (its seen group did worse).
 """
 
@@ -31,14 +31,17 @@ class Group:
     retried: int = 0
     escalated: int = 0
     first_try: int = 0
+    rejected: int = 0       # done, then sent back by the refinery: not ok
     tokens: int = 0
 
     def add(self, attempt: Attempt) -> None:
         self.attempts += 1
         self.tokens += attempt.tokens
-        if attempt.outcome == "done":
+        if attempt.outcome == "done" and attempt.landed == "rejected":
+            self.rejected += 1
+        elif attempt.outcome == "done":
             self.done += 1
-            self.first_try += attempt.attempt == 1
+            self.first_try += attempt.attempt == 1 and attempt.landed == "finalized"
         elif attempt.outcome == "retried":
             self.retried += 1
         else:
@@ -53,8 +56,8 @@ class Group:
         return self.tokens / self.attempts if self.attempts else None
 
     def as_json(self) -> dict[str, Any]:
-        return {"attempts": self.attempts, "done": self.done, "retried": self.retried, "escalated": self.escalated,
-                "first_try": self.first_try, "ok": self.ok, "mean_tokens": self.mean_tokens}
+        return {"attempts": self.attempts, "done": self.done, "rejected": self.rejected, "retried": self.retried,
+                "escalated": self.escalated, "first_try": self.first_try, "ok": self.ok, "mean_tokens": self.mean_tokens}
 
 
 @dataclass

@@ -6,7 +6,8 @@ another machine's attempts are its own evidence. An attempt is started when its 
 and ended once: `done` (its result was a success), `retried` (it failed and the issue is worked
 again, by the same agent or a fresh one), `escalated` (it failed and the issue went to a person),
 `stopped` (canceled, the daemon stopped: no verdict, left out of the effect). `tokens` is what the
-issue's budget grew by during the attempt.
+issue's budget grew by during the attempt. The merge step settles a `done` attempt later
+(`landed`): `finalized` when its work landed, `rejected` when the refinery sent it back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 OUTCOMES = ("done", "retried", "escalated", "stopped")
+LANDINGS = ("finalized", "rejected")
 
 
 @dataclass
@@ -37,6 +39,7 @@ class Attempt:
     outcome: str
     tokens: int
     notes: list[Seen]
+    landed: str = ""        # of a done attempt: finalized, rejected, or "" (not settled yet)
 
 
 class AttemptLog:
@@ -67,16 +70,23 @@ class AttemptLog:
         self.db.execute("UPDATE attempt_log SET outcome = ?, ended_at = ?, tokens = max(0, ? - tokens) "
                         "WHERE id = ? AND outcome = ''", (outcome, time.time(), tokens_now, attempt_id))
 
+    def settle(self, issue_id: str, landed: str) -> None:
+        """The merge step's word on the issue's last `done` attempt, once."""
+        if landed not in LANDINGS:
+            raise ValueError(f"unknown landing {landed!r}")
+        self.db.execute("UPDATE attempt_log SET landed = ? WHERE id = (SELECT max(id) FROM attempt_log "
+                        "WHERE issue_id = ? AND outcome = 'done') AND landed = ''", (landed, issue_id))
+
     def ended(self) -> list[Attempt]:
         """Every attempt with a verdict (done, retried, escalated), oldest first, with its notes."""
         seen: dict[int, list[Seen]] = {}
         for attempt_id, key, category, tokens in self.db.execute(
                 "SELECT attempt_id, note_key, category, tokens FROM attempt_notes ORDER BY attempt_id, note_key"):
             seen.setdefault(attempt_id, []).append(Seen(key, category, tokens))
-        rows = self.db.execute("SELECT id, issue_id, attempt, epic, labels, started_at, outcome, tokens "
+        rows = self.db.execute("SELECT id, issue_id, attempt, epic, labels, started_at, outcome, tokens, landed "
                                "FROM attempt_log WHERE outcome IN ('done', 'retried', 'escalated') ORDER BY id")
         return [Attempt(row[0], row[1], row[2], row[3] or "", _labels(row[4]), row[5], row[6], row[7] or 0,
-                        seen.get(row[0], [])) for row in rows]
+                        seen.get(row[0], []), row[8] or "") for row in rows]
 
     def last_seen(self) -> dict[str, float]:
         """Note key -> when an attempt last received it."""

@@ -64,7 +64,7 @@ def _attempt_log(db: sqlite3.Connection) -> None:
     """Each worker attempt, the notes its prompt carried and how it ended (hive/runtime/attempt_log.py)."""
     db.execute("CREATE TABLE IF NOT EXISTS attempt_log (id INTEGER PRIMARY KEY, issue_id TEXT, attempt INTEGER, "
                "agent_id TEXT, epic TEXT, labels TEXT, started_at FLOAT, ended_at FLOAT, outcome TEXT, "
-               "tokens INTEGER, notes_tokens INTEGER)")
+               "tokens INTEGER, notes_tokens INTEGER, landed TEXT DEFAULT '')")
     db.execute("CREATE TABLE IF NOT EXISTS attempt_notes (attempt_id INTEGER, note_key TEXT, category TEXT, "
                "tokens INTEGER, PRIMARY KEY (attempt_id, note_key))")
     db.execute("CREATE INDEX IF NOT EXISTS idx_attempt_notes_key ON attempt_notes(note_key)")
