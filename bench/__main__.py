@@ -16,13 +16,14 @@ from pathlib import Path
 
 from bench import Benchmark, Context, Result, Sizes, fmt
 from bench import commands, intake, jail, multi, pipeline, schedule, state, touches
+from bench import notes as notes_bench
 from bench.fixtures import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "PERFORMANCE.md"
 ALL: list[Benchmark] = [*commands.BENCHMARKS, *intake.BENCHMARKS, *state.BENCHMARKS, *schedule.BENCHMARKS,
                         *pipeline.BENCHMARKS, *touches.BENCHMARKS, *jail.BENCHMARKS,
-                        *multi.BENCHMARKS]
+                        *multi.BENCHMARKS, *notes_bench.BENCHMARKS]
 
 
 def machine() -> dict[str, str]:
@@ -141,7 +142,7 @@ def markdown(results: list[Result], info: dict[str, str], ctx: Context, seconds:
              for r in results if r.error or r.note]
     if notes:
         lines += ["", "Notes:", "", *notes]
-    lines += ["", METHOD, pipeline.METHOD, touches.METHOD, state.ANALYSIS]
+    lines += ["", METHOD, pipeline.METHOD, touches.METHOD, notes_bench.METHOD, state.ANALYSIS]
     return "\n".join(lines) + "\n"
 
 

@@ -85,6 +85,9 @@ class Config:
         "wait", "wait: an issue whose declared touches meet a busy issue's files waits for its landing; "
                 "advise: where only declared globs meet, it starts when nothing else is ready.",
         choices=("wait", "advise"))
+    notes_prompt_tokens: int = _key(
+        2_000, "Tokens of notes a worker's prompt may carry (estimated: UTF-8 bytes / 3.5), the most relevant "
+               "first; 0 = no notes (docs/PERFORMANCE.md says how the default was chosen).")
     id_prefix: str = _key("hv", "Prefix of new issue ids (<prefix>-<6 chars>).", nonempty=True)
     lease_seconds: int = _key(900, "How long a claim lives without a heartbeat.", minimum=1)
     stall_seconds: int = _key(300, "No agent activity for this long is a stall.", minimum=1)

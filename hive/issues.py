@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from hive import lines
 from hive.errors import BadInput, HiveError
 from hive.project import Project
-from hive.state import edits, issue_file, layout
+from hive.state import edits, issue_file, layout, note_record
 from hive.state.issue_file import Issue
 from hive.state.store import Change, Refused, Snapshot
 
@@ -161,9 +161,12 @@ def remove_dependency(project: Project, issue_id: str, blocker: str) -> Issue:
 PROJECT_NOTES = layout.PROJECT_NOTES
 
 
-def note_line(content: str, category: str, issue: str = "", agent: str = "", at: str = "") -> dict[str, str]:
+def note_line(content: str, category: str, issue: str = "", agent: str = "", at: str = "",
+              attempt: int = 0) -> dict[str, Any]:
+    """A note as it is written (the fields: `hive/state/note_record.py`)."""
     return {"category": category, "content": content, "issue": issue, "agent": agent,
-            "at": at or issue_file.format_time(issue_file.now())}
+            "at": at or issue_file.format_time(issue_file.now()), "attempt": attempt,
+            "tokens": note_record.estimate_tokens(content)}
 
 
 def add_notes(project: Project, notes: list[dict[str, Any]], *, file_id: str, agent: str = "",
@@ -200,3 +203,68 @@ def _canonical(line: bytes) -> str:
     except ValueError:
         return line.decode("utf-8", "replace")
 
+
+
+ARCHIVE_FIELDS = ("archived_at", "archived_why")
+
+
+def archive_notes(project: Project, keys: dict[str, str], why: str) -> int:
+    """Move the notes named by `keys` (note key -> the issue of its file, "" for the project's)
+    to `notes/archive/`, each line kept with when and why, as one commit; how many moved."""
+    stamp = issue_file.format_time(issue_file.now())
+    return _move_notes(project, keys, archive=True,
+                       mark=lambda note: {**note, "archived_at": stamp, "archived_why": why})
+
+
+def restore_notes(project: Project, keys: dict[str, str]) -> int:
+    """Bring archived notes back to their live file, as they were before; how many moved."""
+    return _move_notes(project, keys, archive=False,
+                       mark=lambda note: {k: v for k, v in note.items() if k not in ARCHIVE_FIELDS})
+
+
+def _move_notes(project: Project, keys: dict[str, str], *, archive: bool,
+                mark: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    moved = 0
+
+    def build(snap: Snapshot) -> Change | None:
+        nonlocal moved
+        moved, files = 0, {}
+        for issue in sorted(set(keys.values())):
+            file_id = issue or PROJECT_NOTES
+            live, kept = layout.notes_path(file_id), layout.archived_notes_path(file_id)
+            source, target = (live, kept) if archive else (kept, live)
+            staying, going = _split_notes(snap.read(source) or b"", issue, set(keys))
+            if not going:
+                continue
+            existing = snap.read(target) or b""
+            if existing and not existing.endswith(b"\n"):
+                existing += b"\n"
+            files[source] = staying
+            files[target] = existing + b"".join(json.dumps(mark(n), ensure_ascii=False).encode() + b"\n"
+                                                for n in going)
+            moved += len(going)
+        if not files:
+            return None
+        verb = "archived" if archive else "restored"
+        return Change(files, summary=f"{moved} note(s) {verb}", event=f"notes-{verb}")
+
+    _commit(project, build)
+    return moved
+
+
+def _split_notes(data: bytes, issue: str, keys: set[str]) -> tuple[bytes, list[dict[str, Any]]]:
+    """(the file without the lines of `keys`, those lines' notes); a line hive cannot read stays."""
+    staying, going = [], []
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            note = lines.json_line(raw)
+        except ValueError:
+            note = None
+        if isinstance(note, dict) and isinstance(note.get("content"), str) and \
+                note_record.key_of(issue, note["content"]) in keys:
+            going.append(note)
+        else:
+            staying.append(raw + b"\n")
+    return b"".join(staying), going

@@ -241,6 +241,7 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it
+    runtime.attempt_log.settle(issue_id, "finalized")
     landings.forget_landing(worktrees.open_repo(project.paths), issue_id)   # `merged` says it from now on
     finalize_epics(project, issue.parent)
     return issue
@@ -272,6 +273,7 @@ def reject(project: Project, runtime: Runtime, config: Config, issue_id: str, re
           summary=f"reject {issue_id}: {reason[:100]}", trailers={"Hive-Reason": reason_line(reason, 400), **(usage or {})},
           notes=[note])
     runtime.save_budget(budget)     # only once the move was made: a refused one costs nothing
+    runtime.attempt_log.settle(issue_id, "rejected")
     return decision
 
 

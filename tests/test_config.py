@@ -83,7 +83,7 @@ def test_defaults_match_the_contract():
         "scripted_script": "", "codex": {}, "sandbox": "on", "max_cost_usd_per_issue": 10.0,
         "max_cost_usd_per_run": 100.0, "attempt_retention_days": 30, "transcript_retention_days": 30,
         "transcript_max_mb": 500, "touches_mode": "wait", "acp_command": "claude-agent-acp", "acp_endpoints": "",
-        "acp_env": "ANTHROPIC_* CLAUDE_* OPENAI_* CODEX_*", "acp_mode": "",
+        "acp_env": "ANTHROPIC_* CLAUDE_* OPENAI_* CODEX_*", "acp_mode": "", "notes_prompt_tokens": 2000,
     }
     assert cfg.as_dict() == expected
     assert set(sources(None).values()) == {"default"}

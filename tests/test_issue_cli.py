@@ -285,7 +285,7 @@ def test_note_and_notes_round_trip(repo, hive, git, new_issue, state_log):
     everything = json.loads(hive("notes", "--json").stdout)
     assert {(n["content"], n["category"], n["issue"]) for n in everything} == {
         ("tests need PYTHONPATH=src", "gotcha", ""), ("the API is in api/", "discovery", issue)}
-    assert all(set(n) == {"category", "content", "issue", "agent", "at"} for n in everything)
+    assert all(set(n) == {"category", "content", "issue", "agent", "at", "attempt", "tokens", "key"} for n in everything)
     mine = json.loads(hive("notes", "--issue", issue, "--json").stdout)
     assert [n["content"] for n in mine] == ["the API is in api/"]
     stored = json.loads(blob(git, repo, f"notes/{issue}.jsonl"))

@@ -10,19 +10,19 @@ from hive.state.issue_file import Issue
 
 WORKER_SYSTEM_PROMPT = render("worker-system", notes_file=NOTES_FILE, result_file=RESULT_FILE)
 
-MAX_NOTES = 30
+def format_note(note: dict[str, Any]) -> str:
+    """A note as its prompt line, naming its issue and agent; its own line breaks are indented,
+    so no line of one can pass for another note or a heading."""
+    where = ", ".join(f"{key} {_word(note[key])}" for key in ("issue", "agent") if note.get(key))
+    category = _word(note.get("category") or "context")
+    content = str(note["content"]).replace("\n", "\n    ")
+    return f"- [{category}]" + (f" ({where})" if where else "") + f" {content}"
 
 
 def _format_notes(notes: Iterable[dict[str, Any]]) -> str:
-    """The notes as one block of material, a line each naming its issue and agent; a note's own
-    line breaks are indented, so no line of one can pass for another note or a heading."""
-    lines = []
-    for note in notes:
-        where = ", ".join(f"{key} {_word(note[key])}" for key in ("issue", "agent") if note.get(key))
-        category = _word(note.get("category") or "context")
-        content = str(note["content"]).replace("\n", "\n    ")
-        lines.append(f"- [{category}]" + (f" ({where})" if where else "") + f" {content}")
-    return material("\n".join(lines), "notes on hive/state, written by agents on any machine")
+    """The notes as one block of material."""
+    return material("\n".join(format_note(note) for note in notes),
+                    "notes on hive/state, written by agents on any machine")
 
 
 def _word(value: object) -> str:
@@ -35,8 +35,8 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes: list[dict[str, Any]],
-                  project_notes: list[dict[str, Any]], previous_failure: str = "",
+def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, notes: list[dict[str, Any]],
+                  previous_failure: str = "",
                   combined_blockers: list[str] | None = None, skipped_blockers: list[str] | None = None,
                   told: list[str] | None = None) -> str:
     parts = [f"# Issue {issue.id}: {one_line(issue.title)}", ""]
@@ -56,15 +56,8 @@ def worker_prompt(issue: Issue, *, context: str, epic: Issue | None, epic_notes:
         parts += ["", render("worker-blockers-skipped", issues=", ".join(skipped_blockers))]
     if context.strip():
         parts += ["", "## Project context", "", material(context.strip(), "context.md on hive/state")]
-    seen: set[str] = set()
-    notes = []
-    for note in [*epic_notes, *project_notes]:
-        key = note["content"]
-        if key not in seen:
-            seen.add(key)
-            notes.append(note)
-    if notes:
-        parts += ["", "## Notes from other agents", _format_notes(notes[-MAX_NOTES:])]
+    if notes:   # chosen by hive.agents.notes: the budget, relevance first
+        parts += ["", "## Notes from other agents", _format_notes(notes)]
     if previous_failure:
         parts += ["", render("worker-previous-failure", failure=previous_failure.strip())]
     if told:

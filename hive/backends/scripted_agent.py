@@ -95,6 +95,9 @@ common keys `ask`, `on_deny`, `on_attempts`, `comment`.
     {"result_raw": TEXT, "path": ...}                write TEXT verbatim (garbage-result tests)
     {"fail_times": N, "summary": TEXT}               on attempts 1..N: write a failure result and
                                                      end the turn (ok); later attempts go on
+    {"needs_fact": TEXT, "summary": TEXT}            a turn whose prompt lacks TEXT: write a failure
+                                                     result and end the turn (ok), as an agent
+                                                     that needed a fact (a note) it was not told
     {"sleep": SECONDS}
     {"hang": true}                                   block until killed (ignores stdin closing)
     {"crash": CODE}                                  exit at once with CODE (true: 1), no result
@@ -188,6 +191,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     "result": frozenset({"summary", "test_command", "path"}),
     "result_raw": frozenset({"path"}),
     "fail_times": frozenset({"summary"}),
+    "needs_fact": frozenset({"summary"}),
     "sleep": frozenset(),
     "hang": frozenset(),
     "crash": frozenset(),
@@ -272,7 +276,7 @@ def _validate_steps(steps: object, where: str) -> None:
             raise ScriptError(f"{here}: on_attempts is a list of attempt numbers")
         value = step[action]
         if action in ("write", "append", "edit", "run", "spawn", "note", "commit", "say",
-                      "turn_error", "result_raw") and not isinstance(value, str):
+                      "turn_error", "result_raw", "needs_fact") and not isinstance(value, str):
             raise ScriptError(f"{here}: {action} takes a string")
         if action in ("sleep", "fail_times", "flood", "crash", "exit", "provider_error") and (
                 not isinstance(value, (int, float))
@@ -525,7 +529,7 @@ class Agent:
             tool, paths = "Edit", [value]
         elif action == "note":
             tool, paths = "Write", [NOTES_FILE]
-        elif action in ("result", "result_raw", "fail_times"):
+        elif action in ("result", "result_raw", "fail_times", "needs_fact"):
             tool, paths = "Write", [step.get("path", RESULT_FILE)]
         tool = ask.get("tool", tool)
         command = ask.get("command", command)
@@ -680,6 +684,13 @@ class Agent:
         if self.attempt <= value:
             summary = step.get("summary", f"scripted failure on attempt {self.attempt} "
                                           f"(the first {value} fail)")
+            self.write_result({"status": "failure", "summary": summary})
+            self.say(summary)
+            raise EndTurn(True)
+
+    def do_needs_fact(self, value, step):
+        if str(value) not in self.prompt:
+            summary = step.get("summary", "scripted failure: the prompt did not say what the work needs")
             self.write_result({"status": "failure", "summary": summary})
             self.say(summary)
             raise EndTurn(True)

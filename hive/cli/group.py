@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "approve": ("plan", "approve", "Merge a plan branch into hive/state."),
     "review": ("review", "review", "Done issues waiting for a merge: diff stats, how to inspect."),
     "note": ("notes", "note", "Add a note for the agents (project-wide or for one issue)."),
-    "notes": ("notes", "notes", "List notes."),
+    "notes": ("notes", "notes", "List notes; --effect, prune and restore judge and archive them."),
     "sync": ("sync", "sync", "Fetch, merge and push hive/state (share the queue through a remote)."),
     "status": ("status", "status", "Issues by status, agents, merge queue, needs-attention."),
     "cost": ("cost", "cost_command", "Tokens and USD spent: by issue, role, model or day."),

@@ -11,7 +11,7 @@ from hive.cli.params import Whole
 
 from hive.cli import listing
 from hive.cli.listing import open_project, print_json
-from hive.cli.output import ISSUE_HEADERS, issue_rows, one_line, show_issue, table
+from hive.cli.output import ISSUE_HEADERS, escaped, issue_rows, one_line, show_issue, table
 from hive.errors import BadInput, HiveError
 from hive.project import Project
 from hive.state import issue_file, layout
@@ -133,12 +133,17 @@ def _touch_waits(project: Project, ready: list[issue_file.Issue]) -> dict[str, s
 
 @click.command()
 @click.argument("issue_id")
+@click.option("--prompt", "with_prompt", is_flag=True,
+              help="The prompt and notes a worker would get for a first attempt, with their token counts.")
 @click.option("--json", "as_json", is_flag=True)
-def show(issue_id: str, as_json: bool) -> None:
+def show(issue_id: str, with_prompt: bool, as_json: bool) -> None:
     """Show one issue, with its description."""
     project = open_project()
     issue = project.index.get(resolve(project, issue_id))
     assert issue is not None
+    if with_prompt:
+        show_prompt(project, issue, as_json)
+        return
     if as_json:
         data = issue.to_json(with_body=True)
         data["path"] = project.index.path_of(issue.id)
@@ -160,6 +165,34 @@ def show(issue_id: str, as_json: bool) -> None:
         click.echo(f"\nblocks: {', '.join(sorted(dependents))}")
     for line in recovery_steps(project, issue):
         click.echo(line)
+
+
+def show_prompt(project: Project, issue: issue_file.Issue, as_json: bool) -> None:
+    """`show --prompt`: what `hive.agents.briefing` gives a worker, sizes estimated (bytes / 3.5)."""
+    from hive.agents.briefing import brief
+
+    budget = project.config.notes_prompt_tokens
+    briefing = brief(project, issue, budget)
+    chosen = briefing.selection.chosen
+    notes = [{"key": c.note["key"], "reason": c.reason, "tokens": c.tokens, "category": c.note["category"],
+              "issue": c.note["issue"], "content": c.note["content"]} for c in chosen]
+    if as_json:
+        print_json({"id": issue.id, "prompt": briefing.prompt, "prompt_tokens": briefing.prompt_tokens,
+                    "system_tokens": briefing.system_tokens, "context_tokens": briefing.context_tokens,
+                    "notes_budget": budget, "notes_tokens": briefing.selection.tokens,
+                    "notes_candidates": briefing.selection.candidates, "notes_left_out": briefing.selection.left_out,
+                    "notes": notes})
+        return
+    click.echo(f"prompt of a first attempt at {issue.id}: ~{briefing.prompt_tokens:,} tokens "
+               f"(+ ~{briefing.system_tokens:,} of hive's standing instructions); estimated as UTF-8 bytes / 3.5")
+    click.echo(f"context.md: ~{briefing.context_tokens:,} tokens")
+    click.echo(f"notes: {len(chosen)} of {briefing.selection.candidates} live, ~{briefing.selection.tokens:,} tokens "
+               f"of notes_prompt_tokens {budget:,}; {briefing.selection.left_out} left out")
+    if notes:
+        table([[n["key"], n["reason"], str(n["tokens"]), n["category"], n["issue"] or "project", n["content"]]
+               for n in notes], ("KEY", "WHY", "TOKENS", "CATEGORY", "OF", "CONTENT"))
+    click.echo("\n--- the prompt ---")
+    click.echo(escaped(briefing.prompt), nl=False)
 
 
 def merge_waits(project: Project, issue: issue_file.Issue) -> str:

@@ -19,7 +19,8 @@ from typing import Any, ContextManager, Protocol
 from hive import git, lifecycle
 from hive.agents import jails, protocol
 from hive.agents.ids import new_agent_id
-from hive.agents.prompts import WORKER_SYSTEM_PROMPT, told_message, worker_prompt
+from hive.agents.briefing import brief
+from hive.agents.prompts import WORKER_SYSTEM_PROMPT, told_message
 from hive.backends.base import Backend, SessionSpec, TurnResult, Usage
 from hive.backends.transcripts import issue_folder, new_transcript
 from hive.config import Config
@@ -28,6 +29,7 @@ from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.watchers import watch_worker_files
 from hive.project import Project
 from hive.runtime import Runtime, handover, process_start_time
+from hive.runtime.attempt_log import Seen
 from hive.runtime.tells import Tell
 from hive import issues
 from hive.state.issue_file import Issue
@@ -103,6 +105,8 @@ class Worker:
         self.stopped = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.parent = ""
+        self.attempt_record = 0        # the attempt_log row of the attempt in progress (0: none)
+        self.attempt_number = 0        # its number (the notes it writes say so)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -139,6 +143,7 @@ class Worker:
                     self._log(f"attempt error: {exc!r}")
                     outcome = Outcome(False, f"hive could not run the attempt: {exc}")
                 if outcome.ok:
+                    self._end_attempt("done")
                     self._finish_done(outcome)
                     return
                 decision = self._count_failure(outcome)
@@ -146,6 +151,7 @@ class Worker:
                        lifecycle.SWITCH: ", in a clean worktree"}.get(decision.action, "")
                 self._log(f"failed: {outcome.error} → {decision.reason}{how}")
                 previous_failure = outcome.error
+                self._end_attempt("escalated" if decision.action == lifecycle.ESCALATE else "retried")
                 if decision.action == lifecycle.ESCALATE:
                     self._escalate(decision.reason, outcome.error)
                     return
@@ -164,6 +170,7 @@ class Worker:
         except TransitionRefused as exc:
             self._log(f"stopped: {exc}")
         finally:
+            self._end_attempt("stopped")
             await self._close_session()
             if self.watch is not None:
                 self.watch.cancel()
@@ -323,22 +330,27 @@ class Worker:
                                          pid_start=process_start_time(status.pid) if status.pid else "")
 
     def _prompt(self, issue: Issue, previous_failure: str) -> str:
-        index = self.project.index
-        epic = index.get(issue.parent) if issue.parent else None
-        siblings = [i.id for i in index.list(parent=issue.parent)] if issue.parent else []
-        epic_notes = index.notes(issues=[*siblings, issue.parent]) if issue.parent else index.notes(issue=issue.id)
-        project_notes = index.notes(limit=15)
-        context_file = self.project.store.snapshot().read("context.md") or b""
         assert self.worktree is not None
         told = self.host.runtime.pending_tells(issue.id)
-        prompt = worker_prompt(issue, context=context_file.decode("utf-8", "replace"), epic=epic,
-                               epic_notes=epic_notes, project_notes=project_notes,
-                               previous_failure=previous_failure, combined_blockers=self.worktree.combined,
-                               skipped_blockers=self.worktree.skipped, told=[t.text for t in told])
+        briefing = brief(self.project, issue, self.config.notes_prompt_tokens, previous_failure=previous_failure,
+                         combined_blockers=self.worktree.combined, skipped_blockers=self.worktree.skipped,
+                         told=[t.text for t in told])
         if told:
             self.host.runtime.tells_delivered(told, "prompt")
             self._log(f"{len(told)} message(s) from you in its prompt")
-        return prompt
+        self._end_attempt("stopped")   # a turn sent again (a setup retry) is a new attempt
+        seen = [Seen(c.note["key"], c.note["category"], c.tokens) for c in briefing.selection.chosen]
+        self.attempt_record, self.attempt_number = self.host.runtime.attempt_log.start(
+            issue.id, self.agent_id, epic=issue.parent, labels=issue.labels, notes=seen,
+            tokens_before=self.host.runtime.budget(issue.id).tokens)
+        return briefing.prompt
+
+    def _end_attempt(self, outcome: str) -> None:
+        """How the attempt whose prompt was sent ended (`hive/runtime/attempt_log.py`)."""
+        if self.attempt_record:
+            runtime = self.host.runtime
+            runtime.attempt_log.end(self.attempt_record, outcome, runtime.budget(self.issue_id).tokens)
+            self.attempt_record = 0
 
     def _judge(self, turn: TurnResult, result: protocol.WorkResult) -> Outcome:
         assert self.worktree is not None
@@ -535,8 +547,8 @@ class Worker:
             for problem in batch.problems:
                 self._log(f"bad note ignored: {problem}")
             if batch.notes:
-                stamped = [issues.note_line(n["content"], n["category"], issue=self.issue_id, agent=self.agent_id)
-                           for n in batch.notes]
+                stamped = [issues.note_line(n["content"], n["category"], issue=self.issue_id, agent=self.agent_id,
+                                            attempt=self.attempt_number) for n in batch.notes]
                 issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
                 self._log(f"{len(stamped)} note(s) harvested")
                 self.host.relay_notes(self, stamped)

@@ -17,6 +17,7 @@ from hive import git
 from hive.errors import HiveError
 from hive.runtime.schema import migrate
 from hive.runtime.agents import Agents
+from hive.runtime.attempt_log import AttemptLog
 from hive.runtime.budgets import Budget, Budgets
 from hive.runtime.kv import KeyValues
 from hive.runtime.merge_queue import MergeQueue
@@ -84,6 +85,10 @@ class Runtime:
     @property
     def merge_queue(self) -> MergeQueue:
         return MergeQueue(self.db)
+
+    @property
+    def attempt_log(self) -> AttemptLog:
+        return AttemptLog(self.db)
 
     # -- agents -------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 from hive.sqlite import transaction
 
-TABLES = ("agents", "budgets", "merge_queue", "kv", "tells")
+TABLES = ("agents", "budgets", "merge_queue", "kv", "tells", "attempt_log", "attempt_notes")
 
 _FIRST_TABLES = {
     "agents": "id TEXT PRIMARY KEY, issue_id TEXT, session_id TEXT, backend TEXT, role TEXT, worktree TEXT, "
@@ -60,11 +60,22 @@ def _agents_last_message_and_tells(db: sqlite3.Connection) -> None:
                "sent_at FLOAT, delivered_at FLOAT, delivered_to TEXT)")
 
 
+def _attempt_log(db: sqlite3.Connection) -> None:
+    """Each worker attempt, the notes its prompt carried and how it ended (hive/runtime/attempt_log.py)."""
+    db.execute("CREATE TABLE IF NOT EXISTS attempt_log (id INTEGER PRIMARY KEY, issue_id TEXT, attempt INTEGER, "
+               "agent_id TEXT, epic TEXT, labels TEXT, started_at FLOAT, ended_at FLOAT, outcome TEXT, "
+               "tokens INTEGER, notes_tokens INTEGER, landed TEXT DEFAULT '')")
+    db.execute("CREATE TABLE IF NOT EXISTS attempt_notes (attempt_id INTEGER, note_key TEXT, category TEXT, "
+               "tokens INTEGER, PRIMARY KEY (attempt_id, note_key))")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_attempt_notes_key ON attempt_notes(note_key)")
+
+
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _create_tables,
     _merge_queue_test_and_result,
     _budgets_usage_split,
     _agents_last_message_and_tells,
+    _attempt_log,
 )
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from hive import git, lines
 from hive.errors import BadInput
 from hive.sqlite import connect
-from hive.state import halves, issue_file, layout
+from hive.state import halves, issue_file, layout, note_record
 from hive.state.issue_file import Issue
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     OwnChanges = Callable[[str, str], "Changes | None"]
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 CONFLICT_MESSAGE = ("conflict markers in the description (both sides changed the same lines): "
                     "keep what is right, remove the <<<<<<< ======= >>>>>>> lines")
 REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
@@ -77,6 +77,7 @@ SECONDARY_INDEXES = {
     "idx_issues_status": "CREATE INDEX IF NOT EXISTS idx_issues_status ON issues(status)",
     "idx_issues_parent": "CREATE INDEX IF NOT EXISTS idx_issues_parent ON issues(parent)",
     "idx_notes_issue": "CREATE INDEX IF NOT EXISTS idx_notes_issue ON notes(issue)",
+    "idx_notes_key": "CREATE INDEX IF NOT EXISTS idx_notes_key ON notes(archived, key)",
     # the ready query scans only open, unassigned issues in queue order
     "issues_ready": READY_INDEX,
 }
@@ -229,10 +230,14 @@ def parse_notes(data: bytes, path: str) -> tuple[list[dict[str, Any]], list[Prob
             reason = str(exc).splitlines()[0][:200]
             problems.append(Problem(path, f"{path}:{number}", f"bad note line: {reason}"))
             continue
+        issue = _id_from_notes_path(path)   # the file's: a line cannot speak for another issue
         notes.append({
-            "file": path, "line": number, "issue": _id_from_notes_path(path),   # the file's: a line cannot speak for another issue
+            "file": path, "line": number, "issue": issue,
             "category": str(note.get("category") or "context"), "content": note["content"],
             "agent": str(note.get("agent") or ""), "at": str(note.get("at") or ""),
+            "attempt": note_record.attempt_of(note.get("attempt")),
+            "tokens": note_record.estimate_tokens(note["content"]), "key": note_record.key_of(issue, note["content"]),
+            "archived": int(path.startswith(layout.NOTES_ARCHIVE_DIR + "/")),
         })
     return notes, problems
 
@@ -338,7 +343,8 @@ class Index:
         sdb["deps"].create({"issue_id": str, "blocker_id": str}, pk=("issue_id", "blocker_id"),
                            if_not_exists=True)
         sdb["notes"].create({"file": str, "line": int, "issue": str, "category": str,
-                             "content": str, "agent": str, "at": str},
+                             "content": str, "agent": str, "at": str, "attempt": int, "tokens": int,
+                             "key": str, "archived": int},
                             pk=("file", "line"), if_not_exists=True)
         sdb["problems"].create({"path": str, "location": str, "message": str}, pk="path",
                                if_not_exists=True)
@@ -594,8 +600,9 @@ class Index:
         listed = json.dumps(files)
         db.execute("DELETE FROM notes WHERE file IN (SELECT value FROM json_each(?))", (listed,))
         db.execute("DELETE FROM problems WHERE path IN (SELECT value FROM json_each(?))", (listed,))
-        db.executemany("INSERT INTO notes (file, line, issue, category, content, agent, at) "
-                       "VALUES (:file, :line, :issue, :category, :content, :agent, :at)", notes)
+        db.executemany("INSERT INTO notes (file, line, issue, category, content, agent, at, attempt, tokens, key, "
+                       "archived) VALUES (:file, :line, :issue, :category, :content, :agent, :at, :attempt, "
+                       ":tokens, :key, :archived)", notes)
 
     def _shape(self, ids: list[str]) -> dict[str, tuple[int, list[str]]]:
         """What of `ids` the ranks depend on: each waiting issue's weight and blockers."""
@@ -736,13 +743,16 @@ class Index:
                 for r in self.db.execute("SELECT * FROM problems ORDER BY path")]
 
     def notes(self, issue: str | None = None, issues: Iterable[str] | None = None,
-              limit: int | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM notes", []
+              limit: int | None = None, archived: bool = False) -> list[dict[str, Any]]:
+        """Live notes (a line whose key is archived is not: a merge may bring it back), or with
+        `archived` the archive's."""
+        sql, args = ("SELECT * FROM notes WHERE archived = 1" if archived else
+                     "SELECT * FROM notes WHERE archived = 0 AND key NOT IN (SELECT key FROM notes WHERE archived = 1)"), []
         if issue:
-            sql += " WHERE issue = ?"
+            sql += " AND issue = ?"
             args.append(issue)
         elif issues is not None:
-            sql += " WHERE issue IN (SELECT value FROM json_each(?))"
+            sql += " AND issue IN (SELECT value FROM json_each(?))"
             args.append(json.dumps(sorted(set(issues))))
         sql += " ORDER BY at DESC, file, line DESC" if limit else " ORDER BY at, file, line"
         if limit:

@@ -26,6 +26,7 @@ from hive.state.issue_file import TERMINAL_STATUSES
 ISSUES_DIR = "issues"
 ARCHIVE_DIR = "issues/archive"
 NOTES_DIR = "notes"
+NOTES_ARCHIVE_DIR = "notes/archive"   # notes a prune archived: hive/state/note_record.py
 CONTEXT_FILE = "context.md"
 PROJECT_NOTES = "project"   # notes/project.jsonl: the notes about no one issue
 ATTRIBUTES_FILE = ".gitattributes"
@@ -62,6 +63,10 @@ def candidate_paths(issue_id: str) -> tuple[str, str]:
 
 def notes_path(issue_id: str) -> str:
     return f"{NOTES_DIR}/{issue_id}.jsonl"
+
+
+def archived_notes_path(issue_id: str) -> str:
+    return f"{NOTES_ARCHIVE_DIR}/{issue_id}.jsonl"
 
 
 def issue_id_of(path: str) -> str | None:

@@ -6,7 +6,8 @@ at the first entry that breaks a rule:
 
 - names: only the paths the layout defines (`layout.py`): `.gitattributes`, `context.md`,
   `PLAN.md` (a plan's), `issues/<id>.md`, `issues/archive/<xx>/<id>.md` (the shard of that id),
-  `notes/<id>.jsonl`, `notes/project.jsonl` and the `.gitkeep`s of `init`. The names a checkout
+  `notes/<id>.jsonl`, `notes/project.jsonl`, the same in `notes/archive/` (pruned notes) and the
+  `.gitkeep`s of `init`. The names a checkout
   could be led out of its folder with (`.`, `..`, `.git` in any case, `/`, `\\`, NUL, control characters) are named
   as such in the refusal;
 - modes: folders (040000 written `40000`) and regular non-executable files (100644) only: no
@@ -284,9 +285,9 @@ def _check_place(folder: str, name: str, kind: str) -> None:
     elif folder.startswith(layout.ARCHIVE_DIR + "/") and folder.count("/") == 3:
         ok = kind == "blob" and (name == KEEP_FILE or (
             name.endswith(".md") and is_valid_id(name[:-3]) and layout.archive_path(name[:-3]) == folder + name))
-    elif folder == layout.NOTES_DIR + "/":
-        ok = kind == "blob" and (name == KEEP_FILE or (
-            name.endswith(".jsonl") and (is_valid_id(name[:-6]) or name[:-6] == layout.PROJECT_NOTES)))
+    elif folder in (layout.NOTES_DIR + "/", layout.NOTES_ARCHIVE_DIR + "/"):
+        ok = (kind == "tree" and folder + name == layout.NOTES_ARCHIVE_DIR) or (kind == "blob" and (
+            name == KEEP_FILE or (name.endswith(".jsonl") and (is_valid_id(name[:-6]) or name[:-6] == layout.PROJECT_NOTES))))
     else:
         ok = False
     if not ok:
