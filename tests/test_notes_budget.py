@@ -343,3 +343,10 @@ def test_with_notes_off_the_dependent_never_hears_of_it_and_escalates(repo: Path
     files = subprocess.run(["git", "ls-tree", "-r", "--name-only", "hive/state"], cwd=repo, capture_output=True,
                            text=True, check=True).stdout
     assert "attempt" not in files and "runtime" not in files
+
+
+def test_done_work_the_merge_step_escalated_or_failed_is_not_ok():
+    stuck = note_effect.by_note([_attempt(1, "done", [("n", "context")], landed="stuck"),
+                                 _attempt(2, "done", [], landed="finalized")])["n"]
+    assert (stuck.seen.done, stuck.seen.rejected, stuck.seen.ok, stuck.unseen.ok) == (0, 1, 0.0, 1.0)
+

@@ -31,13 +31,13 @@ class Group:
     retried: int = 0
     escalated: int = 0
     first_try: int = 0
-    rejected: int = 0       # done, then sent back by the refinery: not ok
+    rejected: int = 0       # done, then sent back, escalated or failed by the merge step: not ok
     tokens: int = 0
 
     def add(self, attempt: Attempt) -> None:
         self.attempts += 1
         self.tokens += attempt.tokens
-        if attempt.outcome == "done" and attempt.landed == "rejected":
+        if attempt.outcome == "done" and attempt.landed in ("rejected", "stuck"):
             self.rejected += 1
         elif attempt.outcome == "done":
             self.done += 1

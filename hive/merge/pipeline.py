@@ -385,6 +385,7 @@ class MergeProcessor:
         if not self._moved(entry, lifecycle.escalate_merge, self.project, issue.id, reason,
                            self.refinery.take_usage(issue.id)):
             return
+        self.runtime.attempt_log.settle(issue.id, "stuck")
         # the worktree stays for the person
         self.host.log(f"{issue.id} escalated: {reason[:120]}")
 
@@ -392,6 +393,7 @@ class MergeProcessor:
         if not self._moved(entry, lifecycle.fail_merge, self.project, issue.id, reason,
                            self.refinery.take_usage(issue.id)):
             return
+        self.runtime.attempt_log.settle(issue.id, "stuck")
         self.host.log(f"{issue.id} failed: {reason}")
 
 

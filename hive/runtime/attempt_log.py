@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 OUTCOMES = ("done", "retried", "escalated", "stopped")
-LANDINGS = ("finalized", "rejected")
+LANDINGS = ("finalized", "rejected", "stuck")   # stuck: the merge step escalated or failed it
 
 
 @dataclass
