@@ -67,16 +67,24 @@ def kind(name: str) -> Kind:
 
 
 class BackendSettings(Protocol):
-    """What a backend reads of hive's configuration (`hive.config.Config` has all of it)."""
+    """What a backend reads of hive's configuration (`hive.config.Config` has all of it), read-only."""
 
-    scripted_script: str
-    claude_command: str
-    codex_command: str
-    codex: dict[str, Any]
-    acp_command: str
-    acp_endpoints: str
-    acp_env: str
-    acp_mode: str
+    @property
+    def scripted_script(self) -> str: ...
+    @property
+    def claude_command(self) -> str: ...
+    @property
+    def codex_command(self) -> str: ...
+    @property
+    def codex(self) -> dict[str, Any]: ...
+    @property
+    def acp_command(self) -> str: ...
+    @property
+    def acp_endpoints(self) -> str: ...
+    @property
+    def acp_env(self) -> str: ...
+    @property
+    def acp_mode(self) -> str: ...
 
     def backend_for(self, role: str) -> str: ...
 

@@ -169,7 +169,7 @@ def needs_person(repo: pygit2.Repository, paths: git.RepoPaths, old: str, new: s
     """The paths between `old` and `new` that only a person may land: `.hive.toml` (agents
     write the target: DESIGN §7) and the hooks folder git runs, when it is in the worktree."""
     folders = [h + "/" for h in [_tracked_hooks(repo, paths)] if h]
-    diff = repo.diff(repo[old].peel(pygit2.Tree), repo[new].peel(pygit2.Tree))
+    diff = repo[old].peel(pygit2.Tree).diff_to_tree(repo[new].peel(pygit2.Tree))
     touched = {path for delta in diff.deltas for path in (delta.old_file.path, delta.new_file.path)}
     return sorted(p for p in touched if p in PROTECTED_FILES or any(p.startswith(f) for f in folders))
 
@@ -179,6 +179,8 @@ def _tracked_hooks(repo: pygit2.Repository, paths: git.RepoPaths) -> str:
     try:
         configured = repo.config["core.hooksPath"]
     except KeyError:
+        return ""
+    if not configured:
         return ""
     hooks = (paths.main_worktree / os.path.expanduser(configured)).resolve()
     try:
@@ -207,5 +209,7 @@ def diffstat(paths: git.RepoPaths, issue_id: str, target: str) -> tuple[int, int
     if base:
         walker.hide(base)
     commits = sum(1 for _ in walker)
-    stats = repo.diff(repo[base].peel(pygit2.Commit).tree if base else None, repo[head].peel(pygit2.Commit).tree).stats
+    work = repo[head].peel(pygit2.Tree)
+    diff = repo[base].peel(pygit2.Tree).diff_to_tree(work) if base else work.diff_to_tree(swap=True)
+    stats = diff.stats
     return commits, stats.files_changed, stats.insertions, stats.deletions

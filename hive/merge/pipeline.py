@@ -115,8 +115,8 @@ class MergeProcessor:
                 self.enqueue(issue.id, done_base(self.project, issue.id), handed_off[issue.id])
         if shared is not None:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):
-                issue = self.project.index.get(issue_id)
-                if issue is not None and issue.status in TERMINAL_STATUSES and issue_id not in queued:
+                leftover = self.project.index.get(issue_id)
+                if leftover is not None and leftover.status in TERMINAL_STATUSES and issue_id not in queued:
                     worktrees.remove(self.project.paths, issue_id, target=self.config.target_branch)
 
     # -- events ---------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ class MergeProcessor:
         await asyncio.to_thread(worktrees.prepare_for_merge, paths, issue.id, head)
         commands = test_gate(entry.test_command, self.config)
         shared = self.host.shared_target
-        test_agent, tested = f"test-{issue.id}", []
+        test_agent, tested = f"test-{issue.id}", list[int]()
 
         def test_started(pid: int) -> None:   # listed like an agent: a later daemon ends it first
             if tested:

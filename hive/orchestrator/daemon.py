@@ -433,13 +433,16 @@ class Daemon:
 
     def _extend_leases(self) -> None:
         """Renew the leases of issues whose agents are still working (shared mode)."""
+        shared = self.shared
+        if shared is None:
+            return
         horizon = lifecycle.lease_until(self.config.lease_seconds // 2)
         for worker in list(self.running.values()):
             issue = self.project.index.get(worker.issue_id)
             if issue is None or issue.assignee != worker.agent_id:
                 continue
             if str(issue.extra.get("lease_expires", "")) < horizon:
-                self.shared.extend_lease(worker.issue_id, worker.agent_id, self.config.lease_seconds)
+                shared.extend_lease(worker.issue_id, worker.agent_id, self.config.lease_seconds)
 
     # -- backend events -------------------------------------------------------------------------
 

@@ -343,7 +343,7 @@ class SharedQueue:
         """The landing in the issue's file (`landing`), pushed with hive/state before the target
         moves: a machine that takes the issue over after this one died finds it recorded
         (`landings.landed_commit`), a forged trailer stays unrecorded."""
-        issue_id = landings.issue_of_landing(repo[new])
+        issue_id = landings.issue_of_landing(repo[new].peel(pygit2.Commit))
         if not issue_id:
             return
         try:

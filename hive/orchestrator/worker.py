@@ -248,6 +248,7 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - any setup failure follows the policy
                 return f"worktree: {exc}", None, ""
         self._check_stop()
+        assert self.worktree is not None
         (self.worktree.path / protocol.RESULT_FILE).unlink(missing_ok=True)
         issue = self.project.index.get(self.issue_id)
         if issue is None or issue.status != "in_progress" or issue.assignee != self.agent_id:
@@ -300,6 +301,7 @@ class Worker:
         return Outcome(False, error)
 
     async def _ensure_session(self, issue: Issue, resume: bool) -> None:
+        assert self.worktree is not None      # prepared before any session
         if self.session_id:
             status = await self.backend.get_session_status(self.session_id)
             if status.state != "exited":
