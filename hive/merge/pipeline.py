@@ -210,7 +210,7 @@ class MergeProcessor:
             if issue is not None and issue.status in ("finalized", "canceled"):
                 # finished elsewhere (another machine landed its own agent's work, or a person
                 # canceled it): this copy of the work is obsolete and nothing will come back to it
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch, True)
             return True
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
@@ -341,7 +341,7 @@ class MergeProcessor:
             return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
-        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target)
+        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target, True)
         if self.host.shared_target is not None:
             await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
         self.merged += 1

@@ -41,7 +41,7 @@ from hive.project import Project
 from hive.runtime import DaemonLock, Runtime, handover
 from hive.runtime.tells import Tell
 from hive.state.issue_file import Issue
-from hive.workspace import landings, worktrees
+from hive.workspace import landings, spares, worktrees
 
 SAFETY_TICK_SECONDS = 2.0
 FULL_SWEEP_SECONDS = 30.0
@@ -404,7 +404,8 @@ class Daemon:
                 await worker.abort(what)
                 if worker.task is not None:
                     await asyncio.gather(worker.task, return_exceptions=True)
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id,
+                                        self.config.target_branch, True)
 
     # -- wake sources ---------------------------------------------------------------------------
 
@@ -611,6 +612,7 @@ class Daemon:
             await self.merge.stop()
         if self.shared is not None:
             await self.shared.stop()
+        await asyncio.to_thread(spares.clear, self.project.paths)   # a run's own: none outlives it
         self.project.checkout.refresh()   # the last writes, deferred like all of the daemon's
         try:
             await self.backend.stop()
