@@ -113,3 +113,25 @@ def test_spares_are_a_runs_own_a_cli_retire_makes_none_and_clear_removes_them_al
     assert list(spares.spares_dir(paths).glob("[0-9]*")) == []
     assert not [n for n in os.listdir(paths.common_dir / "worktrees") if n.startswith(spares.ADMIN_PREFIX)]
     assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 2   # main, .hive
+
+
+def test_a_worktree_an_agent_may_still_write_is_never_spared(repo):
+    """A jail's bind mount follows a folder wherever it is moved: an agent still alive in a
+    worktree (its worker not ended yet, the refinery's idle session) could write the next issue's."""
+    from types import SimpleNamespace
+
+    from hive.merge.pipeline import MergeProcessor
+    from hive.merge.refinery import Refinery
+
+    paths = hive_git.discover(repo)
+    running = {ISSUE}
+    host = SimpleNamespace(project=SimpleNamespace(paths=paths), config=None, runtime=None,
+                           worker_running=lambda issue: issue in running)
+    refinery = Refinery.__new__(Refinery)
+    refinery.session_id, refinery.cwd = "", ""
+    merge = MergeProcessor(host, refinery)  # type: ignore[arg-type]
+    assert not merge.may_spare(ISSUE)
+    running.clear()
+    assert merge.may_spare(ISSUE)
+    refinery.session_id, refinery.cwd = "s-refinery", str(worktrees.worktree_path(paths, ISSUE))
+    assert not merge.may_spare(ISSUE) and merge.may_spare(NEXT)

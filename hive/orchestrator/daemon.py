@@ -120,6 +120,9 @@ class Daemon:
     def wake_up(self) -> None:
         self.wake.set()
 
+    def worker_running(self, issue_id: str) -> bool:
+        return issue_id in self.running   # left once its session is closed (`worker_finished`)
+
     def running_agents(self) -> frozenset[str]:
         return frozenset(worker.agent_id for worker in self.running.values())
 
@@ -404,8 +407,8 @@ class Daemon:
                 await worker.abort(what)
                 if worker.task is not None:
                     await asyncio.gather(worker.task, return_exceptions=True)
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id,
-                                        self.config.target_branch, True)
+                spare = self.merge is None or self.merge.may_spare(issue_id)   # the refinery may be in it
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch, spare)
 
     # -- wake sources ---------------------------------------------------------------------------
 
