@@ -887,8 +887,9 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   finishes while it is busy. A queueing figure, it swings more than the machine does: the median
   was 50-65 ms in quiet minutes of this session and 100-190 ms in minutes when the same machine
   ran everything ~1.5× slower. Cutting the loop's CPU per issue (next item) is what makes it robust.
-- **Orchestrator's own CPU vs raw git** (missed: 2.0-2.3× in the last runs, on a machine at
-  load 8-9, where the goal is 1.2×; 2.5-2.9× before issue 33). The raw side is the bare libgit2
+- **Orchestrator's own CPU vs raw git** (missed: 2.0-2.6× in issue 33's runs at load 4-9, where
+  the goal is 1.2×; A/B in one sitting, ×1.00: own CPU fell, and so did the raw side the ratio
+  is taken of, which swings with the load as much). The raw side is the bare libgit2
   work; about half of the daemon's side is its event loop: the Python around each of the three
   state commits (reading and validating the issue and its blockers at the tip, the file
   rewritten, the index and the `.hive/` checkout brought up to date), the runtime database
@@ -897,8 +898,9 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   worktree). The threads: `land()` ~2× its raw part (the landing ref written before the target
   moves, the worktrees' HEADs read to find a checkout of the target, the attempt kept and the
   worktree opened again for the test checkout, the test's jail), the worktree's creation. Each
-  new file costs ~0.5 ms on this machine's file system (far more under load: most of these
-  runs' CPU is the kernel's), and a state commit writes about six. Issue 33 took out: tomlkit
+  new file costs ~0.5 ms on this machine's file system (far more under load: `perf` put ~40 %
+  of the daemon's CPU in the kernel, opening, reading and creating files), and a state commit
+  writes about six. Issue 33 took out: tomlkit
   for the finalize's new `merged` key (~6 ms of the loop an issue, now the in-place fast path),
   the private object store emptied and made again at every look (now left alone when empty),
   half of the `/proc` scans at each agent's end (a jail's bwrap child stays a zombie a moment:
