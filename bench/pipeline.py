@@ -877,8 +877,9 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
 
 - **Unblock latency** has no wait on its path: the blocker's `done` commit wakes the loop at
   once, which claims the dependent (a CAS commit), creates its worktree from the blocker's
-  unmerged work (libgit2 `add_worktree`), starts the agent process and sends the prompt. Two
-  things made it slow before: the loop re-scanned every live file of `.hive/` on each wake-up
+  unmerged work (a spare worktree reset there, or libgit2 `add_worktree`), starts the agent
+  process and sends the prompt. Two things made it slow before: the loop re-scanned every live
+  file of `.hive/` on each wake-up
   (now only the paths the watcher reported), and the blocker's merge ran beside the dependent's
   start-up, both GIL-bound pygit2 work (now a merge waits, at most 0.5 s, while agents are being
   started: `Daemon.agent_starting`). What is left is mostly waiting for the event loop: it is busy
@@ -886,18 +887,32 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   finishes while it is busy. A queueing figure, it swings more than the machine does: the median
   was 50-65 ms in quiet minutes of this session and 100-190 ms in minutes when the same machine
   ran everything ~1.5× slower. Cutting the loop's CPU per issue (next item) is what makes it robust.
-- **Orchestrator's own CPU vs raw git** (missed: ~5× where the goal is 2×). The raw side is the
-  bare libgit2 work; the daemon's side adds, per issue, in CPU: the Python around each of the
-  three state commits (reading and validating the issue and its blockers at the tip, the issue
-  file rewritten and re-parsed, the index and the `.hive/` checkout brought up to date, ~4-5 ms
-  each), the worker's worktree reset to the replayed commit before the tests (not in the raw
-  list, ~5 ms), the runtime database (agents, budgets, merge queue: ~100 SQLite statements an
-  issue), driving the agent process (spawn, pipes, JSON lines, a watcher on its worktree), and
-  libgit2 repositories opened afresh by several layers (~10 an issue). Each new file costs
-  ~0.5 ms on this machine's file system, and a state commit writes about six (blob, trees,
-  commit, ref lock, reflog). Next steps, in order of gain: one `pygit2.Repository` per process
-  for the index and the pipeline, fewer runtime-database round trips per transition, and
-  parsing each issue file once per transition instead of three to four times.
+- **Orchestrator's own CPU vs raw git** (missed: 2.0-2.6× in issue 33's runs at load 4-9, where
+  the goal is 1.2×; A/B in one sitting, ×1.00: own CPU fell, and so did the raw side the ratio
+  is taken of, which swings with the load as much). The raw side is the bare libgit2
+  work; about half of the daemon's side is its event loop: the Python around each of the three
+  state commits (reading and validating the issue and its blockers at the tip, the file
+  rewritten, the index and the `.hive/` checkout brought up to date), the runtime database
+  (agents, budgets, merge queue: ~100 SQLite statements an issue), driving the agent process
+  (spawn in its jail — the jail's spec resolves ~40 paths —, pipes, JSON lines, a watcher on its
+  worktree). The threads: `land()` ~2× its raw part (the landing ref written before the target
+  moves, the worktrees' HEADs read to find a checkout of the target, the attempt kept and the
+  worktree opened again for the test checkout, the test's jail), the worktree's creation. Each
+  new file costs ~0.5 ms on this machine's file system (far more under load: `perf` put ~40 %
+  of the daemon's CPU in the kernel, opening, reading and creating files), and a state commit
+  writes about six. Issue 33 took out: tomlkit
+  for the finalize's new `merged` key (~6 ms of the loop an issue, now the in-place fast path),
+  the private object store emptied and made again at every look (now left alone when empty),
+  half of the `/proc` scans at each agent's end (a jail's bwrap child stays a zombie a moment:
+  each scan read every process's `stat`, now with `os.read` and remembered once the group is
+  gone), and worktree add + remove where a spare is there (`hive/workspace/spares.py`: a
+  retired worktree, its heads kept first, moved aside and reset to the next issue's base, which
+  writes only the files that differ). In this benchmark a spare is there for only ~10 of the 50
+  issues: the merge is the bottleneck (done/min is ~1.5× finalized/min), worktrees are retired
+  after their merge, and every dependent's worktree is made at its blocker's `done`, before the
+  merges that would free one. Next steps, in order of gain: fewer and cheaper state commits per
+  issue in the loop (the index and `.hive/` catch-up after each), the merge step's own overhead
+  (it paces finalized/min), and fewer runtime-database round trips per transition.
 - **Merge throughput**: replay in memory, then the fast-forward: with `main` checked out, its
   touched paths checked clean with `status_file` and written by a safe checkout limited to them,
   then the CAS ref update — no git process, no hook.

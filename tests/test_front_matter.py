@@ -237,3 +237,42 @@ def test_toml_depth_of_bytes_is_that_of_their_replacement_decoding() -> None:
     assert any(issue_file.toml_depth(data) > issue_file.MAX_TOML_DEPTH for data in corpus)
     for data in corpus:
         assert issue_file.toml_depth(data) == issue_file.toml_depth(data.decode("utf-8", "replace")), data
+
+
+def _tomlkit_update(front: str, changes: dict[str, object]) -> str:
+    """`update_text`'s tomlkit path, taken whatever the fast path would do."""
+    import tomlkit
+
+    doc = tomlkit.parse(front)
+    for key, value in changes.items():
+        if value is None:
+            if key in doc:
+                del doc[key]
+            continue
+        doc[key] = issue_file._toml_value(key, value)
+    return tomlkit.dumps(doc)
+
+
+def _file(front: str) -> str:
+    return f"+++\n{front.rstrip(chr(10))}\n+++\n\nbody\n"
+
+
+FINALIZE = {"status": "finalized", "merged": "0810cca07cae9501cdae8026324ae9a68a3e3cc7", "landing": None}
+
+
+@pytest.mark.parametrize("changes", [FINALIZE, {"status": "done", "landing": "ab" * 20},
+                                     {"assignee": "w-123abc", "updated": "2026-12-03T10:00:00Z"}])
+def test_a_new_key_and_a_deletion_of_an_absent_one_write_what_tomlkit_writes(changes: dict[str, object]) -> None:
+    for front in rendered_fronts()[:60] + ['title = "x"\nstatus = "done"\n# a comment\n', 'title = "x"\n\n\n']:
+        assert issue_file._replace_in_place(front, changes) is not None, front   # the fast path
+        assert issue_file.update_text(_file(front), changes, "x") == _file(_tomlkit_update(front, changes)), front
+
+
+def test_a_new_key_beside_a_table_or_a_deletion_of_a_present_one_goes_through_tomlkit() -> None:
+    table = 'title = "x"\nstatus = "done"\n\n[extra]\nowner = "someone"\n'
+    present = 'title = "x"\nstatus = "done"\nlanding = "old"\n'
+    for front in (table, present):
+        assert issue_file._replace_in_place(front, FINALIZE) is None
+        text = issue_file.update_text(_file(front), FINALIZE, "x")
+        assert text == _file(_tomlkit_update(front, FINALIZE))
+        assert "landing" not in text and 'merged = "0810cca07cae' in text

@@ -50,6 +50,7 @@ class AgentProcess:
         self.discarded_lines = 0              # over-long, non-JSON or non-object stdout lines
         self.exited = asyncio.Event()         # set once the process has exited (and is reaped)
         self.stdout_done = asyncio.Event()    # set once reading stdout ended
+        self._group_ended = False             # no live process was left in its group: none can come back
         self._loop = asyncio.get_running_loop()
         self._write_lock = asyncio.Lock()
         self._stdin: Any = popen.stdin        # unbuffered, non-blocking; None once closed
@@ -225,9 +226,16 @@ class AgentProcess:
                 killpg(pgid, signal.SIGKILL)
                 await self.wait_exit(self.kill_grace)
         # children left in the group (they may ignore SIGTERM, or the leader exited by itself)
-        if killpg(pgid, signal.SIGTERM) and not await group_gone(pgid, self.kill_grace):
+        if not self._group_ended and killpg(pgid, signal.SIGTERM) and not await self._group_gone():
             killpg(pgid, signal.SIGKILL)
-            await group_gone(pgid, self.kill_grace)
+            await self._group_gone()
+
+    async def _group_gone(self) -> bool:
+        """`group_gone`, remembered once true: its scan of /proc is asked for twice at every end
+        (the exit's watch, then `kill`), and a group without a live process never gets one."""
+        if not self._group_ended:
+            self._group_ended = await group_gone(self.pid, self.kill_grace)
+        return self._group_ended
 
     def terminate_leftovers(self) -> None:
         """SIGTERM what the agent left running in its group (it exited by itself)."""
@@ -250,7 +258,7 @@ class AgentProcess:
         finally:
             if self.launch is not None:
                 # a jail's PID namespace ends with its first process; its cgroup can go soon after
-                if await group_gone(self.pid, self.kill_grace):
+                if await self._group_gone():
                     self.launch.release()
 
 

@@ -73,3 +73,6 @@ class MergeHost(RefineryHost, Protocol):
         """Return once no agent is being started, or after `at_most` seconds."""
 
     async def answer_permission(self, event: Event) -> None: ...
+
+    def worker_running(self, issue_id: str) -> bool:
+        """Whether the issue's worker (and so maybe its agent, in its worktree) has not ended yet."""

@@ -211,7 +211,8 @@ class MergeProcessor:
             if issue is not None and issue.status in TERMINAL_STATUSES:
                 # finished elsewhere (another machine landed its own agent's work, or a person
                 # canceled it): this copy of the work is obsolete and nothing will come back to it
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch,
+                                        self.may_spare(issue.id))
             return True
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
@@ -342,11 +343,17 @@ class MergeProcessor:
             return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
-        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target)
+        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target, self.may_spare(issue.id))
         if self.host.shared_target is not None:
             await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
         self.merged += 1
         self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
+
+    def may_spare(self, issue_id: str) -> bool:
+        """Whether the issue's worktree may become a spare for another issue's: only once no agent
+        can write it any more (a jail's bind mount follows the folder wherever it is moved)."""
+        return not self.host.worker_running(issue_id) and not self.refinery.in_worktree(
+            worktrees.worktree_path(self.project.paths, issue_id))
 
     def _reject(self, issue: Issue, entry: Entry, reason: str, detail: str) -> None:
         paths = self.project.paths

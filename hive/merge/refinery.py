@@ -123,6 +123,10 @@ class Refinery:
             await self._record_agent()
         return self.session_id
 
+    def in_worktree(self, worktree: Path) -> bool:
+        """Whether the refinery's session (idle or not) was started in, and may write, `worktree`."""
+        return bool(self.session_id) and self.cwd == str(worktree)
+
     async def resolve(self, issue: Issue, worktree: Path, target: str, problem: str) -> Verdict:
         """One refinery task; the verdict comes from the result file the session writes."""
         (worktree / protocol.RESULT_FILE).unlink(missing_ok=True)

@@ -41,7 +41,7 @@ from hive.project import Project
 from hive.runtime import DaemonLock, Runtime, handover
 from hive.runtime.tells import Tell
 from hive.state.issue_file import Issue
-from hive.workspace import landings, worktrees
+from hive.workspace import landings, spares, worktrees
 
 SAFETY_TICK_SECONDS = 2.0
 FULL_SWEEP_SECONDS = 30.0
@@ -119,6 +119,9 @@ class Daemon:
 
     def wake_up(self) -> None:
         self.wake.set()
+
+    def worker_running(self, issue_id: str) -> bool:
+        return issue_id in self.running   # left once its session is closed (`worker_finished`)
 
     def running_agents(self) -> frozenset[str]:
         return frozenset(worker.agent_id for worker in self.running.values())
@@ -404,7 +407,8 @@ class Daemon:
                 await worker.abort(what)
                 if worker.task is not None:
                     await asyncio.gather(worker.task, return_exceptions=True)
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch)
+                spare = self.merge is None or self.merge.may_spare(issue_id)   # the refinery may be in it
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch, spare)
 
     # -- wake sources ---------------------------------------------------------------------------
 
@@ -614,6 +618,7 @@ class Daemon:
             await self.merge.stop()
         if self.shared is not None:
             await self.shared.stop()
+        await asyncio.to_thread(spares.clear, self.project.paths)   # a run's own: none outlives it
         self.project.checkout.refresh()   # the last writes, deferred like all of the daemon's
         try:
             await self.backend.stop()

@@ -20,7 +20,7 @@ from hive.lifecycle import TransitionRefused
 from hive.project import Project
 from hive.orchestrator.orphans import orphaned_issues
 from hive.runtime import DaemonLock, Runtime, handover, is_alive
-from hive.workspace import retention, worktrees
+from hive.workspace import retention, spares, worktrees
 
 KILL_WAIT_SECONDS = 10.0
 NOT_COUNTED = lifecycle.Decision(lifecycle.RETRY, "lost with the daemon: no budget spent")
@@ -114,6 +114,7 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
 def clean_leftovers(project: Project, running: Collection[str], runtime: Runtime) -> None:
     """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge; the
     heads of the others under refs/hive/attempts), and the transcripts past their retention."""
+    spares.clear(project.paths)   # a killed run's: what they held was kept before they were made
     keep = {issue.id for issue in project.index.list(["done", "escalated", "failed"])}
     target = project.config.target_branch
     for issue_id in worktrees.leftover_worktrees(project.paths):

@@ -432,9 +432,10 @@ def update_text(text: str, changes: dict[str, Any], where: str, body: str | None
 # commits per issue). tomlkit parses and re-renders the whole front matter (~1.2 ms a file); when
 # every change is a plain scalar whose key already sits on a line of its own, replacing the value
 # on that line gives the text tomlkit would give (it keeps the key's spacing and a trailing comment
-# the same way) in ~0.1 ms. The result is checked with tomllib against the intended values;
-# anything else — a new or deleted key, a list, a string needing escapes, a key written twice or
-# inside a multi-line string — goes through tomlkit.
+# the same way) in ~0.1 ms. A new key (a finalize's `merged`) goes after the last line when there
+# is no table, a deleted one that is not there changes nothing. The result is checked with tomllib
+# against the intended values; anything else — a key to delete that is there, a list, a string
+# needing escapes, a key written twice or inside a multi-line string — goes through tomlkit.
 _PLAIN_STRING = re.compile(r'[^"\\\x00-\x1f\x7f]*')
 _TIME_TEXT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 _SCALAR = r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[0-9A-Za-z:+._-]+'
@@ -443,8 +444,14 @@ _SCALAR = r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[0-9A-Za-z:+._-]+'
 def _replace_in_place(front: str, changes: dict[str, Any]) -> str | None:
     expected: dict[str, Any] = {}
     rendered: dict[str, str] = {}
+    absent: list[str] = []     # keys deleted (None): in place only when the front matter has none
     for key, value in changes.items():
         if isinstance(value, bool) or not re.fullmatch(r"[A-Za-z0-9_-]+", key):
+            return None
+        if value is None:
+            absent.append(key)
+            continue
+        if key in OPTIONAL_FIELDS and not value:
             return None
         if key in ("created", "updated") and isinstance(value, str) and _TIME_TEXT.fullmatch(value):
             rendered[key] = value
@@ -462,6 +469,11 @@ def _replace_in_place(front: str, changes: dict[str, Any]) -> str | None:
     for key, value_text in rendered.items():
         pattern = re.compile(rf"^({re.escape(key)}[ \t]*=[ \t]*)(?:{_SCALAR})([ \t]*(?:#.*)?)$")
         hits = [n for n, line in enumerate(lines) if pattern.match(line)]
+        if not hits and not any(line.lstrip().startswith("[") for line in lines):
+            # a new key (the `merged` of a finalize) goes after the last line, as tomlkit puts it
+            last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
+            lines.insert(last + 1, f"{key} = {value_text}")
+            continue
         if len(hits) != 1:
             return None
         lines[hits[0]] = pattern.sub(lambda m: m.group(1) + value_text + m.group(2), lines[hits[0]])
@@ -469,6 +481,8 @@ def _replace_in_place(front: str, changes: dict[str, Any]) -> str | None:
     try:
         before, after = _load_front(front), _load_front(new_front)
     except ValueError:   # tomllib.TOMLDecodeError
+        return None
+    if any(key in before for key in absent):
         return None
     if after != {**before, **expected} or any(type(after[k]) is not type(v) for k, v in expected.items()):
         return None

@@ -28,7 +28,7 @@ from hive import git
 from hive.errors import HiveError
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
-from hive.workspace import attempts
+from hive.workspace import attempts, spares
 from hive.workspace.fastforward import checkout_of
 
 
@@ -104,8 +104,9 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     path.parent.mkdir(parents=True, exist_ok=True)
     unlock_branch(paths, issue_id)
     ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit], force=True)
-    repo.add_worktree(issue_id, str(path), ref)
-    _detached(pygit2.Repository(str(path)))
+    if not spares.take(paths, issue_id, path, base_commit):
+        repo.add_worktree(issue_id, str(path), ref)
+        _detached(pygit2.Repository(str(path)))
     init_submodules(paths, path)
     return Worktree(issue_id, path, branch, base_commit)
 
@@ -147,15 +148,21 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
     read and written again (so hashed again: a forged file name cannot plant a wrong object);
     empty its private store. How many were new."""
     private = git.private_objects(paths.common_dir, issue_id)
-    if not private.is_dir():
+    try:
+        entries = list(os.scandir(private))
+    except (FileNotFoundError, NotADirectoryError):
         return 0
-    common = open_repo(paths).odb
+    if all(_empty_pack(entry) for entry in entries):
+        if not entries:
+            (private / "pack").mkdir(exist_ok=True)
+        return 0                      # emptied by the last call (most calls: an agent commits once)
     added = 0
     try:
         own = pygit2.Odb(str(private))
         oids = list(own)
     except (pygit2.GitError, ValueError, KeyError, OSError):
         oids = []                     # a damaged private store: what it had is not the work
+    common = open_repo(paths).odb
     for oid in oids:
         try:
             if oid in common:
@@ -165,13 +172,26 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
             continue                  # a damaged or forged object: left out, the others still come
         common.write(kind, data)
         added += 1
-    for entry in private.iterdir():
-        if entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)
+    for entry in entries:
+        if _empty_pack(entry):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
         else:
-            entry.unlink(missing_ok=True)
+            Path(entry.path).unlink(missing_ok=True)
     (private / "pack").mkdir(exist_ok=True)
     return added
+
+
+def _empty_pack(entry: os.DirEntry[str]) -> bool:
+    """The empty `pack` folder a private store keeps (git needs it to write there)."""
+    if entry.name != "pack" or not entry.is_dir(follow_symlinks=False):
+        return False
+    try:
+        with os.scandir(entry.path) as inside:
+            return next(inside, None) is None
+    except OSError:
+        return False
 
 
 def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
@@ -211,13 +231,16 @@ def follow_worktree(paths: git.RepoPaths, issue_id: str) -> str | None:
 
 
 def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
-           repo: pygit2.Repository | None = None, target: str = "") -> None:
+           repo: pygit2.Repository | None = None, target: str = "", spare: bool = False) -> None:
     """Remove the issue's worktree (files, git admin dir) and, unless told not to, its branch;
-    the heads they held are kept first (unless on the `target` branch, or on the branch kept)."""
+    the heads they held are kept first (unless on the `target` branch, or on the branch kept).
+    With `spare`, the worktree is moved aside for the next issue's (`spares`) if it can be."""
     repo = repo or open_repo(paths)
     path = worktree_path(paths, issue_id)
     keep_discarded(paths, issue_id, repo, delete_branch=delete_branch, target=target)
-    if path.exists():
+    if spare and spares.put(paths, issue_id, path):
+        pass   # its files and admin folder are the spare's now
+    elif path.exists():
         shutil.rmtree(path, ignore_errors=True)
     # git's admin folder of the worktree, named after it: looked for first, as most calls (a
     # new issue's worktree) find none, and listing the worktrees reads every one of them
@@ -239,10 +262,11 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
             repo.references.delete(ref)
 
 
-def retire(paths: git.RepoPaths, issue_id: str, target: str = "") -> None:
+def retire(paths: git.RepoPaths, issue_id: str, target: str = "", spare: bool = False) -> None:
     """The issue is finished with (finalized, canceled): its worktree and branch go, their heads
-    kept unless landed on `target`. Its session transcripts stay (`git hive prune` ends them)."""
-    remove(paths, issue_id, target=target)
+    kept unless landed on `target` (with `spare`, a daemon's, the worktree is kept aside for the
+    next issue's). Its session transcripts stay (`git hive prune` ends them)."""
+    remove(paths, issue_id, target=target, spare=spare)
 
 
 def keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository, *,

@@ -1,0 +1,137 @@
+"""Spare worktrees: a retired issue's worktree reused for the next issue's, never losing what it held."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pygit2
+
+from hive import git as hive_git
+from hive.workspace import attempts, spares, worktrees
+
+ISSUE, NEXT = "hv-spare1", "hv-spare2"
+
+
+def _commit_in(tree: Path, name: str, text: str) -> str:
+    work = pygit2.Repository(str(tree))
+    (tree / name).write_text(text)
+    work.index.add(name)
+    work.index.write()
+    sig = pygit2.Signature("Agent", "agent@example.com")
+    return str(work.create_commit("HEAD", sig, sig, f"add {name}\n", work.index.write_tree(), [work.head.target]))
+
+
+def _files(tree: Path) -> set[str]:
+    return {str(Path(d, f).relative_to(tree)) for d, _, fs in os.walk(tree) for f in fs if f != ".git"}
+
+
+def test_a_retired_worktree_is_the_next_issues_clean_at_its_base_and_its_unlanded_commit_is_kept(repo, git):
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    unlanded = _commit_in(tree, "work.txt", "the agent's work\n")
+    (tree / "untracked.txt").write_text("left behind\n")
+    (tree / "deep" / "er").mkdir(parents=True)
+    (tree / "deep" / "er" / "junk").write_text("junk\n")
+    (tree / ".git-admin-leftover").write_text("x")
+    admin = paths.common_dir / "worktrees" / ISSUE
+    (admin / "ORIG_HEAD").write_text(unlanded + "\n")
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+
+    assert not tree.exists() and not admin.exists()
+    assert git("branch", "--list", f"hive/work/{ISSUE}", cwd=repo).stdout == ""
+    assert [a.commit for a in attempts.kept(paths.common_dir, ISSUE)] == [unlanded]   # kept before it went
+    assert len(list(spares.spares_dir(paths).glob("[0-9]*"))) == 1
+    listed = git("worktree", "list", "--porcelain", cwd=repo).stdout
+    assert f"{spares.spares_dir(paths)}/1\nHEAD {unlanded}\ndetached" in listed
+
+    again = worktrees.create(paths, NEXT, base)
+    assert again.path == worktrees.worktree_path(paths, NEXT) and again.path.is_dir()
+    assert list(spares.spares_dir(paths).glob("[0-9]*")) == []       # the spare was taken
+    assert _files(again.path) == set(git("ls-tree", "-r", "--name-only", base, cwd=repo).stdout.split())
+    assert git("rev-parse", "HEAD", cwd=again.path).stdout.strip() == base
+    assert git("status", "--porcelain", "--ignored", cwd=again.path).stdout == ""
+    assert git("symbolic-ref", "-q", "HEAD", cwd=again.path, check=False).returncode != 0   # detached
+    assert not (paths.common_dir / "worktrees" / NEXT / "ORIG_HEAD").exists()
+    # a worktree git knows by its new name, whose commits land on the new issue's branch
+    made = _commit_in(again.path, "next.txt", "next\n")
+    assert worktrees.adopt_head(paths, NEXT) == made
+    assert git("rev-parse", f"hive/work/{NEXT}", cwd=repo).stdout.strip() == made
+    assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count(str(again.path)) == 1
+    git("fsck", "--no-dangling", cwd=repo)
+
+
+def test_the_pool_holds_at_most_its_size_and_the_rest_are_removed(repo, git, monkeypatch):
+    monkeypatch.setattr(spares, "MAX_SPARES", 2)
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    ids = [f"hv-pool{k}x" for k in range(3)]
+    for issue in ids:
+        worktrees.create(paths, issue, base)
+    for issue in ids:
+        worktrees.retire(paths, issue, "main", spare=True)
+        assert not worktrees.worktree_path(paths, issue).exists()
+    assert sorted(p.name for p in spares.spares_dir(paths).glob("[0-9]*")) == ["1", "2"]
+    assert sorted(n for n in os.listdir(paths.common_dir / "worktrees") if n.startswith(spares.ADMIN_PREFIX)) == [
+        "hive-spare-1", "hive-spare-2"]
+
+
+def test_pieces_a_killed_process_left_are_no_spare_and_go_when_the_pool_is_next_used(repo, git):
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    worktrees.create(paths, ISSUE, base)
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+    spare, admin = spares.spares_dir(paths) / "1", paths.common_dir / "worktrees" / "hive-spare-1"
+    (spare / ".git").write_text(f"gitdir: {paths.common_dir / 'worktrees' / NEXT}\n")   # killed mid-take
+    tree = worktrees.create(paths, NEXT, base)
+    assert not spare.exists() and not admin.exists()
+    assert git("status", "--porcelain", cwd=tree.path).stdout == ""
+    assert git("rev-parse", "HEAD", cwd=tree.path).stdout.strip() == base
+
+
+def test_a_worktree_with_a_rebase_half_done_or_submodules_is_removed_not_spared(repo, git):
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    (paths.common_dir / "worktrees" / ISSUE / "MERGE_HEAD").write_text(base + "\n")
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+    assert not tree.exists() and not (paths.common_dir / "worktrees" / ISSUE).exists()
+    assert list(spares.spares_dir(paths).glob("[0-9]*")) == []
+
+
+def test_spares_are_a_runs_own_a_cli_retire_makes_none_and_clear_removes_them_all(repo, git):
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    for issue in (ISSUE, NEXT):
+        worktrees.create(paths, issue, base)
+    worktrees.retire(paths, ISSUE, "main")                # not a daemon's: removed
+    assert not spares.spares_dir(paths).exists()
+    worktrees.retire(paths, NEXT, "main", spare=True)
+    assert len(list(spares.spares_dir(paths).glob("[0-9]*"))) == 1
+    spares.clear(paths)
+    assert list(spares.spares_dir(paths).glob("[0-9]*")) == []
+    assert not [n for n in os.listdir(paths.common_dir / "worktrees") if n.startswith(spares.ADMIN_PREFIX)]
+    assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count("worktree ") == 2   # main, .hive
+
+
+def test_a_worktree_an_agent_may_still_write_is_never_spared(repo):
+    """A jail's bind mount follows a folder wherever it is moved: an agent still alive in a
+    worktree (its worker not ended yet, the refinery's idle session) could write the next issue's."""
+    from types import SimpleNamespace
+
+    from hive.merge.pipeline import MergeProcessor
+    from hive.merge.refinery import Refinery
+
+    paths = hive_git.discover(repo)
+    running = {ISSUE}
+    host = SimpleNamespace(project=SimpleNamespace(paths=paths), config=None, runtime=None,
+                           worker_running=lambda issue: issue in running)
+    refinery = Refinery.__new__(Refinery)
+    refinery.session_id, refinery.cwd = "", ""
+    merge = MergeProcessor(host, refinery)  # type: ignore[arg-type]
+    assert not merge.may_spare(ISSUE)
+    running.clear()
+    assert merge.may_spare(ISSUE)
+    refinery.session_id, refinery.cwd = "s-refinery", str(worktrees.worktree_path(paths, ISSUE))
+    assert not merge.may_spare(ISSUE) and merge.may_spare(NEXT)
