@@ -302,14 +302,16 @@ def test_agent_processes_start_only_in_agent_process() -> None:
 
 
 def test_only_worktrees_resets_a_worktree() -> None:
-    """Nothing but `hive/workspace/worktrees.py` resets a work worktree (it keeps the head first);
-    the Queen resets its plan worktree onto the commit it has just made of the plan's files."""
-    allowed = {"hive.workspace.worktrees", "hive.queen"}
-    resets = [(m, c) for m, p in MODULES.items() for c in _calls(p)
-              if isinstance(c.func, ast.Attribute) and c.func.attr == "reset"
-              and any("GIT_RESET" in ast.unparse(a) for a in c.args)]
+    """Nothing but `hive/workspace/` resets or overwrites a worktree's files: `worktrees` (it
+    keeps the heads first), `spares` (only a worktree `worktrees` handed over after keeping its
+    heads), `fastforward` (the target's checkout, only files the person has not changed); and the
+    Queen, its plan worktree onto the commit it has just made of the plan's files."""
+    allowed = {"hive.workspace.worktrees", "hive.workspace.spares", "hive.workspace.fastforward", "hive.queen"}
+    resets = [(m, c) for m, p in MODULES.items() for c in _calls(p) if isinstance(c.func, ast.Attribute) and (
+              (c.func.attr == "reset" and any("GIT_RESET" in ast.unparse(a) for a in c.args))
+              or c.func.attr == "checkout_tree")]
     elsewhere = [_where(m, c) for m, c in resets if m not in allowed]
-    assert not elsewhere, "a worktree reset outside hive/workspace/worktrees.py:\n    " + "\n    ".join(elsewhere)
+    assert not elsewhere, "a worktree reset outside hive/workspace/:\n    " + "\n    ".join(elsewhere)
     assert {m for m, _ in resets} == allowed, "the check sees no reset where there are some"
 
 
