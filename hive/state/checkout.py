@@ -204,6 +204,13 @@ class Checkout:
                                    (json.dumps(sorted(only)),))
         return {r[0]: Record(r[1], r[2], r[3]) for r in rows}
 
+    def _recorded_stats(self, only: Collection[str] | None) -> set[tuple[str, int, int]]:
+        """(path, mtime, size) of every record (of `only`'s when given)."""
+        if only is None:
+            return set(self.db.execute("SELECT path, mtime_ns, size FROM files"))
+        return set(self.db.execute("SELECT path, mtime_ns, size FROM files WHERE path IN "
+                                   "(SELECT value FROM json_each(?))", (json.dumps(sorted(only)),)))
+
     def _record(self, path: str, blob: str | None, st: os.stat_result | None = None) -> None:
         """Remember `path` as holding `blob`. `st` is the stat of the very bytes that are `blob`
         (taken before reading them, or of the file hive wrote): a stat taken now could be of a
@@ -350,44 +357,42 @@ class Checkout:
         fingerprint = _fingerprint(on_disk) if only is None and not full else ""
         if fingerprint and fingerprint == self._meta(CLEAN_SCAN):
             return []
-        records = self._records(only)
+        # Stats compared as tuples in sets: only the files found otherwise than recorded, and
+        # the records without a file, are looked at one by one (a queue of 10k after one write).
+        recorded = self._recorded_stats(only)
+        differ = {path: st for path, st in on_disk.items() if (path, st.st_mtime_ns, st.st_size) not in recorded}
+        missing = {path for path, _, _ in recorded if path not in on_disk}
+        records = self._records(differ.keys() | missing) if differ or missing else {}
         # the records taken on the way wait for the end: one statement for all (after a queue
         # is taken in, each of its young files is looked at again, ~60 µs a statement)
         self._pending = []
         try:
-            edits, unchanged = self._edits_among(on_disk, records)
+            edits = self._edits_among(differ, records)
         finally:
             pending, self._pending = self._pending, None
             self._store_records(pending)
         scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
         gone: list[str] = []
-        for path, record in records.items():
-            if path in on_disk:
-                continue
+        for path in sorted(missing):
             in_scope = only is not None or path == layout.CONTEXT_FILE or (
                 path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
             if in_scope and not (self.root / path).exists():
                 if layout.is_archived(path):
                     gone.append(path)   # not checked out any more: no deletion of the issue
                 else:
-                    edits.append(Edit(path, None, record.blob))
+                    edits.append(Edit(path, None, records[path].blob))
         if gone:
             self._leave_out(gone)
-        if fingerprint and not edits and unchanged == len(on_disk):
+        if fingerprint and not edits and not differ:
             self._set_meta(CLEAN_SCAN, fingerprint)
         return edits
 
-    def _edits_among(self, on_disk: dict[str, os.stat_result], records: dict[str, Record]) -> tuple[list[Edit], int]:
-        """The edits among the files found (their stat is not the one recorded), and how many
-        files were found as recorded."""
+    def _edits_among(self, differ: dict[str, os.stat_result], records: dict[str, Record]) -> list[Edit]:
+        """The edits among files found with another stat than their record's (or none)."""
         edits: list[Edit] = []
         tip = None
-        unchanged = 0
-        for path, st in sorted(on_disk.items()):
+        for path, st in sorted(differ.items()):
             record = records.get(path)
-            if record and record.mtime_ns == st.st_mtime_ns and record.size == st.st_size:
-                unchanged += 1
-                continue
             if tip is None:
                 tip = self._store().snapshot()
             tip_oid = tip.blob_id(path)
@@ -413,7 +418,7 @@ class Checkout:
                 continue  # staged by git itself (a merge or pull finishing, or a person's commit to come)
             base = record.blob if record else staged or tip_oid
             edits.append(Edit(path, data, base, st))
-        return edits, unchanged
+        return edits
 
     def _leave_out(self, paths: list[str]) -> None:
         """Archived files a person removed from `.hive/`: no longer checked out (their git index
