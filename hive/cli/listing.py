@@ -14,6 +14,7 @@ def open_project() -> Project:
     """This repository's hive, caught up with `.hive/` edits and the branch (as every command
     starts)."""
     project = Project.open()
+    project.checkout.wait_out_racy = True   # one command, then the process ends
     project.sync()
     return project
 

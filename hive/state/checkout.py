@@ -89,6 +89,7 @@ class Record:
 
 
 RACY_MTIME = -1
+SETTLE_WAIT_FILES = 64   # racy files a refresh waits for (at most racy.FLOOR_NS) rather than leave racy
 RECORDS_BATCH = 5000   # records of changed files looked at together (memory stays flat)
 Seen = tuple[int, int, int]   # a scanned file's (mtime_ns, size, inode): a stat_result is ~600 bytes
 MTIME_TICK = "mtime_tick"   # meta key: "<st_dev> <ns>", the tick `racy.measure_tick` found
@@ -147,6 +148,9 @@ class Checkout:
         self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh or a scan
         self._racy_ns: int | None = None
         self._fresh: dict[str, tuple[int, int]] | None = None   # a refresh's racy writes: (mtime_ns, inode)
+        # a short-lived process (a CLI command) waits out the racy window of its few writes
+        # (`_settled`); a long-lived one (the daemon's loop) never sleeps for it
+        self.wait_out_racy = False
 
     @property
     def exists(self) -> bool:
@@ -258,9 +262,16 @@ class Checkout:
         a file now older than the racy window, its stat still the one written, whose bytes read
         now are still hive's, can change only with another mtime from here on (a save before
         this read shows in the bytes). Every file of a queue taken in is written less than a
-        tick before its record: without this, the next command read them all again."""
+        tick before its record: without this, the next command read them all again. When only
+        a few are still too young (a command's own write) and `wait_out_racy`, the window (at
+        most racy.FLOOR_NS) is waited out: the next command needs no look at them (nor pygit2)."""
         if not fresh:
             return rows
+        young = [fresh[row[0]][0] for row in rows if row[2] == RACY_MTIME and row[0] in fresh]
+        if self.wait_out_racy and young and len(young) <= SETTLE_WAIT_FILES:
+            wait_ns = max(young) + self.racy_ns - time.time_ns()
+            if 0 < wait_ns <= racy.FLOOR_NS:
+                time.sleep(wait_ns / 1e9)
         settled = []
         for row in rows:
             path, blob, mtime_ns, size = row
