@@ -258,12 +258,16 @@ class Graph:
     paths: dict[str, str]
     blockers: dict[str, list[str]]
 
-    @classmethod
-    def of(cls, paths: dict[str, str], deps: list[tuple[str, str]]) -> "Graph":
-        blockers: dict[str, list[str]] = {}
-        for issue_id, blocker in dict.fromkeys(deps):   # an id twice (live and archived): its edges once
-            blockers.setdefault(issue_id, []).append(blocker)
-        return cls(paths, blockers)
+    def add(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> None:
+        """One batch of rows and their edges, as the bulk insert keeps them: an id twice (live
+        and archived) has the later path and the edges of both, once."""
+        self.paths.update((row[0], row[1]) for row in rows)
+        batch: dict[str, list[str]] = {}
+        for issue_id, blocker in dict.fromkeys(deps):
+            batch.setdefault(issue_id, []).append(sys.intern(blocker))   # one string per id
+        for issue_id, blockers in batch.items():
+            known = self.blockers.get(issue_id)
+            self.blockers[issue_id] = list(dict.fromkeys(known + blockers)) if known else blockers
 
 
 class Index:
@@ -522,8 +526,7 @@ class Index:
         # path stores each batch's rows as it comes, so that memory stays flat however big the
         # queue taken in: only the graph (each issue's path and blockers) is kept to the end.
         bulk = bool(empty) and sum(1 for c in changes if c[2] is not None and layout.issue_id_of(c[0])) > BULK_ROWS
-        paths: dict[str, str] = {}
-        deps: list[tuple[str, str]] = []
+        graph = Graph({}, {})   # (bulk) what was just parsed: no need to read it back
         stored: set[str] = set()
         if bulk:
             self._begin_bulk()
@@ -568,9 +571,7 @@ class Index:
                             notes_files, notes, held = [], [], 0
                 if rows and bulk:
                     self._store_bulk(rows, batch_deps)
-                    paths.update((row[0], row[1]) for row in rows)   # the later row, as the bulk insert keeps
-                    # one string per id: a blocker's id is the same object as its issue's
-                    deps.extend((issue_id, sys.intern(blocker)) for issue_id, blocker in batch_deps)
+                    graph.add(rows, batch_deps)
                 elif rows:   # (an id twice, live and archived, in two batches: the edges of both, as in one)
                     batch_ids = {sys.intern(row[0]) for row in rows}
                     self._store_rows(rows, batch_deps, batch_ids - stored)
@@ -582,9 +583,7 @@ class Index:
             self._store_notes(notes_files, notes)
         if bulk or self._shape(touched) != shape_before:
             self.refresh_ranks()
-        # indexed whole into an empty index: the graph is what was just parsed, no need to read it back
-        graph = Graph.of(paths, deps) if bulk else None
-        problems.extend(self._graph_problems(changed_ids, walk_ids, repo, graph))
+        problems.extend(self._graph_problems(changed_ids, walk_ids, repo, graph if bulk else None))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                        (problem.path, problem.location, problem.message))
