@@ -15,20 +15,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from hive import issues
+from hive import cost, issues
+from hive.backends.base import Usage
+from hive.config import Config
 from hive.errors import HiveError
 from hive.project import Project
+from hive.runtime import Budget, Runtime
 from hive.state import issue_file
 from hive.state.issue_file import Issue
 from hive.state.store import Snapshot
-from hive.workspace import landings
-
-if TYPE_CHECKING:   # a CLI edit (`update`, `create`) loads none of the agents' side
-    from hive.backends.base import Usage
-    from hive.config import Config
-    from hive.runtime import Budget, Runtime
+from hive.workspace import landings, worktrees
 
 IN_PROGRESS = "in_progress"
 # what `retry` puts back in the queue
@@ -230,8 +228,6 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
                   summary=f"finalize {issue_id}: merged into {target} at {merged[:10]}",
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it
-    from hive.workspace import worktrees
-
     landings.forget_landing(worktrees.open_repo(project.paths), issue_id)   # `merged` says it from now on
     finalize_epics(project, issue.parent)
     return issue
@@ -315,8 +311,6 @@ def edit(project: Project, issue_id: str, changes: Callable[[Issue], dict[str, A
     updated = issues.update(project, issue_id, checked, event=event, summary=summary, body=body)
     if updated.status == "done" and before != ["done"]:
         # what the person committed in the issue's kept worktree is what lands (`git hive show`)
-        from hive.workspace import worktrees
-
         worktrees.follow_worktree(project.paths, issue_id)
     return updated
 
@@ -450,8 +444,6 @@ def done_trailers(base: str, head: str, test_command: str, budget: Budget, model
 def usage_trailers(budget: Budget, model: str = "", backend: str = "") -> dict[str, str]:
     """The issue's usage on its done or escalated commit, a worker record of `hive.cost`: any
     clone can add the records up."""
-    from hive import cost
-
     return cost.usage_trailers(budget.usage, budget.tokens, role="worker", model=model, backend=backend)
 
 

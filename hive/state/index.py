@@ -559,23 +559,8 @@ class Index:
                         if set(blockers) != old_blockers.get(issue_id, set()) or path in reported:
                             walk_ids.add(issue_id)
                     elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
-                        notes_files.append(path)
-                        if new is not None:
-                            data = repo[new].data
-                            found, note_problems = parse_notes(data, path)
-                            problems.extend(note_problems[:1])
-                            notes.extend(found)
-                            held += len(data)
-                        if held > NOTES_BATCH_BYTES:   # many notes files (one blob shared by all): stored as they come
-                            self._store_notes(notes_files, notes)
-                            notes_files, notes, held = [], [], 0
-                if rows and bulk:
-                    self._store_bulk(rows, batch_deps)
-                    graph.add(rows, batch_deps)
-                elif rows:   # (an id twice, live and archived, in two batches: the edges of both, as in one)
-                    batch_ids = {sys.intern(row[0]) for row in rows}
-                    self._store_rows(rows, batch_deps, batch_ids - stored)
-                    stored |= batch_ids
+                        held = self._take_notes(repo, path, new, notes_files, notes, problems, held)
+                self._store_batch(rows, batch_deps, graph if bulk else None, stored)
         finally:
             if bulk:
                 self._end_bulk()
@@ -588,6 +573,37 @@ class Index:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                        (problem.path, problem.location, problem.message))
         return problems
+
+    def _take_notes(self, repo: "pygit2.Repository", path: str, new: str | None, files: list[str],
+                    notes: list[dict[str, Any]], problems: list[Problem], held: int) -> int:
+        """One changed notes file into `files` and `notes`, stored once they hold more than
+        NOTES_BATCH_BYTES (many notes files, one blob shared by all: stored as they come); the
+        bytes held now."""
+        files.append(path)
+        if new is not None:
+            data = repo[new].data
+            found, note_problems = parse_notes(data, path)
+            problems.extend(note_problems[:1])
+            notes.extend(found)
+            held += len(data)
+        if held > NOTES_BATCH_BYTES:
+            self._store_notes(files, notes)
+            files.clear()
+            notes.clear()
+            held = 0
+        return held
+
+    def _store_batch(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]], graph: Graph | None,
+                     stored: set[str]) -> None:
+        """One batch's rows: in bulk (`graph` given: it gets them), or upserted (an id twice, live
+        and archived, in two batches: the edges of both, as in one batch)."""
+        if rows and graph is not None:
+            self._store_bulk(rows, deps)
+            graph.add(rows, deps)
+        elif rows:
+            batch_ids = {sys.intern(row[0]) for row in rows}
+            self._store_rows(rows, deps, batch_ids - stored)
+            stored |= batch_ids
 
     def _store_rows(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]], ids: set[str]) -> None:
         db = self.db
