@@ -229,6 +229,10 @@ def _link_broken(dot_git: Path) -> bool:
 # Opened repositories, per thread: libgit2 must not use one from two threads at once.
 _opened = threading.local()
 OPENED_PER_THREAD = 4
+# libgit2 reads packs through memory-mapped windows (1 GiB each, 8 GiB in all by default):
+# every page of a pack read once stays resident, and a queue taken in whole reads all of it.
+PACK_WINDOW_BYTES = 4 << 20
+PACK_MAPPED_BYTES = 16 << 20
 
 
 def repository(path: Path | str) -> "pygit2.Repository":
@@ -242,6 +246,9 @@ def repository(path: Path | str) -> "pygit2.Repository":
 
     cache: OrderedDict[str, pygit2.Repository] | None = getattr(_opened, "repositories", None)
     if cache is None:
+        if pygit2.settings.mwindow_mapped_limit != PACK_MAPPED_BYTES:   # process-wide, set once
+            pygit2.settings.mwindow_size = PACK_WINDOW_BYTES
+            pygit2.settings.mwindow_mapped_limit = PACK_MAPPED_BYTES
         cache = _opened.repositories = OrderedDict()
     key = str(path)
     repo = cache.get(key)

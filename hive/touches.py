@@ -27,7 +27,6 @@ from hive import git
 from hive.project import Project
 from hive.state import globs
 from hive.state.issue_file import Issue
-from hive.workspace import changes
 
 BUSY_STATUSES = ("in_progress", "done")
 _WILD = frozenset("*?[")
@@ -97,10 +96,18 @@ def _names_a_file(glob: str) -> bool:
 ChangedFiles = Callable[[str], list[str]]   # an issue id -> the files its work changed so far
 
 
+def _changed_files(paths: git.RepoPaths, issue_id: str, target_ref: str) -> list[str]:
+    """`changes.changed_files`, loaded when first read (pygit2): `git hive list --ready` reads
+    none unless a ready issue declares `touches` while another is busy."""
+    from hive.workspace import changes
+
+    return changes.changed_files(paths, issue_id, target_ref)
+
+
 def busy_work(project: Project, target_ref: str, changed: ChangedFiles | None = None) -> list[Busy]:
     """Every busy issue of the index, with the files its work here has changed (read lazily,
     by `changed`: `changes.changed_files` unless given)."""
-    read = changed or partial(changes.changed_files, project.paths, target_ref=target_ref)
+    read = changed or partial(_changed_files, project.paths, target_ref=target_ref)
     return [Busy(issue.id, tuple(issue.touches), partial(read, issue.id))
             for issue in project.index.list(BUSY_STATUSES, with_body=False)]
 
@@ -117,7 +124,7 @@ class RecentChanges:
         now = time.monotonic()
         seen = self._seen.get(issue_id)
         if seen is None or now - seen[0] > self.max_age:
-            seen = self._seen[issue_id] = (now, changes.changed_files(self.paths, issue_id, self.target_ref()))
+            seen = self._seen[issue_id] = (now, _changed_files(self.paths, issue_id, self.target_ref()))
         return seen[1]
 
     def forget(self, keep: Iterable[str]) -> None:

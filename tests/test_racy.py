@@ -50,3 +50,50 @@ def test_a_coarse_file_system_falls_back_to_two_seconds(tmp_path: Path, monkeypa
     assert racy.measure_tick(tmp_path) == racy.FALLBACK_NS
     assert racy.racy_window(racy.FALLBACK_NS) == racy.FALLBACK_NS
     assert racy.racy_window(700_000) == racy.FLOOR_NS
+
+
+def _written(checkout, path: Path) -> tuple[str, dict[str, tuple[int, int]], list[tuple[str, str, int, int]]]:
+    """`path` as a refresh leaves it: its record racy, its stat as written."""
+    from hive.state.checkout import blob_id
+
+    rel = str(path.relative_to(checkout.root))
+    st = os.lstat(path)
+    blob = blob_id(path.read_bytes())
+    return blob, {rel: (st.st_mtime_ns, st.st_ino)}, [(rel, blob, RACY_MTIME, st.st_size)]
+
+
+def test_a_refresh_settles_the_files_it_wrote_once_older_than_the_window(project, new_issue) -> None:
+    """A queue taken in writes every file less than a tick before its record: all were racy, and
+    the next command read 10,000 files again (1.1-1.8 s). Older than the window, with the stat
+    and the bytes still hive's, a file can only change with another mtime: its record is exact."""
+    checkout = project.checkout
+    path = checkout.root / "issues" / f"{new_issue('Taken in')}.md"
+    past = time.time_ns() - 10 * checkout.racy_ns
+    os.utime(path, ns=(past, past))                           # written a while ago
+    blob, fresh, rows = _written(checkout, path)
+    assert checkout._settled(rows, fresh) == [(rows[0][0], blob, past, rows[0][3])]
+
+
+def test_a_save_before_the_settling_read_keeps_the_record_racy(project, new_issue) -> None:
+    """The same size and mtime as hive's write (a save within its tick): only the bytes tell."""
+    checkout = project.checkout
+    path = checkout.root / "issues" / f"{new_issue('Saved over at once')}.md"
+    past = time.time_ns() - 10 * checkout.racy_ns
+    os.utime(path, ns=(past, past))
+    _, fresh, rows = _written(checkout, path)
+    text = path.read_bytes()
+    with open(path, "r+b") as handle:                         # in place: the inode stays
+        handle.write(text.replace(b"Saved over at once", b"Saved OVER at once"))
+    os.utime(path, ns=(past, past))
+    assert checkout._settled(rows, fresh) == rows
+
+
+def test_a_command_waits_out_the_window_of_its_own_few_writes(project, new_issue) -> None:
+    checkout = project.checkout
+    path = checkout.root / "issues" / f"{new_issue('Written just now')}.md"
+    path.write_bytes(path.read_bytes())                       # younger than the window
+    _, fresh, rows = _written(checkout, path)
+    assert checkout._settled(rows, fresh) == rows             # a long-lived process never sleeps for it
+    checkout.wait_out_racy = True
+    settled = checkout._settled(rows, fresh)
+    assert settled[0][2] == os.lstat(path).st_mtime_ns != RACY_MTIME

@@ -14,6 +14,7 @@ def open_project() -> Project:
     """This repository's hive, caught up with `.hive/` edits and the branch (as every command
     starts)."""
     project = Project.open()
+    project.checkout.wait_out_racy = True   # one command, then the process ends
     project.sync()
     return project
 
@@ -37,4 +38,9 @@ def list_json(project: Project | None = None, statuses: Collection[str] | None =
               parent: str | None = None) -> None:
     """`git hive list --json [--status S] [--parent ID]`: the issues, as the index serializes them."""
     project = project or open_project()
-    print_json_text(project.index.list_json(statuses or None, parent=parent))
+    if sys.stdout.isatty():
+        print_json_text(project.index.list_json(statuses or None, parent=parent))
+        return
+    for part in project.index.list_json_parts(statuses or None, parent=parent):
+        sys.stdout.write(part)
+    print(flush=True)

@@ -89,6 +89,9 @@ class Record:
 
 
 RACY_MTIME = -1
+SETTLE_WAIT_FILES = 64   # racy files a refresh waits for (at most racy.FLOOR_NS) rather than leave racy
+RECORDS_BATCH = 5000   # records of changed files looked at together (memory stays flat)
+Seen = tuple[int, int, int]   # a scanned file's (mtime_ns, size, inode): a stat_result is ~600 bytes
 MTIME_TICK = "mtime_tick"   # meta key: "<st_dev> <ns>", the tick `racy.measure_tick` found
 STORE_RECORD = "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)"
 CLEAN_SCAN = "clean_scan"   # meta key: the `_fingerprint` of the last scan that found no edit
@@ -144,6 +147,10 @@ class Checkout:
         self._git_index = None   # the checkout's git index, read at most once per scan
         self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh or a scan
         self._racy_ns: int | None = None
+        self._fresh: dict[str, tuple[int, int]] | None = None   # a refresh's racy writes: (mtime_ns, inode)
+        # a short-lived process (a CLI command) waits out the racy window of its few writes
+        # (`_settled`); a long-lived one (the daemon's loop) never sleeps for it
+        self.wait_out_racy = False
 
     @property
     def exists(self) -> bool:
@@ -204,6 +211,13 @@ class Checkout:
                                    (json.dumps(sorted(only)),))
         return {r[0]: Record(r[1], r[2], r[3]) for r in rows}
 
+    def _recorded_stats(self, only: Collection[str] | None) -> set[tuple[str, int, int]]:
+        """(path, mtime, size) of every record (of `only`'s when given)."""
+        if only is None:
+            return set(self.db.execute("SELECT path, mtime_ns, size FROM files"))
+        return set(self.db.execute("SELECT path, mtime_ns, size FROM files WHERE path IN "
+                                   "(SELECT value FROM json_each(?))", (json.dumps(sorted(only)),)))
+
     def _record(self, path: str, blob: str | None, st: os.stat_result | None = None) -> None:
         """Remember `path` as holding `blob`. `st` is the stat of the very bytes that are `blob`
         (taken before reading them, or of the file hive wrote): a stat taken now could be of a
@@ -218,6 +232,8 @@ class Checkout:
             # would see. Its record asks for a look at the content next time (as git does).
             racy = time.time_ns() - st.st_mtime_ns < self.racy_ns
             row = (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size)
+            if racy and self._fresh is not None:
+                self._fresh[path] = (st.st_mtime_ns, st.st_ino)
             if self._pending is not None:
                 self._pending.append(row)
             else:
@@ -240,6 +256,38 @@ class Checkout:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (MTIME_TICK, f"{device} {tick}"))
             self._racy_ns = racy.racy_window(tick)
         return self._racy_ns
+
+    def _settled(self, rows: list[tuple[str, str, int, int]], fresh: dict[str, tuple[int, int]]) -> list[tuple[str, str, int, int]]:
+        """`rows` with the racy records of files this refresh wrote made exact where they can be:
+        a file now older than the racy window, its stat still the one written, whose bytes read
+        now are still hive's, can change only with another mtime from here on (a save before
+        this read shows in the bytes). Every file of a queue taken in is written less than a
+        tick before its record: without this, the next command read them all again. When only
+        a few are still too young (a command's own write) and `wait_out_racy`, the window (at
+        most racy.FLOOR_NS) is waited out: the next command needs no look at them (nor pygit2)."""
+        if not fresh:
+            return rows
+        young = [fresh[row[0]][0] for row in rows if row[2] == RACY_MTIME and row[0] in fresh]
+        if self.wait_out_racy and young and len(young) <= SETTLE_WAIT_FILES:
+            wait_ns = max(young) + self.racy_ns - time.time_ns()
+            if 0 < wait_ns <= racy.FLOOR_NS:
+                time.sleep(wait_ns / 1e9)
+        settled = []
+        for row in rows:
+            path, blob, mtime_ns, size = row
+            written = fresh.get(path)
+            if mtime_ns == RACY_MTIME and written is not None and not leads_outside(self.root, path):
+                try:
+                    st = os.lstat(f"{self.root}/{path}")
+                    if ((st.st_mtime_ns, st.st_ino, st.st_size) == (*written, size)
+                            and time.time_ns() - st.st_mtime_ns >= self.racy_ns):   # before the read
+                        with open(f"{self.root}/{path}", "rb") as handle:
+                            if blob_id(handle.read(size + 1)) == blob:
+                                row = (path, blob, st.st_mtime_ns, size)
+                except OSError:
+                    pass   # gone or unreadable: the racy record asks the next scan to look
+            settled.append(row)
+        return settled
 
     def _store_records(self, rows: list[tuple[str, str, int, int]]) -> None:
         """Records batched by `_pending`, in one statement (in a transaction of their own unless
@@ -278,9 +326,9 @@ class Checkout:
 
     # -- finding a person's edits -----------------------------------------------------------
 
-    def _scan(self, full: bool) -> dict[str, os.stat_result]:
+    def _scan(self, full: bool) -> dict[str, "Seen"]:
         """Files in the checkout hive cares about. The flat live folder always; all when `full`."""
-        found: dict[str, os.stat_result] = {}
+        found: dict[str, Seen] = {}
         roots = [layout.ISSUES_DIR] + ([layout.NOTES_DIR] if full else [])
 
         def visit(rel: str, recurse: bool) -> None:
@@ -299,18 +347,20 @@ class Checkout:
                         visit(child, recurse)
                 elif entry.is_file(follow_symlinks=False) and (
                         entry.name.endswith(".md") or entry.name.endswith(".jsonl")):
-                    found[child] = entry.stat(follow_symlinks=False)
+                    st = entry.stat(follow_symlinks=False)
+                    found[child] = (st.st_mtime_ns, st.st_size, st.st_ino)
 
         for root in roots:
             visit(root, recurse=full)
         context = self.root / layout.CONTEXT_FILE
         if context.is_file() and not context.is_symlink():
-            found[layout.CONTEXT_FILE] = context.stat()
+            st = context.stat()
+            found[layout.CONTEXT_FILE] = (st.st_mtime_ns, st.st_size, st.st_ino)
         return found
 
-    def _stat_only(self, paths: Collection[str]) -> dict[str, os.stat_result]:
+    def _stat_only(self, paths: Collection[str]) -> dict[str, "Seen"]:
         """Of `paths`, the files hive reads (what `_scan(full=True)` would find among them)."""
-        found: dict[str, os.stat_result] = {}
+        found: dict[str, Seen] = {}
         for path in paths:
             parts = path.split("/")
             in_scope = path == layout.CONTEXT_FILE or (
@@ -323,7 +373,7 @@ class Checkout:
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                found[path] = st
+                found[path] = (st.st_mtime_ns, st.st_size, st.st_ino)
         return found
 
     def _git_dir(self) -> Path | None:
@@ -350,43 +400,52 @@ class Checkout:
         fingerprint = _fingerprint(on_disk) if only is None and not full else ""
         if fingerprint and fingerprint == self._meta(CLEAN_SCAN):
             return []
-        records = self._records(only)
+        # Stats compared as tuples in sets: only the files found otherwise than recorded, and
+        # the records without a file, are looked at one by one (a queue of 10k after one write).
+        recorded = self._recorded_stats(only)
+        differ = sorted(path for path, seen in on_disk.items() if (path, seen[0], seen[1]) not in recorded)
+        missing = sorted(path for path, _, _ in recorded if path not in on_disk)
+        del recorded
         # the records taken on the way wait for the end: one statement for all (after a queue
-        # is taken in, each of its young files is looked at again, ~60 µs a statement)
+        # is taken in, each of its young files is looked at again, ~60 µs a statement); their
+        # records are read in batches, so that a queue of files all looked at stays small
+        edits: list[Edit] = []
         self._pending = []
         try:
-            edits, unchanged = self._edits_among(on_disk, records)
+            for batch in _chunks(differ, RECORDS_BATCH):
+                edits.extend(self._edits_among(batch, self._records(batch)))
         finally:
             pending, self._pending = self._pending, None
             self._store_records(pending)
         scanned_dirs = (layout.ISSUES_DIR + "/", layout.NOTES_DIR + "/") if full else ()
         gone: list[str] = []
-        for path, record in records.items():
-            if path in on_disk:
-                continue
-            in_scope = only is not None or path == layout.CONTEXT_FILE or (
-                path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
-            if in_scope and not (self.root / path).exists():
-                if layout.is_archived(path):
-                    gone.append(path)   # not checked out any more: no deletion of the issue
-                else:
-                    edits.append(Edit(path, None, record.blob))
+        for batch in _chunks(missing, RECORDS_BATCH):
+            records = self._records(batch)
+            for path in batch:
+                in_scope = only is not None or path == layout.CONTEXT_FILE or (
+                    path.startswith(scanned_dirs) if full else path.count("/") == 1 and path.startswith("issues/"))
+                if in_scope and not (self.root / path).exists():
+                    if layout.is_archived(path):
+                        gone.append(path)   # not checked out any more: no deletion of the issue
+                    else:
+                        edits.append(Edit(path, None, records[path].blob))
         if gone:
             self._leave_out(gone)
-        if fingerprint and not edits and unchanged == len(on_disk):
+        if fingerprint and not edits and not differ:
             self._set_meta(CLEAN_SCAN, fingerprint)
         return edits
 
-    def _edits_among(self, on_disk: dict[str, os.stat_result], records: dict[str, Record]) -> tuple[list[Edit], int]:
-        """The edits among the files found (their stat is not the one recorded), and how many
-        files were found as recorded."""
+    def _edits_among(self, differ: list[str], records: dict[str, Record]) -> list[Edit]:
+        """The edits among files found with another stat than their record's (or none)."""
         edits: list[Edit] = []
         tip = None
-        unchanged = 0
-        for path, st in sorted(on_disk.items()):
+        for path in differ:
             record = records.get(path)
-            if record and record.mtime_ns == st.st_mtime_ns and record.size == st.st_size:
-                unchanged += 1
+            try:
+                st = os.lstat(self.root / path)   # of the bytes about to be read (the scan's is older)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
                 continue
             if tip is None:
                 tip = self._store().snapshot()
@@ -413,7 +472,7 @@ class Checkout:
                 continue  # staged by git itself (a merge or pull finishing, or a person's commit to come)
             base = record.blob if record else staged or tip_oid
             edits.append(Edit(path, data, base, st))
-        return edits, unchanged
+        return edits
 
     def _leave_out(self, paths: list[str]) -> None:
         """Archived files a person removed from `.hive/`: no longer checked out (their git index
@@ -559,14 +618,14 @@ class Checkout:
         with transaction(self.db):
             records = self._records([path for path, _, _ in changes])
             # each path changes once: its record may wait for the end (one statement for all)
-            self._pending = []
+            self._pending, self._fresh = [], {}
             try:
                 for path, old_oid, new_oid in changes:
                     record = records.get(path)
                     self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
-                self._store_records(self._pending)
+                self._store_records(self._settled(self._pending, self._fresh))
             finally:
-                self._pending = None
+                self._pending, self._fresh = None, None
             self._write_git_index(follow.git_index)
             self._set_commit(tip.oid or "")
 
@@ -847,11 +906,16 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
     return digest.hexdigest(), data
 
 
-def _fingerprint(on_disk: dict[str, os.stat_result]) -> str:
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _fingerprint(on_disk: dict[str, Seen]) -> str:
     """A digest of the files' paths and stats, in the order they were found: equal to the last
     scan's that found every file as recorded, the checkout holds no edit (whatever changes a
     record forgets that scan; a folder listed in another order only costs a file-by-file look)."""
-    stats = array.array("q", [n for st in on_disk.values() for n in (st.st_mtime_ns, st.st_size, st.st_ino)])
+    stats = array.array("q", [n for seen in on_disk.values() for n in seen])
     digest = _blake2b("\0".join(on_disk).encode(), digest_size=20)
     digest.update(stats.tobytes())
     return digest.hexdigest()

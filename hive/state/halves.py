@@ -19,12 +19,31 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
 MIN_ITEMS = 4000   # fewer: the fork and the transfer cost more than the half they save
+BATCH_BYTES = 8 << 20   # bytes of input held at once by the bulk paths (`batches`)
+BATCH_ITEMS = 5_000      # items held at once, however small
+
+
+def batches(items: Iterable[Item], size: Callable[[Item], int], max_bytes: int = BATCH_BYTES,
+            max_items: int = BATCH_ITEMS) -> Iterator[list[Item]]:
+    """`items` in consecutive lists of at most `max_items` and about `max_bytes` by `size`
+    (one item larger than that is a list of its own): what a bulk path holds at once, so that
+    its memory stays flat however much comes in."""
+    batch: list[Item] = []
+    held = 0
+    for item in items:
+        if batch and (held + size(item) > max_bytes or len(batch) >= max_items):
+            yield batch
+            batch, held = [], 0
+        batch.append(item)
+        held += size(item)
+    if batch:
+        yield batch
 
 
 def map_halves(fn: Callable[[Item], Result], items: Sequence[Item]) -> list[Result]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import fcntl
 import json
 import sqlite3
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from hive import git, lines
 from hive.errors import BadInput
@@ -81,10 +82,11 @@ SECONDARY_INDEXES = {
     # the ready query scans only open, unassigned issues in queue order
     "issues_ready": READY_INDEX,
 }
-BULK_CACHE_KIB = 64 * 1024    # SQLite's page cache while rows are taken in bulk
+BULK_CACHE_KIB = 8 * 1024    # SQLite's page cache while rows are taken in bulk (RSS: 64 MiB was ~45 MB more)
 BULK_ROWS = 1000    # more new rows than this into an empty issues table: the indexes are made afterwards
 WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole graph first
 INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"
+LISTED_BATCH = 2000   # issues of a JSON listing held at once (`list_json_parts`)
 ASIDE_FILES = 2000   # issue files to index from which taking a tip in gets a process of its own
 WAITING = f"status NOT IN ({', '.join(repr(s) for s in SATISFIED)})"
 
@@ -196,13 +198,25 @@ def _parse_one(item: tuple[str, str, bytes]) -> Parsed | Problem:
     return _issue_row(issue, path, blob), issue.depends_on, issue_file.conflict_line(data)
 
 
-def _parse_all(repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]],
-               blobs: dict[str, bytes]) -> dict[str, Parsed | Problem]:
-    """Every changed issue file that is there at the tip, parsed (in two processes when many);
-    `blobs`: the ones read already, by blob id."""
-    items = [(path, new, blobs.pop(new, None) or repo.odb.read(new)[1])
-             for path, _, new in changes if new is not None and layout.issue_id_of(path) is not None]
-    return {item[0]: result for item, result in zip(items, halves.map_halves(_parse_one, items))}
+def _parsed_batches(repo: "pygit2.Repository", changes: list[tuple[str, str | None, str | None]],
+                    blobs: dict[str, bytes]) -> Iterator[tuple[list[tuple[str, str | None, str | None]],
+                                                          dict[str, Parsed | Problem]]]:
+    """`changes` in consecutive batches (`halves.batches`: at most BATCH_BYTES of issue files
+    held at once), each with its issue files that are there at the tip, parsed (in two
+    processes when many); `blobs`: the ones read already, by blob id (taken out as used)."""
+    def size(change: tuple[str, str | None, str | None]) -> int:
+        new = change[2]
+        if new is None or layout.issue_id_of(change[0]) is None:
+            return 0
+        held = blobs.get(new)
+        return len(held) if held is not None else repo.odb.read_header(new)[1]
+
+    for batch in halves.batches(changes, size):
+        items = [(path, new, blobs.pop(new, None) or repo.odb.read(new)[1])
+                 for path, _, new in batch if new is not None and layout.issue_id_of(path) is not None]
+        parsed = {item[0]: result for item, result in zip(items, halves.map_halves(_parse_one, items))}
+        del items
+        yield batch, parsed
 
 
 def _id_from_notes_path(path: str) -> str:
@@ -249,12 +263,16 @@ class Graph:
     paths: dict[str, str]
     blockers: dict[str, list[str]]
 
-    @classmethod
-    def of(cls, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> "Graph":
-        blockers: dict[str, list[str]] = {}
-        for issue_id, blocker in dict.fromkeys(deps):   # an id twice (live and archived): its edges once
-            blockers.setdefault(issue_id, []).append(blocker)
-        return cls({row[0]: row[1] for row in rows}, blockers)   # the later row, as the bulk insert keeps
+    def add(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> None:
+        """One batch of rows and their edges, as the bulk insert keeps them: an id twice (live
+        and archived) has the later path and the edges of both, once."""
+        self.paths.update((row[0], row[1]) for row in rows)
+        batch: dict[str, list[str]] = {}
+        for issue_id, blocker in dict.fromkeys(deps):
+            batch.setdefault(issue_id, []).append(sys.intern(blocker))   # one string per id
+        for issue_id, blockers in batch.items():
+            known = self.blockers.get(issue_id)
+            self.blockers[issue_id] = list(dict.fromkeys(known + blockers)) if known else blockers
 
 
 class Index:
@@ -264,6 +282,7 @@ class Index:
         self.paths = paths
         self.path = paths.index_db
         self._db: sqlite3.Connection | None = None
+        self._cache_pages = 0   # SQLite's page cache before a bulk load (`_begin_bulk`)
 
     # -- connection -------------------------------------------------------------------------
 
@@ -509,89 +528,122 @@ class Index:
         notes_files: list[str] = []
         notes: list[dict[str, Any]] = []
         held = 0
-        parsed = _parse_all(repo, changes, blobs)
-        # Deletions first, so an issue moved into the archive is not deleted after being re-added.
-        for path, old, new in sorted(changes, key=lambda c: c[2] is not None):
-            issue_id = layout.issue_id_of(path)
-            if issue_id is not None:
-                if path in reported:   # a taken-in queue has none: no statement per file
-                    db.execute("DELETE FROM problems WHERE path = ?", (path,))
-                if new is None:
-                    if db.execute("DELETE FROM issues WHERE id = ? AND path = ?", (issue_id, path)).rowcount:
-                        db.execute("DELETE FROM deps WHERE issue_id = ?", (issue_id,))
-                    continue
-                result = parsed[path]
-                if isinstance(result, Problem):
-                    problems.append(result)
-                    continue  # the last good version, if any, stays indexed
-                row, blockers, conflict = result
-                if conflict:   # indexed all the same (the front matter is sound), flagged until resolved
-                    problems.append(Problem(path, f"{path}:{conflict}", CONFLICT_MESSAGE))
-                rows.append(row)
-                issue_id = row[0]
-                deps.extend((issue_id, blocker) for blocker in blockers)
-                changed_ids.add(issue_id)
-                if set(blockers) != old_blockers.get(issue_id, set()) or path in reported:
-                    walk_ids.add(issue_id)
-            elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
-                notes_files.append(path)
-                if new is not None:
-                    data = repo[new].data
-                    found, note_problems = parse_notes(data, path)
-                    problems.extend(note_problems[:1])
-                    notes.extend(found)
-                    held += len(data)
-                if held > NOTES_BATCH_BYTES:   # many notes files (one blob shared by all): stored as they come
-                    self._store_notes(notes_files, notes)
-                    notes_files, notes, held = [], [], 0
+        # Into an empty index, the rows go in bulk (the secondary indexes made at the end); every
+        # path stores each batch's rows as it comes, so that memory stays flat however big the
+        # queue taken in: only the graph (each issue's path and blockers) is kept to the end.
+        bulk = bool(empty) and sum(1 for c in changes if c[2] is not None and layout.issue_id_of(c[0])) > BULK_ROWS
+        graph = Graph({}, {})   # (bulk) what was just parsed: no need to read it back
+        stored: set[str] = set()
+        if bulk:
+            self._begin_bulk()
+        try:
+            # Deletions first, so an issue moved into the archive is not deleted after being re-added.
+            ordered = sorted(changes, key=lambda c: c[2] is not None)
+            for batch, parsed in _parsed_batches(repo, ordered, blobs):
+                rows: list[tuple[Any, ...]] = []
+                batch_deps: list[tuple[str, str]] = []
+                for path, old, new in batch:
+                    issue_id = layout.issue_id_of(path)
+                    if issue_id is not None:
+                        if path in reported:   # a taken-in queue has none: no statement per file
+                            db.execute("DELETE FROM problems WHERE path = ?", (path,))
+                        if new is None:
+                            if db.execute("DELETE FROM issues WHERE id = ? AND path = ?", (issue_id, path)).rowcount:
+                                db.execute("DELETE FROM deps WHERE issue_id = ?", (issue_id,))
+                            continue
+                        result = parsed[path]
+                        if isinstance(result, Problem):
+                            problems.append(result)
+                            continue  # the last good version, if any, stays indexed
+                        row, blockers, conflict = result
+                        if conflict:   # indexed all the same (the front matter is sound), flagged until resolved
+                            problems.append(Problem(path, f"{path}:{conflict}", CONFLICT_MESSAGE))
+                        rows.append(row)
+                        issue_id = sys.intern(row[0])
+                        batch_deps.extend((issue_id, blocker) for blocker in blockers)
+                        changed_ids.add(issue_id)
+                        if set(blockers) != old_blockers.get(issue_id, set()) or path in reported:
+                            walk_ids.add(issue_id)
+                    elif path.startswith(layout.NOTES_DIR + "/") and path.endswith(".jsonl"):
+                        held = self._take_notes(repo, path, new, notes_files, notes, problems, held)
+                self._store_batch(rows, batch_deps, graph if bulk else None, stored)
+        finally:
+            if bulk:
+                self._end_bulk()
         if notes_files:
             self._store_notes(notes_files, notes)
-        bulk = bool(empty) and len(rows) > BULK_ROWS
-        if rows:
-            self._store_rows(rows, deps, changed_ids, bulk=bulk)
         if bulk or self._shape(touched) != shape_before:
             self.refresh_ranks()
-        # indexed whole into an empty index: the graph is what was just parsed, no need to read it back
-        graph = Graph.of(rows, deps) if bulk else None
-        problems.extend(self._graph_problems(changed_ids, walk_ids, repo, graph))
+        problems.extend(self._graph_problems(changed_ids, walk_ids, repo, graph if bulk else None))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
                        (problem.path, problem.location, problem.message))
         return problems
 
-    def _store_rows(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]], ids: set[str],
-                    bulk: bool = False) -> None:
+    def _take_notes(self, repo: "pygit2.Repository", path: str, new: str | None, files: list[str],
+                    notes: list[dict[str, Any]], problems: list[Problem], held: int) -> int:
+        """One changed notes file into `files` and `notes`, stored once they hold more than
+        NOTES_BATCH_BYTES (many notes files, one blob shared by all: stored as they come); the
+        bytes held now."""
+        files.append(path)
+        if new is not None:
+            data = repo[new].data
+            found, note_problems = parse_notes(data, path)
+            problems.extend(note_problems[:1])
+            notes.extend(found)
+            held += len(data)
+        if held > NOTES_BATCH_BYTES:
+            self._store_notes(files, notes)
+            files.clear()
+            notes.clear()
+            held = 0
+        return held
+
+    def _store_batch(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]], graph: Graph | None,
+                     stored: set[str]) -> None:
+        """One batch's rows: in bulk (`graph` given: it gets them), or upserted (an id twice, live
+        and archived, in two batches: the edges of both, as in one batch)."""
+        if rows and graph is not None:
+            self._store_bulk(rows, deps)
+            graph.add(rows, deps)
+        elif rows:
+            batch_ids = {sys.intern(row[0]) for row in rows}
+            self._store_rows(rows, deps, batch_ids - stored)
+            stored |= batch_ids
+
+    def _store_rows(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]], ids: set[str]) -> None:
         db = self.db
         if len(ids) > 1000:
             db.execute("DELETE FROM deps WHERE issue_id IN (SELECT value FROM json_each(?))",
                        (json.dumps(sorted(ids)),))
         else:
             db.executemany("DELETE FROM deps WHERE issue_id = ?", [(i,) for i in ids])
-        if bulk:
-            self._store_bulk(rows, deps)
-            return
         # an upsert, not a replace: an issue's rank stays unless the graph changed (refresh_ranks)
         updates = ", ".join(f"{c} = excluded.{c}" for c in ISSUE_COLUMNS if c != "id")
         db.executemany(f"{INSERT_ISSUE} ON CONFLICT(id) DO UPDATE SET {updates}", rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
 
-    def _store_bulk(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> None:
-        """Many rows into an empty issues table: in key order, the other indexes made afterwards
-        (a full rebuild and a taken-in queue spent ~3 s at 100k issues keeping five in order)."""
-        db = self.db
+    def _begin_bulk(self) -> None:
+        """Many rows into an empty issues table: the other indexes are made afterwards (a full
+        rebuild and a taken-in queue spent ~3 s at 100k issues keeping five in order)."""
         for name in SECONDARY_INDEXES:
-            db.execute(f"DROP INDEX IF EXISTS {name}")
-        rows.sort(key=lambda row: row[0])
-        cache_pages = db.execute("PRAGMA cache_size").fetchone()[0]
-        db.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")   # the new pages stay in memory until the commit
+            self.db.execute(f"DROP INDEX IF EXISTS {name}")
+        self._cache_pages = self.db.execute("PRAGMA cache_size").fetchone()[0]
+        self.db.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")   # the new pages stay in memory until the commit
+
+    def _end_bulk(self) -> None:
         try:
-            # an id twice (an issue file both live and archived): the later one, as the upsert keeps
-            db.executemany(INSERT_ISSUE.replace("INSERT", "INSERT OR REPLACE", 1), rows)
-            db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", sorted(deps))
             for create in SECONDARY_INDEXES.values():
-                db.execute(create)
+                self.db.execute(create)
         finally:
-            db.execute(f"PRAGMA cache_size={int(cache_pages)}")
+            self.db.execute(f"PRAGMA cache_size={int(self._cache_pages)}")
+
+    def _store_bulk(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> None:
+        """One batch of rows between `_begin_bulk` and `_end_bulk`, in key order."""
+        rows.sort(key=lambda row: row[0])
+        # an id twice (an issue file both live and archived): the later one, as the upsert keeps
+        self.db.executemany(INSERT_ISSUE.replace("INSERT", "INSERT OR REPLACE", 1), rows)
+        self.db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", sorted(deps))
 
     def _store_notes(self, files: list[str], notes: list[dict[str, Any]]) -> None:
         """The lines of changed notes files in place of what the index had of them: three
@@ -712,9 +764,19 @@ class Index:
     def list_json(self, status: Iterable[str] | None = None, parent: str | None = None) -> str:
         """`[issue.to_json() for issue in list(...)]` as compact JSON text, built by SQLite: no
         Python object per issue (a 10k-issue `git hive list --json` spent ~150 ms on those)."""
+        return "".join(self.list_json_parts(status, parent))
+
+    def list_json_parts(self, status: Iterable[str] | None = None, parent: str | None = None,
+                        rows: int = LISTED_BATCH) -> Iterator[str]:
+        """`list_json`'s text in consecutive parts of `rows` issues: what is held at once stays
+        flat however many issues (the whole listing as one string, twice, was ~170 MB at 120k)."""
         sql, args = self._listing(LISTED_COLUMNS, status, parent)
-        row = self.db.execute(f"SELECT json_group_array({ISSUE_JSON}) FROM ({sql})", args).fetchone()
-        return row[0]
+        cursor = self.db.execute(f"SELECT {ISSUE_JSON} FROM ({sql})", args)
+        opening = "["
+        while batch := cursor.fetchmany(rows):
+            yield opening + ",".join(row[0] for row in batch)
+            opening = ","
+        yield "[]" if opening == "[" else "]"
 
     @staticmethod
     def _listing(columns: str, status: Iterable[str] | None, parent: str | None) -> tuple[str, list[Any]]:

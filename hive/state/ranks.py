@@ -43,15 +43,21 @@ def compute(weights: Mapping[str, int], edges: Iterable[tuple[str, str]]) -> dic
     for issue, blocker in edges:
         if issue in weights and blocker in weights and issue != blocker:
             dependents_of.setdefault(blocker, []).append(issue)
+    # How many blockers will still read an issue's bitset: once none, only its count is kept.
+    # (A bitset per issue, kept to the end, was quadratic in memory: 1 GB at 120k waiting issues.)
+    readers: dict[str, int] = {}
     for dependents in dependents_of.values():
         dependents.sort()
-    bit = {issue: 1 << n for n, issue in enumerate(weights)}
+        for dependent in dependents:
+            readers[dependent] = readers.get(dependent, 0) + 1
+    position = {issue: n for n, issue in enumerate(weights)}
     working = 0   # the bits of issues that are work (weight > 0), to count a set's work at once
     for issue, weight in weights.items():
         if weight:
-            working |= bit[issue]
+            working |= 1 << position[issue]
     chain: dict[str, int] = {}
-    behind: dict[str, int] = {}        # the bitset of everything waiting behind an issue
+    behind: dict[str, int] = {}        # the bitset of everything waiting behind an issue, while read
+    counted: dict[str, int] = {}
     for start in sorted(weights):
         if start in chain:
             continue
@@ -72,6 +78,12 @@ def compute(weights: Mapping[str, int], edges: Iterable[tuple[str, str]]) -> dic
             for dependent in dependents_of.get(issue, ()):
                 if dependent in chain:   # not, only where a cycle was cut
                     longest = max(longest, weights[dependent] + chain[dependent])
-                    union |= bit[dependent] | behind[dependent]
-            chain[issue], behind[issue] = longest, union
-    return {issue: Rank(chain[issue], (behind[issue] & working).bit_count()) for issue in weights}
+                    union |= (1 << position[dependent]) | behind[dependent]
+                readers[dependent] -= 1
+                if not readers[dependent] and dependent in behind:
+                    del behind[dependent]
+            chain[issue] = longest
+            counted[issue] = (union & working).bit_count()
+            if readers.get(issue):
+                behind[issue] = union
+    return {issue: Rank(chain[issue], counted[issue]) for issue in weights}

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from hive.errors import HiveError
 from hive.state import halves, layout, raw_trees
+from hive.state.halves import batches
 from hive.state.issue_file import MAX_ISSUE_BYTES, MAX_TOML_DEPTH, is_valid_id, toml_depth
 
 if TYPE_CHECKING:
@@ -45,10 +46,11 @@ MAX_NOTES_BYTES = 8 << 20
 MAX_CONTEXT_BYTES = 1 << 20
 MAX_INCOMING_BYTES = 256 << 20        # issue files and context: the bench's 100k-issue queue is over 64 MiB
 MAX_INCOMING_NOTES_BYTES = 64 << 20   # notes (each line a row in index.db: files may share one blob)
-MAX_ENTRIES = 1_000_000
+MAX_ENTRIES = 125_000   # a real 100k-issue queue is ~100,300; memory is tested at this (docs/SECURITY.md)
 MAX_NAME_BYTES = 255
 MAX_COMMIT_BYTES = 64 << 10       # one commit's headers and message (hive writes a few hundred bytes)
 MAX_NEW_COMMITS = 1_000_000       # commits one adoption brings (a fresh clone's whole history)
+KEEP_READ_BYTES = 16 << 20        # of the issue files the check read, the bytes handed to the index
 PLAN_FILE = "PLAN.md"
 KEEP_FILE = ".gitkeep"
 COMMIT, TREE, BLOB = 1, 2, 3   # git's object types (pygit2.enums.ObjectType): pygit2 not imported here
@@ -191,7 +193,7 @@ class _Budget:
     notes_bytes: int = 0
     entries: int = 0
     read: dict[str, bytes] | None = None   # the issue files read, kept for the caller
-    issue_files: list[tuple[str, str]] = field(default_factory=list)   # (path, blob): read after the walk
+    issue_files: list[tuple[str, str, int]] = field(default_factory=list)   # (path, blob, size): read after the walk
 
 
 def check_tree(repo: "pygit2.Repository", tree: str, trusted: str | None = None,
@@ -323,25 +325,34 @@ def _check_file(repo: "pygit2.Repository", path: str, oid: str, budget: _Budget)
         if budget.bytes > MAX_INCOMING_BYTES:
             raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
     if limit == MAX_ISSUE_BYTES:
-        budget.issue_files.append((path, oid))
+        budget.issue_files.append((path, oid, size))
     if path == layout.ATTRIBUTES_FILE and repo.odb.read(oid)[1] != layout.ATTRIBUTES.encode():
         raise TreeRefused(path, "attributes other than hive's own (merge=hive for issues and notes)")
 
 
 def _check_depths(repo: "pygit2.Repository", budget: _Budget) -> None:
     """The TOML depth of every issue file the walk found, read in two processes when there are
-    many (a queue taken in whole: inflating 100k blobs from a pack is most of its check)."""
+    many (a queue taken in whole: inflating 100k blobs from a pack is most of its check), in
+    batches of at most `BATCH_BYTES` so that memory stays flat; the bytes of the first
+    `KEEP_READ_BYTES` go to the caller (`budget.read`), the rest it reads again."""
     opened: dict[int, "pygit2.Repository"] = {os.getpid(): repo}
+    kept = 0
 
-    def measured(item: tuple[str, str]) -> tuple[bytes, int]:
+    def measured(item: tuple[str, str, bool]) -> tuple[bytes, int]:
         own = opened.get(os.getpid())
         if own is None:   # a forked child: a repository of its own, not one shared with its parent
             own = opened[os.getpid()] = type(repo)(repo.path)
         data = own.odb.read(item[1])[1]
-        return data, toml_depth(data)
+        return data if item[2] else b"", toml_depth(data)
 
-    for (path, oid), (data, depth) in zip(budget.issue_files, halves.map_halves(measured, budget.issue_files)):
-        if depth > MAX_TOML_DEPTH:
-            raise TreeRefused(path, f"TOML nested {depth} deep (at most {MAX_TOML_DEPTH})")
-        if budget.read is not None:
-            budget.read[oid] = data
+    for batch in batches(budget.issue_files, lambda item: item[2]):
+        items = []
+        for path, oid, size in batch:
+            keep = budget.read is not None and kept + size <= KEEP_READ_BYTES
+            kept += size if keep else 0
+            items.append((path, oid, keep))
+        for (path, oid, keep), (data, depth) in zip(items, halves.map_halves(measured, items)):
+            if depth > MAX_TOML_DEPTH:
+                raise TreeRefused(path, f"TOML nested {depth} deep (at most {MAX_TOML_DEPTH})")
+            if keep and budget.read is not None:
+                budget.read[oid] = data
