@@ -10,6 +10,7 @@ A missing, corrupt, foreign or outdated index is rebuilt silently.
 
 from __future__ import annotations
 
+import builtins   # `Index.list` shadows `list` in the class's annotations
 import fcntl
 import json
 import sqlite3
@@ -779,7 +780,7 @@ class Index:
         yield "[]" if opening == "[" else "]"
 
     @staticmethod
-    def _listing(columns: str, status: Iterable[str] | None, parent: str | None) -> tuple[str, list[Any]]:
+    def _listing(columns: str, status: Iterable[str] | None, parent: str | None) -> tuple[str, builtins.list[Any]]:
         sql, args = f"SELECT {columns} FROM issues", []
         clauses = []
         if status:
@@ -793,19 +794,19 @@ class Index:
             sql += " WHERE " + " AND ".join(clauses)
         return sql + " ORDER BY priority ASC, created_at ASC, id ASC", args
 
-    def ready(self, limit: int | None = None) -> list[Issue]:
+    def ready(self, limit: int | None = None) -> builtins.list[Issue]:
         sql = READY_SQL + (f" LIMIT {int(limit)}" if limit else "")
         return [row_to_issue(r) for r in self.db.execute(sql)]
 
     def counts(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.db.execute("SELECT status, COUNT(*) FROM issues GROUP BY status")}
 
-    def problems(self) -> list[Problem]:
+    def problems(self) -> builtins.list[Problem]:
         return [Problem(r["path"], r["location"], r["message"])
                 for r in self.db.execute("SELECT * FROM problems ORDER BY path")]
 
     def notes(self, issue: str | None = None, issues: Iterable[str] | None = None,
-              limit: int | None = None, archived: bool = False) -> list[dict[str, Any]]:
+              limit: int | None = None, archived: bool = False) -> builtins.list[dict[str, Any]]:
         """Live notes (a line whose key is archived is not: a merge may bring it back), or with
         `archived` the archive's."""
         sql, args = ("SELECT * FROM notes WHERE archived = 1" if archived else
