@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from hive import lines
 from hive.backends import registry
 from hive.errors import BadInput
-from hive.git import read_ref, run
+from hive.git import branch_ref, read_ref, run
 
 if TYPE_CHECKING:
     from hive.git import RepoPaths
@@ -387,7 +387,7 @@ _BLOB_CACHE: dict[tuple[str, str], str | None] = {}
 
 def _read_branch_file(repo: RepoPaths, branch: str) -> str | None:
     """The text of `.hive.toml` in the tip commit of `refs/heads/<branch>`; None if absent."""
-    oid = read_ref(repo.common_dir, "refs/heads/" + branch)
+    oid = read_ref(repo.common_dir, branch_ref(branch))
     if oid is None:
         return None                               # no such branch: no pygit2 import at all
     cache_key = (str(repo.common_dir), oid)

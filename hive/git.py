@@ -24,8 +24,14 @@ if TYPE_CHECKING:
     import pygit2
 
 STATE_BRANCH = "hive/state"
-STATE_REF = "refs/heads/" + STATE_BRANCH
-PLAN_REF_PREFIX = "refs/heads/hive/plan/"
+BRANCH_PREFIX = "refs/heads/"
+STATE_REF = BRANCH_PREFIX + STATE_BRANCH
+PLAN_REF_PREFIX = BRANCH_PREFIX + "hive/plan/"
+
+
+def branch_ref(branch: str) -> str:
+    """The full ref name of a local branch: `refs/heads/<branch>`."""
+    return BRANCH_PREFIX + branch
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ def detect_target_branch(repo: pygit2.Repository, paths: git.RepoPaths) -> str |
 
 def missing_target_branch(paths: git.RepoPaths, target: str) -> str | None:
     """Why hive cannot work towards `target` (it does not exist here), or None if it can."""
-    if git.read_ref(paths.common_dir, f"refs/heads/{target}") is not None:
+    if git.read_ref(paths.common_dir, git.branch_ref(target)) is not None:
         return None
     listed = git.run(["for-each-ref", "--format=%(refname:short)", "refs/heads"], paths.common_dir, check=False)
     names = [n for n in listed.stdout.split() if n != "hive" and not n.startswith("hive/")]

@@ -288,7 +288,7 @@ class Remote:
         """How many commits of the local `branch` the remote lacks, as of the last fetch (the
         landings hive merged into the target branch, which `sync` does not push: -1 when the
         remote has commits of its own there, so that only a person's merge can join them)."""
-        local = git.read_ref(self.project.paths.common_dir, f"refs/heads/{branch}")
+        local = git.read_ref(self.project.paths.common_dir, git.branch_ref(branch))
         if local is None:
             return 0
         theirs = self.remote_tip(branch)
@@ -301,11 +301,11 @@ class Remote:
         fetched = self.fetch(branch)
         if not fetched:
             return PushResult(False, offline=True, message=fetched.reason)
-        local = git.read_ref(self.project.paths.common_dir, f"refs/heads/{branch}")
+        local = git.read_ref(self.project.paths.common_dir, git.branch_ref(branch))
         theirs = self.remote_tip(branch)
         if local is None or not self.contains(local, theirs):
             return PushResult(False, rejected=True, message=f"{self.name}/{branch} has commits {branch} lacks")
-        result = self.push(f"refs/heads/{branch}", branch, theirs)
+        result = self.push(git.branch_ref(branch), branch, theirs)
         if result.ok:
             _git(self.project, ["update-ref", self.tracking_ref(branch), local])
         return result

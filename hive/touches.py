@@ -135,7 +135,7 @@ class RecentChanges:
 
 
 def target_ref_of(project: Project) -> str:
-    return f"refs/heads/{project.config.target_branch}"
+    return git.branch_ref(project.config.target_branch)
 
 
 def waits(project: Project, ready: list[Issue], target_ref: str = "") -> dict[str, Wait]:

@@ -106,7 +106,7 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
     """
     repo = worktrees.open_repo(paths)
     local = not target_ref and publish is None
-    target_ref = target_ref or f"refs/heads/{target}"
+    target_ref = target_ref or git.branch_ref(target)
     publish = publish or (lambda repo_, old, new: fast_forward(paths, repo_, target, old, new))
     for _ in range(MAX_TARGET_RACES):
         ref = repo.references.get(target_ref)
@@ -201,7 +201,7 @@ def diffstat(paths: git.RepoPaths, issue_id: str, target: str) -> tuple[int, int
     when the branch or the target is gone."""
     repo = worktrees.open_repo(paths)
     head = worktrees.head_of(paths, issue_id)
-    tip = repo.references.get(f"refs/heads/{target}")
+    tip = repo.references.get(git.branch_ref(target))
     if head is None or tip is None:
         return None
     base = repo.merge_base(head, tip.target)

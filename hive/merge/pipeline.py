@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import pygit2
 
-from hive import lifecycle
+from hive import git, lifecycle
 from hive.agents import jails
 from hive.backends.base import IDLE, PERMISSION, USAGE, Event, Usage
 from hive.config import Config
@@ -220,7 +220,7 @@ class MergeProcessor:
             self._update(entry, state="waiting", detail=f"{shared.trouble}: the merge waits")
             return False
         repo = worktrees.open_repo(paths)
-        target_ref = repo.references.get(shared.target_ref if shared is not None else f"refs/heads/{target}")
+        target_ref = repo.references.get(shared.target_ref if shared is not None else git.branch_ref(target))
         if target_ref is None:
             self._update(entry, state="waiting", detail=f"target branch {target} does not exist")
             return False

@@ -115,7 +115,7 @@ class Daemon:
         """Where workers start from: the remote's target once fetched (shared mode), else the local one."""
         if self.shared is not None and git.read_ref(self.project.paths.common_dir, self.shared.target_ref):
             return self.shared.target_ref
-        return f"refs/heads/{self.config.target_branch}"
+        return git.branch_ref(self.config.target_branch)
 
     def wake_up(self) -> None:
         self.wake.set()
@@ -355,7 +355,7 @@ class Daemon:
             if blocker is None:
                 continue
             if blocker.status == "done" and (git.read_ref(
-                    common, f"refs/heads/{worktrees.branch_name(blocker_id)}") is None or (
+                    common, worktrees.work_ref(blocker_id)) is None or (
                     self.shared is not None and not self.shared.worked_here(blocker))):
                 return True
             if blocker.status == "finalized":

@@ -301,7 +301,7 @@ class SharedQueue:
         def push() -> None:
             with self._lock:  # only the machine that owns the issue pushes its branch: no lease
                 if branch not in self._finalized_branches and \
-                        self.remote.push(f"refs/heads/{branch}", branch, None, lease=False).ok:
+                        self.remote.push(git.branch_ref(branch), branch, None, lease=False).ok:
                     self._pushed_branches.add(branch)
 
         await asyncio.to_thread(push)
@@ -366,12 +366,12 @@ class SharedQueue:
     def catch_up_local_target(self, repo: pygit2.Repository) -> str:
         """Fast-forward the local target to the remote one, sparing a person's checkout."""
         remote_ref = repo.references.get(self.target_ref)
-        local_ref = repo.references.get(f"refs/heads/{self.target}")
+        local_ref = repo.references.get(git.branch_ref(self.target))
         if remote_ref is None:
             return ""
         remote_tip = str(remote_ref.target)
         if local_ref is None:
-            repo.references.create(f"refs/heads/{self.target}", remote_tip)
+            repo.references.create(git.branch_ref(self.target), remote_tip)
             return ""
         local_tip = str(local_ref.target)
         if local_tip == remote_tip or not repo.descendant_of(remote_tip, local_tip):

@@ -183,13 +183,13 @@ def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old
     """
     checkout = checkout_of(paths, target)
     if checkout is None:
-        return FastForward(cas_update(repo, f"refs/heads/{target}", old, new, "hive: merge"), moved=True)
+        return FastForward(cas_update(repo, git.branch_ref(target), old, new, "hive: merge"), moved=True)
     touched = touched_paths(repo, old, new)
     work = pygit2.Repository(str(checkout))
     dirty, written = _inspect(checkout, touched, work, work[new].peel(pygit2.Tree))
     if dirty:
         return FastForward(False, waiting=_waiting_message(checkout, target, dirty))
-    current = repo.references.get(f"refs/heads/{target}")
+    current = repo.references.get(git.branch_ref(target))
     if current is None or str(current.target) != old:
         return FastForward(False)
     if _needs_git_checkout(work, touched):
@@ -202,7 +202,7 @@ def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old
         except pygit2.GitError as exc:
             return FastForward(False, waiting=f"{checkout}: cannot update {target}: {exc}")
     _stage_written(work, written, work[new].peel(pygit2.Tree))
-    if cas_update(repo, f"refs/heads/{target}", old, new, "hive merge: fast-forward"):
+    if cas_update(repo, git.branch_ref(target), old, new, "hive merge: fast-forward"):
         return FastForward(True, moved=True)
     if touched:  # someone moved the target meanwhile: give back the files hive just wrote
         work = pygit2.Repository(str(checkout))  # re-read: its HEAD moved
@@ -239,7 +239,7 @@ def _git_merge_ff(checkout: Path, repo: pygit2.Repository, target: str, old: str
     if proc.returncode == 0:
         return FastForward(True, moved=True)
     reason = (proc.stderr or proc.stdout).strip().splitlines()
-    now = repo.references.get(f"refs/heads/{target}")
+    now = repo.references.get(git.branch_ref(target))
     if now is not None and str(now.target) != old:
         return FastForward(False)
     return FastForward(False, waiting=f"{checkout}: git refused to update {target}: "

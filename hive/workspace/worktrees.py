@@ -48,6 +48,11 @@ def branch_name(issue_id: str) -> str:
     return f"hive/work/{issue_id}"
 
 
+def work_ref(issue_id: str) -> str:
+    """`refs/heads/hive/work/<id>`: the issue's work branch as a full ref."""
+    return git.branch_ref(branch_name(issue_id))
+
+
 def worktree_path(paths: git.RepoPaths, issue_id: str) -> Path:
     branch_name(issue_id)  # validates the id before it touches a path
     return paths.worktrees_dir / issue_id
@@ -58,7 +63,7 @@ def open_repo(paths: git.RepoPaths) -> pygit2.Repository:
 
 
 def target_tip(repo: pygit2.Repository, target_branch: str, target_ref: str = "") -> pygit2.Commit:
-    ref = repo.references.get(target_ref or f"refs/heads/{target_branch}")
+    ref = repo.references.get(target_ref or git.branch_ref(target_branch))
     if ref is None:
         raise HiveError(f"target branch {target_branch!r} does not exist")
     return ref.peel(pygit2.Commit)
@@ -71,7 +76,7 @@ def compute_base(repo: pygit2.Repository, target_branch: str,
     base = target_tip(repo, target_branch, target_ref)
     combined, skipped = [], []
     for blocker_id, branch in blocker_branches:
-        ref = repo.references.get(f"refs/heads/{branch}")   # never refs/remotes/*: not run here
+        ref = repo.references.get(git.branch_ref(branch))   # never refs/remotes/*: not run here
         if ref is None:
             continue
         work = ref.peel(pygit2.Commit)
@@ -212,7 +217,7 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
         repo = open_repo(paths)
         attempts.keep(repo, issue_id, [old], reachable_from=[head])
         unlock_branch(paths, issue_id)
-        repo.references.create(f"refs/heads/{branch_name(issue_id)}", head, force=True)
+        repo.references.create(work_ref(issue_id), head, force=True)
     return head
 
 
@@ -254,7 +259,7 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
         clear_broken_admin(paths, issue_id, repo)
     if delete_branch:
         unlock_branch(paths, issue_id)
-        ref = "refs/heads/" + branch_name(issue_id)
+        ref = work_ref(issue_id)
         if repo.references.get(ref) is not None and not checked_out(paths, ref):   # a person's checkout keeps it
             # not Branch.is_checked_out()/delete(): libgit2 opens every worktree as a repository
             # for each (~2 ms apiece with 8 agents); hive sets no `branch.hive/work/*` config for
@@ -274,7 +279,7 @@ def keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository,
     """Keep the worktree's HEAD and (when it goes) the branch's head, before they are removed."""
     branch = head_of(paths, issue_id)
     heads = [worktree_head(paths, issue_id)] + ([branch] if delete_branch else [])
-    anchors = [git.read_ref(paths.common_dir, f"refs/heads/{target}") if target else None]
+    anchors = [git.read_ref(paths.common_dir, git.branch_ref(target)) if target else None]
     return attempts.keep(repo, issue_id, heads, reachable_from=anchors + ([] if delete_branch else [branch]))
 
 
@@ -320,12 +325,12 @@ def clear_broken_admin(paths: git.RepoPaths, issue_id: str, repo: pygit2.Reposit
 def unlock_branch(paths: git.RepoPaths, issue_id: str) -> None:
     """Wait for a lock on the work branch — or on packed-refs, which deleting it may need — to go;
     remove it if a killed process left it."""
-    git.release_stale_lock(git.ref_lock(paths.common_dir, "refs/heads/" + branch_name(issue_id)))
+    git.release_stale_lock(git.ref_lock(paths.common_dir, work_ref(issue_id)))
     git.release_stale_lock(paths.common_dir / "packed-refs.lock")
 
 
 def head_of(paths: git.RepoPaths, issue_id: str) -> str | None:
-    ref = open_repo(paths).references.get(f"refs/heads/{branch_name(issue_id)}")
+    ref = open_repo(paths).references.get(work_ref(issue_id))
     return str(ref.target) if ref is not None else None
 
 
@@ -363,7 +368,7 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
                   reachable_from=[head])
     if elsewhere is None or elsewhere.resolve() == worktree.resolve():
         unlock_branch(paths, issue_id)
-        repo.references.create(f"refs/heads/{branch}", head, force=True)
+        repo.references.create(git.branch_ref(branch), head, force=True)
     # else: a person's own checkout of the branch: never move it under them (hive's worktree is
     # detached then, see `recreate`)
     if worktree.exists():
@@ -386,7 +391,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
         # by hand): leave that checkout theirs; hive works on a detached HEAD at the same commit.
         git.run([*git.NO_HOOKS, "worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
     else:
-        repo.add_worktree(issue_id, str(path), repo.references[f"refs/heads/{branch_name(issue_id)}"])
+        repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
         _detached(pygit2.Repository(str(path)))
     init_submodules(paths, path)
 
