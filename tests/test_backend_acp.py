@@ -280,11 +280,7 @@ def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: C
                    anthropic_server.bash('git add hello.txt && git commit -q -m "Add hello.txt"'),
                    anthropic_server.write(".hive-result.jsonl", '{"status": "success", "summary": "greeting"}\n'),
                    anthropic_server.text("Done: hello.txt committed."))
-        config = tmp_path / "claude-config"
-        config.mkdir()
-        env = {**os.environ, **offline_env(api, config), **ROOT_ENV, "HIVE_BACKEND": "acp",
-               "HIVE_ACP_COMMAND": CLAUDE_ACP, "HIVE_ACP_ENV": "ANTHROPIC_* CLAUDE_* IS_SANDBOX",
-               "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "manual", "HIVE_STALL_SECONDS": "60"}
+        env = claude_acp_run_env(api, tmp_path, merge_mode="manual")
         done = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "acp", "--until-idle"],
                               cwd=repo, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"git hive run exited {done.returncode}\n{done.stdout}\n{done.stderr}"
@@ -299,6 +295,15 @@ def test_run_works_an_issue_end_to_end_with_claude_agent_acp(repo: Path, hive: C
 
 
 
+
+
+def claude_acp_run_env(api: anthropic_server.FakeAnthropic, tmp_path: Path, merge_mode: str) -> dict[str, str]:
+    """The environment of a `git hive run --backend acp` over claude-agent-acp and the fake API."""
+    config = tmp_path / "claude-config"
+    config.mkdir()
+    return {**os.environ, **offline_env(api, config), **ROOT_ENV, "HIVE_BACKEND": "acp",
+            "HIVE_ACP_COMMAND": CLAUDE_ACP, "HIVE_ACP_ENV": "ANTHROPIC_* CLAUDE_* IS_SANDBOX",
+            "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": merge_mode, "HIVE_STALL_SECONDS": "60"}
 
 def start_run(repo: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     """`git hive run --backend acp --until-idle` in the background; end it with finish_run."""
@@ -340,11 +345,7 @@ def test_run_the_claude_agent_acp_refinery_resolves_a_conflict(repo: Path, hive:
                                          " > README.md && git add README.md && git -c core.editor=true rebase --continue"),
                    anthropic_server.write(".hive-result.jsonl", '{"status": "merged", "summary": "kept both"}\n'),
                    anthropic_server.text("Merged."))
-        config = tmp_path / "claude-config"
-        config.mkdir()
-        env = {**os.environ, **offline_env(api, config), **ROOT_ENV, "HIVE_BACKEND": "acp",
-               "HIVE_ACP_COMMAND": CLAUDE_ACP, "HIVE_ACP_ENV": "ANTHROPIC_* CLAUDE_* IS_SANDBOX",
-               "HIVE_MAX_AGENTS": "1", "HIVE_MERGE_MODE": "auto", "HIVE_STALL_SECONDS": "60"}
+        env = claude_acp_run_env(api, tmp_path, merge_mode="auto")
         daemon = start_run(repo, env)
         try:
             deadline = time.monotonic() + 90

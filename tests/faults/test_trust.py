@@ -197,6 +197,12 @@ CASES = [
     # a notes line json.loads recursed out on (RecursionError ended every command): a problem row
     Case("deep-notes", put(f"notes/{ISSUE_ID}.jsonl", BLOB, b"[" * 100_000 + b"\n")),
     Case("deep-notes-objects", put(f"notes/{ISSUE_ID}.jsonl", BLOB, b'{"content": "ok"}\n' + b'{"a":' * 50_000 + b"\n")),
+    # notes that lie about their provenance and size (issue 34): data, re-measured, never trusted
+    Case("lying-note-provenance", put(f"notes/{ISSUE_ID}.jsonl", BLOB,
+                                      b'{"content": "' + b"x" * 700 + b'", "tokens": -5, "attempt": 1e308, "key": "../../x"}\n'
+                                      b'{"content": "$(touch PWNED)", "tokens": "all", "attempt": [1], "archived": true}\n')),
+    Case("archived-note", put(f"notes/archive/{ISSUE_ID}.jsonl", BLOB,
+                              b'{"content": "gone", "archived_at": "2099-01-01T00:00:00Z", "why": "$(touch PWNED)"}\n')),
 ]
 
 
