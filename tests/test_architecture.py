@@ -308,7 +308,7 @@ def test_only_worktrees_resets_a_worktree() -> None:
     Queen, its plan worktree onto the commit it has just made of the plan's files."""
     allowed = {"hive.workspace.worktrees", "hive.workspace.spares", "hive.workspace.fastforward", "hive.queen"}
     resets = [(m, c) for m, p in MODULES.items() for c in _calls(p) if isinstance(c.func, ast.Attribute) and (
-              (c.func.attr == "reset" and any("GIT_RESET" in ast.unparse(a) for a in c.args))
+              (c.func.attr == "reset" and any(mode in ast.unparse(a) for a in c.args for mode in ("GIT_RESET", "ResetMode")))
               or c.func.attr == "checkout_tree")]
     elsewhere = [_where(m, c) for m, c in resets if m not in allowed]
     assert not elsewhere, "a worktree reset outside hive/workspace/:\n    " + "\n    ".join(elsewhere)

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Callable, Collection, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, cast
 
 from hive import git
 from hive.errors import BadInput, HiveError
@@ -66,7 +66,7 @@ def _hashlib() -> ModuleType:
     return hashlib
 
 
-def _blake2b(data: bytes, digest_size: int) -> "hashlib._Hash":
+def _blake2b(data: bytes, digest_size: int) -> "hashlib.blake2b":
     """hashlib's blake2b from its own module: every `git hive list` hashes its scan, and hashlib
     loads OpenSSL to start (~3 ms); CPython always has `_blake2`, hashlib's fallback only."""
     try:
@@ -144,7 +144,7 @@ class Checkout:
         self.root = paths.state_checkout
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
-        self._git_index = None   # the checkout's git index, read at most once per scan
+        self._git_index: pygit2.Index | None = None   # the checkout's git index, read at most once per scan
         self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh or a scan
         self._racy_ns: int | None = None
         self._fresh: dict[str, tuple[int, int]] | None = None   # a refresh's racy writes: (mtime_ns, inode)
@@ -677,7 +677,7 @@ class Checkout:
                 if not clean or follow.bulk or str(git_index[path].id) != new_oid:
                     # a person's save that came in after hive's write must not be staged
                     # as if git had: absorb takes a staged version for git's own, no edit
-                    git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid), pygit2.GIT_FILEMODE_BLOB))
+                    git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid), pygit2.enums.FileMode.BLOB))
         except (OSError, pygit2.GitError, ValueError):
             # a name this file system or git's index cannot hold (too long, a folder in
             # the way...): that file is not in the checkout; the index reports it if bad
@@ -893,7 +893,7 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
         return blob_id(data), data
     sizes = {record.size} if record else set()
     if tip_oid is not None:
-        sizes.add(tip.repo[tip_oid].size)
+        sizes.add(cast("pygit2.Blob", tip.repo[tip_oid]).size)
     with open(root / path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         data = handle.read(MAX_ISSUE_BYTES + 1)
@@ -1021,7 +1021,7 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
 
 
-_RENAMEAT2 = None
+_RENAMEAT2: Any = None   # libc's renameat2 once looked up; False where there is none
 
 
 def _prune_empty_dirs(directory: Path, stop: Path) -> None:

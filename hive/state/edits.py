@@ -95,7 +95,7 @@ def _merged(store: StateStore, edit: Edit, data: bytes, tip_data: bytes | None, 
             moved: str = "") -> bytes:
     """The person's bytes, merged with the branch's when it changed since their copy was written
     (`moved`: the start of the conflict message when the file moved meanwhile)."""
-    base_data = store.repo[edit.base].data if edit.base else None
+    base_data = store.repo[edit.base].read_raw() if edit.base else None
     if tip_data is None or base_data is None or tip_data == base_data or tip_data == data:
         return data
     if layout.issue_id_of(edit.path) is not None:

@@ -67,7 +67,8 @@ def _unclosed_class(segment: str) -> bool:
 
 # A segment as tokens: "*", None for "?", or a class (negated "!" or "", characters, ranges);
 # a literal is a class of one.
-Token = str | tuple[str, frozenset[str], tuple[tuple[str, str], ...]] | None
+CharClass = tuple[str, frozenset[str], tuple[tuple[str, str], ...]]
+Token = str | CharClass | None
 
 
 @lru_cache(maxsize=4096)
@@ -92,7 +93,7 @@ def _tokens(segment: str) -> tuple[Token, ...]:
     return tuple(tokens)
 
 
-def _class(body: str) -> tuple[str, frozenset[str], tuple[tuple[str, str], ...]]:
+def _class(body: str) -> CharClass:
     negated = body.startswith("!")
     body = body[1:] if negated else body
     chars, ranges, at = set(), [], 0
@@ -106,28 +107,28 @@ def _class(body: str) -> tuple[str, frozenset[str], tuple[tuple[str, str], ...]]
     return ("!" if negated else "", frozenset(chars), tuple(ranges))
 
 
-def _in(token: Token, ch: str) -> bool:
+def _in(token: CharClass | None, ch: str) -> bool:
     if token is None:
         return ch != "/"
-    negated, chars, ranges = token   # type: ignore[misc]
+    negated, chars, ranges = token
     found = ch in chars or any(low <= ch <= high for low, high in ranges)
     return found != bool(negated)
 
 
-def _chars_meet(a: Token, b: Token) -> bool:
+def _chars_meet(a: CharClass | None, b: CharClass | None) -> bool:
     """Whether one character matches both single-character tokens (when unsure: True, so that
     an issue waits rather than conflicts)."""
     if a is None or b is None:
         return True
-    if a[0] and b[0]:   # type: ignore[index]
+    if a[0] and b[0]:
         return True      # two negated classes: some character is named by neither
-    if a[0] or b[0]:   # type: ignore[index]
-        plain = b if a[0] else a   # type: ignore[index]
-        if plain[2]:   # type: ignore[index]
+    if a[0] or b[0]:
+        plain = b if a[0] else a
+        if plain[2]:
             return True   # a range against a negated class: conservatively meets
-        return any(_in(a, c) and _in(b, c) for c in plain[1])   # type: ignore[index]
+        return any(_in(a, c) and _in(b, c) for c in plain[1])
     # two plain classes: they share a character, or one's range holds an end of the other's
-    candidates = set(a[1]) | set(b[1]) | {end for pair in a[2] + b[2] for end in pair}  # type: ignore[index]
+    candidates = set(a[1]) | set(b[1]) | {end for pair in a[2] + b[2] for end in pair}
     return any(_in(a, c) and _in(b, c) for c in candidates)
 
 
@@ -144,7 +145,8 @@ def _segments_meet(a: str, b: str) -> bool:
             return meet(i, j + 1) or (i < len(ta) and meet(i + 1, j))
         if i == len(ta) or j == len(tb):
             return False
-        return _chars_meet(ta[i], tb[j]) and meet(i + 1, j + 1)
+        x, y = ta[i], tb[j]   # not "*": handled above (the isinstance checks say so to mypy)
+        return not isinstance(x, str) and not isinstance(y, str) and _chars_meet(x, y) and meet(i + 1, j + 1)
 
     return meet(0, 0)
 

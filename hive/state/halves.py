@@ -19,7 +19,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar, cast
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -111,7 +111,7 @@ class Beside(Generic[Result]):
         finally:
             self.close()
         found = _unpickled(payload) if os.waitstatus_to_exitcode(status) == 0 else None
-        return found[1] if found is not None else self._fn()
+        return cast(Result, found[1]) if found is not None else self._fn()
 
     def close(self) -> None:
         """End the child if it still runs (interrupted: Ctrl-C, an exception here)."""

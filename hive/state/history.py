@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Collection, Iterator
+from typing import Any, Collection, Iterator
 
 from hive import git
 from hive.state import layout
@@ -64,7 +64,9 @@ def events(paths: git.RepoPaths, issue_id: str | None = None, since: str = "") -
         filters = None
         if issue_id is not None:
             filters = [p.encode() for p in (*layout.candidate_paths(issue_id), layout.notes_path(issue_id))]
-        for entry in repo.get_walker(include=[tip.encode()], exclude=[since.encode()] if since else None,
+        include: list[Any] = [tip.encode()]            # ids as bytes (dulwich types them by version)
+        exclude: list[Any] | None = [since.encode()] if since else None
+        for entry in repo.get_walker(include=include, exclude=exclude,
                                      paths=filters, order="topo", reverse=True):
             yield _event_of(entry.commit)
     finally:
@@ -80,13 +82,14 @@ def reasons(paths: git.RepoPaths, issue_ids: Collection[str]) -> dict[str, str]:
     given (walking from the tip back, only until each has one)."""
     from dulwich.repo import Repo
 
-    wanted, found = set(issue_ids), {}
+    wanted, found = set(issue_ids), dict[str, str]()
     tip = git.read_ref(paths.common_dir, git.STATE_REF)
     if tip is None or not wanted:
         return found
     repo = Repo(str(paths.common_dir))
     try:
-        for entry in repo.get_walker(include=[tip.encode()]):
+        include: list[Any] = [tip.encode()]
+        for entry in repo.get_walker(include=include):
             item = _event_of(entry.commit)
             if item.issue in wanted and item.issue not in found and item.event in PERSON_NEEDED_EVENTS:
                 found[item.issue] = item.trailers.get("Hive-Reason", "")

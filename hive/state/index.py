@@ -213,7 +213,7 @@ def _parsed_batches(repo: "pygit2.Repository", changes: list[tuple[str, str | No
         return len(held) if held is not None else repo.odb.read_header(new)[1]
 
     for batch in halves.batches(changes, size):
-        items = [(path, new, blobs.pop(new, None) or repo.odb.read(new)[1])
+        items = [(path, new, blobs.pop(new, b"") or repo.odb.read(new)[1])
                  for path, _, new in batch if new is not None and layout.issue_id_of(path) is not None]
         parsed = {item[0]: result for item, result in zip(items, halves.map_halves(_parse_one, items))}
         del items
@@ -352,25 +352,25 @@ class Index:
         if self._meta(db, "schema_version") == SCHEMA_VERSION:
             db.execute("COMMIT")
             return
-        sdb["meta"].create({"key": str, "value": str}, pk="key", if_not_exists=True)
-        sdb["issues"].create({
+        sdb.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+        sdb.table("issues").create({
             "id": str, "path": str, "blob": str, "title": str, "status": str, "priority": int,
             "type": str, "parent": str, "assignee": str, "depends_on": str, "labels": str,
             "created_at": str, "updated_at": str, "body": str, "extra": str,
             "chain": int, "dependents": int, "touches": str,
         }, pk="id", not_null={"path", "status", "title", "chain", "dependents"},
             defaults={"chain": 0, "dependents": 0}, if_not_exists=True)
-        sdb["deps"].create({"issue_id": str, "blocker_id": str}, pk=("issue_id", "blocker_id"),
+        sdb.table("deps").create({"issue_id": str, "blocker_id": str}, pk=("issue_id", "blocker_id"),
                            if_not_exists=True)
-        sdb["notes"].create({"file": str, "line": int, "issue": str, "category": str,
+        sdb.table("notes").create({"file": str, "line": int, "issue": str, "category": str,
                              "content": str, "agent": str, "at": str, "attempt": int, "tokens": int,
                              "key": str, "archived": int},
                             pk=("file", "line"), if_not_exists=True)
-        sdb["problems"].create({"path": str, "location": str, "message": str}, pk="path",
+        sdb.table("problems").create({"path": str, "location": str, "message": str}, pk="path",
                                if_not_exists=True)
         for create in SECONDARY_INDEXES.values():
             db.execute(create)
-        sdb["meta"].upsert_all([
+        sdb.table("meta").upsert_all([
             {"key": "schema_version", "value": SCHEMA_VERSION},
             {"key": "repo", "value": str(self.paths.common_dir)},
             {"key": "state_commit", "value": ""},
@@ -508,8 +508,6 @@ class Index:
         # a rebuild, or a queue taken in whole into a state without issues (a fresh clone's init)
         empty = len(changes) > BULK_ROWS and db.execute("SELECT NOT EXISTS (SELECT 1 FROM issues)").fetchone()[0]
         problems: list[Problem] = []
-        rows: list[tuple[Any, ...]] = []
-        deps: list[tuple[str, str]] = []
         changed_ids: set[str] = set()
         # Only an issue whose blockers changed can close a new cycle: only those (and any issue
         # reported before, whose problem row is replaced here) are walked for cycles. A walk visits
@@ -588,7 +586,7 @@ class Index:
         bytes held now."""
         files.append(path)
         if new is not None:
-            data = repo[new].data
+            data = repo[new].read_raw()
             found, note_problems = parse_notes(data, path)
             problems.extend(note_problems[:1])
             notes.extend(found)
@@ -659,6 +657,7 @@ class Index:
 
     def _shape(self, ids: list[str]) -> dict[str, tuple[int, list[str]]]:
         """What of `ids` the ranks depend on: each waiting issue's weight and blockers."""
+        found: dict[str, tuple[int, list[str]]]
         found = {row[0]: (0 if row[1] == "epic" else 1, []) for row in self.db.execute(
             f"SELECT id, type FROM issues WHERE {WAITING} AND id IN (SELECT value FROM json_each(?))",
             (json.dumps(ids),))}
@@ -688,7 +687,7 @@ class Index:
         """`path:line` of the `depends_on` line of the indexed version of an issue file."""
         row = self.db.execute("SELECT blob FROM issues WHERE path = ?", (path,)).fetchone() if repo else None
         try:
-            line = issue_file.line_of(repo[row[0]].data, "depends_on") if row and row[0] else 1
+            line = issue_file.line_of(repo[row[0]].read_raw(), "depends_on") if repo and row and row[0] else 1
         except (KeyError, ValueError):
             line = 1
         return f"{path}:{line}"

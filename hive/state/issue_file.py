@@ -151,10 +151,11 @@ def human_size(size: int) -> str:
     """`size` bytes as a person reads it: 512 bytes, 1.5 KiB, 1 MiB."""
     if size < 1024:
         return f"{size} bytes"
+    amount = float(size)
     for unit in ("KiB", "MiB", "GiB"):
-        size /= 1024
-        if size < 1024 or unit == "GiB":
-            return f"{size:.1f}".removesuffix(".0") + f" {unit}"
+        amount /= 1024
+        if amount < 1024 or unit == "GiB":
+            return f"{amount:.1f}".removesuffix(".0") + f" {unit}"
     return f"{size} bytes"
 
 
@@ -172,9 +173,15 @@ def line_of(data: str | bytes, key: str) -> int:
 def conflict_line(data: str | bytes) -> int:
     """The line of the first conflict block (`<<<<<<<` … `=======` … `>>>>>>>`, as a merge of
     both sides' changes to the same lines leaves it) in an issue file's body; 0 if none."""
-    if (b"\n<<<<<<<" if isinstance(data, bytes) else "\n<<<<<<<") not in data:
-        return 0   # no line starts a block (the first line is the front matter's `+++`)
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    # no line starts a block (the first line is the front matter's `+++`): nothing to split
+    if isinstance(data, bytes):
+        if b"\n<<<<<<<" not in data:
+            return 0
+        text = data.decode("utf-8", "replace")
+    elif "\n<<<<<<<" not in data:
+        return 0
+    else:
+        text = data
     try:
         _, body, _ = split(text, "")
     except BadInput:
@@ -249,12 +256,13 @@ def parse(data: str | bytes, issue_id: str, where: str | None = None) -> Issue:
         raise BadInput(f"larger than {human_size(MAX_ISSUE_BYTES)}: an issue file may hold at most "
                        f"{human_size(MAX_ISSUE_BYTES)}", f"{where}:1")
     if isinstance(data, bytes):
-        if b"\0" in data:
+        raw = data
+        if b"\0" in raw:
             raise BadInput("binary content, not an issue file", f"{where}:1")
         try:
-            data = data.decode("utf-8")
+            data = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            line = data[:exc.start].count(b"\n") + 1
+            line = raw[:exc.start].count(b"\n") + 1
             raise BadInput(f"invalid UTF-8 at byte {exc.start}", f"{where}:{line}") from None
     if not ID_RE.match(issue_id):
         raise BadInput(f"file name is not a valid issue id: {issue_id!r} (expected like hv-1a2b3c.md)",

@@ -91,11 +91,11 @@ def best_trace(store: "StateStore") -> Trace | None:
     from the others), else a remote's copy; None if no trace names a commit still stored."""
     repo = store.repo
     local = [t for t in _local_traces(store.paths) if _is_commit(repo, t.commit)]
-    best = local[0] if local else None
-    for trace in local[1:]:
-        if trace.commit != best.commit and repo.descendant_of(trace.commit, best.commit):
-            best = trace
-    if best is not None:
+    if local:
+        best = local[0]
+        for trace in local[1:]:
+            if trace.commit != best.commit and repo.descendant_of(trace.commit, best.commit):
+                best = trace
         return best
     return next((t for t in _remote_traces(repo) if _is_commit(repo, t.commit)), None)
 

@@ -30,7 +30,7 @@ def _read(repo: pygit2.Repository, tree: pygit2.Tree | None, path: str) -> bytes
     if tree is None:
         return None
     try:
-        return repo[tree[path].id].data
+        return repo[tree[path].id].read_raw()
     except KeyError:
         return None
 
@@ -50,7 +50,7 @@ class _Sides:
     base: pygit2.Tree | None
     ours: pygit2.Tree
     theirs: pygit2.Tree
-    ours_changes: dict[str, tuple[pygit2.Oid | None, pygit2.Oid | None]]
+    ours_changes: dict[str, tuple[str | None, str | None]]   # path → (old blob, new blob)
 
 
 def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple[str, ...] = (),
@@ -88,16 +88,16 @@ def merge_states(repo: pygit2.Repository, ours: str, theirs: str, *, drop: tuple
     return result
 
 
-def _merge_plain_file(sides: _Sides, path: str, new: pygit2.Oid | None,
+def _merge_plain_file(sides: _Sides, path: str, new: str | None,
                       warnings: list[str]) -> dict[str, bytes | None]:
     """What to write at `path`, a file other than an issue that theirs changed to blob `new`."""
     repo = sides.repo
     if path not in sides.ours_changes:
-        return {path: repo[new].data if new else None}
+        return {path: repo[new].read_raw() if new else None}
     if sides.ours_changes[path][1] == new:
         return {}
     ours_data = _read(repo, sides.ours, path)
-    theirs_data = repo[new].data if new else None
+    theirs_data = repo[new].read_raw() if new else None
     if theirs_data is None or ours_data is None:
         if ours_data is None and theirs_data is not None:
             return {path: theirs_data}   # deleted on our side, changed on theirs: keep the change

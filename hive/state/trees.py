@@ -242,17 +242,18 @@ def _walk(repo: pygit2.Repository, old_id: pygit2.Oid | None, new_id: pygit2.Oid
         if was is not None and now is not None and was[1] == now[1]:
             continue                                     # a mode change only
         path = prefix + name
-        was_tree, now_tree = was is not None and was[0], now is not None and now[0]
-        if was_tree or now_tree:
-            yield from _walk(repo, was[1] if was_tree else None, now[1] if now_tree else None, path + "/")
-        old_blob = str(was[1]) if was is not None and not was_tree else None
-        new_blob = str(now[1]) if now is not None and not now_tree else None
+        was_tree = was[1] if was is not None and was[0] else None
+        now_tree = now[1] if now is not None and now[0] else None
+        if was_tree is not None or now_tree is not None:
+            yield from _walk(repo, was_tree, now_tree, path + "/")
+        old_blob = str(was[1]) if was is not None and not was[0] else None
+        new_blob = str(now[1]) if now is not None and not now[0] else None
         if old_blob is not None or new_blob is not None:
             yield path, old_blob, new_blob
 
 
 def _by_name(entries: set[bytes]) -> dict[str, tuple[bool, pygit2.Oid]]:
-    found = {}
+    found: dict[str, tuple[bool, pygit2.Oid]] = {}
     for entry in entries:
         space = entry.index(b" ")
         name = entry[space + 1:-21].decode("utf-8", "replace")

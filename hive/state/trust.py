@@ -189,7 +189,7 @@ class _Reached:
 
 @dataclass
 class _Budget:
-    bytes: int = 0
+    total_bytes: int = 0
     notes_bytes: int = 0
     entries: int = 0
     read: dict[str, bytes] | None = None   # the issue files read, kept for the caller
@@ -321,8 +321,8 @@ def _check_file(repo: "pygit2.Repository", path: str, oid: str, budget: _Budget)
         if budget.notes_bytes > MAX_INCOMING_NOTES_BYTES:
             raise TreeRefused(path, f"more than {MAX_INCOMING_NOTES_BYTES} bytes of new notes in one state")
     else:
-        budget.bytes += size
-        if budget.bytes > MAX_INCOMING_BYTES:
+        budget.total_bytes += size
+        if budget.total_bytes > MAX_INCOMING_BYTES:
             raise TreeRefused(path, f"more than {MAX_INCOMING_BYTES} bytes of new files in one state")
     if limit == MAX_ISSUE_BYTES:
         budget.issue_files.append((path, oid, size))

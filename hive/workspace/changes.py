@@ -36,7 +36,7 @@ def changed_files(paths: git.RepoPaths, issue_id: str, target_ref: str) -> list[
         if path.is_dir():
             found = _in_worktree(path, base, git.private_objects(paths.common_dir, issue_id))
         else:
-            found = _paths_of(repo.diff(repo[base].peel(pygit2.Commit).tree, repo[head].peel(pygit2.Commit).tree))
+            found = _paths_of(repo[base].peel(pygit2.Commit).tree.diff_to_tree(repo[head].peel(pygit2.Commit).tree))
     except (pygit2.GitError, KeyError, ValueError, OSError):
         return []
     return [name for name in dict.fromkeys(found) if name not in PROTOCOL_FILES][:MAX_FILES]

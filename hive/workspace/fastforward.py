@@ -65,7 +65,7 @@ def _read_stripped(path: str) -> str | None:
 
 
 def touched_paths(repo: pygit2.Repository, old: str, new: str) -> list[str]:
-    diff = repo.diff(repo[old].peel(pygit2.Commit).tree, repo[new].peel(pygit2.Commit).tree)
+    diff = repo[old].peel(pygit2.Commit).tree.diff_to_tree(repo[new].peel(pygit2.Commit).tree)
     return sorted({p for d in diff.deltas for p in (d.old_file.path, d.new_file.path)})
 
 
@@ -87,7 +87,8 @@ def _inspect(root: Path, paths: list[str], checkout: pygit2.Repository | None,
     if _needs_git_checkout(checkout, paths):
         proc = git.run(["status", "--porcelain", "-z", "--untracked-files=all", "--", *paths], root, check=False)
         return sorted({e[3:] for e in proc.stdout.split("\0") if len(e) > 3}), []
-    dirty, written = [], []
+    dirty: list[str] = []
+    written: list[str] = []
     for path in paths:
         if leads_outside(root, path):
             dirty.append(path)  # a person's symlink on the way: libgit2 would write through it

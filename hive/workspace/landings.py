@@ -63,7 +63,7 @@ def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, recorded: st
     candidates = (str(ref.target) if ref is not None else "", *recorded.split())
     for commit_id in dict.fromkeys(c for c in candidates if c):
         try:
-            commit = repo[commit_id]
+            commit = repo[commit_id].peel(pygit2.Commit)
             if carries(commit, issue_id) and (commit_id == tip or repo.descendant_of(tip, commit_id)):
                 return commit_id
         except (pygit2.GitError, KeyError, ValueError):

@@ -24,7 +24,7 @@ class Replay:
 
 def own_commits(repo: pygit2.Repository, head: str, base: str) -> list[pygit2.Commit]:
     """Commits reachable from `head` but not from `base`, oldest first (first-parent chain)."""
-    walker = repo.walk(head, pygit2.GIT_SORT_TOPOLOGICAL | pygit2.GIT_SORT_REVERSE)
+    walker = repo.walk(head, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     if base:
         walker.hide(base)
     return [c for c in walker]
@@ -37,7 +37,7 @@ def replay(repo: pygit2.Repository, head: str, base: str, onto: str, issue_id: s
     current = repo[onto].peel(pygit2.Commit)
     commits = own_commits(repo, head, base)
     for n, commit in enumerate(commits):
-        parent_tree = commit.parents[0].tree if commit.parents else repo[repo.TreeBuilder().write()]
+        parent_tree = commit.parents[0].tree if commit.parents else repo[repo.TreeBuilder().write()].peel(pygit2.Tree)
         index = repo.merge_trees(parent_tree, current.tree, commit.tree)
         if index.conflicts is not None:
             paths = sorted({(entry.path) for triple in index.conflicts for entry in triple if entry is not None})
@@ -49,11 +49,11 @@ def replay(repo: pygit2.Repository, head: str, base: str, onto: str, issue_id: s
             continue  # already contained (e.g. a blocker's change that reached the target)
         message = landing_message(commit.message, issue_id, n == len(commits) - 1) if issue_id else commit.message
         new = repo.create_commit(None, commit.author, commit.committer, message, tree, [current.id])
-        current = repo[new]
+        current = repo[new].peel(pygit2.Commit)
     if issue_id and str(current.id) != str(repo[onto].peel(pygit2.Commit).id) and not carries(current, issue_id):
         # its last commit was already contained: the trailer goes on the last one that landed
         new = repo.create_commit(None, current.author, current.committer,
                                  landing_message(current.message, issue_id, True), current.tree.id,
                                  [p.id for p in current.parents])
-        current = repo[new]
+        current = repo[new].peel(pygit2.Commit)
     return Replay(True, head=str(current.id))

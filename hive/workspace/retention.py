@@ -47,15 +47,15 @@ def prune_transcripts(hive_dir: Path, older_than_days: float, max_bytes: int, bu
             total += stat.st_size
             if path.suffix == ".jsonl" and path.parent.name not in busy:
                 files.append((stat.st_mtime, stat.st_size, path))
-    removed = []
+    removed: list[Path] = []
     for modified, size, path in sorted(files):
         if modified >= cutoff and total <= max_bytes:
             break
         path.unlink(missing_ok=True)
         total -= size
         removed.append(path)
-    for folder in {p.parent for p in removed}:
-        _remove_empty(folder, root)
+    for parent in {p.parent for p in removed}:
+        _remove_empty(parent, root)
     return removed
 
 

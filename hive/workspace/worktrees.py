@@ -95,7 +95,7 @@ def compute_base(repo: pygit2.Repository, target_branch: str,
         oid = repo.create_commit(None, signature, signature,
                                  f"hive: start from the unmerged work of {blocker_id}\n", tree,
                                  [base.id, work.id])
-        base = repo[oid]
+        base = repo[oid].peel(pygit2.Commit)
         combined.append(blocker_id)
     return str(base.id), combined, skipped
 
@@ -108,7 +108,8 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     path = worktree_path(paths, issue_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     unlock_branch(paths, issue_id)
-    ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit], force=True)
+    ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit].peel(pygit2.Commit),
+                                     force=True)
     if not spares.take(paths, issue_id, path, base_commit):
         repo.add_worktree(issue_id, str(path), ref)
         _detached(pygit2.Repository(str(path)))
@@ -349,7 +350,7 @@ def has_new_commits(paths: git.RepoPaths, issue_id: str, base_commit: str) -> bo
 def leftover_worktrees(paths: git.RepoPaths) -> list[str]:
     """Issue ids that have a worktree directory or a work branch on disk."""
     repo = open_repo(paths)
-    ids = set()
+    ids: set[str] = set()
     if paths.worktrees_dir.is_dir():
         ids.update(p.name for p in paths.worktrees_dir.iterdir() if is_valid_id(p.name))
     for name in repo.branches.local:
@@ -373,7 +374,7 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     # detached then, see `recreate`)
     if worktree.exists():
         work = _detached(pygit2.Repository(str(worktree)))
-        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
+        work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)
 
 
 def recreate(paths: git.RepoPaths, issue_id: str) -> None:
@@ -408,10 +409,10 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
         # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
         # hive's own worktree, so start again from the work (`head`)
         work.state_cleanup()
-        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)
+        work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)
         return
     if work.head_is_detached and str(work.head.target) != head:
-        work.reset(pygit2.Oid(hex=head), pygit2.GIT_RESET_HARD)   # the person committed more
+        work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)   # the person committed more
 
 
 def work_head(paths: git.RepoPaths, issue_id: str) -> str | None:
