@@ -790,6 +790,41 @@ def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_pat
     assert not [pid for pid in agent_pids(repo, issue_id) if alive(pid)]
 
 
+
+def test_a_worker_whose_issue_was_taken_over_before_its_hand_off_leaves_no_worktree(
+        repo: Path, tmp_path: Path, project, new_issue, git, monkeypatch):
+    """Another machine takes the issue over (its lease expired) just before the agent's work is
+    handed off: the hand-off is refused, the worker stops, and its worktree and branch go (their
+    head kept under refs/hive/attempts/), as when a running worker is stopped for a takeover."""
+    from hive import issues, lifecycle
+    from hive.orchestrator.assemble import build_daemon
+    from hive.project import Project
+    from hive.workspace import attempts
+
+    issue_id = new_issue("taken over at the last moment")
+    monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"default": work_steps()})))
+    monkeypatch.setenv("HIVE_SANDBOX", "off")
+    original = lifecycle.hand_off
+
+    def taken_over_first(project_, *args, **kwargs):
+        issues.update(project_, issue_id, {"assignee": "w-zzzzzz"}, event="claimed")   # the other machine's claim
+        return original(project_, *args, **kwargs)
+
+    monkeypatch.setattr(lifecycle, "hand_off", taken_over_first)
+    daemon_project = Project.open(repo)
+    lines: list[str] = []
+    daemon = build_daemon(daemon_project, backend="scripted", max_agents=1, until_idle=True, log=lines.append)
+    try:
+        asyncio.run(asyncio.wait_for(daemon.run(), 60))
+    finally:
+        daemon_project.close()
+    assert any(f"{issue_id} stopped: " in line for line in lines), lines
+    assert not worktree_dir(repo, issue_id).exists()
+    assert git("for-each-ref", "refs/heads/hive/work/", cwd=repo).stdout == ""
+    kept = attempts.kept(repo / ".git", issue_id)
+    assert kept and git("log", "-1", "--format=%s", kept[-1].commit, cwd=repo).stdout.strip() != ""
+
+
 # -- 8. the demo ----------------------------------------------------------------------------------
 
 def test_demo(hive, tmp_path: Path):

@@ -36,7 +36,7 @@ from hive.orchestrator.progress import PROGRESS_KEY, RunProgress, RunSummary, su
 from hive.orchestrator.logfile import LogFile
 from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.watchers import watch_state
-from hive.orchestrator.worker import Outcome, Worker
+from hive.orchestrator.worker import Outcome, Worker, taken_from
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime, handover
 from hive.runtime.tells import Tell
@@ -399,10 +399,8 @@ class Daemon:
             return
         held = self.project.index.assignments(self.running)
         for issue_id, worker in list(self.running.items()):
-            status, assignee = held.get(issue_id, ("", ""))
-            if not status or status == "canceled" or (
-                    status == "in_progress" and assignee not in ("", worker.agent_id)):
-                what = "canceled" if status in ("", "canceled") else "taken over"
+            what = taken_from(*held.get(issue_id, ("", "")), worker.agent_id)
+            if what:
                 self.log(f"{issue_id} {what}: stopping its agent")
                 await worker.abort(what)
                 if worker.task is not None:

@@ -46,6 +46,16 @@ class Outcome:
     provider: bool = False    # the provider failed, not the work
 
 
+def taken_from(status: str, assignee: str, agent_id: str) -> str:
+    """Why an issue is no longer the agent's to work ("canceled", "taken over"), or "" while it is
+    (its status and assignee as the index has them; no status: the issue is gone)."""
+    if not status or status == "canceled":
+        return "canceled"
+    if status == "in_progress" and assignee not in ("", agent_id):
+        return "taken over"
+    return ""
+
+
 class Canceled(Exception):
     """The issue was canceled (or the daemon is stopping) while its worker ran."""
 
@@ -130,7 +140,7 @@ class Worker:
     async def run(self) -> None:
         budget = self.host.runtime.budget(self.issue_id)
         previous_failure = budget.last_error if budget.failures else ""
-        resume = False
+        resume = refused = False
         try:
             previous_failure, resume = self._handed_over(previous_failure)
             while True:
@@ -169,12 +179,24 @@ class Worker:
             return
         except TransitionRefused as exc:
             self._log(f"stopped: {exc}")
+            refused = True
         finally:
             self._end_attempt("stopped")
             await self._close_session()
             if self.watch is not None:
                 self.watch.cancel()
+            if refused:
+                await self._retire_if_taken()
             self.host.worker_finished(self)
+
+    async def _retire_if_taken(self) -> None:
+        """A move refused because the issue is another's now (canceled, or taken over by another
+        machine once the lease expired): nothing will come back to this worktree, so it goes (its
+        heads kept first), as for a worker stopped while running. A person's move (done, open) keeps it."""
+        self.project.update_index()
+        status, assignee = self.project.index.assignments([self.issue_id]).get(self.issue_id, ("", ""))
+        if taken_from(status, assignee, self.agent_id):
+            await asyncio.to_thread(worktrees.retire, self.project.paths, self.issue_id, self.config.target_branch)
 
     def _count_failure(self, outcome: Outcome) -> lifecycle.Decision:
         if outcome.provider:
@@ -393,11 +415,9 @@ class Worker:
                                            worktrees.head_of(self.project.paths, self.issue_id) or "",
                                            outcome.test_command, self.host.runtime.budget(self.issue_id),
                                            self.config.model_for("worker"), self.backend.name)
-        try:
-            lifecycle.hand_off(self.project, self.host.runtime, self.issue_id, self.agent_id, outcome.summary,
-                               trailers, outcome.test_command)
-        except TransitionRefused:
-            return
+        # refused (the issue is no longer this agent's): `run` stops, and retires the worktree
+        lifecycle.hand_off(self.project, self.host.runtime, self.issue_id, self.agent_id, outcome.summary,
+                           trailers, outcome.test_command)
         # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
         # and counts against the same budget, so an issue rejected again and again escalates.
         self._log(f"done ({outcome.summary[:80] or 'no summary'})")
