@@ -159,7 +159,7 @@ def _child(argv: list[str]) -> int:
     import importlib
 
     for module in ("hive.initialize", "hive.state.watch", "watchfiles", "hive.lifecycle",
-                   "hive.agents.prompts", "hive.state.history", "hive.issues", "hive.queue",
+                   "hive.agents.prompts", "hive.state.history", "hive.issues",
                    "tomlkit", "hive.runtime", "anyio._backends._asyncio"):
         importlib.import_module(module)
 

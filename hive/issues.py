@@ -136,12 +136,6 @@ def update(project: Project, issue_id: str,
     return result[0]
 
 
-def set_status(project: Project, issue_id: str, status: str, **kwargs: Any) -> Issue:
-    if status not in issue_file.STATUSES:
-        raise BadInput(f"bad status {status!r} (one of: {', '.join(issue_file.STATUSES)})")
-    return update(project, issue_id, {"status": status}, event=kwargs.pop("event", status), **kwargs)
-
-
 def add_dependency(project: Project, issue_id: str, blocker: str) -> Issue:
     return update(project, issue_id, lambda current: {"depends_on": [*current.depends_on, blocker]}
                   if blocker not in current.depends_on else {"depends_on": current.depends_on},

@@ -223,12 +223,13 @@ def new_issue(project: Any) -> Callable[..., str]:
     ...)`) where the create command itself is under test.
     """
     from hive import issues
+    from tests.state_helpers import set_status
 
     def create(title: str, status: str | None = None, **fields: Any) -> str:
         project.sync(warn=False)
         issue = issues.create(project, title, **fields)
         if status is not None:
-            issues.set_status(project, issue.id, status)
+            set_status(project, issue.id, status)
         return issue.id
 
     return create

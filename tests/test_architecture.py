@@ -242,13 +242,11 @@ def _where(module: str, node: ast.AST) -> str:
 
 
 def _status_writes(tree: ast.AST) -> list[ast.Call]:
-    """Calls of `issues.update(project, id, {"status": ...})` / `issues.set_status` in `tree`."""
+    """Calls of `issues.update(project, id, {"status": ...})` in `tree`."""
     found = []
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
         name = _dotted(call.func)
-        if name.endswith("issues.set_status"):
-            found.append(call)
-        elif name.endswith("issues.update") and len(call.args) > 2 and isinstance(call.args[2], ast.Dict) and any(
+        if name.endswith("issues.update") and len(call.args) > 2 and isinstance(call.args[2], ast.Dict) and any(
                 isinstance(k, ast.Constant) and k.value == "status" for k in call.args[2].keys):
             found.append(call)
     return found

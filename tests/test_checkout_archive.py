@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.state_helpers import set_status
 
 from hive import issues
 from hive.errors import HiveError
@@ -64,9 +65,9 @@ def test_a_pull_in_the_checkout_stays_clean_and_the_next_refresh_removes_what_gi
     kept, changed, reopened = (new_issue(t, status="canceled") for t in ("kept", "changed", "reopened"))
     live = new_issue("live")
     start = tip(git, repo)
-    issues.set_status(project, new_issue("added"), "canceled")
+    set_status(project, new_issue("added"), "canceled")
     issues.update(project, changed, {"title": "changed on the other side"})
-    issues.set_status(project, reopened, "open")
+    set_status(project, reopened, "open")
     issues.update(project, live, {"title": "live, changed"})
     git("branch", "side", tip(git, repo), cwd=repo)
     git("update-ref", "refs/heads/hive/state", start, cwd=repo)
@@ -252,7 +253,7 @@ def test_the_archive_is_never_written_through_a_symlink(repo, project, git, new_
     with pytest.raises(HiveError, match="leads outside"):
         project.checkout.check_out(layout.archive_path(issue))
     issues.update(project, issue, {"title": "changed while archived"})
-    issues.set_status(project, new_issue("another", status="done"), "finalized")
+    set_status(project, new_issue("another", status="done"), "finalized")
     assert "changed while archived" in on_branch(git, repo, layout.archive_path(issue))
     assert decoy.read_text() == original
     assert sorted(p.name for p in elsewhere.rglob("*")) == sorted([shard, decoy.name])

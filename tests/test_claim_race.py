@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from hive import issues, lifecycle, queue
+from hive import issues, lifecycle
 from hive.errors import HiveError
 from hive.state import issue_file, layout
 from hive.state.issue_file import Issue
@@ -94,7 +94,8 @@ def test_eight_processes_claim_fifty_issues_each_exactly_once(repo, project, sta
     for issue in ids:
         claimed = project.index.get(issue)
         assert (claimed.status, claimed.assignee) == ("in_progress", winners[issue])
-    assert queue.ready(project) == []
+    project.update_index()
+    assert project.index.ready() == []
 
 
 def test_claim_refuses_what_is_not_claimable(repo, project, new_issue):
@@ -117,7 +118,8 @@ def test_claim_checks_the_branch_not_a_stale_index(repo, project, git, new_issue
     waiting = new_issue("waiting", depends_on=[blocker])
     other = new_issue("other")
     project.sync(warn=False)
-    assert {i.id for i in queue.ready(project)} == {waiting, other}  # same second: no order
+    project.update_index()
+    assert {i.id for i in project.index.ready()} == {waiting, other}  # same second: no order
     # plain git commits reopen the blocker and give `other` away; no index has seen them yet
     checkout = repo / ".hive"
     for issue, old, new in ((blocker, 'status = "done"', 'status = "open"'),

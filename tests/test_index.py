@@ -8,6 +8,7 @@ import sqlite3
 from hive.state import index as index_module
 from hive import issues
 from hive.state import trees
+from tests.state_helpers import set_status
 
 
 def listing(hive) -> list[dict]:
@@ -188,7 +189,7 @@ def test_own_writes_are_indexed_without_comparing_trees(repo, project, new_issue
 
     monkeypatch.setattr(trees, "walk_changes", no_walk)
     issues.update(project, ids[1], {"priority": 0, "depends_on": [ids[0]]})
-    issues.set_status(project, ids[2], "canceled")                          # moves to the archive
+    set_status(project, ids[2], "canceled")                          # moves to the archive
     issues.add_notes(project, [issues.note_line("use PYTHONPATH=src", "gotcha")], file_id=ids[3])
     issues.create(project, "a new one", depends_on=[ids[1]])
     monkeypatch.undo()

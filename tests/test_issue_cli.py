@@ -11,6 +11,7 @@ import re
 
 from hive import issues
 from hive.state.issue_file import ID_RE
+from tests.state_helpers import set_status
 
 
 def blob(git, repo, path: str) -> str:
@@ -120,7 +121,7 @@ def test_ready_queue_rules(repo, project, new_issue, list_json):
     assert {i["id"] for i in list_json("--ready")} == {blocker, child}  # created in the same second
 
     def ready_after(status: str) -> bool:
-        issues.set_status(project, blocker, status)
+        set_status(project, blocker, status)
         return waiting in [i["id"] for i in list_json("--ready")]
 
     assert ready_after("done") and ready_after("finalized") and ready_after("canceled")

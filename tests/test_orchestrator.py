@@ -28,6 +28,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.daemon_helpers import RUN, all_agent_pids, alive, hive_dir, jsonl, start_daemon, stop_daemon, write_script
+from tests.state_helpers import set_status
 
 RUN_TIMEOUT = 90
 
@@ -724,10 +725,10 @@ def test_a_canceled_issue_is_never_claimed(repo: Path, tmp_path: Path, new_issue
 
 def test_claim_rechecks_status_at_commit_time(repo: Path, project, new_issue, hive, state_log):
     from hive.lifecycle import claim
-    from hive.queue import ready
 
     issue_id = new_issue("raced")
-    assert issue_id in [i.id for i in ready(project)]      # the daemon saw it ready...
+    project.update_index()
+    assert issue_id in [i.id for i in project.index.ready()]      # the daemon saw it ready...
     hive("cancel", issue_id, cwd=repo)                      # ...someone cancels it meanwhile
     assert claim(project, issue_id, "w-aaaaaa") is False    # the claim re-reads the tip
     project.sync(warn=False)
@@ -736,7 +737,8 @@ def test_claim_rechecks_status_at_commit_time(repo: Path, project, new_issue, hi
 
     blocker = new_issue("blocker", status="done")
     dependent = new_issue("dependent", depends_on=[blocker])
-    assert dependent in [i.id for i in ready(project)]
+    project.update_index()
+    assert dependent in [i.id for i in project.index.ready()]
     hive("update", blocker, "--status", "open", cwd=repo)   # its blocker reopened meanwhile
     assert claim(project, dependent, "w-bbbbbb") is False
     hive("update", blocker, "--status", "done", cwd=repo)
@@ -748,7 +750,6 @@ def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_pat
                                                              state_log, monkeypatch):
     """The cancel lands while the agent session is being created: no prompt is ever sent."""
     from hive.orchestrator.assemble import build_daemon
-    from hive import issues
 
     issue_id = new_issue("set up slowly")
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"default": work_steps()})))
@@ -772,7 +773,7 @@ def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_pat
     async def scenario() -> None:
         run = asyncio.create_task(daemon.run())
         await asyncio.wait_for(entered.wait(), 30)
-        await asyncio.to_thread(issues.set_status, project, issue_id, "canceled")
+        await asyncio.to_thread(set_status, project, issue_id, "canceled")
         deadline = time.monotonic() + 15
         while not any(f"{issue_id} canceled: stopping its agent" in line for line in lines):
             assert time.monotonic() < deadline, lines

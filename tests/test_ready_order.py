@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from hive import issues
 from hive.state.ranks import Rank, compute
+from tests.state_helpers import set_status
 
 
 def chain(new_issue: Callable[..., str], length: int, title: str, **fields: Any) -> list[str]:
@@ -63,7 +63,7 @@ def test_order_follows_the_graph_as_it_changes(project: Any, new_issue: Callable
     long = chain(new_issue, 3, "long")
     assert ready_ids(project)[0] == long[0]
     # the head is done: the next of the chain has the chain behind it now
-    issues.set_status(project, long[0], "done")
+    set_status(project, long[0], "done")
     assert ready_ids(project)[0] == long[1]
     # work added behind the early issue (a dependency edited by a person) moves it up...
     late = chain(new_issue, 3, "behind early")

@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import pytest
+from tests.state_helpers import set_status
 
 from hive import git as hgit
 from hive import issues
@@ -122,7 +123,7 @@ def test_every_change_is_one_commit_with_trailers(repo, project, hive, git, stat
     hive("update", issue, "-p", "0")
     assert lifecycle.claim(project, issue, "w-42")
     hive("note", "found it", "--issue", issue)
-    issues.set_status(project, issue, "done", agent="w-42")
+    set_status(project, issue, "done", agent="w-42")
     commits = state_log()[start:]
     assert [c.event for c in commits] == ["created", "updated", "claimed", "noted", "done"]
     assert all(c.issue == issue for c in commits)
@@ -140,7 +141,7 @@ def test_every_change_is_one_commit_with_trailers(repo, project, hive, git, stat
 def test_terminal_issues_move_to_the_archive_and_back(repo, project, git, new_issue):
     issue = new_issue("will be finalized", status="done")
     assert on_branch(git, repo, f"issues/{issue}.md")
-    issues.set_status(project, issue, "finalized")
+    set_status(project, issue, "finalized")
     shard = issue.split("-", 1)[1][:2]
     archived = f"issues/archive/{shard}/{issue}.md"
     assert layout.archive_path(issue) == archived
@@ -158,7 +159,7 @@ def test_terminal_issues_move_to_the_archive_and_back(repo, project, git, new_is
     assert "renamed while archived" in on_branch(git, repo, archived)
     assert not (repo / ".hive" / archived).exists()
     assert git("ls-files", "-v", archived, cwd=repo / ".hive").stdout == f"S {archived}\n"
-    issues.set_status(project, issue, "open")
+    set_status(project, issue, "open")
     assert on_branch(git, repo, archived) is None and on_branch(git, repo, f"issues/{issue}.md")
     assert (repo / ".hive" / "issues" / f"{issue}.md").read_text() == on_branch(git, repo, f"issues/{issue}.md")
     assert git("ls-files", archived, cwd=repo / ".hive").stdout == ""
@@ -476,7 +477,7 @@ def test_kept_folders_write_the_same_trees_as_fresh_ones(repo, project, git, new
     for n, issue_id in enumerate(ids):
         issues.update(project, issue_id, {"priority": n % 4})
         issues.add_notes(project, [issues.note_line(f"note {n}", "context")], file_id=issue_id)
-        issues.set_status(project, ids[0], "canceled" if n % 2 == 0 else "open")   # archive and back
+        set_status(project, ids[0], "canceled" if n % 2 == 0 else "open")   # archive and back
         snap = store.snapshot()
         fresh = StateStore(store.paths).snapshot()
         for path in (f"issues/{issue_id}.md", f"notes/{issue_id}.jsonl", layout.path_for(ids[0], "canceled"),
@@ -601,8 +602,8 @@ def test_a_stores_own_commits_give_what_changed_across_several_of_them(project, 
     store = project.store
     keep, move, flip = new_issue("kept"), new_issue("archived"), new_issue("flipped")
     start = store.tip()
-    issues.set_status(project, keep, "in_progress")
-    issues.set_status(project, move, "finalized")                       # a move into the archive
+    set_status(project, keep, "in_progress")
+    set_status(project, move, "finalized")                       # a move into the archive
     issues.update(project, flip, {"labels": ["x"]})
     issues.update(project, flip, {"labels": []})
     end = store.tip()
@@ -617,7 +618,7 @@ def test_a_stores_own_commits_give_what_changed_across_several_of_them(project, 
     other = store.repo.create_commit(None, store.repo.default_signature, store.repo.default_signature, "outside",
                                      store.repo[end].peel(pygit2.Commit).tree.id, [pygit2.Oid(hex=end)])
     assert cas_update(store.repo, "refs/heads/hive/state", end, str(other), "outside")
-    issues.set_status(project, keep, "done")
+    set_status(project, keep, "done")
     assert store.changes_between(start, store.tip()) is None             # not all of them ours
     assert sorted(store.changes_between(str(other), store.tip())) == walked(str(other), store.tip())
 
@@ -672,7 +673,7 @@ def test_an_edit_saved_while_the_issue_is_archived_is_carried_to_its_new_path(re
     live = repo / ".hive" / "issues" / f"{issue}.md"
     archived = layout.archive_path(issue)
     live.write_text(live.read_text().replace("What was done.", "What was done.\n\nA person's afterthought."))
-    issues.set_status(project, issue, "finalized")          # the daemon finalizes before the absorb
+    set_status(project, issue, "finalized")          # the daemon finalizes before the absorb
     assert on_branch(git, repo, f"issues/{issue}.md") is None
     assert "afterthought" not in on_branch(git, repo, archived)
 
@@ -703,7 +704,7 @@ def test_a_conflicting_edit_of_an_issue_archived_meanwhile_is_kept_and_reported(
     mine = live.read_text().replace("The last line.", "The last line, as the person has it.")
     live.write_text(mine)
     issues.update(project, issue, {}, body="The last line, as hive has it.\n")   # the same line
-    issues.set_status(project, issue, "finalized")
+    set_status(project, issue, "finalized")
     before = on_branch(git, repo, archived)
 
     result = project.absorb()

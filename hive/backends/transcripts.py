@@ -74,14 +74,6 @@ def issue_transcripts(hive_dir: Path | str, issue_id: str) -> list[Path]:
         return []
 
 
-def issues_with_transcripts(hive_dir: Path | str) -> list[str]:
-    """The names of the issue folders under `transcripts/` (plans left out)."""
-    try:
-        return sorted(p.name for p in (Path(hive_dir) / FOLDER).iterdir() if p.is_dir() and p.name != "plans")
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
 def remove_issue(hive_dir: Path | str, issue_id: str) -> None:
     shutil.rmtree(issue_folder(hive_dir, issue_id), ignore_errors=True)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hive.backends.base import Usage
 
 _COLUMNS = ("issue_id", "retries", "switches", "failures", "tokens", "cost_usd", "last_error", "last_session",
-            "not_before", "input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens")
+            "input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens")
 
 
 @dataclass
@@ -22,7 +22,6 @@ class Budget:
     cost_usd: float = 0.0
     last_error: str = ""
     last_session: str = ""
-    not_before: float = 0.0   # back-off: do not start before this time
     input_tokens: int = 0     # uncached input
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0

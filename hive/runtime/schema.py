@@ -21,7 +21,7 @@ _FIRST_TABLES = {
               "branch TEXT, base_commit TEXT, pid INTEGER, pid_start TEXT, started_at FLOAT, "
               "last_activity FLOAT, state TEXT, tokens INTEGER",
     "budgets": "issue_id TEXT PRIMARY KEY, retries INTEGER, switches INTEGER, failures TEXT, tokens INTEGER, "
-               "cost_usd FLOAT, last_error TEXT, last_session TEXT, not_before FLOAT",
+               "cost_usd FLOAT, last_error TEXT, last_session TEXT, not_before FLOAT",   # not_before: unused
     "merge_queue": "seq INTEGER PRIMARY KEY, issue_id TEXT, branch TEXT, base_commit TEXT, state TEXT, "
                    "queued_at FLOAT, detail TEXT, refinery_attempts INTEGER",
     "kv": "key TEXT PRIMARY KEY, value TEXT",

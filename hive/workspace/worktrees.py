@@ -414,12 +414,3 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     if work.head_is_detached and str(work.head.target) != head:
         work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)   # the person committed more
 
-
-def work_head(paths: git.RepoPaths, issue_id: str) -> str | None:
-    """The work to merge: the branch, or hive's detached worktree's HEAD (see recreate)."""
-    path = worktree_path(paths, issue_id)
-    if path.exists():
-        work = pygit2.Repository(str(path))
-        if work.head_is_detached:
-            return str(work.head.target)
-    return head_of(paths, issue_id)

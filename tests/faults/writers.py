@@ -41,7 +41,6 @@ def wait_go(args: dict) -> None:
 def claimer(args: dict) -> dict:
     from hive.project import Project
     from hive.lifecycle import claim
-    from hive.queue import ready
 
     project = Project.open(args["repo"])
     won, lost, n = [], 0, 0
@@ -49,7 +48,8 @@ def claimer(args: dict) -> dict:
     while time.time() < args["end"]:
         # every claimer wakes on the same tick: they race for the same issue
         time.sleep(TICK - (time.time() % TICK))
-        head = ready(project, limit=1)
+        project.update_index()
+        head = project.index.ready(limit=1)
         if not head:
             continue
         n += 1
