@@ -691,7 +691,7 @@ def _land_all(ctx: Context, paths: Any, raw: RawGit, tag: str, checked_out: bool
         for (issue_id, head), raw_head in zip(branches, raw_heads):
             cpu_start = cpu_now()
             start = time.perf_counter()
-            landing = mechanical.land(paths, "main", issue_id, head, str(base.id), [], 60)
+            landing = mechanical.land(paths, mechanical.Target("main"), mechanical.Plan(issue_id, head, str(base.id), [], 60))
             samples.append(time.perf_counter() - start)
             cpu.append(cpu_now() - cpu_start)
             if landing.status != "merged":

@@ -299,6 +299,16 @@ def test_agent_processes_start_only_in_agent_process() -> None:
     assert not nowhere, "asyncio subprocesses (hive starts processes with Popen and pidfds):\n    " + "\n    ".join(nowhere)
 
 
+def test_work_lands_only_through_the_lander() -> None:
+    """The pipeline, its rescan after a restart and `git hive finalize` land through
+    `hive.merge.lander.Lander`, which decides the test gate (the agent's own command, then the
+    project's) and the jail once: a path calling `mechanical.land` itself could skip either."""
+    calls = [(m, c) for m, p in MODULES.items() for c in _calls(p) if _dotted(c.func).endswith("mechanical.land")]
+    elsewhere = [_where(m, c) for m, c in calls if m != "hive.merge.lander"]
+    assert not elsewhere, "a landing outside the Lander:\n    " + "\n    ".join(elsewhere)
+    assert calls, "the check sees no landing where there is one"
+
+
 def test_only_worktrees_resets_a_worktree() -> None:
     """Nothing but `hive/workspace/` resets or overwrites a worktree's files: `worktrees` (it
     keeps the heads first), `spares` (only a worktree `worktrees` handed over after keeping its

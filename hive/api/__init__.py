@@ -25,16 +25,16 @@ from hive.backends.base import Usage
 from hive.cost import GROUPS as COST_GROUPS
 from hive.cost import Report as CostReport
 from hive.cost import describe as describe_usage
-from hive.agents import jails
 from hive.errors import BadInput, HiveError
-from hive.merge import mechanical, pipeline
+from hive.merge import mechanical
+from hive.merge.lander import Lander, done_base
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
 from hive.runtime import watch as runtime_watch
 from hive.state.index import Problem
 from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.state.store import notify
-from hive.workspace import landings, worktrees
+from hive.workspace import worktrees
 
 __all__ = ["COST_GROUPS", "CostReport", "Finalized", "Hive", "Review", "StatusWatch", "Told", "Usage",
            "describe_usage"]
@@ -220,13 +220,9 @@ class Hive:
             worktrees.recreate(project.paths, issue.id)
         runtime = Runtime(project.paths)
         try:
-            landing = mechanical.land(project.paths, config.target_branch, issue.id, head,
-                                      pipeline.done_base(project, issue.id),
-                                      pipeline.test_gate(runtime.handoffs().get(issue.id, ""), config),
-                                      config.test_timeout_seconds,
-                                      jail=lambda worktree: jails.worktree_jail(config, project.paths, worktree),
-                                      recorded=landings.recorded_of(issue),
-                                      blockers={b: project.index.get(b) for b in issue.depends_on}, by_person=True)
+            lander = Lander(project)
+            landing = lander.land(lander.plan(issue, head, done_base(project, issue.id),
+                                              runtime.handoffs().get(issue.id, ""), by_person=True))
             if landing.status != "merged":
                 raise HiveError(f"{issue.id} not merged ({landing.status}): "
                                 f"{landing.detail.splitlines()[0] if landing.detail else ''}")

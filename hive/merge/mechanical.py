@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping, Protocol
 
 import pygit2
 
@@ -84,41 +84,76 @@ MAX_TARGET_RACES = 20
 Publish = Callable[[pygit2.Repository, str, str], FastForward]
 
 
-def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
-         test_commands: list[str], timeout: float, record: Callable[[str], None] = lambda _: None,
-         trust_head: bool = False, target_ref: str = "", publish: Publish | None = None,
-         test_started: Callable[[int], None] = lambda _: None,
-         jail: Callable[[Path], JailSpec | None] = lambda _: None, *, recorded: str = "",
-         blockers: dict[str, Issue | None] | None = None, by_person: bool = False) -> Landing:
-    """The whole mechanical tier for one branch: replay, test, fast-forward.
+@dataclass(frozen=True)
+class Plan:
+    """One work branch to land, and what decides whether it may (`hive.merge.lander` makes it)."""
+    issue_id: str
+    head: str
+    base: str                          # where the branch's own commits start (its worker's base)
+    test_commands: list[str]           # the gate: the agent's own command, then the project's
+    timeout: float
+    recorded: str = ""                 # the landing the issue file records (`merged`)
+    blockers: Mapping[str, Issue | None] = field(default_factory=dict)
+    trust_head: bool = False           # replay from the merge base: the refinery rewrote the branch
+    by_person: bool = False            # `git hive finalize`: hive's own files may land too
 
-    `record(commit)` is called before the target moves, so that an interrupted merge can tell
-    afterwards whether it landed. With `trust_head`, a head that does not sit on the target is
-    replayed from its merge base (used after the refinery rewrote the branch). A shared daemon
-    replays onto its remote-tracking `target_ref` and moves the remote with `publish`. The tests
-    run in `jail(worktree)`. Work that changes hive's own files (`needs_person`) lands only
-    `by_person` (`git hive finalize`): otherwise it waits.
+
+@dataclass(frozen=True)
+class Target:
+    """Where a landing goes: the local branch, or (shared mode) the remote's, moved by `publish`."""
+    branch: str
+    ref: str = ""                      # the ref replayed onto ("": refs/heads/<branch>)
+    publish: Publish | None = None     # None: fast-forward the local branch and its checkout
+
+
+class LandingEvents(Protocol):
+    """What the caller hears of a landing while it runs."""
+
+    def candidate(self, commit: str) -> None:
+        """The commit about to become the target, recorded before the target moves, so that an
+        interrupted merge can tell afterwards whether it landed."""
+
+    def test_started(self, pid: int) -> None:
+        """A test command's process group started (a daemon killed meanwhile: the next ends it)."""
+
+
+class Quiet:
+    """No one listening (`git hive finalize`, the bench)."""
+
+    def candidate(self, commit: str) -> None:
+        pass
+
+    def test_started(self, pid: int) -> None:
+        pass
+
+
+def land(paths: git.RepoPaths, target: Target, plan: Plan, events: LandingEvents = Quiet(),
+         jail: Callable[[Path], JailSpec | None] = lambda _: None) -> Landing:
+    """The whole mechanical tier for one branch: replay, test, fast-forward; the tests run in
+    `jail(worktree)`. Work that changes hive's own files (`needs_person`) lands only
+    `plan.by_person`: otherwise it waits.
 
     Landing is idempotent and in order, on every target tip it tries: an issue whose recorded
     landing is already on the target (this machine's, before a crash, or the `merged` commit
-    another machine finalized) is only finalized; one whose `blockers` are not all on
-    the target waits for them (`hive.workspace.landings`).
+    another machine finalized) is only finalized; one whose blockers are not all on the target
+    waits for them (`hive.workspace.landings`).
     """
     repo = worktrees.open_repo(paths)
-    local = not target_ref and publish is None
-    target_ref = target_ref or git.branch_ref(target)
-    publish = publish or (lambda repo_, old, new: fast_forward(paths, repo_, target, old, new))
+    local = target.publish is None
+    target_ref = target.ref or git.branch_ref(target.branch)
+    publish = target.publish or (lambda repo_, old, new: fast_forward(paths, repo_, target.branch, old, new))
+    issue_id, head, base, trust_head = plan.issue_id, plan.head, plan.base, plan.trust_head
     for _ in range(MAX_TARGET_RACES):
         ref = repo.references.get(target_ref)
         if ref is None:
-            return Landing("waiting", detail=f"target branch {target} does not exist")
+            return Landing("waiting", detail=f"target branch {target.branch} does not exist")
         tip = str(ref.target)
-        landed = landings.landed_commit(repo, tip, issue_id, recorded)
+        landed = landings.landed_commit(repo, tip, issue_id, plan.recorded)
         if landed:
-            return Landing("merged", commit=landed, detail=f"already on {target}")
-        late = landings.blockers_off_target(repo, tip, blockers or {})
+            return Landing("merged", commit=landed, detail=f"already on {target.branch}")
+        late = landings.blockers_off_target(repo, tip, dict(plan.blockers))
         if late:
-            return Landing("waiting", detail=f"waits for its blocker(s) {', '.join(late)} to be on {target}")
+            return Landing("waiting", detail=f"waits for its blocker(s) {', '.join(late)} to be on {target.branch}")
         if head == tip:
             candidate = head
         else:
@@ -130,29 +165,29 @@ def land(paths: git.RepoPaths, target: str, issue_id: str, head: str, base: str,
             if not replayed.ok:
                 return Landing("conflict", detail=replayed.detail)
             candidate = replayed.head
-        held = [] if by_person else needs_person(repo, paths, tip, candidate)
+        held = [] if plan.by_person else needs_person(repo, paths, tip, candidate)
         if held:
             return Landing("waiting", detail=f"its work changes {', '.join(held)}: it waits for a person "
                                               f"(`git hive finalize {issue_id}` lands it)")
-        if local and test_commands:
+        if local and plan.test_commands:
             # a person's uncommitted change in the way: wait before the tests, not after them
             # (a waiting entry is retried on every wake; its test suite must not run each time).
             # Without tests the fast-forward's own check comes at once: one `git status` is enough.
-            waiting = checkout_waiting(paths, repo, target, tip, candidate)
+            waiting = checkout_waiting(paths, repo, target.branch, tip, candidate)
             if waiting:
                 return Landing("waiting", detail=waiting)
-        if candidate != head and test_commands:
+        if candidate != head and plan.test_commands:
             # the tests run in the worker's worktree, on the replayed commit; without tests nothing
             # reads that worktree again (finalize removes it), so it is not rewritten for nothing
             worktrees.sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)
-        for command in test_commands:
-            result = run_test(command, worktree, timeout, jail(worktree), test_started)
+        for command in plan.test_commands:
+            result = run_test(command, worktree, plan.timeout, jail(worktree), events.test_started)
             if not result.ok:
                 why = "timed out" if result.timed_out else "failed"
                 return Landing("tests", detail=f"`{command}` {why}:\n{result.output}")
         landings.record_landing(repo, issue_id, candidate)   # a landing counts only as recorded
-        record(candidate)
+        events.candidate(candidate)
         moved = publish(repo, tip, candidate)
         if moved.ok:
             return Landing("merged", commit=candidate)

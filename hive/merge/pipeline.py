@@ -20,14 +20,11 @@ from typing import Any, Callable
 import pygit2
 
 from hive import git, lifecycle
-from hive.agents import jails
 from hive.backends.base import IDLE, PERMISSION, USAGE, Event, Usage
-from hive.config import Config
 from hive.lifecycle import TransitionRefused
-from hive.merge import mechanical
 from hive.merge.host import MergeHost
+from hive.merge.lander import Lander, done_base
 from hive.merge.refinery import Refinery
-from hive.project import Project
 from hive.runtime import handover, process_start_time
 from hive.runtime.merge_queue import Entry
 from hive.state import history
@@ -242,31 +239,14 @@ class MergeProcessor:
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
                      from_refinery: bool = False) -> bool:
-        paths = self.project.paths
-        await asyncio.to_thread(worktrees.prepare_for_merge, paths, issue.id, head)
-        commands = test_gate(entry.test_command, self.config)
-        shared = self.host.shared_target
-        test_agent, tested = f"test-{issue.id}", list[int]()
-
-        def test_started(pid: int) -> None:   # listed like an agent: a later daemon ends it first
-            if tested:
-                self.host.runtime.remove_agent(test_agent)
-            tested.append(pid)
-            self.host.runtime.add_agent(id=test_agent, issue_id=issue.id, role="test", pid=pid,
-                                        pid_start=process_start_time(pid), worktree=str(worktrees.worktree_path(
-                                            paths, issue.id)))
-
+        await asyncio.to_thread(worktrees.prepare_for_merge, self.project.paths, issue.id, head)
+        lander = Lander(self.project, self.host.shared_target)
+        plan = lander.plan(issue, head, entry.base_commit, entry.test_command, trust_head=from_refinery)
+        events = _EntryEvents(self, entry)
         try:
-            landing = await asyncio.to_thread(
-                mechanical.land, paths, self.config.target_branch, issue.id, head, entry.base_commit, commands,
-                self.config.test_timeout_seconds, lambda commit: self._update(entry, merged_commit=commit),
-                from_refinery, shared.target_ref if shared is not None else "",
-                shared.publish_target if shared is not None else None, test_started,
-                lambda worktree: jails.worktree_jail(self.config, paths, worktree),
-                recorded=landings.recorded_of(issue), blockers={b: self.project.index.get(b) for b in issue.depends_on})
+            landing = await asyncio.to_thread(lander.land, plan, events)
         finally:
-            if tested:
-                self.host.runtime.remove_agent(test_agent)
+            events.tests_ended()
         if landing.status == "merged":
             if landing.detail:
                 self.host.log(f"{issue.id} {landing.detail}: finalized, not landed again")
@@ -412,16 +392,30 @@ def rejection_text(head: str, reason: str, detail: str) -> str:
     return text
 
 
-def test_gate(agent_test_command: str, config: Config) -> list[str]:
-    """What a landing must pass, wherever it lands (the pipeline, after a restart, `git hive
-    finalize`): the test command the agent's result named, then the configured one."""
-    return [c for c in (agent_test_command, config.test_command) if c]
+class _EntryEvents:
+    """What the pipeline does while one entry lands: the candidate recorded on the entry (a
+    restarted daemon finalizes it once it is on the target), each test command listed like an
+    agent (a later daemon ends one left running before it touches the worktree)."""
 
+    def __init__(self, processor: MergeProcessor, entry: Entry):
+        self.processor, self.entry = processor, entry
+        self.test_agent, self.tested = f"test-{entry.issue_id}", list[int]()
 
-def done_base(project: Project, issue_id: str) -> str:
-    """The base commit a worker recorded in its `done` commit (Hive-Base trailer), if any."""
-    done = history.last_event(project.paths, issue_id, "done")
-    return done.trailers.get("Hive-Base", "") if done else ""
+    def candidate(self, commit: str) -> None:
+        self.processor._update(self.entry, merged_commit=commit)
+
+    def test_started(self, pid: int) -> None:
+        runtime = self.processor.host.runtime
+        if self.tested:
+            runtime.remove_agent(self.test_agent)
+        self.tested.append(pid)
+        runtime.add_agent(id=self.test_agent, issue_id=self.entry.issue_id, role="test", pid=pid,
+                          pid_start=process_start_time(pid),
+                          worktree=str(worktrees.worktree_path(self.processor.project.paths, self.entry.issue_id)))
+
+    def tests_ended(self) -> None:
+        if self.tested:
+            self.processor.host.runtime.remove_agent(self.test_agent)
 
 
 def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
