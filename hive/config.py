@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from hive import lines
 from hive.backends import registry
+from hive.jail import mechanisms as jail_mechanisms
 from hive.errors import BadInput
 from hive.git import branch_ref, read_ref, run
 
@@ -79,8 +80,9 @@ class Config:
     target_branch: str = _key("main", "Branch that finished work is merged into.", nonempty=True)
     merge_mode: str = _key("auto", "auto: merge when green; manual: wait for `git hive review`.",
                            choices=("auto", "manual"))
-    sandbox: str = _key("on", "on: agents run in an OS jail (bubblewrap); off: unjailed, warned at every start.",
-                        choices=("on", "off"))
+    sandbox: str = _key("on", "on: agents run in an OS jail (the first mechanism that works here); a mechanism's "
+                              "name (bubblewrap): that one or none; off: unjailed, warned at every start.",
+                        choices=jail_mechanisms.choices())
     touches_mode: str = _key(
         "wait", "wait: an issue whose declared touches meet a busy issue's files waits for its landing; "
                 "advise: where only declared globs meet, it starts when nothing else is ready.",

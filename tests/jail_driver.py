@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 from hive import git
 from hive.jail import NoJail, prepare, roles
@@ -24,7 +25,8 @@ def main(argv: list[str]) -> int:
     repo, issue_id, command, *endpoints = argv
     paths = git.discover(repo)
     worktree = worktree_path(paths, issue_id)
-    jail = roles.worktree_jail(paths, worktree).extended(endpoints=tuple(endpoints))
+    mechanism = os.environ.get("HIVE_TEST_JAIL_MECHANISM", "on")        # the one under test
+    jail = replace(roles.worktree_jail(paths, worktree), mechanism=mechanism).extended(endpoints=tuple(endpoints))
     try:
         launch = prepare(["sh", "-c", command], cwd=str(worktree), env=dict(os.environ), jail=jail)
     except NoJail as e:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from hive.jail import JailSpec, prepare, support
+from hive.jail import JailSpec, mechanisms, prepare, support
 from hive.jail.environment import jail_environment
 from tests.daemon_helpers import RUN, hive_dir, write_script
 from tests.hostile import FORKED, GONE, READ_ONLY, SLEEPER, Scene, attempts, processes_with, require_jail
@@ -37,9 +37,10 @@ TEST_COMMAND_ATTEMPTS = {
 }
 
 
-def test_the_hostile_agent_corpus_escapes_nothing(repo: Path, tmp_path: Path, git_env: Path, git, new_issue,
-                                                  state_log, make_repo, wait_for) -> None:
-    require_jail()
+@pytest.mark.parametrize("mechanism", mechanisms.names())
+def test_the_hostile_agent_corpus_escapes_nothing(mechanism: str, repo: Path, tmp_path: Path, git_env: Path, git,
+                                                  new_issue, state_log, make_repo, wait_for) -> None:
+    require_jail(mechanism)
     scene = Scene.build(repo, git_env, tmp_path, git, make_repo)
     victim = new_issue("An honest worker beside the hostile ones")
     corpus = attempts(scene.home, repo, scene.other, hive_dir(repo), victim)
@@ -60,7 +61,7 @@ def test_the_hostile_agent_corpus_escapes_nothing(repo: Path, tmp_path: Path, gi
         ids[label] = new_issue(f"attempt {label}", labels=[label])
     scene.snapshot(git)
 
-    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(write_script(tmp_path, script)),
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(write_script(tmp_path, script)), "HIVE_SANDBOX": mechanism,
            "HIVE_MAX_RETRIES": "0", "HIVE_MAX_AGENT_SWITCHES": "0", "HIVE_ANOMALY_FAILURE_THRESHOLD": "1000"}
     daemon = subprocess.run([*RUN, "--until-idle", "--max-agents", "3"], cwd=repo, capture_output=True,
                             text=True, env=env, timeout=600)
@@ -135,7 +136,7 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
 
     require_jail()
     launch = prepare(["true"], cwd=str(tmp_path), env={"PATH": "/bin"}, jail=JailSpec(writable=(str(tmp_path),)))
-    assert support().bwrap in launch.argv and launch.argv[-2:] == ["--", "true"]
+    assert support().program in launch.argv and launch.argv[-2:] == ["--", "true"]
     assert subprocess.run(launch.argv, env=launch.env).returncode == 0
     launch.release()
     monkeypatch.setenv("HIVE_BWRAP", str(tmp_path / "no-bwrap"))
@@ -148,6 +149,54 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
         assert unjailed.argv == ["true"] and unjailed.env == {"PATH": "/bin", "TMPDIR": "/tmp"}
     finally:
         detect.support.cache_clear()
+
+
+def test_the_mechanisms_registry_decides_the_jail_and_names_the_fix_when_it_cannot(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """`sandbox = "on"` takes the first mechanism that works here; a named one is that one or a
+    refusal naming the fix (never another one); a name no mechanism has says the choices."""
+    from hive.jail import NoJail, detect
+
+    require_jail()
+    for name in mechanisms.names():
+        named = support(name)
+        assert named.ok and named.mechanism == name, named
+        launch = prepare(["true"], cwd=str(tmp_path), env={"PATH": "/bin"},
+                         jail=JailSpec(writable=(str(tmp_path),), mechanism=name))
+        assert named.program in launch.argv and subprocess.run(launch.argv, env=launch.env).returncode == 0
+        launch.release()
+    assert support().mechanism == mechanisms.names()[0]
+    unknown = support("chroot")
+    assert not unknown.ok and "no jail mechanism 'chroot'" in unknown.reason
+    assert all(choice in unknown.fix for choice in mechanisms.choices())
+    with pytest.raises(NoJail, match="no jail mechanism 'chroot'"):
+        prepare(["true"], cwd=str(tmp_path), env={}, jail=JailSpec(writable=(), mechanism="chroot"))
+    monkeypatch.setenv("HIVE_BWRAP", str(tmp_path / "no-bwrap"))
+    detect.support.cache_clear()
+    try:
+        broken = support("bubblewrap")
+        assert not broken.ok and "HIVE_BWRAP names no executable bwrap" in broken.reason and broken.fix
+    finally:
+        detect.support.cache_clear()
+
+
+def test_sandbox_accepts_on_off_and_every_mechanism_and_nothing_else(repo: Path, hive) -> None:
+    for choice in mechanisms.choices():
+        hive("config", "set", "sandbox", choice, cwd=repo)
+        assert hive("config", "get", "sandbox", cwd=repo).stdout.strip() == choice
+    refused = hive("config", "set", "sandbox", "chroot", cwd=repo, check=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert all(choice in refused.stderr for choice in mechanisms.choices()), refused.stderr
+
+
+def test_a_named_mechanism_that_cannot_be_built_stops_real_agents_with_one_line(repo: Path, hive,
+                                                                               new_issue) -> None:
+    new_issue("Would be worked")
+    env = {**NO_BWRAP, "HIVE_SANDBOX": "bubblewrap", "HIVE_CLAUDE_COMMAND": "true"}
+    done = hive("run", "--backend", "claude", "--until-idle", cwd=repo, env=env, check=False)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stdout + done.stderr
+    assert f"cannot jail the claude agents: {NO_BWRAP_REASON}" in lines[0]
 
 
 # -- no jail, no real agents ----------------------------------------------------------------------

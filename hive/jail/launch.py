@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hive.errors import HiveError
-from hive.jail import bubblewrap
-from hive.jail.detect import support
+from hive.jail import mechanisms
+from hive.jail.mechanisms import support
 from hive.jail.environment import jail_environment
 from hive.jail.limits import ProcessCap
 from hive.jail.network import Gate, NoNetwork, open_gate
@@ -39,7 +39,7 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
     if jail is None:
         return Launch(list(argv), dict(env))
     inside = {**jail_environment(env, jail.provider_env), **dict(jail.env)}
-    found = support()
+    found = support(jail.mechanism)
     if not found.ok:
         if not strict:
             return Launch(list(argv), inside)
@@ -53,5 +53,5 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
         inside.update(gate.env)
         argv = [*gate.relay, *argv]
     cap = ProcessCap.make(jail.max_processes)
-    line = bubblewrap.command(found.bwrap, jail, argv, cwd, inside, gate.folder if gate else "")
+    line = mechanisms.command(found, jail, argv, cwd, inside, gate.folder if gate else "")
     return Launch(cap.command(line), {}, cap, gate)

@@ -38,6 +38,7 @@ class JailSpec:
     endpoints: tuple[str, ...] = ()
     provider_env: tuple[str, ...] = ()
     home: str = field(default_factory=lambda: os.path.expanduser("~"))
+    mechanism: str = "on"                      # what builds it (`mechanisms`): "on", the first that works here
 
     def extended(self, *, writable: tuple[str, ...] = (), readable: tuple[str, ...] = (),
                  endpoints: tuple[str, ...] = (), provider_env: tuple[str, ...] = ()) -> JailSpec:

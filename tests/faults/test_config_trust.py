@@ -74,6 +74,22 @@ def test_a_changed_setting_is_ignored_until_approved(repo: Path, git, hive) -> N
     assert "removes test_command" in got.stderr
 
 
+def test_an_agent_cannot_pick_the_jail_mechanism_through_the_targets_hive_toml(make_repo, git, hive) -> None:
+    """A mechanism's name in `sandbox` chooses how agents are contained: from `.hive.toml` it
+    counts only once a person approved it, like `off`."""
+    from hive.jail import mechanisms
+
+    repo = make_repo("mechanism")
+    hive("init", cwd=repo)
+    for name in mechanisms.names():
+        commit_toml(git, repo, f'sandbox = "{name}"\n')     # as an agent's landed commit would
+        got = hive("config", "get", "sandbox", cwd=repo)
+        assert got.stdout.strip() == "on", got.stdout
+        assert "changes sandbox, not approved on this machine: ignored" in got.stderr
+        hive("config", "approve", cwd=repo)
+        assert hive("config", "get", "sandbox", cwd=repo).stdout.strip() == name
+
+
 def test_init_approves_the_settings_of_the_project_it_sets_up(make_repo, git, hive) -> None:
     repo = make_repo("fresh")
     commit_toml(git, repo, 'test_command = "make check"\n')
