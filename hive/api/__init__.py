@@ -15,9 +15,10 @@ tests/test_api.py runs its examples.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from hive import cost as spending
 from hive import issues, lifecycle, report
@@ -26,6 +27,8 @@ from hive.cost import GROUPS as COST_GROUPS
 from hive.cost import Report as CostReport
 from hive.cost import describe as describe_usage
 from hive.errors import BadInput, HiveError
+from hive.initialize import initialize
+from hive.remote import Remote, SyncReport
 from hive.merge import mechanical
 from hive.merge.lander import Lander, done_base
 from hive.project import Project
@@ -34,10 +37,11 @@ from hive.runtime import watch as runtime_watch
 from hive.state.index import Problem
 from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.state.store import notify
-from hive.workspace import worktrees
+from hive.state.watch import wakeups
+from hive.workspace import retention, worktrees
 
-__all__ = ["COST_GROUPS", "CostReport", "Finalized", "Hive", "Review", "StatusWatch", "Told", "Usage",
-           "describe_usage"]
+__all__ = ["COST_GROUPS", "CostReport", "Finalized", "Hive", "Pruned", "Review", "StatusWatch", "Synced", "Told",
+           "Usage", "describe_usage"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,23 @@ class Review:
     deletions: int
     inspect: str                # the command that shows the diff ("" without a branch)
     merge: str                  # the command that lands it
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What `sync()` exchanged with a remote (`report`: `remote.SyncReport`, as `sync --json` prints it)."""
+    remote: str
+    report: SyncReport
+    pruned: list[str]            # the remote's work branches of finished issues deleted (prune=True)
+    pushed_target: bool          # the target branch was pushed (push_target=True)
+    target: str
+    unpushed: int                # commits of the target the remote lacks (< 0: the two have diverged)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    attempts: list[tuple[str, str]]     # (ref, commit) of each kept attempt removed
+    transcripts: list[str]              # the transcript files removed
 
 
 @dataclass(frozen=True)
@@ -98,14 +119,19 @@ class Hive:
         self.project = project
 
     @classmethod
-    def open(cls, path: Path | str | None = None, *, sync: bool = True) -> Hive:
+    def open(cls, path: Path | str | None = None, *, sync: bool = True, warn: bool = False) -> Hive:
         """The hive of the repository at `path` (default: the current directory), caught up with
         the person's saved edits in `.hive/` and the branch, as every command starts (`sync=False`:
-        not yet; `status()` catches up itself)."""
+        not yet; `status()` catches up itself; `warn`: the invalid files found said on stderr)."""
         project = Project.open(path)
         if sync:
-            project.sync(warn=False)
+            project.sync(warn=warn)
         return cls(project)
+
+    @property
+    def checkout(self) -> Path:
+        """`.hive/`: the editable checkout of `hive/state`."""
+        return self.project.paths.state_checkout
 
     def close(self) -> None:
         self.project.close()
@@ -136,6 +162,10 @@ class Hive:
     def problems(self) -> list[Problem]:
         """The files on `hive/state` that are not valid (file:line and why), as `doctor` lists them."""
         return self.project.index.problems()
+
+    def state_tip(self) -> str:
+        """The commit `hive/state` points at ("" before the first)."""
+        return self.project.store.tip() or ""
 
     def resolve(self, issue_id: str) -> str:
         return issues.resolve_id(self.project, issue_id)
@@ -191,6 +221,81 @@ class Hive:
             return lifecycle.retry(self.project, runtime, self.resolve(issue_id))
         finally:
             runtime.close()
+
+    # -- upkeep ----------------------------------------------------------------------------------
+    @staticmethod
+    def init(path: Path | str | None = None) -> list[str]:
+        """Set the repository at `path` up for hive (`git hive init`): what it did, [] when nothing
+        was left to do (it is safe to run again)."""
+        return initialize(Path(path) if path is not None else None)
+
+    def prune(self, older_than_days: float | None = None) -> Pruned:
+        """Remove kept attempts and session transcripts past their retention (`attempt_retention_days`,
+        `transcript_retention_days` and `transcript_max_mb`, or `older_than_days` for both); never
+        the transcripts of an issue in progress (`git hive prune`)."""
+        config, paths = self.project.config, self.project.paths
+        busy = {issue.id for issue in self.project.index.list(["in_progress"])}   # a session may be writing
+        pruned = retention.prune(worktrees.open_repo(paths), paths.hive_dir,
+                                 config.attempt_retention_days if older_than_days is None else older_than_days,
+                                 config.transcript_retention_days if older_than_days is None else older_than_days,
+                                 config.transcript_max_mb * retention.MB, busy)
+        return Pruned([(a.ref, a.commit) for a in pruned.attempts], [str(p) for p in pruned.transcripts])
+
+    def sync(self, remote: str | None = None, *, prune: bool = False, push_target: bool = False,
+             log: Callable[[str], None] = lambda _: None) -> Synced:
+        """Fetch `hive/state` from `remote` (default: `sync_remote`, else origin), merge it with the
+        hive rules and push it, retried when someone pushed meanwhile (`git hive sync`); `log` hears
+        what git does. An unreachable remote is `report.offline`: nothing exchanged, nothing lost."""
+        shared = self._remote(remote, log)
+        report = shared.sync()
+        pruned = shared.prune_work_branches() if prune and not report.offline else []
+        target, unpushed = self.project.config.target_branch, 0
+        if push_target and not report.offline:
+            pushed = shared.push_branch(target)
+            if not pushed.ok:
+                raise HiveError(f"could not push {target} to {shared.name}: {pushed.message}")
+        elif not report.offline and shared.fetch(target):
+            unpushed = shared.unpushed(target)
+        return Synced(shared.name, report, pruned, push_target and not report.offline, target, unpushed)
+
+    def reset_remote(self, remote: str | None = None, *,
+                     log: Callable[[str], None] = lambda _: None) -> tuple[str, list[str]]:
+        """Replace a `hive/state` this machine refused on `remote` with this machine's: (the remote's
+        name, what the replaced one held that this one drops, one line each)."""
+        shared = self._remote(remote, log)
+        return shared.name, shared.reset()
+
+    def _remote(self, remote: str | None, log: Callable[[str], None]) -> Remote:
+        shared = Remote(self.project, remote or self.project.config.sync_remote or "origin")
+        shared.log = log
+        return shared
+
+    def watch(self, committed: Callable[[str], None], refused: Callable[[str], None],
+              tick_ms: int = 1000) -> None:
+        """Commit valid edits saved in `.hive/` as they happen (`git hive watch`), telling
+        `committed` each file committed and `refused` each problem of one that is not; returns
+        on KeyboardInterrupt. `tick_ms`: the safety net's period, not the hot path."""
+        project = self.project
+
+        async def loop() -> None:
+            first = True
+            # the first wakeup (a tick or an event) comes once the watcher is live, and then sweeps
+            # up what was saved while it started
+            async for wake in wakeups(project, timeout_ms=tick_ms):
+                if wake.checkout_paths or first:
+                    result = project.absorb(full=first, only=None if first else wake.checkout_paths)
+                    first = False
+                    for path in result.committed:
+                        committed(path)
+                    for problem in result.problems:
+                        refused(str(problem))
+                project.checkout.refresh()
+                project.update_index()
+
+        try:
+            asyncio.run(loop())
+        except KeyboardInterrupt:
+            return
 
     # -- the merge step by hand (`merge_mode = "manual"`) --------------------------------------
     def reviews(self) -> list[Review]:

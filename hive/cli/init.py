@@ -8,9 +8,9 @@ import click
 @click.command()
 def init() -> None:
     """Set up this repository for hive (safe to run again: it changes nothing then)."""
-    from hive.initialize import initialize
+    from hive.api import Hive
 
-    done = initialize()
+    done = Hive.init()
     if not done:
         click.echo("hive is already set up here: nothing to change")
         return

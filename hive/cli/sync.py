@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hive.cli.listing import print_json
+from hive.cli.listing import open_project, print_json
 from hive.cli.output import unpushed_target
 from hive.errors import HiveError
 
@@ -18,48 +18,38 @@ from hive.errors import HiveError
               help="Replace a hive/state this machine refused with this machine's (says what it drops).")
 def sync(remote: str | None, as_json: bool, prune: bool, push_target: bool, reset_remote: bool) -> None:
     """Fetch hive/state from REMOTE, merge it with the hive rules, push; retried if someone pushed."""
-    from hive.project import Project
-    from hive.remote import Remote
+    from hive.api import Hive
 
-    project = Project.open()
-    project.sync()
-    name = remote or project.config.sync_remote or "origin"
-    shared = Remote(project, name)
-    shared.log = lambda line: click.echo(line, err=True)
+    hive = Hive(open_project())
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
     if reset_remote:
-        for line in shared.reset():
-            click.echo(line, err=True)
-        click.echo(f"{name}: hive/state reset to this machine's ({(project.store.tip() or '')[:12]})")
+        name, dropped = hive.reset_remote(remote, log=say)
+        for line in dropped:
+            say(line)
+        click.echo(f"{name}: hive/state reset to this machine's ({hive.state_tip()[:12]})")
         return
-    report = shared.sync()
-    pruned = shared.prune_work_branches() if prune and not report.offline else []
-    target = project.config.target_branch
-    if push_target and not report.offline:
-        pushed = shared.push_branch(target)
-        if not pushed.ok:
-            raise HiveError(f"could not push {target} to {name}: {pushed.message}")
-        click.echo(f"pushed {target} to {name}", err=True)
-    elif not report.offline and shared.fetch(target):
-        _say_unpushed(shared, name, target)
+    done = hive.sync(remote, prune=prune, push_target=push_target, log=say)
+    report = done.report
+    if done.pushed_target:
+        say(f"pushed {done.target} to {done.remote}")
+    elif done.unpushed:
+        say(f"warning: {unpushed_target(done.remote, done.target, done.unpushed)}")
     if as_json:
-        print_json(report.to_json() | ({"pruned": pruned} if prune else {}))
+        print_json(report.to_json() | ({"pruned": done.pruned} if prune else {}))
     else:
         for decision in report.decisions:
             click.echo(f"merged: {decision}")
         for warning in report.warnings:
             click.echo(f"warning: {warning}", err=True)
         if report.offline:
-            raise HiveError(f"{name} is unreachable: nothing was exchanged (local state is intact)")
+            raise HiveError(f"{done.remote} is unreachable: nothing was exchanged (local state is intact)")
         changed = f" ({len(report.changed_issues)} issue(s) changed)" if report.changed_issues else ""
-        click.echo(f"{name}: {report.incoming} commit(s) in{changed}, {report.outgoing} out")
+        click.echo(f"{done.remote}: {report.incoming} commit(s) in{changed}, {report.outgoing} out")
         if prune:
-            click.echo(f"pruned {len(pruned)} finished work branch(es)" + (f": {', '.join(pruned)}" if pruned else ""))
+            click.echo(f"pruned {len(done.pruned)} finished work branch(es)"
+                       + (f": {', '.join(done.pruned)}" if done.pruned else ""))
     if report.offline:
         raise SystemExit(1)
-
-
-def _say_unpushed(shared, name: str, target: str) -> None:
-    """The landings on the target branch that the remote lacks (sync shares hive/state only)."""
-    missing = shared.unpushed(target)
-    if missing:
-        click.echo(f"warning: {unpushed_target(name, target, missing)}", err=True)
