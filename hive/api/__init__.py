@@ -26,6 +26,10 @@ from hive.backends.base import Usage
 from hive.cost import GROUPS as COST_GROUPS
 from hive.cost import Report as CostReport
 from hive.cost import describe as describe_usage
+from hive.agents.note_effect import MIN_COUNT
+from hive.api import notes as note_api
+from hive.api.notes import CATEGORIES as NOTE_CATEGORIES
+from hive.api.notes import Effect, Effects as NoteEffects, Group, NotesPruned
 from hive.errors import BadInput, HiveError
 from hive.initialize import initialize
 from hive.remote import Remote, SyncReport
@@ -40,8 +44,9 @@ from hive.state.store import notify
 from hive.state.watch import wakeups
 from hive.workspace import retention, worktrees
 
-__all__ = ["COST_GROUPS", "CostReport", "Finalized", "Hive", "Pruned", "Review", "StatusWatch", "Synced", "Told",
-           "Usage", "describe_usage"]
+__all__ = ["COST_GROUPS", "CostReport", "Effect", "Finalized", "Group", "Hive", "MIN_COUNT", "NOTE_CATEGORIES",
+           "NoteEffects", "NotesPruned", "Pruned", "Review", "StatusWatch", "Synced", "Told", "Usage",
+           "describe_usage"]
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,31 @@ class Hive:
             return lifecycle.retry(self.project, runtime, self.resolve(issue_id))
         finally:
             runtime.close()
+
+    # -- notes -----------------------------------------------------------------------------------
+    def note(self, text: str, category: str = "context", issue_id: str = "") -> str:
+        """A note later agents get in their prompts: the project's, or `issue_id`'s (returned, "" for
+        the project's). `category`: one of `NOTE_CATEGORIES`."""
+        return note_api.add(self.project, text, category, issue_id)
+
+    def notes(self, issue_id: str = "", archived: bool = False) -> list[dict[str, Any]]:
+        """The notes (of one issue; the archived ones), oldest first: category, content, issue,
+        agent, at, attempt, tokens, key."""
+        return note_api.listed(self.project, issue_id, archived)
+
+    def note_effects(self) -> NoteEffects:
+        """What notes did on this machine: the outcomes of attempts that received each note (and
+        category) against comparable ones that did not (`git hive notes --effect`)."""
+        return note_api.effects(self.project)
+
+    def prune_notes(self, unused_days: float | None = None, harmful: bool = False,
+                    min_count: int = MIN_COUNT, dry_run: bool = False) -> NotesPruned:
+        """Archive unused and/or harmful notes to `notes/archive/` (`git hive notes prune`)."""
+        return note_api.prune(self.project, unused_days, harmful, min_count, dry_run)
+
+    def restore_notes(self, keys: Iterable[str]) -> int:
+        """Bring archived notes back by key; how many moved."""
+        return note_api.restore(self.project, list(keys))
 
     # -- upkeep ----------------------------------------------------------------------------------
     @staticmethod

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from hive.cli.issues import resolve
 from hive.cli.listing import open_project, print_json
 from hive.cli.output import escaped, table
 
 if TYPE_CHECKING:
-    from hive.agents.note_effect import Effect, Group
-    from hive.project import Project
-    from hive.runtime.attempt_log import Attempt
+    from hive.api import Effect, Group, Hive
 
-CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")
-LISTED = ("category", "content", "issue", "agent", "at", "attempt", "tokens", "key")
-MIN_COUNT = 5   # hive.agents.note_effect.MIN_COUNT, here so that --help loads nothing
+CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")   # hive.api.NOTE_CATEGORIES: --help loads nothing
+MIN_COUNT = 5   # hive.api.MIN_COUNT, here so that --help loads nothing
 
 
 @click.command()
@@ -27,16 +22,12 @@ MIN_COUNT = 5   # hive.agents.note_effect.MIN_COUNT, here so that --help loads n
 @click.option("--issue", "issue_id", default="", help="Attach the note to this issue (default: the project).")
 def note(text: str, category: str, issue_id: str) -> None:
     """Add a note that later agents get in their prompts."""
-    from hive import issues
+    from hive.api import Hive
+    from hive.errors import BadInput
 
     if not text.strip():
-        from hive.errors import BadInput
-
         raise BadInput("the note is empty")
-    project = open_project()
-    issue_id = resolve(project, issue_id) if issue_id else ""
-    line = issues.note_line(text, category, issue=issue_id)
-    issues.add_notes(project, [line], file_id=issue_id or issues.PROJECT_NOTES)
+    issue_id = Hive(open_project()).note(text, category, issue_id)
     click.echo(f"noted ({category}) for {issue_id or 'the project'}")
 
 
@@ -49,15 +40,17 @@ def note(text: str, category: str, issue_id: str) -> None:
 @click.pass_context
 def notes(ctx: click.Context, issue_id: str, archived: bool, effect: bool, as_json: bool) -> None:
     """List notes, oldest first; `notes prune`, `notes restore`."""
+    from hive.api import Hive
+
     if ctx.invoked_subcommand:
         return
-    project = open_project()
+    hive = Hive(open_project())
     if effect:
-        _show_effect(project, as_json)
+        _show_effect(hive, as_json)
         return
-    found = project.index.notes(issue=resolve(project, issue_id) if issue_id else None, archived=archived)
+    found = hive.notes(issue_id, archived=archived)
     if as_json:
-        print_json([{k: n[k] for k in LISTED} for n in found])
+        print_json(found)
         return
     if not found:
         click.echo("no archived notes" if archived else "no notes")
@@ -66,47 +59,23 @@ def notes(ctx: click.Context, issue_id: str, archived: bool, effect: bool, as_js
         click.echo(escaped(f"{n['at']}  {n['key']}  [{n['category']}] {where}: {n['content']}"))
 
 
-def _attempts(project: "Project") -> tuple[list["Attempt"], dict[str, float]]:
-    """This machine's ended attempts and when each note was last received (none: no runtime.db)."""
-    if not (project.paths.hive_dir / "runtime.db").exists():
-        return [], {}
-    from hive.runtime import Runtime
-
-    runtime = Runtime(project.paths)
-    try:
-        return runtime.attempt_log.ended(), runtime.attempt_log.last_seen()
-    finally:
-        runtime.close()
-
-
-def _show_effect(project: "Project", as_json: bool) -> None:
-    from hive.agents import note_effect
-
-    attempts, _ = _attempts(project)
-    categories, per_note = note_effect.by_category(attempts), note_effect.by_note(attempts)
-    known = {n["key"]: n for n in [*project.index.notes(archived=True), *project.index.notes()]}
+def _show_effect(hive: "Hive", as_json: bool) -> None:
+    found = hive.note_effects()
     if as_json:
-        print_json({"attempts": len(attempts), "min_count": note_effect.MIN_COUNT,
-                    "categories": {c: e.as_json() for c, e in categories.items()},
-                    "notes": [{"key": key, **_about(known.get(key)), **e.as_json()} for key, e in per_note.items()]})
+        print_json({"attempts": found.attempts, "min_count": found.min_count,
+                    "categories": {c: e.as_json() for c, e in found.categories.items()},
+                    "notes": [{"key": key, **about, **e.as_json()} for key, about, e in found.notes]})
         return
-    click.echo(f"{len(attempts)} ended attempt(s) on this machine; comparable = same epic and labels; "
-               f"under {note_effect.MIN_COUNT} attempts on a side is weak evidence")
-    if not attempts:
+    click.echo(f"{found.attempts} ended attempt(s) on this machine; comparable = same epic and labels; "
+               f"under {found.min_count} attempts on a side is weak evidence")
+    if not found.attempts:
         return
     headers = ("SEEN", "OK", "TOKENS", "UNSEEN", "OK", "TOKENS", "Δ OK")
     click.echo("\nby category")
-    table([[c, *_cells(e)] for c, e in categories.items()], ("CATEGORY", *headers))
+    table([[c, *_cells(e)] for c, e in found.categories.items()], ("CATEGORY", *headers))
     click.echo("\nby note")
-    table([[key, _about(known.get(key))["category"], *_cells(e), _about(known.get(key))["content"]]
-           for key, e in per_note.items()], ("KEY", "CATEGORY", *headers, "CONTENT"))
-
-
-def _about(note: dict[str, Any] | None) -> dict[str, Any]:
-    if note is None:
-        return {"category": "?", "issue": "", "content": "(no longer on hive/state)", "archived": False}
-    return {"category": note["category"], "issue": note["issue"], "content": note["content"],
-            "archived": bool(note["archived"])}
+    table([[key, about["category"], *_cells(e), about["content"]] for key, about, e in found.notes],
+          ("KEY", "CATEGORY", *headers, "CONTENT"))
 
 
 def _cells(effect: "Effect") -> list[str]:
@@ -128,48 +97,27 @@ def _cells(effect: "Effect") -> list[str]:
 @click.option("--json", "as_json", is_flag=True)
 def prune(unused_days: float | None, harmful: bool, min_count: int, dry_run: bool, as_json: bool) -> None:
     """Archive notes (to notes/archive/ on hive/state: listed by --archived, reversible)."""
-    from hive import issues
-    from hive.agents import note_effect
+    from hive.api import Hive
     from hive.errors import BadInput
 
     if unused_days is None and not harmful:
         raise BadInput("say what to prune: --unused DAYS and/or --harmful")
-    project = open_project()
-    attempts, last_seen = _attempts(project)
-    live = {n["key"]: n for n in project.index.notes()}
-    why: dict[str, str] = {}
-    if unused_days is not None:
-        for n in note_effect.unused(live.values(), last_seen, unused_days, time.time()):
-            why[n["key"]] = f"unused for {unused_days:g} days"
-    if harmful:
-        for key in note_effect.harmful(note_effect.by_note(attempts), min_count):
-            if key in live:
-                why[key] = why.get(key, "") + ("; " if key in why else "") + f"harmful (min count {min_count})"
-    moved = 0 if dry_run else sum(
-        issues.archive_notes(project, {k: live[k]["issue"] for k in why if why[k] == reason}, reason)
-        for reason in sorted(set(why.values())))
-    rows = [{"key": k, "why": why[k], **{f: live[k][f] for f in ("category", "issue", "content")}} for k in sorted(why)]
+    done = Hive(open_project()).prune_notes(unused_days, harmful, min_count, dry_run)
     if as_json:
-        print_json({"archived": moved, "dry_run": dry_run, "notes": rows})
+        print_json({"archived": done.archived, "dry_run": done.dry_run, "notes": done.notes})
         return
-    for row in rows:
+    for row in done.notes:
         click.echo(escaped(f"{row['key']}  [{row['category']}] {row['issue'] or 'project'}: {row['why']}: "
                            f"{row['content'][:80]}"))
-    click.echo(f"{len(rows)} note(s) would be archived" if dry_run else
-               f"{moved} note(s) archived (git hive notes --archived; git hive notes restore KEY)")
+    click.echo(f"{len(done.notes)} note(s) would be archived" if dry_run else
+               f"{done.archived} note(s) archived (git hive notes --archived; git hive notes restore KEY)")
 
 
 @notes.command("restore")
 @click.argument("keys", nargs=-1, required=True)
 def restore(keys: tuple[str, ...]) -> None:
     """Bring archived notes back (their KEY from `notes --archived`)."""
-    from hive import issues
-    from hive.errors import BadInput
+    from hive.api import Hive
 
-    project = open_project()
-    archived = {n["key"]: n for n in project.index.notes(archived=True)}
-    unknown = [k for k in keys if k not in archived]
-    if unknown:
-        raise BadInput(f"no archived note {unknown[0]} (see git hive notes --archived)")
-    moved = issues.restore_notes(project, {k: archived[k]["issue"] for k in keys})
+    moved = Hive(open_project()).restore_notes(keys)
     click.echo(f"{moved} note(s) restored")
