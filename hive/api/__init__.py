@@ -27,7 +27,10 @@ from hive.cost import GROUPS as COST_GROUPS
 from hive.cost import Report as CostReport
 from hive.cost import describe as describe_usage
 from hive.agents.note_effect import MIN_COUNT
-from hive.api import notes as note_api
+from hive.api import logs, notes as note_api
+from hive.api.logs import entries as transcript_entries
+from hive.api.logs import follow_file
+from hive.api.logs import lines as log_lines
 from hive.api.notes import CATEGORIES as NOTE_CATEGORIES
 from hive.api.notes import Effect, Effects as NoteEffects, Group, NotesPruned
 from hive.errors import BadInput, HiveError
@@ -46,7 +49,7 @@ from hive.workspace import retention, worktrees
 
 __all__ = ["COST_GROUPS", "CostReport", "Effect", "Finalized", "Group", "Hive", "MIN_COUNT", "NOTE_CATEGORIES",
            "NoteEffects", "NotesPruned", "Pruned", "Review", "StatusWatch", "Synced", "Told", "Usage",
-           "describe_usage"]
+           "describe_usage", "follow_file", "log_lines", "transcript_entries"]
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,22 @@ class Hive:
             return lifecycle.retry(self.project, runtime, self.resolve(issue_id))
         finally:
             runtime.close()
+
+    # -- logs ------------------------------------------------------------------------------------
+    def transcripts(self, issue_id: str) -> list[Path]:
+        """The transcripts of every session that worked the issue, in order (their entries:
+        `transcript_entries(path)`)."""
+        return logs.transcripts(self.project, self.resolve(issue_id))
+
+    def follow_transcripts(self, issue_id: str, sessions_ended: Callable[[], bool]) -> Iterator[list[Path]]:
+        """The issue's transcripts now and after each change, until it is finished with and
+        `sessions_ended()` (or no daemon runs to end them): `git hive logs ID -f`."""
+        return logs.follow_issue(self.project, self.resolve(issue_id), sessions_ended)
+
+    @property
+    def daemon_log(self) -> Path:
+        """The daemon's log (`git hive logs`; its lines: `log_lines(path)`, followed: `follow_file`)."""
+        return self.project.paths.daemon_log
 
     # -- notes -----------------------------------------------------------------------------------
     def note(self, text: str, category: str = "context", issue_id: str = "") -> str:
