@@ -1,4 +1,4 @@
-"""git hive demo"""
+"""git hive demo (`hive.api.demo.run`)"""
 
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ import click
               help="Build the demo repository here and keep it (default: a temp dir, removed).")
 def demo(keep: Path | None) -> None:
     """A whole run in a temporary repository: scripted agents, no API key needed."""
-    from hive.demo import run_demo
-    from hive.errors import BadInput
+    from hive.api import demo as the_demo
 
-    if keep is not None and keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
-        raise BadInput(f"--keep {keep}: it exists and is not empty; give a new directory")
-    sys.exit(run_demo(keep))
+    sys.exit(the_demo.run(keep))
