@@ -90,3 +90,14 @@ def test_an_escalated_issue_says_how_to_recover(repo, hive, git):
     assert f"the work is in {worktree}" in shown and f"`git hive update {issue} --status done`" in shown
     assert f"`git hive retry {issue}`" in shown and f"`git hive cancel {issue}`" in shown
     assert "hive needs you" not in hive("show", hive("create", "fine", cwd=repo).stdout.strip(), cwd=repo).stdout
+
+
+def test_demo_keep_refuses_a_folder_that_holds_anything(hive, tmp_path):
+    """`git hive demo --keep DIR` builds a repository there: a folder with something in it is
+    refused (exit 2, one line), and what it holds is left alone."""
+    kept = tmp_path / "mine"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("my notes\n")
+    done = hive("demo", "--keep", str(kept), cwd=tmp_path, check=False)
+    assert done.returncode == 2 and "it exists and is not empty; give a new directory" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and [p.name for p in kept.iterdir()] == ["notes.txt"]
