@@ -13,6 +13,8 @@ the others).
 from __future__ import annotations
 
 import importlib
+import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -87,6 +89,23 @@ class BackendSettings(Protocol):
     def acp_mode(self) -> str: ...
 
     def backend_for(self, role: str) -> str: ...
+
+
+def agent_cli_problem(config: BackendSettings, role: str) -> str | None:
+    """Why the CLI of `role`'s backend cannot be started (not found), or None if it can (what
+    `run` and `plan` check before they start anything, and `doctor` reports)."""
+    backend = config.backend_for(role)
+    setting = kind(backend).command_setting
+    if not setting:
+        return None
+    command = getattr(config, setting)
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        argv = []
+    if argv and shutil.which(argv[0]):
+        return None
+    return f"{role} backend {backend}: `{command}` not found (set {setting}, or choose --backend)"
 
 
 def cli_version(name: str, argv: list[str], env: dict[str, str] | None, timeout: float) -> str:

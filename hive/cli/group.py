@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "doctor": ("doctor", "doctor", "Check (and with --fix, repair) this repository's hive setup."),
     "reindex": ("doctor", "reindex", "Rebuild the SQLite index from hive/state."),
     "config": ("config", "config", "Read and change configuration (get | set | list)."),
-    "merge-driver": ("doctor", "merge_driver", "The `hive` git merge driver (called by git)."),
+    "merge-driver": ("merge_driver", "merge_driver", "The `hive` git merge driver (called by git)."),
     "logs": ("logs", "logs", "Transcripts of the sessions that worked an issue (no ID: the daemon's log)."),
     "tell": ("tell", "tell", "Send a message to the agent working an issue."),
     "prune": ("prune", "prune", "Remove kept attempts and session transcripts past their retention."),

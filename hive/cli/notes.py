@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -10,7 +10,7 @@ from hive.cli.listing import open_project, print_json
 from hive.cli.output import escaped, table
 
 if TYPE_CHECKING:
-    from hive.api import Effect, Group, Hive
+    from hive.api import Effect, Group, NoteEffects
 
 CATEGORIES = ("discovery", "gotcha", "pattern", "dependency", "context")   # hive.api.NOTE_CATEGORIES: --help loads nothing
 MIN_COUNT = 5   # hive.api.MIN_COUNT, here so that --help loads nothing
@@ -40,15 +40,15 @@ def note(text: str, category: str, issue_id: str) -> None:
 @click.pass_context
 def notes(ctx: click.Context, issue_id: str, archived: bool, effect: bool, as_json: bool) -> None:
     """List notes, oldest first; `notes prune`, `notes restore`."""
-    from hive.api import Hive
+    from hive.api import notes as reading
 
     if ctx.invoked_subcommand:
         return
-    hive = Hive(open_project())
+    project = open_project()
     if effect:
-        _show_effect(hive, as_json)
+        _show_effect(reading.effects(project), as_json)
         return
-    found = hive.notes(issue_id, archived=archived)
+    found = reading.listed(project, _resolved(project, issue_id), archived=archived)
     if as_json:
         print_json(found)
         return
@@ -59,8 +59,16 @@ def notes(ctx: click.Context, issue_id: str, archived: bool, effect: bool, as_js
         click.echo(escaped(f"{n['at']}  {n['key']}  [{n['category']}] {where}: {n['content']}"))
 
 
-def _show_effect(hive: "Hive", as_json: bool) -> None:
-    found = hive.note_effects()
+def _resolved(project: Any, issue_id: str) -> str:
+    """The full id of a given prefix (only when one is given: the listing loads no more)."""
+    if not issue_id:
+        return ""
+    from hive.api import Hive
+
+    return Hive(project).resolve(issue_id)
+
+
+def _show_effect(found: "NoteEffects", as_json: bool) -> None:
     if as_json:
         print_json({"attempts": found.attempts, "min_count": found.min_count,
                     "categories": {c: e.as_json() for c, e in found.categories.items()},

@@ -13,7 +13,6 @@ from hive.agents import jails, permissions
 from hive.backends import registry
 from hive.backends.base import PermissionRequest
 from hive.cli import plan as plan_cli
-from hive.cli import preflight
 from hive.cli import run as run_cli
 from hive.jail import detect
 
@@ -50,7 +49,7 @@ def test_an_untrusted_kind_does_not_start_where_no_jail_can_be_built(name: str, 
 def test_a_missing_cli_is_named_with_its_setting(name: str, tmp_path: Path) -> None:
     setting = registry.kind(name).command_setting
     chosen = config.Config(backend=name, **{setting: str(tmp_path / "not-installed")})
-    problem = preflight.agent_cli_problem(chosen, "worker")
+    problem = registry.agent_cli_problem(chosen, "worker")
     assert problem is not None and f"set {setting}" in problem and name in problem
 
 
