@@ -103,8 +103,8 @@ def _checks(fix: bool, say: Callable[[str], None], paths: git.RepoPaths) -> list
         results.append((False, f"config: {exc}"))
         return results
     results.append((True, "config"))
-    missing = missing_target_branch(paths, config.target_branch)
-    results.append((missing is None, missing or f"target branch {config.target_branch}"))
+    no_target = missing_target_branch(paths, config.target_branch)
+    results.append((no_target is None, no_target or f"target branch {config.target_branch}"))
     results.append(_check_jail(config))
     results.append(_orphans_check(project, config, fix, say))
     for role in ("worker", "refinery", "queen"):

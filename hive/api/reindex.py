@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hive.errors import BadInput
 from hive.project import Project
 from hive.state.index import Problem
 
@@ -17,7 +18,7 @@ __all__ = ["Reindexed", "reindex"]
 class Reindexed:
     issues: int
     seconds: float
-    problems: list[Problem]        # invalid edits in .hive/ (not indexed) and invalid files on the branch
+    problems: list[BadInput | Problem]   # invalid edits in .hive/ (not indexed), invalid files on the branch
 
 
 def reindex(path: Path | str | None = None) -> Reindexed:
