@@ -140,7 +140,9 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
 
     require_jail()
     launch = prepare(["true"], cwd=str(tmp_path), env={"PATH": "/bin"}, jail=JailSpec(writable=(str(tmp_path),)))
-    assert support().program in launch.argv and launch.argv[-2:] == ["--", "true"]
+    assert launch.cap is not None                           # the command last, inside, under the bound
+    bounded = ["--", *launch.cap.bounded(["true"])]
+    assert support().program in launch.argv and launch.argv[-len(bounded):] == bounded
     assert subprocess.run(launch.argv, env=launch.env).returncode == 0
     launch.release()
     monkeypatch.setenv("HIVE_BWRAP", str(tmp_path / "no-bwrap"))

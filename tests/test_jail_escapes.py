@@ -94,12 +94,13 @@ class Jailed:
     def worktree(self, issue_id: str = WORKER) -> Path:
         return worktrees.worktree_path(self.paths, issue_id)
 
-    def run(self, command: str, *endpoints: str) -> dict:
-        """`command` in the worker's jail, as the jailed user: {"returncode", "output"} or {"refused"}."""
+    def run(self, command: str, *endpoints: str, settings: dict[str, str] | None = None) -> dict:
+        """`command` in the worker's jail, as the jailed user: {"returncode", "output"} or {"refused"}
+        (`settings`: the driver's HIVE_TEST_JAIL_* ones)."""
         python, path = _python_for(self.user)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "LANG": "C.UTF-8",
                mechanisms.module(self.mechanism).PROGRAM_ENV: self.program, "PYTHONPATH": path,
-               "GIT_CONFIG_NOSYSTEM": "1", "HIVE_TEST_JAIL_MECHANISM": self.mechanism}
+               "GIT_CONFIG_NOSYSTEM": "1", "HIVE_TEST_JAIL_MECHANISM": self.mechanism, **(settings or {})}
         argv = [python, str(DRIVER), str(self.repo), WORKER, command, *endpoints]
         if self.user == "nobody":
             _chown(self.root, NOBODY)
@@ -352,6 +353,17 @@ def test_an_agent_start_is_refused_for_a_stub_bwrap(tmp_path: Path, monkeypatch:
             prepare(["true"], cwd=str(tmp_path), env={}, jail=roles.JailSpec(writable=(str(tmp_path),)))
     finally:
         detect.support.cache_clear()
+
+
+def test_a_user_running_more_processes_than_the_bound_still_gets_a_jail_bounded_alone(jailed: Jailed) -> None:
+    """The process bound counts the jail's own processes: a user already running more than it
+    outside (a desktop's threads, a sibling agent's fork bomb) gets a jail, and the jail is held
+    to it."""
+    result = jailed.run("i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); done; echo forked $i",
+                        settings={"HIVE_TEST_JAIL_MAX_PROCESSES": "16", "HIVE_TEST_JAIL_BUSY": "24"})
+    assert "refused" not in result and "namespace failed" not in result["output"], result
+    assert "forked 40" not in result["output"], result                    # held to its own bound
+    assert re.search(r"Cannot fork|can't fork|Resource temporarily unavailable", result["output"]), result
 
 
 def test_the_hostile_corpus_is_refused_as_this_user(jailed: Jailed) -> None:

@@ -53,5 +53,5 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
         inside.update(gate.env)
         argv = [*gate.relay, *argv]
     cap = ProcessCap.make(jail.max_processes)
-    line = mechanisms.command(found, jail, argv, cwd, inside, gate.folder if gate else "")
-    return Launch(cap.command(line), {}, cap, gate)
+    line = mechanisms.command(found, jail, cap.bounded(argv), cwd, inside, gate.folder if gate else "")
+    return Launch(cap.joined(line), {}, cap, gate)

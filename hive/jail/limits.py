@@ -1,9 +1,13 @@
-"""The process limit of a jail: a pids cgroup where hive may make one, else RLIMIT_NPROC.
+"""The process limit of a jail: a pids cgroup where hive may make one, and RLIMIT_NPROC.
 
-RLIMIT_NPROC counts per user namespace (Linux 5.14+), so inside the jail's own namespace it bounds
-the jail alone — but the kernel never applies it to root. Running as root, the bound is a child of
-the `pids` cgroup hive runs in (cgroup v2 with `pids` delegated to its subtree, or the v1 `pids`
-hierarchy), made per jailed command and removed when it has ended.
+RLIMIT_NPROC counts per user namespace (Linux 5.14+), and a namespace made while it is in force
+bounds by it everything its maker's user runs: so it is set inside the jail, once its namespace
+exists, where it bounds the jail alone. Set before (on the `bwrap` that makes the namespace) it
+would count every process of the user, and a user already running more (a desktop's threads, a
+sibling agent's fork bomb) would get no jail at all. Running as root (whose RLIMIT_NPROC the
+kernel does not hold to), the bound is a child of the `pids` cgroup hive runs in (cgroup v2 with
+`pids` delegated to its subtree, or the v1 `pids` hierarchy), made per jailed command, joined
+before the jail is made and removed when it has ended.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "hive-jail-"
 STALE_SECONDS = 60.0   # a jail's first process joins its cgroup at once: one this old and empty is left over
 _last_sweep: dict[Path, float] = {}
-# $1 the process bound, $2 the cgroup.procs to join ("" for none), then the command; a lower
-# limit already in force stays (only root may raise one)
-ENTER = ('n=$1; procs=$2; shift 2; '
-         'if [ -n "$procs" ]; then echo $$ > "$procs" || { echo "hive jail: cannot enter $procs" >&2; exit 126; }; fi; '
-         'ulimit -u "$n" 2>/dev/null || ulimit -p "$n" 2>/dev/null; exec "$@"')
+# inside the jail: $1 the process bound, then the command; a lower limit already in force stays
+# (only root may raise one)
+BOUND = 'n=$1; shift; ulimit -u "$n" 2>/dev/null || ulimit -p "$n" 2>/dev/null; exec "$@"'
+# outside: $1 the cgroup.procs to join, then the jail's command line
+JOIN = 'echo $$ > "$1" || { echo "hive jail: cannot enter $1" >&2; exit 126; }; shift; exec "$@"'
 
 
 def _own_cgroup_dirs() -> list[Path]:
@@ -80,12 +84,17 @@ class ProcessCap:
             return "pids cgroup"
         return "RLIMIT_NPROC" if os.geteuid() != 0 else ""
 
-    def command(self, argv: list[str]) -> list[str]:
-        """`argv` started inside the bound: a `/bin/sh` that joins the cgroup (when there is one),
-        sets RLIMIT_NPROC (soft and hard), then execs `argv`. A shell and not a `preexec_fn`:
-        Python forks (no vfork) for one, which costs more than the whole jail (bench/jail.py)."""
-        procs = str(self.cgroup / "cgroup.procs") if self.cgroup is not None else ""
-        return ["/bin/sh", "-c", ENTER, "hive-jail", str(self.max_processes), procs, *argv]
+    def bounded(self, argv: list[str]) -> list[str]:
+        """`argv` under RLIMIT_NPROC (soft and hard): a `/bin/sh` that sets it, then execs `argv`,
+        run inside the jail. A shell and not a `preexec_fn`: Python forks (no vfork) for one,
+        which costs more than the whole jail (bench/jail.py)."""
+        return ["/bin/sh", "-c", BOUND, "hive-jail", str(self.max_processes), *argv]
+
+    def joined(self, line: list[str]) -> list[str]:
+        """The jail's command `line` started in the cgroup, when there is one."""
+        if self.cgroup is None:
+            return list(line)
+        return ["/bin/sh", "-c", JOIN, "hive-jail", str(self.cgroup / "cgroup.procs"), *line]
 
     def release(self) -> None:
         """Remove the cgroup once nothing runs in it (hive killed the jail's processes first)."""
