@@ -24,7 +24,8 @@ import pygit2
 
 from hive import git
 from hive.agents.jails import queen_jail
-from hive.backends.base import PERMISSION, Backend, Event, SessionSpec, TurnResult
+from hive.agents.session import AgentSession, Grant, SessionLost
+from hive.backends.base import Backend, SessionSpec, TurnResult
 from hive.backends.transcripts import new_transcript, plan_folder
 from hive.errors import BadInput, HiveError
 from hive.project import Project
@@ -454,20 +455,15 @@ class Queen:
         self.slug = slug
         self.log = log
         self.directory = plan_dir(project, slug)
-        self.session_id = ""
         # the session's transcript (`git hive plan` shows it live)
         self.transcript = Path(new_transcript(plan_folder(project.paths.hive_dir, slug), "queen"))
-        backend.on(PERMISSION, self._on_permission)
+        # it reads the repository and writes only its plan directory; no runtime.db: no daemon
+        self.session = AgentSession(backend, None, Grant("queen", root=str(project.paths.main_worktree),
+                                                         plan_root=str(self.directory)), log=log)
 
-    async def _on_permission(self, event: Event) -> None:
-        from hive.agents.permissions import decide
-
-        if event.session_id != self.session_id:
-            return
-        verdict = decide(event.data, role="queen", root=str(self.project.paths.main_worktree),
-                         plan_root=str(self.directory))
-        await self.backend.reply_permission(event.session_id, event.data.request_id, verdict.allow,
-                                            verdict.reason)
+    @property
+    def session_id(self) -> str:
+        return self.session.id
 
     async def _ask(self, text: str) -> TurnResult:
         if not self.session_id:
@@ -476,8 +472,11 @@ class Queen:
                                model=config.model_for("queen"), system_prompt=QUEEN_SYSTEM_PROMPT,
                                jail=queen_jail(config, self.project.paths, self.directory),
                                transcript=str(self.transcript))
-            self.session_id = await self.backend.create_session(spec)
-        return await self.backend.run_turn(self.session_id, text)
+            await self.session.open(spec)
+        try:
+            return await self.session.turn(text)
+        except SessionLost as exc:
+            return TurnResult(False, str(exc))
 
     def _first_prompt(self) -> str:
         snap = self.project.store.snapshot()
@@ -523,14 +522,7 @@ class Queen:
 
     async def close(self, abort: bool = False) -> None:
         """End the session; `abort` (an interruption) ends its process group at once."""
-        if self.session_id:
-            try:
-                if abort:
-                    await self.backend.abort_session(self.session_id)
-                await self.backend.delete_session(self.session_id)
-            except (KeyError, RuntimeError):
-                pass
-            self.session_id = ""
+        await self.session.close(abort)
         try:
             await self.backend.stop()
         except Exception:  # noqa: BLE001

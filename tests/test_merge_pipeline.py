@@ -334,7 +334,6 @@ def test_a_refinery_that_claims_merged_is_verified_by_hive(repo, paths, new_issu
 
 def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, paths, new_issue, script,
                                                                        tmp_path):
-    from hive.backends.base import IDLE, USAGE
     from hive.backends.scripted import ScriptedBackend
     from hive.merge import refinery as refinery_module
     from hive.merge.refinery import Refinery
@@ -348,8 +347,6 @@ def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, 
     logs: list[str] = []
     daemon = Daemon(project, backend, project.config, log=logs.append)
     refinery = Refinery(daemon, backend)
-    backend.on(IDLE, refinery.on_event)
-    backend.on(USAGE, refinery.on_event)
     issue = project.index.get(new_issue("Conflicting work"))
     worktree = tmp_path / "wt"
     worktree.mkdir()

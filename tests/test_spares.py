@@ -128,10 +128,10 @@ def test_a_worktree_an_agent_may_still_write_is_never_spared(repo):
     host = SimpleNamespace(project=SimpleNamespace(paths=paths), config=None, runtime=None,
                            worker_running=lambda issue: issue in running)
     refinery = Refinery.__new__(Refinery)
-    refinery.session_id, refinery.cwd = "", ""
+    refinery.cwd = ""
     merge = MergeProcessor(host, refinery)  # type: ignore[arg-type]
     assert not merge.may_spare(ISSUE)
     running.clear()
     assert merge.may_spare(ISSUE)
-    refinery.session_id, refinery.cwd = "s-refinery", str(worktrees.worktree_path(paths, ISSUE))
+    refinery.cwd = str(worktrees.worktree_path(paths, ISSUE))
     assert not merge.may_spare(ISSUE) and merge.may_spare(NEXT)

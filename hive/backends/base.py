@@ -138,6 +138,10 @@ class Backend(Protocol):
     def on(self, event_type: str, handler: Handler) -> None:
         """Call `handler` for every event of `event_type` ("*": all). ValueError: unknown type."""
 
+    def on_session(self, session_id: str, handler: Handler | None) -> None:
+        """Call `handler` for every event of that session (one handler per session, replaced by a
+        later call; None: none). A permission request no handler hears is refused."""
+
     async def connect_with_reconnect(self) -> None:
         """Get ready to start sessions. HiveError when the agent CLI is missing or unusable."""
 

@@ -8,7 +8,8 @@ answers from them the protocol's status call and the introspection calls tests a
 (`list_sessions`, `get_messages`, `get_pending_permissions`: not part of the protocol), and holds
 the plumbing that does not depend on the CLI:
 
-* `on` and `_emit` (no event of a deleted session; a failing handler is logged, not raised);
+* `on`, `on_session` and `_emit` (no event of a deleted session; a failing handler is logged, not
+  raised; a permission request that no handler hears is refused, so no agent waits on it forever);
 * `send_message_async` / `run_turn` around the backend's `_send_turn`: each turn sent gets exactly
   one `idle`, turns end in the order they were sent, so `run_turn` returns its own turn's result
   (the one `idle` that ends it, or a failure when the process exits or the session is deleted);
@@ -31,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hive.backends.base import (
-    EVENT_TYPES, EXITED, IDLE, MESSAGE, PROVIDER_ERROR, Event, Handler, PermissionRequest, SessionStatus,
+    EVENT_TYPES, EXITED, IDLE, MESSAGE, PERMISSION, PROVIDER_ERROR, Event, Handler, PermissionRequest, SessionStatus,
     TurnResult,
 )
 from hive.backends.transcripts import Recorder, cut
@@ -39,24 +40,36 @@ from hive.backends.transcripts import Recorder, cut
 log = logging.getLogger(__name__)
 
 MAX_PAST_SESSIONS = 1000          # deleted sessions remembered for a later resume
+UNHEARD = "no one answers this session's requests"
 
 
 class EventBus:
-    """The `on()`/emit half of the protocol."""
+    """The `on()`/`on_session()`/emit half of the protocol."""
 
     def __init__(self) -> None:
         self._handlers: dict[str, list[Handler]] = {}
+        self._by_session: dict[str, Handler] = {}
 
     def on(self, event_type: str, handler: Handler) -> None:
         if event_type not in EVENT_TYPES and event_type != "*":
             raise ValueError(f"unknown event type {event_type!r}")
         self._handlers.setdefault(event_type, []).append(handler)
 
-    async def emit(self, event: Event) -> None:
-        for handler in (*self._handlers.get(event.type, ()), *self._handlers.get("*", ())):
+    def on_session(self, session_id: str, handler: Handler | None) -> None:
+        if handler is None:
+            self._by_session.pop(session_id, None)
+        else:
+            self._by_session[session_id] = handler
+
+    async def emit(self, event: Event) -> bool:
+        """Call the event's handlers; whether it had any."""
+        mine = self._by_session.get(event.session_id)
+        handlers = (*self._handlers.get(event.type, ()), *self._handlers.get("*", ()), *((mine,) if mine else ()))
+        for handler in handlers:
             outcome = handler(event)
             if outcome is not None:
                 await outcome
+        return bool(handlers)
 
 
 @dataclass(eq=False)
@@ -113,12 +126,17 @@ class SessionBackend(abc.ABC):
     def on(self, event_type: str, handler: Handler) -> None:
         self._bus.on(event_type, handler)
 
+    def on_session(self, session_id: str, handler: Handler | None) -> None:
+        self._bus.on_session(session_id, handler)
+
     async def _emit(self, s: Any, type_: str, data: Any = None) -> None:
         if s.deleted or not s.id:
             return
         self._record_event(s, type_, data)
         try:
-            await self._bus.emit(Event(type_, s.id, data))
+            heard = await self._bus.emit(Event(type_, s.id, data))
+            if not heard and type_ == PERMISSION:
+                await self.reply_permission(s.id, data.request_id, False, UNHEARD)
         except Exception:                               # a bad handler must not kill the reader
             log.exception("%s backend: %s handler failed for session %s", self.name, type_, s.id)
         if type_ == IDLE:
@@ -197,6 +215,7 @@ class SessionBackend(abc.ABC):
         if s is None:
             return
         s.deleted = True
+        self._bus.on_session(s.id, None)
         self._past[s.id] = self._remember(s)
         while len(self._past) > MAX_PAST_SESSIONS:
             self._past.pop(next(iter(self._past)))

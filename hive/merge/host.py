@@ -10,7 +10,7 @@ from typing import Protocol
 
 import pygit2
 
-from hive.backends.base import Backend, Event
+from hive.backends.base import Backend
 from hive.config import Config
 from hive.project import Project
 from hive.runtime import Runtime
@@ -71,8 +71,6 @@ class MergeHost(RefineryHost, Protocol):
 
     async def agents_started(self, at_most: float) -> None:
         """Return once no agent is being started, or after `at_most` seconds."""
-
-    async def answer_permission(self, event: Event) -> None: ...
 
     def worker_running(self, issue_id: str) -> bool:
         """Whether the issue's worker (and so maybe its agent, in its worktree) has not ended yet."""

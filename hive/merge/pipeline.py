@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pygit2
 
 from hive import git, lifecycle
-from hive.backends.base import IDLE, PERMISSION, USAGE, Event, Usage
+from hive.backends.base import Usage
 from hive.lifecycle import TransitionRefused
 from hive.merge.host import MergeHost
 from hive.merge.lander import Lander, done_base
@@ -49,12 +49,7 @@ def attach(host: MergeHost) -> "MergeProcessor | None":
         backend = host.backend
     else:
         backend = backend_for_role(config, "refinery", str(paths.hive_dir), str(paths.main_worktree))
-    processor = MergeProcessor(host, Refinery(host, backend))
-    if backend is not host.backend:
-        backend.on(IDLE, processor.on_event)
-        backend.on(USAGE, processor.on_event)
-        backend.on(PERMISSION, host.answer_permission)
-    return processor
+    return MergeProcessor(host, Refinery(host, backend))
 
 
 class MergeProcessor:
@@ -117,16 +112,6 @@ class MergeProcessor:
                     worktrees.remove(self.project.paths, issue_id, target=self.config.target_branch)
 
     # -- events ---------------------------------------------------------------------------------
-
-    def on_event(self, event: Event) -> None:
-        if event.type in (IDLE, USAGE) and self.refinery.owns(event.session_id):
-            self.refinery.on_event(event)
-
-    def owns_session(self, session_id: str) -> bool:
-        return self.refinery.owns(session_id)
-
-    def session_root(self, session_id: str) -> str:
-        return self.refinery.root or str(self.project.paths.worktrees_dir)
 
     def poke(self) -> None:
         self._wake.set()

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from hive import cost, git
 from hive.agents import jails, protocol
-from hive.backends.base import USAGE, Backend, Event, SessionSpec, Usage
+from hive.agents.session import AgentSession, Grant, SessionLost
+from hive.backends.base import Backend, SessionSpec, TurnResult, Usage
 from hive.backends.transcripts import issue_folder, new_transcript
 from hive.merge.host import RefineryHost
 from hive.prompts import load, material, render
-from hive.runtime import process_start_time
 from hive.state.issue_file import Issue
 
 RENEW_TOKENS = 100_000
@@ -37,39 +37,35 @@ class Verdict:
 
 
 class Refinery:
+    """The refinery's policy: when its session is renewed, what it is asked, how its answer reads,
+    and whose merge its spending goes to. The session itself is an `AgentSession`."""
+
     def __init__(self, host: RefineryHost, backend: Backend):
         self.host = host
         self.backend = backend
-        self.session_id = ""
+        self.session = AgentSession(backend, host.runtime, Grant("refinery"), on_usage=self._spent,
+                                    on_open=self._record_agent, log=host.log)
         self.messages = 0
-        self.tokens = 0
         self.renewals = 0
-        self.root = ""                       # the worktree of the task in progress
         self.cwd = ""                        # the worktree the session was started in (and its jail's)
-        self.session_usage = Usage()         # the session's totals as last reported
         self.unrecorded: dict[str, Usage] = {}   # issue -> spend on its merge not yet on hive/state
         self.issue_id = ""                   # the issue of the task in progress
         self.spent = Usage()                 # everything its sessions spent in this process
 
-    def owns(self, session_id: str) -> bool:
-        return bool(session_id) and session_id == self.session_id
+    @property
+    def session_id(self) -> str:
+        return self.session.id
 
-    def on_event(self, event: Event) -> None:
-        """USAGE events of the refinery's session (routed here by the pipeline; its turns end in run_turn)."""
-        if not self.owns(event.session_id):
-            return
-        if event.type == USAGE:
-            self.tokens = event.data.total_tokens
-            self.host.runtime.put("refinery_tokens", str(self.tokens))
-            self.host.runtime.update_agent(_agent_id(self.session_id), tokens=event.data.counted_tokens)
-            self._spent(event.data)
+    @property
+    def tokens(self) -> int:
+        """The session's tokens so far (cache reads included): past RENEW_TOKENS it is renewed."""
+        return self.session.usage.total_tokens
 
-    def _spent(self, totals: Usage) -> None:
+    def _spent(self, grown: Usage) -> None:
         """The session's totals grew: the growth is spent on the merge in progress."""
-        grown = totals.growth_since(self.session_usage)
-        self.session_usage = totals
+        self.host.runtime.put("refinery_tokens", str(self.tokens))
+        self.host.runtime.update_agent(_agent_id(self.session_id), tokens=self.session.usage.counted_tokens)
         self.spent = self.spent.plus(grown)
-        self.host.runtime.put(f"session_usage:{self.session_id}", cost.dump_usage(totals))
         if self.issue_id:
             self.unrecorded[self.issue_id] = self.unrecorded.get(self.issue_id, Usage()).plus(grown)
             self._save_unrecorded()
@@ -94,7 +90,7 @@ class Refinery:
         return cost.usage_trailers(usage, usage.counted_tokens, role="refinery",
                                    model=self.host.config.model_for("refinery"), backend=self.backend.name)
 
-    async def _session(self, worktree: Path, issue_id: str) -> str:
+    async def _session(self, worktree: Path, issue_id: str) -> None:
         if self.session_id and self.cwd != str(worktree):
             await self.close()                 # a session starts in (and may write only) its worktree
         if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
@@ -102,10 +98,8 @@ class Refinery:
             await self.close()
             self.renewals += 1
             self.host.runtime.put("refinery_renewals", str(self.renewals))
-        if self.session_id:
-            status = await self.backend.get_session_status(self.session_id)
-            if status.state == "exited":
-                await self.close()
+        if self.session_id and not await self.session.alive():
+            await self.close()
         if not self.session_id:
             config = self.host.config
             spec = SessionSpec(role="refinery", cwd=str(worktree),
@@ -114,36 +108,34 @@ class Refinery:
                                jail=jails.worktree_jail(config, self.host.project.paths, worktree),
                                transcript=new_transcript(issue_folder(self.host.project.paths.hive_dir, issue_id),
                                                          "refinery"))
-            self.session_id = await self.backend.create_session(spec)
+            await self.session.open(spec)
             self.cwd = str(worktree)
             self.messages = 0
-            self.tokens = 0
-            self.session_usage = Usage()
-            self.host.runtime.put("refinery_session", self.session_id)
-            await self._record_agent()
-        return self.session_id
 
     def in_worktree(self, worktree: Path) -> bool:
         """Whether the refinery's session (idle or not) was started in, and may write, `worktree`."""
-        return bool(self.session_id) and self.cwd == str(worktree)
+        return bool(self.cwd) and self.cwd == str(worktree)
 
     async def resolve(self, issue: Issue, worktree: Path, target: str, problem: str) -> Verdict:
         """One refinery task; the verdict comes from the result file the session writes."""
         (worktree / protocol.RESULT_FILE).unlink(missing_ok=True)
         try:
-            session = await self._session(worktree, issue.id)
+            await self._session(worktree, issue.id)
         except Exception as exc:  # noqa: BLE001 - a refinery that cannot start counts as a crash
             return Verdict("crashed", f"could not start a refinery session: {exc}")
-        self.root, self.issue_id = str(worktree), issue.id
+        agent_id = _agent_id(self.session_id)
+        self.issue_id = issue.id
         self.messages += 1
         self.host.runtime.put("refinery_messages", str(self.messages))
         # `status` lists the refinery while it works on an issue, not while its session waits
-        self.host.runtime.update_agent(_agent_id(session), state="busy", issue_id=issue.id)
+        self.host.runtime.update_agent(agent_id, state="busy", issue_id=issue.id)
         try:
-            turn = await self.backend.run_turn(session, task_prompt(issue, worktree, target, problem))
+            turn = await self.session.turn(task_prompt(issue, worktree, target, problem))
+        except SessionLost as exc:
+            turn = TurnResult(False, str(exc))
         finally:
-            self.root, self.issue_id = "", ""
-            self.host.runtime.update_agent(_agent_id(session), state="idle", issue_id="")
+            self.issue_id = ""
+            self.host.runtime.update_agent(agent_id, state="idle", issue_id="")
         if not turn.ok:
             await self.close()
             return Verdict("crashed", turn.error or "the refinery's turn failed")
@@ -153,32 +145,21 @@ class Refinery:
         return Verdict(result.status, result.summary)
 
     async def abort(self) -> None:
-        if self.session_id:
-            try:
-                await self.backend.abort_session(self.session_id)
-            except (KeyError, RuntimeError):
-                pass
+        await self.session.abort()
 
-    async def _record_agent(self) -> None:
+    def _record_agent(self, session: AgentSession) -> None:
         """List the session's process among the daemon's agents, so that a daemon started after
         this one was killed ends it (as it does workers) before anything touches its worktree."""
-        try:
-            status = await self.backend.get_session_status(self.session_id)
-        except (KeyError, RuntimeError):
-            return
-        pid = status.pid or 0
-        self.host.runtime.add_agent(id=_agent_id(self.session_id), issue_id="", role="refinery",
-                                      session_id=self.session_id, backend=self.backend.name, pid=pid,
-                                      pid_start=process_start_time(pid) if pid else "")
+        self.host.runtime.put("refinery_session", session.id)
+        self.host.runtime.add_agent(id=_agent_id(session.id), issue_id=self.issue_id, role="refinery",
+                                    backend=self.backend.name, **session.process())
 
     async def close(self) -> None:
         if self.session_id:
-            try:
-                await self.backend.delete_session(self.session_id)
-            except (KeyError, RuntimeError):
-                pass
-            self.host.runtime.remove_agent(_agent_id(self.session_id))
-            self.session_id = ""
+            agent_id = _agent_id(self.session_id)
+            await self.session.close()
+            self.host.runtime.remove_agent(agent_id)
+        self.cwd = ""
 
 
 def _agent_id(session_id: str) -> str:

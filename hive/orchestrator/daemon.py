@@ -2,8 +2,8 @@
 
 Wake sources: watchfiles on the `.hive/` checkout and on the `ref-events` file that other hive
 processes and the `reference-transaction` hook append to; a worker finishing. Each worker watches
-its own worktree's notes/result files and waits for its own turns (`run_turn`); the daemon routes
-the backend's usage, activity and permission events of a worker's session to it. A slow safety tick
+its own worktree's notes/result files and waits for its own turns; the backend's events go, by
+session id, to the `AgentSession` they belong to (`hive/agents/session.py`). A slow safety tick
 checks leases and stalls. On each wake the loop brings the state up to date, stops workers whose
 issue was canceled, and spawns workers while below `max_agents` and the ready queue is not empty.
 """
@@ -21,10 +21,9 @@ from functools import partial
 from typing import Any, Callable, Iterator
 
 from hive import git, lifecycle, touches
-from hive.agents import permissions
 from hive.agents.ids import new_agent_id
 from hive.agents.prompts import fyi_message
-from hive.backends.base import BUSY, EXITED, MESSAGE, PERMISSION, PROVIDER_ERROR, USAGE, Backend, Event, Usage
+from hive.backends.base import PROVIDER_ERROR, Backend, Event, Usage
 from hive.config import Config
 from hive.errors import HiveError
 from hive.initialize import record_target_branch
@@ -449,35 +448,7 @@ class Daemon:
     # -- backend events -------------------------------------------------------------------------
 
     def _subscribe(self) -> None:
-        self.backend.on(USAGE, self._on_usage)
-        self.backend.on(PERMISSION, self.answer_permission)
-        self.backend.on(MESSAGE, self._on_activity)
-        self.backend.on(MESSAGE, self._on_message)
-        self.backend.on(BUSY, self._on_activity)
-        self.backend.on(EXITED, self._on_activity)
         self.backend.on(PROVIDER_ERROR, self._on_provider_error)
-
-    def worker_of_session(self, session_id: str) -> Worker | None:
-        """The running worker whose agent session this is."""
-        if session_id:
-            for worker in self.running.values():
-                if worker.session_id == session_id:
-                    return worker
-        return None
-
-    def _worker_of(self, event: Event) -> Worker | None:
-        return self.worker_of_session(event.session_id)
-
-    def _on_activity(self, event: Event) -> None:
-        worker = self._worker_of(event)
-        if worker is not None:
-            worker.on_activity()
-
-    def _on_message(self, event: Event) -> None:
-        """What an agent (a worker, the refinery) said last, for `status`."""
-        data = event.data if isinstance(event.data, dict) else {}
-        if data.get("role") == "assistant":
-            self.runtime.set_last_message(event.session_id, str(data.get("text", "")))
 
     async def _deliver_tells(self) -> None:
         """A person's messages (`git hive tell`) to the sessions working their issues now; the
@@ -486,29 +457,6 @@ class Daemon:
             worker = self.running.get(issue_id)
             if worker is not None and worker.in_turn and await worker.send_told(waiting):
                 self.log(f"{issue_id}: {len(waiting)} message(s) from you passed to its agent")
-
-    def _on_usage(self, event: Event) -> None:
-        worker = self._worker_of(event)
-        usage = event.data
-        if worker is not None:
-            self.tokens_spent(worker.on_usage(usage))
-        elif self.merge is not None:
-            self.merge.on_event(event)
-
-    async def answer_permission(self, event: Event) -> None:
-        """Answer an agent's permission request with hive's policy for its role."""
-        worker = self._worker_of(event)
-        request = event.data
-        if worker is not None and worker.worktree is not None:
-            role, root = "worker", str(worker.worktree.path)
-        elif self.merge is not None and self.merge.owns_session(event.session_id):
-            role, root = "refinery", self.merge.session_root(event.session_id)
-        else:
-            role, root = "worker", "/nonexistent"
-        verdict = permissions.decide(request, role=role, root=root)
-        if not verdict.allow:
-            self.log(f"denied {request.tool} to {role} ({verdict.reason})")
-        await self.backend.reply_permission(event.session_id, request.request_id, verdict.allow, verdict.reason)
 
     def _on_provider_error(self, event: Event) -> None:
         data = event.data if isinstance(event.data, dict) else {}

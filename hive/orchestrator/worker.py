@@ -1,18 +1,18 @@
 """One issue's worker: claim → worktree → session → prompt → result → done, or the escalation chain.
 
-A `Worker` lives as one asyncio task in the daemon. It talks to the agent only through the
-backend protocol — each attempt is one `run_turn`, which an abort (cancel, stop, stall, budget)
-ends — and moves its issue only through `hive.lifecycle` (CAS commits with trailers): every
-transition it makes — retry, switched, done, escalated — is a commit. The daemon routes the
-backend's usage, activity and permission events of the worker's session to it.
+A `Worker` lives as one asyncio task in the daemon. It talks to the agent only through its
+`AgentSession` (`hive/agents/session.py`: usage, permissions and resume happen there) — each
+attempt is one turn, which an abort (cancel, stop, stall, budget) ends — and moves its issue only
+through `hive.lifecycle` (CAS commits with trailers): every transition it makes — retry,
+switched, done, escalated — is a commit. Its policy is the prompt, the judging of the result and
+the issue's budget.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, ContextManager, Protocol
 
@@ -21,6 +21,7 @@ from hive.agents import jails, protocol
 from hive.agents.ids import new_agent_id
 from hive.agents.briefing import brief
 from hive.agents.prompts import WORKER_SYSTEM_PROMPT, told_message
+from hive.agents.session import AgentSession, Grant, SessionLost
 from hive.backends.base import Backend, SessionSpec, TurnResult, Usage
 from hive.backends.transcripts import issue_folder, new_transcript
 from hive.config import Config
@@ -28,7 +29,7 @@ from hive.lifecycle import TransitionRefused
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.watchers import watch_worker_files
 from hive.project import Project
-from hive.runtime import Runtime, handover, process_start_time
+from hive.runtime import Runtime, handover
 from hive.runtime.attempt_log import Seen
 from hive.runtime.tells import Tell
 from hive import issues
@@ -90,6 +91,9 @@ class WorkerHost(Protocol):
 
     def relay_notes(self, source: "Worker", notes: list[dict[str, Any]]) -> None: ...
 
+    def tokens_spent(self, growth: Usage) -> None:
+        """A session's usage grew by `growth` (the run's caps count it)."""
+
     def handoff_done(self, worker: "Worker", outcome: Outcome) -> None: ...
 
     def worker_finished(self, worker: "Worker") -> None: ...
@@ -100,15 +104,15 @@ class Worker:
         self.host = host
         self.issue_id = issue_id
         self.agent_id = agent_id
-        self.session_id = ""
+        # it may work in its worktree only (the path is the issue's, whichever attempt)
+        grant = Grant("worker", str(worktrees.worktree_path(host.project.paths, issue_id)))
+        self.session = AgentSession(host.backend, host.runtime, grant, on_usage=self._spent,
+                                    on_activity=self.on_activity, on_open=self._session_opened, log=self._log)
         self.worktree: worktrees.Worktree | None = None
-        self.in_turn = False           # the agent has its work: a run_turn is in progress
-        self.turn_abort_reason = ""    # why hive aborted the turn in progress (stall, budget)
         self.watch: asyncio.Task[None] | None = None   # the worktree's notes and result files
         self.notes_offset = 0
         self.notes_lock = asyncio.Lock()   # one harvest at a time: each starts where the last ended
         self.harvests: set[asyncio.Task[str]] = set()
-        self.session_usage = Usage()
         self.last_activity = time.monotonic()
         self.started = time.time()
         self.stop_reason = ""          # set when the daemon cancels this worker
@@ -131,6 +135,15 @@ class Worker:
     @property
     def backend(self) -> Backend:
         return self.host.backend
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
+
+    @property
+    def in_turn(self) -> bool:
+        """The agent has its work: a turn is in progress."""
+        return self.session.in_turn
 
     def _log(self, message: str) -> None:
         self.host.log(f"{self.issue_id} {message}")
@@ -286,29 +299,11 @@ class Worker:
         """The attempt's turn: its result (the abort's reason when hive aborted it), or the
         attempt's outcome when the session did not take the prompt."""
         self._check_stop()  # canceled while the session was being set up: never send the work
-        self.turn_abort_reason = ""
-        self.in_turn = True
         self.host.runtime.update_agent(self.agent_id, state="busy")
         try:
-            try:
-                result = await self.backend.run_turn(self.session_id, prompt)
-            except (KeyError, RuntimeError):
-                # the agent ended just after its previous turn: resume its session, send again
-                try:
-                    await self.backend.abort_session(self.session_id)
-                    await self._ensure_session(issue, True)
-                    self._check_stop()
-                    if self.turn_abort_reason:   # stalled meanwhile
-                        return TurnResult(False, self.turn_abort_reason)
-                    result = await self.backend.run_turn(self.session_id, prompt)
-                except (KeyError, RuntimeError, OSError) as exc:
-                    return Outcome(False, f"the agent session did not take the prompt: {exc}")
-        finally:
-            self.in_turn = False
-            self.on_activity()
-        if not result.ok and self.turn_abort_reason:
-            result = TurnResult(False, self.turn_abort_reason)
-        return result
+            return await self.session.turn(prompt)
+        except SessionLost as exc:
+            return Outcome(False, str(exc))
 
     async def _setup_failed(self, error: str) -> Outcome:
         """A failure before the agent started: back off (no hot loop), count it, go on."""
@@ -325,33 +320,27 @@ class Worker:
     async def _ensure_session(self, issue: Issue, resume: bool) -> None:
         assert self.worktree is not None      # prepared before any session
         if self.session_id:
-            status = await self.backend.get_session_status(self.session_id)
-            if status.state != "exited":
+            if await self.session.alive():
                 return
             resume = True
-        budget = self.host.runtime.budget(self.issue_id)
-        previous = self.session_id or (budget.last_session if resume else "")
-        if previous and previous != self.session_id:
-            # a session of an earlier worker (a daemon restart): its totals carry on from hive's record
-            self.session_usage = _stored_usage(self.host.runtime.get(f"session_usage:{previous}", ""))
+        previous = self.session_id or (self.host.runtime.budget(self.issue_id).last_session if resume else "")
         spec = SessionSpec(role="worker", cwd=str(self.worktree.path), model=self.config.model_for("worker"),
                            system_prompt=WORKER_SYSTEM_PROMPT, resume=previous if resume else "",
                            issue_id=self.issue_id, labels=tuple(issue.labels),
                            env={"HIVE_ISSUE": self.issue_id, "HIVE_AGENT_ID": self.agent_id,
                                 **git.agent_git_env()},
                            jail=jails.worktree_jail(self.config, self.project.paths, self.worktree.path),
-                           usage=replace(self.session_usage) if previous else Usage(),
                            transcript=new_transcript(issue_folder(self.project.paths.hive_dir, self.issue_id),
                                                      f"worker-{self.agent_id}"))
-        new_id = await self.backend.create_session(spec)
-        if new_id != previous:
-            self.session_usage = Usage()  # a fresh session counts its usage from zero
-        self.session_id = new_id
-        budget.last_session = self.session_id
+        await self.session.open(spec)
+
+    def _session_opened(self, session: AgentSession) -> None:
+        """Recorded for every session opened (a resume in a turn included): the budget's
+        last session (a later worker resumes it), the agent's pid (recovery ends it)."""
+        budget = self.host.runtime.budget(self.issue_id)
+        budget.last_session = session.id
         self.host.runtime.save_budget(budget)
-        status = await self.backend.get_session_status(self.session_id)
-        self.host.runtime.update_agent(self.agent_id, session_id=self.session_id, pid=status.pid or 0,
-                                         pid_start=process_start_time(status.pid) if status.pid else "")
+        self.host.runtime.update_agent(self.agent_id, **session.process())
 
     def _prompt(self, issue: Issue, previous_failure: str) -> str:
         assert self.worktree is not None
@@ -436,7 +425,6 @@ class Worker:
         """A fresh agent in a clean worktree; the ref the last attempt is kept under ('' if none)."""
         old = self.agent_id
         await self._close_session()
-        self.session_id = ""
         paths = self.project.paths
         head = worktrees.worktree_head(paths, self.issue_id) or worktrees.head_of(paths, self.issue_id)
         await asyncio.to_thread(partial(worktrees.remove, paths, self.issue_id, target=self.config.target_branch))
@@ -491,70 +479,42 @@ class Worker:
         return True
 
     async def _close_session(self) -> None:
-        if self.session_id:
-            try:
-                await self.backend.delete_session(self.session_id)
-            except (KeyError, RuntimeError):
-                pass
+        await self.session.close()
 
     async def abort(self, reason: str) -> None:
         """Stop the agent now (cancel, stop, stall, budget); the run() task then ends."""
         self.stop_reason = reason
         self.stopped.set()
-        await self._abort_session()
+        await self.session.abort(reason)
 
     async def abort_turn(self, reason: str) -> None:
         """End the turn in progress (stall, budget): the attempt fails with `reason`."""
-        if self.in_turn:
-            self.turn_abort_reason = reason  # the session's own "aborted" result must not hide it
-        await self._abort_session()
+        await self.session.abort(reason)
 
-    async def _abort_session(self) -> None:
-        # the backend ends the turn in progress before it returns: run_turn returns, not ok
-        if self.session_id:
-            try:
-                await self.backend.abort_session(self.session_id)
-            except (KeyError, RuntimeError):
-                pass
-
-    # -- events from the backend (routed by the daemon) -------------------------------------
+    # -- events of its session, and its tells ----------------------------------------------
 
     def on_activity(self) -> None:
         self.last_activity = time.monotonic()
 
     async def send_fyi(self, text: str) -> None:
         """Relay a sibling's note; it is queued behind the turn in progress (its result unread)."""
-        if not self.session_id:
-            return
-        try:
-            await self.backend.send_message_async(self.session_id, text)
-        except (KeyError, RuntimeError):
-            pass
+        await self.session.tell(text)
 
     async def send_told(self, told: list[Tell]) -> bool:
         """A person's messages to the session at work (queued behind its turn); whether it took them."""
         session = self.session_id
-        if not session:
-            return False
-        try:
-            await self.backend.send_message_async(session, told_message([t.text for t in told]))
-        except (KeyError, RuntimeError):
+        if not await self.session.tell(told_message([t.text for t in told])):
             return False
         self.host.runtime.tells_delivered(told, f"session {session}")
         return True
 
-    def on_usage(self, usage: Usage) -> Usage:
-        """The session's usage totals grew: spend the growth from the issue's budget; the growth."""
-        self.on_activity()
-        delta = usage.growth_since(self.session_usage)
-        self.session_usage = usage
-        if self.session_id:
-            self.host.runtime.put(f"session_usage:{self.session_id}", json.dumps(asdict(usage)))
-        over = lifecycle.spend(self.host.runtime, self.config, self.issue_id, delta)
+    def _spent(self, growth: Usage) -> None:
+        """The session's usage grew: spent from the issue's budget and the run's."""
+        over = lifecycle.spend(self.host.runtime, self.config, self.issue_id, growth)
         self.host.runtime.update_agent(self.agent_id, tokens=self.host.runtime.budget(self.issue_id).tokens)
+        self.host.tokens_spent(growth)
         if over and self.in_turn:
             asyncio.ensure_future(self.abort_turn(over))
-        return delta
 
     async def _harvest_notes(self) -> str:
         """Commit the notes the agent appended since the last harvest; read off the event loop.
@@ -593,11 +553,4 @@ class Worker:
 def _kept_text(ref: str) -> str:
     return (f"\n\nThat attempt's work is kept as `{ref}` (`git log -p {ref}` shows it); your worktree starts "
             "clean from the base: take from it what is good.")
-
-
-def _stored_usage(text: str) -> Usage:
-    try:
-        return Usage(**json.loads(text))
-    except (ValueError, TypeError):
-        return Usage()
 
