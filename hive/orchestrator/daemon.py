@@ -35,7 +35,8 @@ from hive.orchestrator.progress import PROGRESS_KEY, RunProgress, RunSummary, su
 from hive.orchestrator.logfile import LogFile
 from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.watchers import watch_state
-from hive.orchestrator.worker import Outcome, Worker, taken_from
+from hive.orchestrator.handoff import Handoff
+from hive.orchestrator.worker import Worker, taken_from
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime, handover
 from hive.runtime.tells import Tell
@@ -98,10 +99,11 @@ class Daemon:
         self._published = ""
         # a SharedQueue when the queue is shared through a remote
         self.shared = SharedQueue(self, remote, config.target_branch) if remote else None
+        self.handoff = Handoff(self.shared, self.wake.set)   # done work → the merge step
 
     def use_merge(self, processor: MergeProcessor | None) -> None:
         """The merge pipeline that takes this daemon's done issues (None: a person merges)."""
-        self.merge = processor
+        self.merge = self.handoff.merge = processor
 
     # -- what the worker, the shared queue and the merge pipeline ask of the daemon -------------
 
@@ -364,7 +366,7 @@ class Daemon:
         return False
 
     def start_worker(self, issue_id: str, agent_id: str) -> Worker:
-        worker = Worker(self, issue_id, agent_id)
+        worker = Worker(self, issue_id, agent_id, self.handoff)
         self.runtime.add_agent(id=agent_id, issue_id=issue_id, role="worker", backend=self.backend.name)
         self.running[issue_id] = worker
         worker.task = asyncio.create_task(worker.run(), name=f"worker-{issue_id}")
@@ -522,18 +524,6 @@ class Daemon:
             for note in notes:
                 if same_epic or note["category"] == "gotcha":
                     asyncio.ensure_future(worker.send_fyi(fyi_message(note)))
-
-    # -- done → merge ---------------------------------------------------------------------------
-
-    def handoff_done(self, worker: Worker, outcome: Outcome) -> None:
-        """The work is done: hand the branch to the merge pipeline, or leave it for a person."""
-        if self.shared is not None:
-            asyncio.ensure_future(self.shared.push_work_branch(worker.issue_id))
-            self.shared.request_push()
-        if self.merge is not None:
-            self.merge.enqueue(worker.issue_id, worker.worktree.base_commit if worker.worktree else "",
-                               outcome.test_command)
-        self.wake.set()
 
     # -- recovery and shutdown ------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from hive.backends.transcripts import issue_folder, new_transcript
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.orchestrator.degraded import ProviderHealth
+from hive.orchestrator.handoff import MergeQueue
 from hive.orchestrator.watchers import watch_worker_files
 from hive.project import Project
 from hive.runtime import Runtime, handover
@@ -94,14 +95,13 @@ class WorkerHost(Protocol):
     def tokens_spent(self, growth: Usage) -> None:
         """A session's usage grew by `growth` (the run's caps count it)."""
 
-    def handoff_done(self, worker: "Worker", outcome: Outcome) -> None: ...
-
     def worker_finished(self, worker: "Worker") -> None: ...
 
 
 class Worker:
-    def __init__(self, host: WorkerHost, issue_id: str, agent_id: str):
+    def __init__(self, host: WorkerHost, issue_id: str, agent_id: str, merge: MergeQueue):
         self.host = host
+        self.merge = merge             # where the done work goes
         self.issue_id = issue_id
         self.agent_id = agent_id
         # it may work in its worktree only (the path is the issue's, whichever attempt)
@@ -410,7 +410,7 @@ class Worker:
         # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
         # and counts against the same budget, so an issue rejected again and again escalates.
         self._log(f"done ({outcome.summary[:80] or 'no summary'})")
-        self.host.handoff_done(self, outcome)
+        self.merge.handoff(self.issue_id, self.worktree.base_commit if self.worktree else "", outcome.test_command)
 
     def _escalate(self, reason: str, error: str) -> None:
         try:
