@@ -210,9 +210,9 @@ def test_the_checkout_follows_the_branch_when_the_daemon_ends(repo: Path, projec
     """The daemon refreshes `.hive/` at most every CHECKOUT_REFRESH_SECONDS while it writes, and
     once more as it ends: what it leaves is the branch as it left it."""
     from hive.orchestrator.assemble import build_daemon
-    from hive.orchestrator import daemon as daemon_module
+    from hive.orchestrator import checkout
 
-    monkeypatch.setattr(daemon_module, "CHECKOUT_REFRESH_SECONDS", 3600.0)   # once at start, once at the end
+    monkeypatch.setattr(checkout, "CHECKOUT_REFRESH_SECONDS", 3600.0)   # once at start, once at the end
     ids = [new_issue(f"task {n}") for n in range(2)]
     daemon = build_daemon(project, backend="scripted", max_agents=2, until_idle=True, log=lambda _: None)
     asyncio.run(asyncio.wait_for(daemon.run(), RUN_TIMEOUT))
@@ -231,12 +231,12 @@ def test_what_stops_the_daemon_unexpectedly_is_kept_in_its_log_with_where(repo: 
     """The person sees one line (`git hive: ...`); daemon.log keeps the traceback for whoever
     looks into it."""
     from hive.orchestrator.assemble import build_daemon
-    from hive.orchestrator import daemon as daemon_module
+    from hive.orchestrator.checkout import CheckoutFollower
 
     def vanished(self: Any) -> None:
         raise FileNotFoundError(2, "No such file or directory", str(repo / ".git" / "worktrees" / "hv-gone01"))
 
-    monkeypatch.setattr(daemon_module.Daemon, "_refresh_state", vanished)
+    monkeypatch.setattr(CheckoutFollower, "refresh", vanished)
     daemon = build_daemon(project, backend="scripted", max_agents=1, until_idle=True, log=lambda _: None)
     with pytest.raises(FileNotFoundError):
         asyncio.run(asyncio.wait_for(daemon.run(), RUN_TIMEOUT))
@@ -250,7 +250,7 @@ def test_the_checkout_shows_a_claim_while_the_agent_works(repo: Path, project, n
     """The daemon's own commits wake nothing (they are no news to it), yet `.hive/` shows each of
     them within CHECKOUT_REFRESH_SECONDS — not at the next wake-up, which may be far off."""
     from hive.orchestrator.assemble import build_daemon
-    from hive.orchestrator import daemon as daemon_module
+    from hive.orchestrator import checkout, daemon as daemon_module
 
     monkeypatch.setattr(daemon_module, "SAFETY_TICK_SECONDS", 3600.0)   # no tick to rescue it
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"labels": {"slow": [{"hang": True}]}})))
@@ -265,7 +265,7 @@ def test_the_checkout_shows_a_claim_while_the_agent_works(repo: Path, project, n
             while not agent_pids(repo, issue):          # started: its claim is committed
                 assert time.monotonic() < deadline and not running.done(), "the agent did not start"
                 await asyncio.sleep(0.02)
-            deadline = time.monotonic() + 2 * daemon_module.CHECKOUT_REFRESH_SECONDS + 1
+            deadline = time.monotonic() + 2 * checkout.CHECKOUT_REFRESH_SECONDS + 1
             while 'status = "in_progress"' not in live.read_text():
                 assert time.monotonic() < deadline, "the claim did not reach .hive/"
                 await asyncio.sleep(0.02)

@@ -71,3 +71,20 @@ def summarize(paths: git.RepoPaths, since: str, usage: Usage, started_at: float,
         elif status in ("failed", "escalated"):
             (summary.failed if status == "failed" else summary.escalated)[issue_id] = reason
     return summary
+
+
+class Publisher:
+    """A run's progress for `git hive status` (runtime.db, `PROGRESS_KEY`), each time it changed."""
+
+    def __init__(self, put: Callable[[str, str], None]):
+        self.put = put
+        self._published = ""
+
+    def publish(self, progress: RunProgress) -> bool:
+        """Store `progress`; whether it changed since the last one."""
+        text = json.dumps(progress.to_json())
+        if text == self._published:
+            return False
+        self._published = text
+        self.put(PROGRESS_KEY, text)
+        return True

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import pygit2
 
@@ -286,12 +286,19 @@ class SharedQueue:
     def request_push(self) -> None:
         self.push_needed.set()
 
-    def extend_lease(self, issue_id: str, agent_id: str, seconds: int) -> None:
-        try:
-            lifecycle.extend_lease(self.host.project, issue_id, agent_id, seconds)
-        except TransitionRefused:
-            pass   # not ours any more
-        self.push_needed.set()
+    def renew_leases(self, working: Iterable[tuple[str, str]], seconds: int) -> None:
+        """Renew the leases of the issues (issue id, agent id) this machine's agents still work
+        on, once half of one has passed."""
+        horizon = lifecycle.lease_until(seconds // 2)
+        for issue_id, agent_id in working:
+            issue = self.host.project.index.get(issue_id)
+            if issue is None or issue.assignee != agent_id or str(issue.extra.get("lease_expires", "")) >= horizon:
+                continue
+            try:
+                lifecycle.extend_lease(self.host.project, issue_id, agent_id, seconds)
+            except TransitionRefused:
+                pass   # not ours any more
+            self.push_needed.set()
 
     # -- branches ---------------------------------------------------------------------------
 
