@@ -140,16 +140,12 @@ def _title(project, issue_id: str) -> str:
 def _require_agent_clis(project, backend: str | None) -> None:
     import dataclasses
 
-    from hive.agents.jails import start_problem
-    from hive.cli.preflight import require_agent_clis
+    from hive.api.preflight import require_agents
 
     config = project.config
     if backend:
         config = dataclasses.replace(config, backend=backend, worker_backend="", refinery_backend="")
-    require_agent_clis(config, ("worker", "refinery"))
-    refusal, _ = start_problem(config, ("worker", "refinery"))
-    if refusal:
-        raise HiveError(refusal)          # no jail, no real agents: before a detached daemon starts
+    require_agents(config, ("worker", "refinery"))   # before a detached daemon starts
 
 
 @click.command()
