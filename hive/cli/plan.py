@@ -36,14 +36,10 @@ def _queen_backend(project, backend: str | None):
 
 
 def _start_daemon(project) -> None:
-    from hive.runtime import DaemonLock
+    from hive.api.run import start_in_background
 
-    if DaemonLock(project.paths).holder():
-        click.echo("the running daemon starts the new issues now")
-        return
-    proc = subprocess.run([sys.executable, "-m", "hive", "run", "--detach"], cwd=project.paths.worktree,
-                          capture_output=True, text=True)
-    click.echo(proc.stdout.strip() or proc.stderr.strip())
+    started = start_in_background(project.paths.worktree)
+    click.echo("the running daemon starts the new issues now" if started.already_running else started.said)
 
 
 def _show(result, slug: str) -> None:
