@@ -15,7 +15,8 @@ tests/test_api.py runs its examples.
 The names load when first used, each from the module that holds it (`Hive` and its records from
 `queue.py`): a command that only reads — `git hive notes`, `reindex` — must not pay for the
 write path (pygit2 among it) by importing this package. The modules `notes`, `logs`, `settings`,
-`browsing`, `demo`, `doctor` and `reindex` beside it are parts of the API of their own.
+`browsing`, `demo`, `doctor` and `reindex` beside it are parts of the API of their own, and so are
+(issue 31) `preflight`, `backends` and `run`.
 """
 
 from __future__ import annotations

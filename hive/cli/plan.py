@@ -22,17 +22,13 @@ from hive.errors import BadInput, HiveError
 def _queen_backend(project, backend: str | None):
     import dataclasses
 
-    from hive.agents.jails import start_problem
+    from hive.api.preflight import require_agents
     from hive.backends.registry import backend_for_role
-    from hive.cli.preflight import require_agent_clis
 
     config = project.config
     if backend:
         config = dataclasses.replace(config, queen_backend=backend)
-    require_agent_clis(config, ("queen",))   # before a plan branch exists that would need removing
-    refusal, warning = start_problem(config, ("queen",))
-    if refusal:
-        raise HiveError(refusal)          # no jail, no real agents
+    warning = require_agents(config, ("queen",))   # before a plan branch exists that would need removing
     if warning:
         click.echo(f"git hive: {warning}", err=True)
     paths = project.paths
@@ -40,14 +36,10 @@ def _queen_backend(project, backend: str | None):
 
 
 def _start_daemon(project) -> None:
-    from hive.runtime import DaemonLock
+    from hive.api.run import start_in_background
 
-    if DaemonLock(project.paths).holder():
-        click.echo("the running daemon starts the new issues now")
-        return
-    proc = subprocess.run([sys.executable, "-m", "hive", "run", "--detach"], cwd=project.paths.worktree,
-                          capture_output=True, text=True)
-    click.echo(proc.stdout.strip() or proc.stderr.strip())
+    started = start_in_background(project.paths.worktree)
+    click.echo("the running daemon starts the new issues now" if started.already_running else started.said)
 
 
 def _show(result, slug: str) -> None:

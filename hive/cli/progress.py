@@ -8,9 +8,9 @@ from typing import Callable, TextIO
 
 import click
 
-from hive import cost
+from hive.api import describe_usage
+from hive.api.run import RunProgress, RunSummary
 from hive.cli.output import one_line
-from hive.orchestrator.progress import RunProgress, RunSummary
 
 _CLEAR = "\r\x1b[K"
 
@@ -95,7 +95,7 @@ def summary_lines(summary: RunSummary, title_of: Callable[[str], str]) -> list[s
     reasons, the spend and the wall time."""
     lines = [f"run summary: {len(summary.finalized)} finalized · {len(summary.failed)} failed · "
              f"{len(summary.escalated)} escalated · {_duration(summary.wall_seconds)}",
-             f"  spent: {summary.usage.total_tokens:,} tokens ({cost.describe(summary.usage)})"]
+             f"  spent: {summary.usage.total_tokens:,} tokens ({describe_usage(summary.usage)})"]
     for how, issues in (("failed", summary.failed), ("escalated", summary.escalated)):
         for issue_id, reason in issues.items():
             lines.append(one_line(f"  {how} {issue_id} {title_of(issue_id)}: {reason or 'no reason recorded'}"))
