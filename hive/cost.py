@@ -32,7 +32,7 @@ from typing import Iterable, Iterator
 
 from hive import git
 from hive.backends.base import Usage
-from hive.runtime import DaemonLock, Runtime
+from hive.runtime import Budget, DaemonLock, Runtime
 from hive.state import history
 from hive.state.issue_file import is_valid_id
 
@@ -70,6 +70,12 @@ def usage_trailers(usage: Usage, counted_tokens: int, *, role: str, model: str =
     if backend and _NAME.match(backend):
         trailers[BACKEND_TRAILER] = backend
     return trailers
+
+
+def worker_trailers(budget: Budget, model: str = "", backend: str = "") -> dict[str, str]:
+    """An issue's usage so far on its done or escalated commit, a worker record: any clone can
+    add the records up."""
+    return usage_trailers(budget.usage, budget.tokens, role="worker", model=model, backend=backend)
 
 
 @dataclass(frozen=True)

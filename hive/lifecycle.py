@@ -15,18 +15,20 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from hive import cost, issues
-from hive.backends.base import Usage
+from hive import issues
 from hive.config import Config
 from hive.errors import HiveError
 from hive.project import Project
-from hive.runtime import Budget, Runtime
 from hive.state import issue_file
 from hive.state.issue_file import Issue
-from hive.state.store import Snapshot
 from hive.workspace import landings, worktrees
+
+if TYPE_CHECKING:   # an issue edit (`update`, `cancel`) loads none of the budget and merge side
+    from hive.backends.base import Usage
+    from hive.runtime import Budget, Runtime
+    from hive.state.store import Snapshot
 
 IN_PROGRESS = "in_progress"
 # what `retry` puts back in the queue
@@ -204,7 +206,7 @@ def hand_off(project: Project, runtime: Runtime, issue_id: str, agent_id: str, s
 def escalate(project: Project, issue_id: str, agent_id: str, reason: str, last_error: str,
              usage: dict[str, str] | None = None) -> Issue:
     """in_progress → escalated: the escalation chain ran out; a person decides. `usage`: the
-    issue's `usage_trailers`."""
+    issue's `cost.worker_trailers`."""
     return _move(project, issue_id, _held_by(agent_id, "escalate"), {"status": "escalated"}, event="escalated",
                  agent=agent_id, summary=f"escalate {issue_id}: {reason}",
                  trailers={"Hive-Reason": reason_line(f"{reason}; last error: {last_error}"), **(usage or {})})
@@ -455,19 +457,13 @@ def usage_figures(usage: Usage) -> str:
             f"{usage.cache_read_tokens:,}; ${usage.cost_usd:.4f}")
 
 
-def done_trailers(base: str, head: str, test_command: str, budget: Budget, model: str = "",
-                  backend: str = "") -> dict[str, str]:
-    """What a done commit records: the work's base and head, its test command, its usage."""
+def done_trailers(base: str, head: str, test_command: str, usage: dict[str, str]) -> dict[str, str]:
+    """What a done commit records: the work's base and head, its test command, its `usage`
+    (`cost.worker_trailers`)."""
     trailers = {"Hive-Base": base, "Hive-Head": head}
     if test_command:
         trailers["Hive-Test-Command"] = reason_line(test_command)
-    return {**trailers, **usage_trailers(budget, model, backend)}
-
-
-def usage_trailers(budget: Budget, model: str = "", backend: str = "") -> dict[str, str]:
-    """The issue's usage on its done or escalated commit, a worker record of `hive.cost`: any
-    clone can add the records up."""
-    return cost.usage_trailers(budget.usage, budget.tokens, role="worker", model=model, backend=backend)
+    return {**trailers, **usage}
 
 
 def backoff_seconds(failures_before_start: int) -> float:

@@ -132,3 +132,40 @@ def test_the_daemon_claims_in_the_order_list_ready_shows(repo: Path, project: An
     # one agent: the head of the chain first (its list --ready place), then the next of the chain
     # (one issue behind it beats none), then the rest, the chain's last among them
     assert claims[:2] == long[:2] and set(claims[2:]) == {*loose, long[2]} and len(claims) == 6
+
+
+def test_ranks_kept_in_front_of_each_change_equal_the_whole_graph_computed(project: Any,
+                                                                          new_issue: Callable[..., str]) -> None:
+    """Each change recomputes only the ranks in front of it (`Index.refresh_ranks`): after every
+    one of a random run of creates, dependency edits, finishes, reopens and cancels, the stored
+    ranks are those of the whole waiting graph computed at once."""
+    import random
+
+    from hive import issues
+    from hive.state.index import WAITING
+
+    rng = random.Random(33)
+    ids: list[str] = []
+    for step in range(40):
+        roll = rng.random()
+        if roll < 0.4 or len(ids) < 3:
+            ids.append(new_issue(f"issue {step}", depends_on=rng.sample(ids, min(len(ids), rng.randint(0, 2))),
+                                 type="epic" if rng.random() < 0.1 else "task"))
+        elif roll < 0.6:
+            later, earlier = sorted(rng.sample(range(len(ids)), 2), reverse=True)   # never a cycle
+            issues.add_dependency(project, ids[later], ids[earlier])
+        elif roll < 0.75:
+            blocked = [i for i in ids if project.index.get(i).depends_on]
+            if blocked:
+                issue_id = rng.choice(blocked)
+                issues.remove_dependency(project, issue_id, rng.choice(project.index.get(issue_id).depends_on))
+        else:
+            set_status(project, rng.choice(ids), rng.choice(["done", "open", "canceled", "open"]))
+        project.sync(warn=False)
+        db = project.index.db
+        weights = {row[0]: 0 if row[1] == "epic" else 1
+                   for row in db.execute(f"SELECT id, type FROM issues WHERE {WAITING}")}
+        whole = compute(weights, db.execute("SELECT issue_id, blocker_id FROM deps").fetchall())
+        stored = {row[0]: Rank(row[1], row[2]) for row in db.execute(
+            f"SELECT id, chain, dependents FROM issues WHERE {WAITING}")}
+        assert stored == whole, f"step {step}"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from hive import lifecycle
+from hive import cost, lifecycle
 from hive.agents import protocol
 from hive.agents.ids import is_agent_id
 from hive.backends.processes import group_alive, killpg
@@ -101,11 +101,11 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
     over = lifecycle.over_budget(budget, project.config)
     if over:
         lifecycle.escalate(project, issue_id, agent["id"], over, "its agent finished over the budget",
-                           lifecycle.usage_trailers(budget, backend=backend))
+                           cost.worker_trailers(budget, backend=backend))
         log(f"{issue_id} escalated: {over}")
         return True
     head = worktrees.head_of(project.paths, issue_id) or ""
-    trailers = lifecycle.done_trailers(base, head, result.test_command, budget, backend=backend)
+    trailers = lifecycle.done_trailers(base, head, result.test_command, cost.worker_trailers(budget, backend=backend))
     lifecycle.hand_off(project, runtime, issue_id, agent["id"], result.summary, trailers, result.test_command)
     log(f"{issue_id} done: its agent had finished before the daemon stopped")
     return True

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ContextManager, Protocol
 
-from hive import git, lifecycle
+from hive import cost, git, lifecycle
 from hive.agents import jails, protocol
 from hive.agents.ids import new_agent_id
 from hive.agents.briefing import brief
@@ -402,8 +402,7 @@ class Worker:
         # the record outlives the runtime budget
         trailers = lifecycle.done_trailers(self.worktree.base_commit if self.worktree else "",
                                            worktrees.head_of(self.project.paths, self.issue_id) or "",
-                                           outcome.test_command, self.host.runtime.budget(self.issue_id),
-                                           self.config.model_for("worker"), self.backend.name)
+                                           outcome.test_command, self._usage_trailers())
         # refused (the issue is no longer this agent's): `run` stops, and retires the worktree
         lifecycle.hand_off(self.project, self.host.runtime, self.issue_id, self.agent_id, outcome.summary,
                            trailers, outcome.test_command)
@@ -412,11 +411,14 @@ class Worker:
         self._log(f"done ({outcome.summary[:80] or 'no summary'})")
         self.merge.handoff(self.issue_id, self.worktree.base_commit if self.worktree else "", outcome.test_command)
 
+    def _usage_trailers(self) -> dict[str, str]:
+        return cost.worker_trailers(self.host.runtime.budget(self.issue_id), self.config.model_for("worker"),
+                                    self.backend.name)
+
     def _escalate(self, reason: str, error: str) -> None:
         try:
             lifecycle.escalate(self.project, self.issue_id, self.agent_id, reason, error,
-                               lifecycle.usage_trailers(self.host.runtime.budget(self.issue_id),
-                                                        self.config.model_for("worker"), self.backend.name))
+                               self._usage_trailers())
         except TransitionRefused:
             pass
         self._log(f"escalated: {reason}")

@@ -89,6 +89,8 @@ WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole grap
 INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"
 LISTED_BATCH = 2000   # issues of a JSON listing held at once (`list_json_parts`)
 ASIDE_FILES = 2000   # issue files to index from which taking a tip in gets a process of its own
+# a rank refresh larger than this computes the whole graph at once (`Index.refresh_ranks`)
+RANK_REGION_MOST = 2000
 WAITING = f"status NOT IN ({', '.join(repr(s) for s in SATISFIED)})"
 
 
@@ -571,8 +573,10 @@ class Index:
                 self._end_bulk()
         if notes_files:
             self._store_notes(notes_files, notes)
-        if bulk or self._shape(touched) != shape_before:
+        if bulk:
             self.refresh_ranks()
+        else:
+            self._refresh_moved_ranks(touched, shape_before)
         problems.extend(self._graph_problems(changed_ids, walk_ids, repo, graph if bulk else None))
         for problem in problems:
             db.execute("INSERT OR REPLACE INTO problems (path, location, message) VALUES (?, ?, ?)",
@@ -668,20 +672,50 @@ class Index:
                 found[row[0]][1].append(row[1])
         return found
 
-    def refresh_ranks(self) -> None:
-        """Recompute the work waiting behind every waiting issue (`ranks.compute`) and store
-        what changed: the queue's order among equal priorities."""
+    def _refresh_moved_ranks(self, touched: list[str], shape_before: dict[str, tuple[int, list[str]]]) -> None:
+        """The ranks in front of the issues of `touched` whose weight or blockers changed."""
+        shape_after = self._shape(touched)
+        moved = [i for i in touched if shape_after.get(i) != shape_before.get(i)]
+        if moved:   # their old blockers too: an edge removed changes what waits behind them
+            self.refresh_ranks(moved + [b for i in moved for b in shape_before.get(i, (0, []))[1]])
+
+    def refresh_ranks(self, moved: list[str] | None = None) -> None:
+        """Recompute the work waiting behind waiting issues (`ranks.compute`) and store what
+        changed: the queue's order among equal priorities. `moved`: the issues whose weight or
+        blockers changed (and their old blockers); only what waits in front of them can change
+        rank, computed over what waits behind that (closed under dependents, so exact). None,
+        or a region of most of the queue: all of them."""
         from hive.state import ranks   # only when the waiting graph changed
 
         db = self.db
+        region = self._rank_region(moved) if moved is not None else None
+        within = "" if region is None else " AND i.id IN (SELECT value FROM json_each(:region))"
+        params = {} if region is None else {"region": json.dumps(region)}
         stored = {row[0]: (row[1], row[2], 0 if row[3] == "epic" else 1) for row in db.execute(
-            f"SELECT id, chain, dependents, type FROM issues WHERE {WAITING}")}
+            f"SELECT i.id, i.chain, i.dependents, i.type FROM issues i WHERE i.{WAITING}{within}", params)}
         edges = db.execute(f"SELECT d.issue_id, d.blocker_id FROM deps d JOIN issues i ON i.id = d.issue_id "
-                           f"WHERE i.{WAITING}").fetchall()
+                           f"WHERE i.{WAITING}{within}", params).fetchall()
         found = ranks.compute({issue: weight for issue, (_, _, weight) in stored.items()}, edges)
         db.executemany("UPDATE issues SET chain = ?, dependents = ? WHERE id = ?",
                        [(rank.chain, rank.dependents, issue) for issue, rank in found.items()
                         if (rank.chain, rank.dependents) != stored[issue][:2]])
+
+    def _rank_region(self, moved: list[str]) -> list[str] | None:
+        """The waiting issues in front of `moved` (their blockers, transitively) and everything
+        waiting behind those: the only ranks `moved` can change, with all they are computed
+        from. None when that is most of the queue (the whole graph is computed as cheaply)."""
+        front = f"""WITH RECURSIVE front(id) AS (
+                SELECT value FROM json_each(:moved)
+                UNION SELECT d.blocker_id FROM deps d JOIN front f ON d.issue_id = f.id
+                      JOIN issues b ON b.id = d.blocker_id AND b.{WAITING}),
+            behind(id) AS (
+                SELECT id FROM front
+                UNION SELECT d.issue_id FROM deps d JOIN behind w ON d.blocker_id = w.id
+                      JOIN issues i ON i.id = d.issue_id AND i.{WAITING})
+            SELECT id FROM behind LIMIT :most"""
+        most = RANK_REGION_MOST
+        region = [row[0] for row in self.db.execute(front, {"moved": json.dumps(sorted(set(moved))), "most": most + 1})]
+        return None if len(region) > most else region
 
     def _depends_on_at(self, repo: "pygit2.Repository | None", path: str) -> str:
         """`path:line` of the `depends_on` line of the indexed version of an issue file."""
