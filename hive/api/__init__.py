@@ -13,10 +13,13 @@ input, exit code 2 in the CLI) with the same one-line messages. docs/API.md docu
 tests/test_api.py runs its examples.
 
 The names load when first used, each from the module that holds it (`Hive` and its records from
-`queue.py`): a command that only reads — `git hive notes`, `reindex` — must not pay for the
-write path (pygit2 among it) by importing this package. The modules `notes`, `logs`, `settings`,
-`browsing`, `demo`, `doctor` and `reindex` beside it are parts of the API of their own, and so are
-(issue 31) `preflight`, `backends` and `run`.
+`queue.py`; `Issue` and its fields' choices from `hive.state.issue_file`): a command that only
+reads — `git hive notes`, `reindex` — must not pay for the write path (pygit2 among it) by
+importing this package. The modules `notes`, `logs`, `settings`, `browsing`, `demo`, `doctor`,
+`reindex`, `preflight`, `backends` and `run` beside it are parts of the API of their own, and so
+are `listing` (opening a project as a command does, listing its issues: no write path), `issues`
+(create, dependencies, edit), `moves` (update, cancel, retry), `detail`, `attention`, `waits`,
+`touching` and `prompt` (one issue shown, `--prompt`), `history` (`git hive log`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ if TYPE_CHECKING:
     from hive.api.queue import (COST_GROUPS, MIN_COUNT, NOTE_CATEGORIES, CostReport, Effect, Finalized, Group, Hive,
                                 NoteEffects, NotesPruned, Pruned, Review, StatusWatch, Synced, Told, Usage,
                                 describe_usage, follow_file, log_lines, transcript_entries)
+    from hive.api.attention import Attention
+    from hive.api.detail import Detail
+    from hive.api.history import History
+    from hive.api.issues import Editing
+    from hive.api.prompt import ChosenNote, PromptPreview
+    from hive.state.issue_file import DEFAULT_PRIORITY, PRIORITIES, STATUSES, TYPES, Issue
 
 _HOME = {
     "COST_GROUPS": "hive.api.queue",
@@ -50,6 +59,19 @@ _HOME = {
     "follow_file": "hive.api.queue",
     "log_lines": "hive.api.queue",
     "transcript_entries": "hive.api.queue",
+    # issues: the records of one shown, its history, its prompt, an edit; `Issue` and its fields'
+    # choices from where they live (what `git hive create --help` needs, and no more)
+    "Attention": "hive.api.attention",
+    "ChosenNote": "hive.api.prompt",
+    "Detail": "hive.api.detail",
+    "Editing": "hive.api.issues",
+    "History": "hive.api.history",
+    "PromptPreview": "hive.api.prompt",
+    "DEFAULT_PRIORITY": "hive.state.issue_file",
+    "Issue": "hive.state.issue_file",
+    "PRIORITIES": "hive.state.issue_file",
+    "STATUSES": "hive.state.issue_file",
+    "TYPES": "hive.state.issue_file",
 }
 
 __all__ = sorted(_HOME)

@@ -14,12 +14,18 @@ from hive.cost import GROUPS as COST_GROUPS
 from hive.cost import Report as CostReport
 from hive.cost import describe as describe_usage
 from hive.agents.note_effect import MIN_COUNT
-from hive.api import logs, notes as note_api
+from hive.api import detail as issue_detail, logs, moves, notes as note_api, prompt as issue_prompt, touching, waits
+from hive.api import issues as issue_api
+from hive.api.attention import Attention, attention
+from hive.api.detail import Detail
+from hive.api.history import History, history
+from hive.api.issues import Editing
 from hive.api.logs import entries as transcript_entries
 from hive.api.logs import follow_file
 from hive.api.logs import lines as log_lines
 from hive.api.notes import CATEGORIES as NOTE_CATEGORIES
 from hive.api.notes import Effect, Effects as NoteEffects, Group, NotesPruned
+from hive.api.prompt import PromptPreview
 from hive.errors import BadInput, HiveError
 from hive.initialize import initialize
 from hive.remote import Remote, SyncReport
@@ -163,7 +169,8 @@ class Hive:
         return self.project.store.tip() or ""
 
     def resolve(self, issue_id: str) -> str:
-        return issues.resolve_id(self.project, issue_id)
+        """The id of an exact id or a unique prefix of one."""
+        return issue_api.resolve(self.project, issue_id)
 
     def status(self) -> dict[str, Any]:
         """Everything `git hive status` shows, as `status --json` prints it (hive/report.py)."""
@@ -179,43 +186,64 @@ class Hive:
         """`status()` again and again, on one runtime handle (`git hive status --watch`)."""
         return StatusWatch(self.project)
 
-    # -- writing ---------------------------------------------------------------------------------
-    def create(self, title: str, **fields: Any) -> Issue:
-        """A new open issue. `fields`: description, priority, type, parent, depends_on, labels."""
-        if not title.strip():
-            raise BadInput("the title is empty")
-        return issues.create(self.project, title, **fields)
+    def detail(self, issue_id: str) -> Detail:
+        """The issue with its description, its file and the issues that wait for it (`git hive show`)."""
+        return issue_detail.detail(self.project, issue_id)
 
-    def update(self, issue_id: str, **fields: Any) -> Issue:
+    def attention(self, issue: Issue) -> Attention | None:
+        """Why an escalated or failed issue needs a person and the commands that go on; else None."""
+        return attention(self.project, issue)
+
+    def merge_waits(self, issue: Issue) -> str:
+        """Why this machine's merge of a done issue waits, or ""."""
+        return waits.merge_waits(self.project, issue)
+
+    def touch_waits(self, ready: list[Issue]) -> dict[str, str]:
+        """Why each of these ready issues waits for files another's work changes (`list --ready`)."""
+        return touching.touch_waits(self.project, ready)
+
+    def history(self, issue_id: str) -> History:
+        """`git hive log`: the commits of `hive/state` that touched the issue, then its kept attempts."""
+        return history(self.project, issue_id)
+
+    def prompt(self, issue_id: str) -> PromptPreview:
+        """What a worker would be given for a first attempt at the issue (`git hive show --prompt`)."""
+        return issue_prompt.preview(self.project, issue_id)
+
+    # -- writing (`hive.api.issues`, `moves`) --------------------------------------------------------------
+    def create(self, title: str, **fields: Any) -> Issue:
+        """A new open issue. `fields`: description, priority, type, parent, depends_on, labels, touches."""
+        return issue_api.create(self.project, title, **fields)
+
+    def update(self, issue_id: str, *, add_labels: Iterable[str] = (), remove_labels: Iterable[str] = (),
+               description: str | None = None, force: bool = False, **fields: Any) -> Issue:
         """Change fields of an issue as a person does (`git hive update`): a status change that
-        would strand it is refused unless `force=True`."""
-        force = bool(fields.pop("force", False))
-        body = fields.pop("description", None)
-        issue_id = self.resolve(issue_id)
-        if not fields and body is None:
-            raise BadInput("nothing to change: give at least one field")
-        event, summary = lifecycle.edit_record(issue_id, fields)
-        return lifecycle.edit(self.project, issue_id, lambda current: dict(fields), force=force,
-                              event=event, summary=summary, body=body)
+        would strand it is refused unless `force=True`; set done, its merge pipeline may take it."""
+        return moves.update(self.project, issue_id, fields, add_labels=add_labels, remove_labels=remove_labels,
+                                description=description, force=force)
 
     def depend(self, issue_id: str, blocker: str) -> Issue:
         """`issue_id` waits for `blocker` (refused where it would make a cycle)."""
-        return issues.add_dependency(self.project, self.resolve(issue_id), self.resolve(blocker))
+        return issue_api.depend(self.project, issue_id, blocker)
 
     def undepend(self, issue_id: str, blocker: str) -> Issue:
-        return issues.remove_dependency(self.project, self.resolve(issue_id), self.resolve(blocker))
+        return issue_api.undepend(self.project, issue_id, blocker)
 
     def cancel(self, issue_id: str) -> Issue:
         """Cancel an issue; a daemon working it stops its agent."""
-        return lifecycle.cancel(self.project, self.resolve(issue_id))
+        return moves.cancel(self.project, issue_id)
 
     def retry(self, issue_id: str) -> Issue:
         """An escalated, failed or canceled issue back in the queue, with a fresh budget."""
-        runtime = Runtime(self.project.paths)
-        try:
-            return lifecycle.retry(self.project, runtime, self.resolve(issue_id))
-        finally:
-            runtime.close()
+        return moves.retry(self.project, issue_id)
+
+    def start_edit(self, issue_id: str) -> Editing:
+        """The issue's file in `.hive/` for a person's editor (`git hive edit`); `finish_edit` commits it."""
+        return issue_api.start_edit(self.project, issue_id)
+
+    def finish_edit(self, editing: Editing) -> BadInput | None:
+        """Commit the saved file: None once on `hive/state`, else its first problem, the file left as written."""
+        return issue_api.finish_edit(self.project, editing)
 
     # -- logs ------------------------------------------------------------------------------------
     def transcripts(self, issue_id: str) -> list[Path]:

@@ -1,22 +1,19 @@
-"""Opening the project for a command, printing JSON, and `list --json` — all without click, so
-that `hive.cli.main` can run `git hive list --json` without loading it."""
+"""Printing JSON and `list --json` — without click, so that `hive.cli.main` can run
+`git hive list --json` without loading it; `open_project` (`hive.api.listing`) as every command
+starts."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Collection
+from typing import TYPE_CHECKING, Any, Collection
 
-from hive.project import Project
+from hive.api.listing import issues_json, open_project
 
+if TYPE_CHECKING:
+    from hive.api.listing import Project
 
-def open_project() -> Project:
-    """This repository's hive, caught up with `.hive/` edits and the branch (as every command
-    starts)."""
-    project = Project.open()
-    project.checkout.wait_out_racy = True   # one command, then the process ends
-    project.sync()
-    return project
+__all__ = ["list_json", "open_project", "print_json", "print_json_text"]
 
 
 def print_json(data: Any) -> None:
@@ -37,10 +34,10 @@ def print_json_text(text: str) -> None:
 def list_json(project: Project | None = None, statuses: Collection[str] | None = None,
               parent: str | None = None) -> None:
     """`git hive list --json [--status S] [--parent ID]`: the issues, as the index serializes them."""
-    project = project or open_project()
+    parts = issues_json(project or open_project(), statuses, parent)
     if sys.stdout.isatty():
-        print_json_text(project.index.list_json(statuses or None, parent=parent))
+        print_json_text("".join(parts))
         return
-    for part in project.index.list_json_parts(statuses or None, parent=parent):
+    for part in parts:
         sys.stdout.write(part)
     print(flush=True)

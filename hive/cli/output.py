@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 import shutil
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import click
 
-from hive.state.issue_file import SATISFIED_BLOCKER_STATUSES, Issue
+if TYPE_CHECKING:
+    from hive.api import Issue
 
 
 # C0 controls but newline and tab, DEL, C1 controls: a title or note from hive/state could move the
@@ -52,13 +53,13 @@ def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
         click.echo(line(row))
 
 
-def issue_rows(issues: Iterable[Issue], status_of: Callable[[str], str | None] | None = None) -> list[list[str]]:
-    """Table rows; BLOCKED BY leaves out the blockers that `status_of` says are finished."""
-    def blocking(issue: Issue) -> str:
-        left = [b for b in issue.depends_on if status_of is None or status_of(b) not in SATISFIED_BLOCKER_STATUSES]
-        return ",".join(left) or "-"
+def issue_rows(issues: Iterable[Issue], blocking: Mapping[str, list[str]] | None = None) -> list[list[str]]:
+    """Table rows; BLOCKED BY: an issue's blockers in `blocking` (`hive.api.listing.blockers_left`:
+    those not finished), else all of them."""
+    def blockers(issue: Issue) -> str:
+        return ",".join(issue.depends_on if blocking is None else blocking.get(issue.id, issue.depends_on)) or "-"
 
-    return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-", blocking(i), i.title]
+    return [[i.id, i.status, f"P{i.priority}", i.type, i.assignee or "-", blockers(i), i.title]
             for i in issues]
 
 

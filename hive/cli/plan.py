@@ -1,4 +1,7 @@
-"""git hive plan / plans / approve: the Queen, plans as branches, review as pull requests."""
+"""git hive plan / plans / approve: the Queen, plans as branches, review as pull requests.
+
+The conversation itself is `hive.api.plan.PlanSession`; this module asks the person, shows what
+the Queen does and says, and renders."""
 
 from __future__ import annotations
 
@@ -9,48 +12,34 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from hive.backends import registry
-
+from hive.api.backends import names as backend_names
 from hive.cli.listing import print_json
 from hive.cli.output import ISSUE_HEADERS, escaped, issue_rows, table
 from hive.errors import BadInput, HiveError
 
-
-def _queen_backend(project, backend: str | None):
-    import dataclasses
-
-    from hive.api.preflight import require_agents
-    from hive.backends.registry import backend_for_role
-
-    config = project.config
-    if backend:
-        config = dataclasses.replace(config, queen_backend=backend)
-    warning = require_agents(config, ("queen",))   # before a plan branch exists that would need removing
-    if warning:
-        click.echo(f"git hive: {warning}", err=True)
-    paths = project.paths
-    return backend_for_role(config, "queen", str(paths.hive_dir), str(paths.main_worktree))
+if TYPE_CHECKING:
+    from hive.api.plan import PlanSession, Proposal
 
 
-def _start_daemon(project) -> None:
+def _start_daemon() -> None:
     from hive.api.run import start_in_background
 
-    started = start_in_background(project.paths.worktree)
+    started = start_in_background()
     click.echo("the running daemon starts the new issues now" if started.already_running else started.said)
 
 
-def _show(result, slug: str) -> None:
-    from hive.queen import ascii_tree
-
-    table(issue_rows(result.issues), ISSUE_HEADERS)
-    click.echo("\n" + escaped(ascii_tree(result.issues)))
-    click.echo(f"\nplan branch: hive/plan/{slug}")
+def _show(proposal: Proposal) -> None:
+    table(issue_rows(proposal.issues), ISSUE_HEADERS)
+    click.echo("\n" + escaped(proposal.tree))
+    click.echo(f"\nplan branch: hive/plan/{proposal.slug}")
 
 
-def _prompt(text: str, **kwargs):
+def _prompt(text: str, **kwargs: Any) -> Any:
     """click.prompt where Ctrl-C interrupts at once (asyncio's own SIGINT handler only cancels
     the task, which a blocking read does not notice until Enter)."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -71,24 +60,11 @@ def _confirm_no(text: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _unfinished(project, slug: str, keep: bool, directory) -> str:
-    """Settle the branch of a plan that was not approved; say what was left behind."""
-    from hive import queen as queen_mod
-
-    if queen_mod.has_valid_plan(project, slug):
-        return (f"the valid plan is kept on hive/plan/{slug}: `git hive approve {slug}` or "
-                f"`git hive plans rm {slug}`")
-    if keep:
-        return f"branch hive/plan/{slug} and the Queen's files in {directory} kept (--keep)"
-    queen_mod.reject(project, slug)
-    return f"nothing kept: hive/plan/{slug} and its worktree removed (--keep keeps them)"
-
-
 class _QueenStream:
     """What the Queen says and does, shown while she works (her transcript, followed by
     watchfiles), each line with the time since she started; her tokens and cost at the end."""
 
-    def __init__(self, path) -> None:
+    def __init__(self, path: Path) -> None:
         from hive.cli.transcripts import Tail
 
         self.path = path
@@ -134,41 +110,30 @@ class _QueenStream:
         self.summary()
 
 
-async def _converse(queen, project, slug: str, text: str, headless: bool, before_show=lambda: None):
+async def _converse(session: PlanSession, headless: bool, before_show: Callable[[], None]) -> Proposal | None:
     """Propose, then (interactive) show, ask and revise until approved; None when rejected."""
-    from hive import queen as queen_mod
-
-    result = await queen.propose()
-    while True:
-        if not result.ok and result.session_failed:
-            raise HiveError(f"the Queen's session failed: {result.session_failed}")
-        if not result.ok:
-            raise HiveError(f"the plan is not valid after {queen_mod.MAX_ROUNDS} rounds: {result.errors[0]}")
-        if headless:
-            return result
+    proposal = await session.propose()
+    while not headless:
         before_show()
-        _show(result, slug)
+        _show(proposal)
         choice = _prompt("\n[a]pprove, [f]eedback, [e]dit in $EDITOR, [r]eject",
                          type=click.Choice(["a", "f", "e", "r"]), default="a")
         if choice == "a":
-            return result
+            break
         if choice == "r":
             return None
         if choice == "f":
-            feedback = _prompt("feedback for the Queen")
-            result = await queen.propose(f"Revise the plan in {queen.directory}: {feedback}")
+            proposal = await session.propose(_prompt("feedback for the Queen"))
             continue
-        files = sorted(str(p) for p in (queen.directory / "issues").glob("*.md"))
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-        subprocess.call([*shlex.split(editor), *files])
-        issues, errors = queen_mod.proposed_issues(project, slug, queen.directory)
-        if errors:
-            click.echo("\n".join(f"problem: {e}" for e in errors), err=True)
-            result = await queen.propose("A person edited the plan and left these problems; fix "
-                                         "them:\n" + "\n".join(errors))
+        subprocess.call([*shlex.split(editor), *map(str, session.issue_files())])
+        edits = session.take_edits()
+        if edits.proposal is not None:
+            proposal = edits.proposal
         else:
-            queen_mod.commit_plan(project, slug, queen.directory, text, issues, f"plan {slug}: edited by hand")
-            result = queen_mod.PlanResult(True, issues)
+            click.echo("\n".join(f"problem: {e}" for e in edits.problems), err=True)
+            proposal = await session.fix(edits.problems)
+    return proposal
 
 
 @click.command()
@@ -177,7 +142,7 @@ async def _converse(queen, project, slug: str, text: str, headless: bool, before
 @click.option("-p", "--prompt", "prompt", default=None, help="The spec (same as SPEC).")
 @click.option("--no-approve", is_flag=True, help="Leave the plan branch for review (e.g. a pull request).")
 @click.option("--run", "start", is_flag=True, help="After approval, start a daemon if none runs.")
-@click.option("--backend", type=click.Choice(registry.names()), default=None,
+@click.option("--backend", type=click.Choice(backend_names()), default=None,
               help="The Queen's backend (config queen_backend / backend).")
 @click.option("--json", "as_json", is_flag=True, help="Print the proposed issues as JSON (headless).")
 @click.option("--keep", is_flag=True,
@@ -189,79 +154,75 @@ def plan(spec: str | None, headless: bool, prompt: str | None, no_approve: bool,
 
     A plan that fails or is interrupted (Ctrl-C ends the Queen first) leaves nothing behind
     unless --keep; a valid plan not approved stays on its branch (`git hive plans`)."""
-    from hive import queen as queen_mod
-    from hive.project import Project
+    from hive.api.plan import PlanSession
 
     text = prompt or spec
     if not text:
         raise BadInput("give the spec: git hive plan \"...\" (or --headless -p \"...\")")
-    project = Project.open()
-    project.sync()
-    slug = queen_mod.slugify(text)
     log = (lambda line: click.echo(line, err=True)) if as_json else click.echo
-    queen = queen_mod.Queen(project, _queen_backend(project, backend), text, slug, log=log)
+    session = PlanSession.open(text, backend=backend, log=log)
+    if session.warning:
+        click.echo(f"git hive: {session.warning}", err=True)
+    stream = None if headless else _QueenStream(session.transcript)
 
-    stream = None if headless else _QueenStream(queen.transcript)
-
-    async def session() -> None:
+    async def converse() -> None:
         if stream is not None:
             stream.start()
         try:
-            result = await _converse(queen, project, slug, text, headless,
-                                     stream.so_far if stream is not None else lambda: None)
+            proposal = await _converse(session, headless, stream.so_far if stream is not None else lambda: None)
         except HiveError as exc:
-            await queen.close(abort=True)
-            exc.args = (f"{exc} ({_unfinished(project, slug, keep, queen.directory)})",)
+            await session.close(abort=True)
+            exc.args = (f"{exc} ({session.settle(keep)})",)
             raise
         except (asyncio.CancelledError, KeyboardInterrupt, click.exceptions.Abort) as exc:   # Ctrl-C
-            await queen.close(abort=True)
-            click.echo(f"git hive: plan interrupted, the Queen stopped; "
-                       f"{_unfinished(project, slug, keep, queen.directory)}", err=True)
+            await session.close(abort=True)
+            click.echo(f"git hive: plan interrupted, the Queen stopped; {session.settle(keep)}", err=True)
             if isinstance(exc, click.exceptions.Abort):     # at a prompt: exit 130 like the rest
                 raise KeyboardInterrupt from None
             raise
         except BaseException:
-            await queen.close(abort=True)
-            click.echo(f"git hive: plan stopped: {_unfinished(project, slug, keep, queen.directory)}", err=True)
+            await session.close(abort=True)
+            click.echo(f"git hive: plan stopped: {session.settle(keep)}", err=True)
             raise
-        await queen.close()
+        await session.close()
         if stream is not None:
             await stream.end()
-        if result is None:
-            queen_mod.reject(project, slug)
-            click.echo(f"plan {slug} rejected; its branch is deleted")
+        if proposal is None:
+            session.reject()
+            click.echo(f"plan {session.slug} rejected; its branch is deleted")
             sys.exit(1)
-        _conclude(project, queen_mod, result, slug, headless and no_approve, as_json, headless, start)
+        _conclude(session, proposal, headless and no_approve, as_json, headless, start)
 
-    async def watched_session() -> None:
+    async def watched() -> None:
         try:
-            await session()
+            await converse()
         finally:
             if stream is not None:
                 stream.stop.set()
 
     try:
-        asyncio.run(watched_session())
+        asyncio.run(watched())
     except KeyboardInterrupt:     # said above; exit as an interrupted command does (no click "Aborted!")
         sys.exit(130)
 
 
-def _conclude(project, queen_mod, result, slug: str, leave: bool, as_json: bool, headless: bool,
+def _conclude(session: PlanSession, proposal: Proposal, leave: bool, as_json: bool, headless: bool,
               start: bool) -> None:
     """Approve (or leave for review) a valid plan, print it, maybe start the daemon."""
+    slug = proposal.slug
     if leave:
         click.echo(f"plan left for review on hive/plan/{slug} "
                    f"(`git push origin hive/plan/{slug}` to open a pull request)", err=as_json)
     else:
-        queen_mod.approve(project, slug)
-        queen_mod.remove_plan_worktree(project, slug)
-        click.echo(f"plan {slug} approved: {len(result.issues)} issue(s) on hive/state", err=as_json)
+        for warning in session.approve().warnings:
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(f"plan {slug} approved: {len(proposal.issues)} issue(s) on hive/state", err=as_json)
     if as_json:
-        print_json([i.to_json(with_body=True) for i in result.issues])
+        print_json([i.to_json(with_body=True) for i in proposal.issues])
     elif headless:
-        table(issue_rows(result.issues), ISSUE_HEADERS)
+        table(issue_rows(proposal.issues), ISSUE_HEADERS)
     if not leave and (start or (not headless and _confirm_no("start the agents now?"))):
-        _start_daemon(project)
+        _start_daemon()
 
 
 @click.group(invoke_without_command=True)
@@ -271,11 +232,9 @@ def plans(ctx: click.Context, as_json: bool) -> None:
     """Plan branches: name, issues, status (proposed, approved, empty); `rm` and `prune` remove them."""
     if ctx.invoked_subcommand is not None:
         return
-    from hive.project import Project
-    from hive.queen import list_plans
+    from hive.api.plan import plans as list_plans
 
-    project = Project.open()
-    found = list_plans(project)
+    found = list_plans()
     if as_json:
         print_json([{"name": p.name, "issues": p.issues, "status": p.status, "commit": p.commit} for p in found])
         return
@@ -290,17 +249,11 @@ def plans(ctx: click.Context, as_json: bool) -> None:
 def plans_rm(name: str) -> None:
     """Remove a plan: its branch hive/plan/NAME and its worktree (a proposed plan's issues never
     reach hive/state; an approved plan's issues stay there)."""
-    from hive.project import Project
-    from hive.queen import list_plans, plan_ref, reject
+    from hive.api.plan import remove
 
-    project = Project.open()
-    name = name.removeprefix("hive/plan/")
-    if project.store.repo.references.get(plan_ref(name)) is None:
-        raise BadInput(f"no plan named {name!r} (see `git hive plans`)")
-    status = next((p.status for p in list_plans(project) if p.name == name), "")
-    reject(project, name)
-    note = ": its issues never reached hive/state" if status == "proposed" else ""
-    click.echo(f"plan {name} removed ({status}){note}")
+    removed = remove(name)
+    note = ": its issues never reached hive/state" if removed.status == "proposed" else ""
+    click.echo(f"plan {removed.name} removed ({removed.status}){note}")
 
 
 @plans.command("prune")
@@ -309,10 +262,9 @@ def plans_prune() -> None:
     worktree), empty plans (no valid plan was ever committed: a failed or interrupted Queen),
     worktree registrations whose folder is gone and plan folders whose branch is gone. Proposed
     plans (valid, not yet approved) are kept: `git hive plans rm NAME` removes one."""
-    from hive.project import Project
-    from hive.queen import prune_plans
+    from hive.api.plan import prune
 
-    removed = prune_plans(Project.open())
+    removed = prune()
     for line in removed:
         click.echo(line)
     click.echo(f"{len(removed)} removed" if removed else "nothing to prune")
@@ -322,14 +274,9 @@ def plans_prune() -> None:
 @click.argument("name")
 def approve(name: str) -> None:
     """Merge a plan branch into hive/state (works even if hive/state moved meanwhile)."""
-    from hive.project import Project
-    from hive.queen import approve as approve_plan, remove_plan_worktree
+    from hive.api.plan import approve as approve_plan
 
-    project = Project.open()
-    project.sync()
-    name = name.removeprefix("hive/plan/")
-    commit, warnings = approve_plan(project, name)
-    for warning in warnings:
+    approved = approve_plan(name)
+    for warning in approved.warnings:
         click.echo(f"warning: {warning}", err=True)
-    remove_plan_worktree(project, name)
-    click.echo(f"plan {name} approved" + ("" if commit else " (it already was)"))
+    click.echo(f"plan {approved.name} approved" + ("" if approved.commit else " (it already was)"))
