@@ -309,6 +309,18 @@ def test_work_lands_only_through_the_lander() -> None:
     assert calls, "the check sees no landing where there is one"
 
 
+def test_only_the_agent_session_subscribes_to_a_session() -> None:
+    """A worker, the refinery and the Queen hear their agent's events through
+    `hive.agents.session.AgentSession`, the one caller of `Backend.on_session` outside the
+    backends: a second subscriber would take a session's events from it."""
+    calls = [(m, c) for m, p in MODULES.items() for c in _calls(p)
+             if isinstance(c.func, ast.Attribute) and c.func.attr == "on_session"]
+    elsewhere = [_where(m, c) for m, c in calls
+                 if m != "hive.agents.session" and not m.startswith("hive.backends.")]
+    assert not elsewhere, "a session subscribed outside AgentSession:\n    " + "\n    ".join(elsewhere)
+    assert any(m == "hive.agents.session" for m, _ in calls), "the check sees no subscription where there is one"
+
+
 def test_only_worktrees_resets_a_worktree() -> None:
     """Nothing but `hive/workspace/` resets or overwrites a worktree's files: `worktrees` (it
     keeps the heads first), `spares` (only a worktree `worktrees` handed over after keeping its
