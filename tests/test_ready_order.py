@@ -169,3 +169,36 @@ def test_ranks_kept_in_front_of_each_change_equal_the_whole_graph_computed(proje
         stored = {row[0]: Rank(row[1], row[2]) for row in db.execute(
             f"SELECT id, chain, dependents FROM issues WHERE {WAITING}")}
         assert stored == whole, f"step {step}"
+
+
+def test_ranks_kept_in_front_of_a_hostile_cycle_end_and_stay_those_of_the_whole_graph(
+        repo: Path, project: Any, git: Callable[..., Any], issue_text: Callable[..., str],
+        new_issue: Callable[..., str]) -> None:
+    """A dependency cycle arrives on `hive/state` by a plain commit (fetched from someone else:
+    hive's own writes never make one). The recomputation in front of each later change walks
+    into it and out again (the region's recursive query ends on a cycle), the cycle is reported
+    and never ready, and the issues outside it keep the ranks of the whole graph computed at once."""
+    from hive import issues
+    from hive.state.index import WAITING
+
+    head = new_issue("in front of the cycle")
+    issues_dir = repo / ".hive" / "issues"
+    (issues_dir / "hv-cyca01.md").write_text(issue_text("cycle a", depends_on=["hv-cycb01", head]))
+    (issues_dir / "hv-cycb01.md").write_text(issue_text("cycle b", depends_on=["hv-cyca01"]))
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-q", "-m", "a cycle, fetched", cwd=repo / ".hive")
+    problems = project.sync(warn=False)
+    assert any("dependency cycle" in str(p) for p in problems)
+
+    behind = new_issue("behind the cycle", depends_on=["hv-cycb01"])
+    issues.add_dependency(project, new_issue("second head"), head)
+    set_status(project, behind, "canceled")
+    project.sync(warn=False)
+    ready = ready_ids(project)
+    assert head in ready and not {"hv-cyca01", "hv-cycb01"} & set(ready)
+    db = project.index.db
+    weights = {row[0]: 1 for row in db.execute(f"SELECT id FROM issues WHERE {WAITING}")}
+    whole = compute(weights, db.execute("SELECT issue_id, blocker_id FROM deps").fetchall())
+    stored = {row[0]: Rank(row[1], row[2]) for row in db.execute(f"SELECT id, chain, dependents FROM issues WHERE {WAITING}")}
+    outside = set(weights) - {"hv-cyca01", "hv-cycb01"}
+    assert {i: stored[i] for i in outside} == {i: whole[i] for i in outside}
