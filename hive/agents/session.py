@@ -9,7 +9,7 @@ whose session an event is) and does, once for every role:
   daemon restart carries them on (`SessionSpec.usage`);
 * permissions: every request is answered by `hive.agents.permissions.decide` for the session's
   `Grant` (role, and the folder it may work in);
-* activity and last words: `last_activity`, the role's `on_activity`, and what the agent said last
+* activity and last words: the role's `on_activity` (its stall clock), and what the agent said last
   for `status` (`Runtime.set_last_message`);
 * the one resume-on-error rule (`turn`): a session whose process ended just after its previous
   turn is resumed once and the text sent again; a turn hive aborted with a reason (stall, budget)
@@ -21,7 +21,6 @@ ones that raise for a session that is gone (KeyError, RuntimeError) are caught h
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -73,7 +72,6 @@ class AgentSession:
         self.spec: SessionSpec | None = None
         self.usage = Usage()               # the session's totals as last reported
         self.pid = 0
-        self.last_activity = time.monotonic()
         self.in_turn = False
         self.abort_reason = ""             # why hive aborted the turn in progress
 
@@ -185,7 +183,6 @@ class AgentSession:
                 self.runtime.set_last_message(self.id, str(event.data.get("text", "")))
 
     def _active(self) -> None:
-        self.last_activity = time.monotonic()
         if self.on_activity is not None:
             self.on_activity()
 
@@ -198,8 +195,9 @@ class AgentSession:
             self.on_usage(growth)
 
     async def _answer(self, request: Any) -> None:
-        root = self.grant.root or (self.spec.cwd if self.spec is not None else "") or "/nonexistent"
-        verdict = permissions.decide(request, role=self.grant.role, root=root, plan_root=self.grant.plan_root)
+        root = self.grant.root or (self.spec.cwd if self.spec is not None else "")
+        verdict = (permissions.decide(request, role=self.grant.role, root=root, plan_root=self.grant.plan_root)
+                   if root else permissions.Verdict(False, "the session has no folder to work in"))
         if not verdict.allow and self.log is not None:
             self.log(f"denied {request.tool} to {self.grant.role} ({verdict.reason})")
         await self.backend.reply_permission(self.id, request.request_id, verdict.allow, verdict.reason)
