@@ -197,7 +197,7 @@ def _child(argv: list[str]) -> int:
 
     async def send(session_id: str, text: str) -> None:
         await original_send(session_id, text)
-        worker = next((w for w in daemon.running.values() if w.session_id == session_id), None)
+        worker = next((w for w in daemon.crew if w.session_id == session_id), None)
         if worker is not None and not text.startswith("FYI"):
             prompts.setdefault(worker.issue_id, time.perf_counter() - start)
 

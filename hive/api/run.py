@@ -101,7 +101,7 @@ class Run:
                               until_idle=self.until_idle, remote=self.remote, log=log)
         daemon.on_progress = on_progress
         asyncio.run(daemon.run())
-        return Ended(daemon.summary(), daemon.exit_code, daemon.stop_cause,
+        return Ended(daemon.summary(), daemon.stop.exit_code, daemon.stop.cause,
                      [WaitingMerge(entry.issue_id, entry.detail) for entry in daemon.waiting_merges])
 
     def detach(self) -> Detached:

@@ -5,12 +5,12 @@ processes and the `reference-transaction` hook append to; a worker finishing. Ea
 its own worktree's notes/result files and waits for its own turns; the backend's events go, by
 session id, to the `AgentSession` they belong to (`hive/agents/session.py`). A slow safety tick
 checks leases and stalls. On each wake the loop brings the state up to date, stops workers whose
-issue was canceled, and spawns workers while below `max_agents` and the ready queue is not empty.
+issue was canceled, and claims ready issues for new workers while below `max_agents`.
 
-The daemon only runs that loop and owns the workers; each of its other jobs is a module of its
-own: `.hive/` following the branch (checkout.py), what may start (schedule.py), tells and notes
-to agents at work (messages.py), the run's caps (spend.py), its progress (progress.py), done work
-to the merge step (handoff.py), how a run ends (shutdown.py) and after a crash (recovery.py).
+The daemon only runs that loop; each of its other jobs is a module of its own: the workers
+(crew.py), `.hive/` following the branch (checkout.py), what may start (schedule.py), the run's
+caps (spend.py), its progress (progress.py), done work to the merge step (handoff.py), how a run
+ends (shutdown.py) and after a crash (recovery.py).
 """
 
 from __future__ import annotations
@@ -19,32 +19,31 @@ import asyncio
 import os
 import time
 import traceback
-from typing import Any, Callable, ContextManager
+from typing import Callable
 
 from hive import git
 from hive.agents.ids import new_agent_id
-from hive.backends.base import PROVIDER_ERROR, Backend, Event, Usage
+from hive.backends.base import PROVIDER_ERROR, Backend, Usage
 from hive.config import Config
 from hive.errors import HiveError
 from hive.initialize import record_target_branch
 from hive.merge.host import SharedTarget
 from hive.merge.pipeline import MergeProcessor
-from hive.orchestrator import claims, messages, recovery
+from hive.orchestrator import claims, recovery
 from hive.orchestrator.checkout import CheckoutFollower
+from hive.orchestrator.crew import Crew
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.handoff import Handoff
-from hive.orchestrator.logfile import LogFile
+from hive.orchestrator.logfile import RunLog
 from hive.orchestrator.progress import PROGRESS_KEY, Publisher, RunProgress, RunSummary, summarize
 from hive.orchestrator.schedule import Schedule
 from hive.orchestrator.shared import SharedQueue
-from hive.orchestrator.shutdown import OUTPUT_GONE, STOP_SIGNALS, end_workers, stop_cause
+from hive.orchestrator.shutdown import OUTPUT_GONE, Stopping
 from hive.orchestrator.spend import RunSpend
-from hive.orchestrator.starting import StartGate
 from hive.orchestrator.watchers import watch_state
-from hive.orchestrator.worker import Worker, taken_from
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime, handover
-from hive.workspace import spares, worktrees
+from hive.workspace import spares
 
 SAFETY_TICK_SECONDS = 2.0
 FULL_SWEEP_SECONDS = 30.0
@@ -60,20 +59,15 @@ class Daemon:
         self.max_agents = max_agents or config.max_agents
         self.until_idle = until_idle
         self.waiting_merges: list = []   # --until-idle: the merges still waiting when it ended
-        self.stopped_by = 0                  # the signal (or OUTPUT_GONE) that stopped the run
-        self._output_gone = False            # stdout could not be written: the lines go to daemon.log only
         self.runtime = Runtime(project.paths)
         self.lock = DaemonLock(project.paths)
-        self.running: dict[str, Worker] = {}
         self.wake = asyncio.Event()
-        self.starts = StartGate()            # agents being started go before merges
-        self.stopping = asyncio.Event()
         self._watch_stop = asyncio.Event()   # awatch sets its stop event itself when it ends
-        self._log = log or (lambda line: print(line, flush=True))
-        self._log_file = LogFile(project.paths.daemon_log)
-        self.health = ProviderHealth(backend, self.runtime, self.stopping, self.log, self.wake.set)
+        self.log = RunLog(project.paths.daemon_log, log or (lambda line: print(line, flush=True)),
+                          output_gone=lambda: self.stop.request(OUTPUT_GONE))
+        self.stop = Stopping(self.wake.set, self.log)
+        self.health = ProviderHealth(backend, self.runtime, self.stop.event, self.log, self.wake.set)
         self.merge: MergeProcessor | None = None    # set by use_merge() (auto merge mode)
-        self.finished = 0
         self.started_at = time.time()
         self.start_commit = ""      # the tip of hive/state when the run began (for its summary)
         self.on_progress: Callable[[RunProgress], None] | None = None   # told each change
@@ -81,16 +75,18 @@ class Daemon:
         self.shared = SharedQueue(self, remote, config.target_branch) if remote else None
         self.handoff = Handoff(self.shared, self.wake.set)   # done work → the merge step
         self.checkout = CheckoutFollower(project, self.log, self.wake.set)
-        self.schedule = Schedule(project, config.touches_mode, self.shared, lambda: self.target_ref,
-                                 self.running, self.log)
         self.spend = RunSpend(config, self.log)
+        self.crew = Crew(project, config, backend, self.runtime, self.health, self.spend, self.handoff,
+                         target_ref=lambda: self.target_ref, log=self.log, wake=self.wake.set)
+        self.schedule = Schedule(project, config.touches_mode, self.shared, lambda: self.target_ref,
+                                 self.crew, self.log)
         self._progress = Publisher(self.runtime.put)
 
     def use_merge(self, processor: MergeProcessor | None) -> None:
         """The merge pipeline that takes this daemon's done issues (None: a person merges)."""
         self.merge = self.handoff.merge = processor
 
-    # -- what the worker, the shared queue and the merge pipeline ask of the daemon -------------
+    # -- what the shared queue and the merge pipeline ask of the daemon -------------------------
 
     @property
     def shared_target(self) -> SharedTarget | None:
@@ -107,29 +103,13 @@ class Daemon:
         self.wake.set()
 
     def worker_running(self, issue_id: str) -> bool:
-        return issue_id in self.running   # left once its session is closed (`worker_finished`)
+        return issue_id in self.crew   # left once its session is closed
 
     def running_agents(self) -> frozenset[str]:
-        return frozenset(worker.agent_id for worker in self.running.values())
+        return self.crew.agents()
 
     async def agents_started(self, at_most: float) -> None:
-        await self.starts.wait(at_most)
-
-    def log(self, message: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {message}"
-        if not self._output_gone:
-            try:
-                self._log(line)
-            except OSError:   # EPIPE: the reader died (a `tee` ended by the same Ctrl-C), the terminal closed
-                self._output_gone = True
-                self.request_stop(OUTPUT_GONE)
-        self._log_file.write(line)
-
-    def tokens_spent(self, growth: Usage) -> None:
-        self.spend.add(growth)
-
-    def relay_notes(self, source: Worker, notes: list[dict[str, Any]]) -> None:
-        messages.relay_notes(self.running, source, notes)
+        await self.crew.starts.wait(at_most)
 
     # -- a run, start to end --------------------------------------------------------------------
 
@@ -141,7 +121,7 @@ class Daemon:
             raise
         except Exception as exc:
             # what stops the daemon unexpectedly: the person sees one line; daemon.log keeps where
-            self._log_file.write(f"{time.strftime('%H:%M:%S')} daemon stopped by {type(exc).__name__}: {exc}\n"
+            self.log.file.write(f"{time.strftime('%H:%M:%S')} daemon stopped by {type(exc).__name__}: {exc}\n"
                                  + "".join(traceback.format_exception(exc)).rstrip())
             raise
         finally:
@@ -152,9 +132,6 @@ class Daemon:
             raise HiveError(f"a hive daemon is already running for this repository "
                             f"(pid {self.lock.holder()}); `git hive stop` stops it")
         git.clear_stale_locks(self.project.paths.common_dir, self.log)   # left by a killed process
-        loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, self.request_stop, sig)
         record_target_branch(self.project.paths, self.config.target_branch)
         self.runtime.put("daemon_pid", str(os.getpid()))
         self.runtime.put("daemon_started", str(time.time()))
@@ -163,22 +140,14 @@ class Daemon:
         watcher = asyncio.create_task(watch_state(self.project, self._watch_stop, self._state_changed, self.log))
         ticker = asyncio.create_task(self._tick())
         try:
-            self.backend.on(PROVIDER_ERROR, self._on_provider_error)
-            await self.backend.connect_with_reconnect()
-            self.project.sync(warn=False)
-            if self.shared is not None:
-                await asyncio.to_thread(self.shared.catch_up)
-            await self.recover()
-            if self.shared is not None:
-                self.shared.start()
-            if self.merge is not None:
-                await self.merge.start()
-            self.log(f"running: up to {self.max_agents} agents, backend {self.backend.name}")
-            await self._loop()
+            # a second Ctrl-C while the agents are being ended changes nothing: the handlers stay
+            with self.stop.on_signals(asyncio.get_running_loop()):
+                try:
+                    await self._start()
+                    await self._loop()
+                finally:
+                    await self.shutdown()
         finally:
-            await self.shutdown()   # a second Ctrl-C meanwhile changes nothing: the handlers stay until done
-            for sig in STOP_SIGNALS:
-                loop.remove_signal_handler(sig)
             self.checkout.stop()
             self._watch_stop.set()
             watcher.cancel()
@@ -187,34 +156,35 @@ class Daemon:
             self.runtime.delete(PROGRESS_KEY)
             self.health.stop()
             self.lock.release()
-            self._log_file.close()
+            self.log.file.close()
         return 0
 
+    async def _start(self) -> None:
+        self.backend.on(PROVIDER_ERROR, self.health.provider_error)
+        await self.backend.connect_with_reconnect()
+        self.project.sync(warn=False)
+        if self.shared is not None:
+            await asyncio.to_thread(self.shared.catch_up)
+        # the state made consistent after any kind of previous ending, SIGKILL included
+        previous_agents = recovery.kill_lost_agents(self.runtime)
+        recovery.requeue_lost_issues(self.project, self.runtime, self.config, previous_agents,
+                                     shared=self.shared is not None, log=self.log)
+        await asyncio.to_thread(recovery.clean_leftovers, self.project, set(), self.runtime)
+        if self.shared is not None:
+            self.shared.start()
+        if self.merge is not None:
+            await self.merge.start()
+        self.log(f"running: up to {self.max_agents} agents, backend {self.backend.name}")
+
     def request_stop(self, why: int = 0) -> None:
-        """Stop: agents end, the issues they held go back to open. `why`: the signal that asked
-        (SIGINT, SIGTERM, SIGHUP), or OUTPUT_GONE; it makes the exit code (`exit_code`)."""
-        first = not self.stopping.is_set()
-        self.stopping.set()
-        self.wake.set()
-        if first:
-            self.stopped_by = why
-            self.log("stopping: ending agents" + (f" ({stop_cause(why)})" if why else ""))
-
-    @property
-    def exit_code(self) -> int:
-        """0 for a run that ended by itself (or by `request_stop()`); 128 + the signal otherwise."""
-        return 128 + self.stopped_by if self.stopped_by else 0
-
-    @property
-    def stop_cause(self) -> str:
-        return stop_cause(self.stopped_by)
+        self.stop.request(why)
 
     async def _loop(self) -> None:
-        while not self.stopping.is_set():
+        while not self.stop.is_set():
             self.wake.clear()
             self.checkout.refresh()
-            await self._stop_canceled()
-            await messages.deliver_tells(self.runtime, self.running, self.log)
+            await self.crew.stop_taken(lambda issue_id: self.merge is None or self.merge.may_spare(issue_id))
+            await self.crew.deliver_tells()
             await self._spawn()
             if self.merge is not None:
                 self.merge.poke()
@@ -231,7 +201,7 @@ class Daemon:
             await self.wake.wait()
 
     def _idle(self) -> bool:
-        if self.running or (self.merge is not None and not self.merge.idle()):
+        if len(self.crew) or (self.merge is not None and not self.merge.idle()):
             return False
         if self.shared is not None and not self.spend.capped:
             # other machines' work may still unblock ours: idle only when the whole queue is
@@ -240,16 +210,16 @@ class Daemon:
         return self.spend.capped or self.schedule.nothing_to_start()
 
     async def _spawn(self) -> None:
-        if self.stopping.is_set() or self.spend.capped or not self.health.healthy.is_set():
+        if self.stop.is_set() or self.spend.capped or not self.health.healthy.is_set():
             return
         if self.shared is not None and not self.shared.online:
             return  # a claim is valid only once pushed: none while the remote is unreachable
-        if len(self.running) >= self.max_agents:
+        if len(self.crew) >= self.max_agents:
             return
         lease = self.config.lease_seconds if self.shared is not None else 0
         picker = self.schedule.picker()
         for issue in picker.order(self.schedule.candidates()):
-            if len(self.running) >= self.max_agents or self.stopping.is_set():
+            if len(self.crew) >= self.max_agents or self.stop.is_set():
                 break
             handed = handover.peek(self.runtime, issue.id)
             # a rejected attempt retried by the same agent: it goes on under its own id
@@ -261,40 +231,8 @@ class Daemon:
                 continue
             self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
             picker.started(issue)
-            self.start_worker(issue.id, agent_id)
+            self.crew.start(issue.id, agent_id)
         self.schedule.tell_held(picker.held)
-
-    # -- the workers ----------------------------------------------------------------------------
-
-    def start_worker(self, issue_id: str, agent_id: str) -> Worker:
-        worker = Worker(self, issue_id, agent_id, self.handoff)
-        self.runtime.add_agent(id=agent_id, issue_id=issue_id, role="worker", backend=self.backend.name)
-        self.running[issue_id] = worker
-        worker.task = asyncio.create_task(worker.run(), name=f"worker-{issue_id}")
-        return worker
-
-    def worker_finished(self, worker: Worker) -> None:
-        self.running.pop(worker.issue_id, None)
-        self.runtime.remove_agent(worker.agent_id)
-        self.finished += 1
-        self.wake.set()
-
-    def agent_starting(self) -> ContextManager[None]:
-        return self.starts.starting()
-
-    async def _stop_canceled(self) -> None:
-        if not self.running:
-            return
-        held = self.project.index.assignments(self.running)
-        for issue_id, worker in list(self.running.items()):
-            what = taken_from(*held.get(issue_id, ("", "")), worker.agent_id)
-            if what:
-                self.log(f"{issue_id} {what}: stopping its agent")
-                await worker.abort(what)
-                if worker.task is not None:
-                    await asyncio.gather(worker.task, return_exceptions=True)
-                spare = self.merge is None or self.merge.may_spare(issue_id)   # the refinery may be in it
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch, spare)
 
     # -- wake sources ---------------------------------------------------------------------------
 
@@ -310,19 +248,10 @@ class Daemon:
             if now - last_sweep >= FULL_SWEEP_SECONDS:
                 self.checkout.sweep()
                 last_sweep = now
-            for worker in list(self.running.values()):
-                if worker.in_turn and now - worker.last_activity > self.config.stall_seconds:
-                    self.log(f"{worker.issue_id} stalled: no activity for {self.config.stall_seconds}s")
-                    await worker.abort_turn(f"stalled: no agent activity for {self.config.stall_seconds}s")
+            await self.crew.end_stalled()
             if self.shared is not None:
-                self.shared.renew_leases([(w.issue_id, w.agent_id) for w in self.running.values()],
-                                         self.config.lease_seconds)
+                self.shared.renew_leases(self.crew.holdings(), self.config.lease_seconds)
             self.wake.set()
-
-    def _on_provider_error(self, event: Event) -> None:
-        data = event.data if isinstance(event.data, dict) else {}
-        status = data.get("status")
-        self.health.enter(f"provider error{f' {status}' if status else ''}: {data.get('message', '')}"[:200])
 
     # -- what the run did -----------------------------------------------------------------------
 
@@ -334,7 +263,7 @@ class Daemon:
         counts = self.project.index.counts()
         return RunProgress(self.started_at, finalized=counts.get("finalized", 0),
                            total=sum(counts.values()) - counts.get("canceled", 0),
-                           busy=len(self.running) + int(self.merge is not None and self.merge.refinery_busy()),
+                           busy=len(self.crew) + int(self.merge is not None and self.merge.refinery_busy()),
                            usage=self.spent())
 
     def summary(self) -> RunSummary:
@@ -343,18 +272,11 @@ class Daemon:
         return summarize(self.project.paths, self.start_commit, self.spent(), self.started_at,
                          lambda issue_id: getattr(self.project.index.get(issue_id), "status", None))
 
-    # -- recovery and shutdown ------------------------------------------------------------------
-
-    async def recover(self) -> None:
-        """Make the state consistent after any kind of previous ending, SIGKILL included."""
-        previous_agents = recovery.kill_lost_agents(self.runtime)
-        recovery.requeue_lost_issues(self.project, self.runtime, self.config, previous_agents,
-                                     shared=self.shared is not None, log=self.log)
-        await asyncio.to_thread(recovery.clean_leftovers, self.project, set(self.running), self.runtime)
+    # -- the end of a run ------------------------------------------------------------------
 
     async def shutdown(self) -> None:
         """End every agent; leave each issue where the next `run` continues from."""
-        await end_workers(self.project, self.runtime, self.config, self.running.values())
+        await self.crew.end_all()
         if self.merge is not None:
             await self.merge.stop()
         if self.shared is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Callable
 
-from hive.backends.base import Backend
+from hive.backends.base import Backend, Event
 from hive.runtime import Runtime
 
 MAX_PROBE_DELAY = 60.0
@@ -35,6 +35,12 @@ class ProviderHealth:
         self.runtime.put("degraded", reason)
         self.log(f"degraded: {reason}; pausing new agents until the provider answers")
         self._probe_task = asyncio.create_task(self._probe())
+
+    def provider_error(self, event: Event) -> None:
+        """The backend's PROVIDER_ERROR event: degraded mode."""
+        data = event.data if isinstance(event.data, dict) else {}
+        status = data.get("status")
+        self.enter(f"provider error{f' {status}' if status else ''}: {data.get('message', '')}"[:200])
 
     async def wait_healthy(self) -> None:
         await self.healthy.wait()

@@ -8,7 +8,9 @@ not written a second time.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Callable
 
 
 class LogFile:
@@ -31,6 +33,27 @@ class LogFile:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class RunLog:
+    """A run's lines, time-stamped: to the person (`show`) and to daemon.log. Output that can no
+    longer be written (EPIPE: the reader died, the terminal closed) goes on in daemon.log alone,
+    and `output_gone` is told once."""
+
+    def __init__(self, path: Path, show: Callable[[str], None], output_gone: Callable[[], None]):
+        self.file = LogFile(path)
+        self._show: Callable[[str], None] | None = show
+        self._output_gone = output_gone
+
+    def __call__(self, message: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {message}"
+        if self._show is not None:
+            try:
+                self._show(line)
+            except OSError:
+                self._show = None
+                self._output_gone()
+        self.file.write(line)
 
 
 def _is_stdout(path: Path) -> bool:

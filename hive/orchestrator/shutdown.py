@@ -1,20 +1,12 @@
-"""How a run ends: the signals that stop it, its exit code, its workers ended and their issues
-left where the next `run` continues from."""
+"""How a run is stopped: the signals that stop it and its exit code (its workers are then ended
+by `Crew.end_all`)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
-from functools import partial
-from typing import Iterable
-
-from hive import lifecycle
-from hive.config import Config
-from hive.errors import HiveError
-from hive.orchestrator.worker import Worker
-from hive.project import Project
-from hive.runtime import Runtime
-from hive.workspace import worktrees
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 # every way a person or a wrapper ends a run: Ctrl-C (to the process group, through `| tee` or
 # `bash -c`), `kill`, a closed terminal
@@ -32,20 +24,44 @@ def stop_cause(why: int) -> str:
         return f"signal {why}" if why else ""
 
 
-async def end_workers(project: Project, runtime: Runtime, config: Config, running: Iterable[Worker]) -> None:
-    """End every agent; the issue of each that had not finished goes back to open, its worktree
-    removed (a worker that already finished keeps its branch)."""
-    workers = list(running)
-    for worker in workers:
-        await worker.abort("the daemon is stopping")
-    for worker in workers:
-        if worker.task is not None:
-            await asyncio.gather(worker.task, return_exceptions=True)
+class Stopping:
+    """Whether a run is asked to stop, and by what: a signal, its output gone (`OUTPUT_GONE`), or
+    a plain `request()`; that makes its exit code."""
+
+    def __init__(self, wake: Callable[[], None], log: Callable[[str], None]):
+        self.event = asyncio.Event()
+        self.by = 0
+        self._wake = wake
+        self._log = log
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def request(self, why: int = 0) -> None:
+        """Stop: agents end, the issues they held go back to open."""
+        first = not self.event.is_set()
+        self.event.set()
+        self._wake()
+        if first:
+            self.by = why
+            self._log("stopping: ending agents" + (f" ({stop_cause(why)})" if why else ""))
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a run that ended by itself (or by `request()`); 128 + the signal otherwise."""
+        return 128 + self.by if self.by else 0
+
+    @property
+    def cause(self) -> str:
+        return stop_cause(self.by)
+
+    @contextmanager
+    def on_signals(self, loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+        """Every stop signal requests a stop while inside (a second one changes nothing)."""
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, self.request, sig)
         try:
-            released = lifecycle.release(project, worker.issue_id, worker.agent_id, "the daemon stopped")
-        except HiveError:   # TransitionRefused included: it finished, or changed hands
-            released = None
-        if released is not None:
-            await asyncio.to_thread(partial(worktrees.remove, project.paths, worker.issue_id,
-                                            target=config.target_branch))
-        runtime.remove_agent(worker.agent_id)
+            yield
+        finally:
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)

@@ -1,0 +1,133 @@
+"""The workers of a run: started, told, checked for stalls, stopped when their issue is taken
+from them, ended with the run. The crew is what each worker runs in (`WorkerHost`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import Any, Callable, ContextManager, Iterator
+
+from hive import lifecycle
+from hive.backends.base import Backend, Usage
+from hive.config import Config
+from hive.errors import HiveError
+from hive.orchestrator import messages
+from hive.orchestrator.degraded import ProviderHealth
+from hive.orchestrator.handoff import MergeQueue
+from hive.orchestrator.spend import RunSpend
+from hive.orchestrator.starting import StartGate
+from hive.orchestrator.worker import Worker, taken_from
+from hive.project import Project
+from hive.runtime import Runtime
+from hive.workspace import worktrees
+
+
+class Crew:
+    def __init__(self, project: Project, config: Config, backend: Backend, runtime: Runtime,
+                 health: ProviderHealth, spend: RunSpend, merge: MergeQueue, *,
+                 target_ref: Callable[[], str], log: Callable[[str], None], wake: Callable[[], None]):
+        self.project = project
+        self.config = config
+        self.backend = backend
+        self.runtime = runtime
+        self.health = health
+        self.spend = spend
+        self.merge = merge               # where each worker's done work goes
+        self._target_ref = target_ref
+        self.log = log
+        self._wake = wake
+        self.starts = StartGate()        # agents being started go before merges
+        self._workers: dict[str, Worker] = {}   # issue id -> its worker, until its session is closed
+
+    # -- what the daemon asks -------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def __contains__(self, issue_id: object) -> bool:
+        return issue_id in self._workers
+
+    def __iter__(self) -> Iterator[Worker]:
+        return iter(list(self._workers.values()))
+
+    def agents(self) -> frozenset[str]:
+        return frozenset(worker.agent_id for worker in self._workers.values())
+
+    def start(self, issue_id: str, agent_id: str) -> Worker:
+        """A worker for a claimed issue, running as its own task."""
+        worker = Worker(self, issue_id, agent_id, self.merge)
+        self.runtime.add_agent(id=agent_id, issue_id=issue_id, role="worker", backend=self.backend.name)
+        self._workers[issue_id] = worker
+        worker.task = asyncio.create_task(worker.run(), name=f"worker-{issue_id}")
+        return worker
+
+    async def stop_taken(self, may_spare: Callable[[str], bool]) -> None:
+        """Stop the workers whose issue is no longer theirs (canceled, taken over); each worktree
+        goes, its heads kept (`may_spare`: whether its folder may go back to the pool)."""
+        if not self._workers:
+            return
+        held = self.project.index.assignments(self._workers)
+        for issue_id, worker in list(self._workers.items()):
+            what = taken_from(*held.get(issue_id, ("", "")), worker.agent_id)
+            if what:
+                self.log(f"{issue_id} {what}: stopping its agent")
+                await worker.abort(what)
+                if worker.task is not None:
+                    await asyncio.gather(worker.task, return_exceptions=True)
+                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch,
+                                        may_spare(issue_id))
+
+    async def end_stalled(self) -> None:
+        """End the turns with no agent activity for `stall_seconds`: each attempt fails."""
+        stall = self.config.stall_seconds
+        now = time.monotonic()
+        for worker in self:
+            if worker.in_turn and now - worker.last_activity > stall:
+                self.log(f"{worker.issue_id} stalled: no activity for {stall}s")
+                await worker.abort_turn(f"stalled: no agent activity for {stall}s")
+
+    def holdings(self) -> list[tuple[str, str]]:
+        """(issue, agent) of every worker: the leases this machine renews."""
+        return [(worker.issue_id, worker.agent_id) for worker in self._workers.values()]
+
+    async def deliver_tells(self) -> None:
+        await messages.deliver_tells(self.runtime, self._workers, self.log)
+
+    async def end_all(self) -> None:
+        """End every agent; the issue of each that had not finished goes back to open, its worktree
+        removed (a worker that already finished keeps its branch)."""
+        workers = list(self)
+        for worker in workers:
+            await worker.abort("the daemon is stopping")
+        for worker in workers:
+            if worker.task is not None:
+                await asyncio.gather(worker.task, return_exceptions=True)
+            try:
+                released = lifecycle.release(self.project, worker.issue_id, worker.agent_id, "the daemon stopped")
+            except HiveError:   # TransitionRefused included: it finished, or changed hands
+                released = None
+            if released is not None:
+                await asyncio.to_thread(partial(worktrees.remove, self.project.paths, worker.issue_id,
+                                                target=self.config.target_branch))
+            self.runtime.remove_agent(worker.agent_id)
+
+    # -- what each worker asks (WorkerHost) -----------------------------------------------------
+
+    @property
+    def target_ref(self) -> str:
+        return self._target_ref()
+
+    def agent_starting(self) -> ContextManager[None]:
+        return self.starts.starting()
+
+    def relay_notes(self, source: Worker, notes: list[dict[str, Any]]) -> None:
+        messages.relay_notes(self._workers, source, notes)
+
+    def tokens_spent(self, growth: Usage) -> None:
+        self.spend.add(growth)
+
+    def worker_finished(self, worker: Worker) -> None:
+        self._workers.pop(worker.issue_id, None)
+        self.runtime.remove_agent(worker.agent_id)
+        self._wake()
