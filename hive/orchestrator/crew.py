@@ -1,5 +1,6 @@
-"""The workers of a run: started, told, checked for stalls, stopped when their issue is taken
-from them, ended with the run. The crew is what each worker runs in (`WorkerHost`)."""
+"""The workers of a run: hired for ready issues (each claimed first), told, checked for stalls,
+stopped when their issue is taken from them, ended with the run. The crew is what each worker
+runs in (`WorkerHost`)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from functools import partial
 from typing import Any, Callable, ContextManager, Iterator
 
 from hive import lifecycle
+from hive.agents.ids import new_agent_id
 from hive.backends.base import Backend, Usage
 from hive.config import Config
 from hive.errors import HiveError
-from hive.orchestrator import messages
+from hive.orchestrator import claims, messages
 from hive.orchestrator.degraded import ProviderHealth
 from hive.orchestrator.handoff import MergeQueue
+from hive.orchestrator.schedule import Schedule
+from hive.orchestrator.shared import SharedQueue
 from hive.orchestrator.spend import RunSpend
 from hive.orchestrator.starting import StartGate
 from hive.orchestrator.worker import Worker, taken_from
 from hive.project import Project
-from hive.runtime import Runtime
+from hive.runtime import Runtime, handover
 from hive.workspace import worktrees
 
 
@@ -53,6 +57,29 @@ class Crew:
 
     def agents(self) -> frozenset[str]:
         return frozenset(worker.agent_id for worker in self._workers.values())
+
+    async def hire(self, schedule: Schedule, most: int, shared: SharedQueue | None, stopping: Callable[[], bool],
+                   lease: int) -> None:
+        """Claim ready issues, in the schedule's order, for new workers while fewer than `most`
+        run (`lease`: the claims' lease in seconds, shared mode)."""
+        if len(self) >= most:
+            return
+        picker = schedule.picker()
+        for issue in picker.order(schedule.candidates()):
+            if len(self) >= most or stopping():
+                break
+            handed = handover.peek(self.runtime, issue.id)
+            # a rejected attempt retried by the same agent: it goes on under its own id
+            agent_id = handed.agent_id if handed is not None and handed.same_agent else new_agent_id()
+            claimed = await claims.claim(self.project, shared, issue, agent_id, lease, self.log)
+            if claimed == claims.OFFLINE:
+                break
+            if claimed == claims.TAKEN:
+                continue
+            self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
+            picker.started(issue)
+            self.start(issue.id, agent_id)
+        schedule.tell_held(picker.held)
 
     def start(self, issue_id: str, agent_id: str) -> Worker:
         """A worker for a claimed issue, running as its own task."""

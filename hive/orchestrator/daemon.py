@@ -22,14 +22,13 @@ import traceback
 from typing import Callable
 
 from hive import git
-from hive.agents.ids import new_agent_id
 from hive.backends.base import PROVIDER_ERROR, Backend, Usage
 from hive.config import Config
 from hive.errors import HiveError
 from hive.initialize import record_target_branch
 from hive.merge.host import SharedTarget
 from hive.merge.pipeline import MergeProcessor
-from hive.orchestrator import claims, recovery
+from hive.orchestrator import recovery
 from hive.orchestrator.checkout import CheckoutFollower
 from hive.orchestrator.crew import Crew
 from hive.orchestrator.degraded import ProviderHealth
@@ -42,7 +41,7 @@ from hive.orchestrator.shutdown import OUTPUT_GONE, Stopping
 from hive.orchestrator.spend import RunSpend
 from hive.orchestrator.watchers import watch_state
 from hive.project import Project
-from hive.runtime import DaemonLock, Runtime, handover
+from hive.runtime import DaemonLock, Runtime
 from hive.workspace import spares
 
 SAFETY_TICK_SECONDS = 2.0
@@ -185,7 +184,7 @@ class Daemon:
             self.checkout.refresh()
             await self.crew.stop_taken(lambda issue_id: self.merge is None or self.merge.may_spare(issue_id))
             await self.crew.deliver_tells()
-            await self._spawn()
+            await self._hire()
             if self.merge is not None:
                 self.merge.poke()
             if self.shared is not None:
@@ -209,30 +208,13 @@ class Daemon:
             return not any(counts.get(s, 0) for s in ("open", "in_progress", "done"))
         return self.spend.capped or self.schedule.nothing_to_start()
 
-    async def _spawn(self) -> None:
+    async def _hire(self) -> None:
         if self.stop.is_set() or self.spend.capped or not self.health.healthy.is_set():
             return
         if self.shared is not None and not self.shared.online:
             return  # a claim is valid only once pushed: none while the remote is unreachable
-        if len(self.crew) >= self.max_agents:
-            return
-        lease = self.config.lease_seconds if self.shared is not None else 0
-        picker = self.schedule.picker()
-        for issue in picker.order(self.schedule.candidates()):
-            if len(self.crew) >= self.max_agents or self.stop.is_set():
-                break
-            handed = handover.peek(self.runtime, issue.id)
-            # a rejected attempt retried by the same agent: it goes on under its own id
-            agent_id = handed.agent_id if handed is not None and handed.same_agent else new_agent_id()
-            claimed = await claims.claim(self.project, self.shared, issue, agent_id, lease, self.log)
-            if claimed == claims.OFFLINE:
-                break
-            if claimed == claims.TAKEN:
-                continue
-            self.log(f"{issue.id} claimed by {agent_id}: {issue.title}")
-            picker.started(issue)
-            self.crew.start(issue.id, agent_id)
-        self.schedule.tell_held(picker.held)
+        await self.crew.hire(self.schedule, self.max_agents, self.shared, self.stop.is_set,
+                             lease=self.config.lease_seconds if self.shared is not None else 0)
 
     # -- wake sources ---------------------------------------------------------------------------
 
