@@ -44,18 +44,15 @@ def issues(project: Project, statuses: Collection[str] | None = None, parent: st
 
 
 def ready(project: Project, statuses: Collection[str] | None = None) -> list[Issue]:
-    """The issues an agent could take now, in the order it would take them (those of `statuses`)."""
-    return [i for i in project.index.ready() if not statuses or i.status in statuses]
+    """The issues an agent could take now, in the order it would take them (those of `statuses`),
+    without their descriptions (`body` is "")."""
+    return [i for i in project.index.ready(with_body=False) if not statuses or i.status in statuses]
 
 
 def blockers_left(project: Project, listed: list[Issue]) -> dict[str, list[str]]:
     """Each listed issue's blockers that are not finished yet (done, finalized or canceled)."""
     status = {i.id: i.status for i in listed}
-
-    def finished(blocker: str) -> bool:
-        if blocker not in status:
-            other = project.index.get(blocker)
-            status[blocker] = other.status if other else ""
-        return status[blocker] in SATISFIED_BLOCKER_STATUSES
-
-    return {i.id: [b for b in i.depends_on if not finished(b)] for i in listed}
+    others = {b for i in listed for b in i.depends_on if b not in status}
+    status.update((issue_id, held[0]) for issue_id, held in project.index.assignments(others).items())
+    return {i.id: [b for b in i.depends_on if status.get(b, "") not in SATISFIED_BLOCKER_STATUSES]
+            for i in listed}

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 # C0 controls but newline and tab, DEL, C1 controls: a title or note from hive/state could move the
 # cursor, retitle the window or write the clipboard (OSC 52) of whoever lists it
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_UNSAFE_IN_CELL = re.compile(r"[\x00-\x1f\x7f-\x9f]")   # the controls, newline and tab too: `one_line`
 
 
 def escaped(text: str) -> str:
@@ -38,7 +39,9 @@ def unpushed_target(remote: str, branch: str, commits: int) -> str:
 
 
 def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
-    rows = [[one_line(str(cell)) for cell in r] for r in rows]
+    rows = [[str(cell) for cell in r] for r in rows]
+    if _UNSAFE_IN_CELL.search("".join("".join(r) for r in rows)):   # one search for the common case
+        rows = [[one_line(cell) for cell in r] for r in rows]
     width = shutil.get_terminal_size((120, 20)).columns
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     fixed = sum(widths[:-1]) + 2 * (len(widths) - 1)
@@ -49,8 +52,8 @@ def table(rows: Iterable[Sequence[str]], headers: Sequence[str]) -> None:
             out.append(cell if len(cell) <= w else cell[: w - 1] + "…")
         return "  ".join(c.ljust(w) for c, w in zip(out[:-1], widths[:-1])) + ("  " if len(out) > 1 else "") + out[-1]
     click.echo(click.style(line(headers), bold=True))
-    for row in rows:
-        click.echo(line(row))
+    if rows:   # one write: an echo per line adds up on a queue of thousands
+        click.echo("\n".join(line(row) for row in rows))
 
 
 def issue_rows(issues: Iterable[Issue], blocking: Mapping[str, list[str]] | None = None) -> list[list[str]]:

@@ -25,14 +25,14 @@ class Schedule:
 
     def nothing_to_start(self) -> bool:
         """No issue this machine could start now (the ready queue, less what waits)."""
-        first = self.project.index.ready(limit=1)
+        first = self.project.index.ready(limit=1, with_body=False)
         if not first or (not first[0].touches and not self.waits_for_work_elsewhere(first[0])):
             return not first
         return next(iter(self.picker().order(self.candidates())), None) is None
 
     def candidates(self) -> Iterator[Issue]:
         """The ready queue, in order, less what runs here or waits for work elsewhere."""
-        for issue in self.project.index.ready():
+        for issue in self.project.index.ready(with_body=False):
             if issue.id not in self.running and not self.waits_for_work_elsewhere(issue):
                 yield issue
 

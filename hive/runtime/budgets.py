@@ -6,7 +6,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from hive.backends.base import Usage
+from hive.usage import Usage
 
 _COLUMNS = ("issue_id", "retries", "switches", "failures", "tokens", "cost_usd", "last_error", "last_session",
             "input_tokens", "cache_write_tokens", "cache_read_tokens", "output_tokens")

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     OwnChanges = Callable[[str, str], "Changes | None"]
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 CONFLICT_MESSAGE = ("conflict markers in the description (both sides changed the same lines): "
                     "keep what is right, remove the <<<<<<< ======= >>>>>>> lines")
 REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
@@ -50,6 +50,7 @@ JSON_OBJECT = ("json_object('id', id, 'title', title, 'status', status, 'priorit
                "'parent', coalesce(parent, ''), 'depends_on', json(depends_on), 'labels', json(labels), "
                "'touches', json(coalesce(touches, '[]')), 'assignee', coalesce(assignee, ''), 'created', created_at, 'updated', updated_at)")
 # an issue's JSON for a listing; the sort and the JSON read only these columns (not the bodies)
+WITHOUT_BODY = ", ".join(c if c != "body" else "'' AS body" for c in ISSUE_COLUMNS)   # a row_to_issue row, body ""
 LISTED_COLUMNS = ("id, title, status, priority, type, parent, assignee, depends_on, labels, created_at, updated_at, "
                   "extra, touches")
 ISSUE_JSON = f"CASE WHEN extra = '{{}}' THEN {JSON_OBJECT} ELSE json_patch({JSON_OBJECT}, extra) END"
@@ -58,7 +59,7 @@ READY_SQL = f"""
 SELECT i.* FROM issues i INDEXED BY issues_ready
 WHERE i.status = 'open' AND i.assignee IS NULL AND i.type != 'epic'
   AND NOT EXISTS (
-    SELECT 1 FROM deps d LEFT JOIN issues b ON b.id = d.blocker_id
+    SELECT 1 FROM deps d LEFT JOIN issues b INDEXED BY issues_status_of ON b.id = d.blocker_id
     WHERE d.issue_id = i.id
       AND (b.id IS NULL OR b.status NOT IN ({", ".join(f"'{s}'" for s in SATISFIED)}))
   )
@@ -67,10 +68,11 @@ ORDER BY i.priority ASC, i.chain DESC, i.dependents DESC, i.created_at ASC, i.id
 # The queue's order (DESIGN §3, issue 20): a person's priority first; among equal priorities the
 # issue with the most work waiting behind it — the longest chain of dependents, then the most
 # dependents (`hive/state/ranks.py`) — so that long chains start early; then age. The daemon
-# claims in this order and `git hive list --ready` shows it. `issues_ready` holds the same order:
-# the query stops after LIMIT rows.
+# claims in this order and `git hive list --ready` shows it. `issues_ready` holds the candidates
+# in the same order (the query stops after LIMIT rows), `issues_status_of` each blocker's status:
+# neither reads an issue's row until it is known ready.
 READY_INDEX = ("CREATE INDEX IF NOT EXISTS issues_ready ON issues(priority, chain DESC, dependents DESC, "
-               "created_at, id) WHERE status = 'open' AND assignee IS NULL")
+               "created_at, id) WHERE status = 'open' AND assignee IS NULL AND type != 'epic'")
 # The indexes beside the tables' keys (the names sqlite_utils gave the first ones). A rebuild
 # into emptied tables drops them and makes them again after the rows are in: one sort each
 # instead of 100k ordered inserts into each.
@@ -82,6 +84,7 @@ SECONDARY_INDEXES = {
     "idx_notes_key": "CREATE INDEX IF NOT EXISTS idx_notes_key ON notes(archived, key)",
     # the ready query scans only open, unassigned issues in queue order
     "issues_ready": READY_INDEX,
+    "issues_status_of": "CREATE INDEX IF NOT EXISTS issues_status_of ON issues(id, status)",
 }
 BULK_CACHE_KIB = 8 * 1024    # SQLite's page cache while rows are taken in bulk (RSS: 64 MiB was ~45 MB more)
 BULK_ROWS = 1000    # more new rows than this into an empty issues table: the indexes are made afterwards
@@ -791,7 +794,7 @@ class Index:
 
     def list(self, status: Iterable[str] | None = None, parent: str | None = None,
              with_body: bool = True) -> list[Issue]:
-        columns = "*" if with_body else ", ".join(c if c != "body" else "'' AS body" for c in ISSUE_COLUMNS)
+        columns = "*" if with_body else WITHOUT_BODY
         sql, args = self._listing(columns, status, parent)
         return [row_to_issue(r) for r in self.db.execute(sql, args)]
 
@@ -827,9 +830,10 @@ class Index:
             sql += " WHERE " + " AND ".join(clauses)
         return sql + " ORDER BY priority ASC, created_at ASC, id ASC", args
 
-    def ready(self, limit: int | None = None) -> builtins.list[Issue]:
-        sql = READY_SQL + (f" LIMIT {int(limit)}" if limit else "")
-        return [row_to_issue(r) for r in self.db.execute(sql)]
+    def ready(self, limit: int | None = None, with_body: bool = True) -> builtins.list[Issue]:
+        """The ready queue in order (`READY_SQL`); without descriptions (`body` "") unless `with_body`."""
+        sql = READY_SQL if with_body else READY_SQL.replace("SELECT i.*", f"SELECT {WITHOUT_BODY}", 1)
+        return [row_to_issue(r) for r in self.db.execute(sql + (f" LIMIT {int(limit)}" if limit else ""))]
 
     def counts(self) -> dict[str, int]:
         return {r[0]: r[1] for r in self.db.execute("SELECT status, COUNT(*) FROM issues GROUP BY status")}

@@ -32,13 +32,10 @@ and no user config to behave the same everywhere. Only the fallback for unknown 
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import subprocess
 import sys
-import tempfile
-import tomllib
 from datetime import timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -170,6 +167,9 @@ def merge_issue(base: bytes | None, ours: bytes, theirs: bytes, path: str,
 
 
 def _load(data: bytes, issue_id: str, path: str) -> tuple[issue_file.Issue, dict[str, Any]]:
+    # tomllib, difflib and tempfile load when a merge runs: every state write imports this module
+    import tomllib
+
     issue = issue_file.parse(data, issue_id, path)
     front, _, _ = issue_file.split(data.decode("utf-8"), path)
     return issue, tomllib.loads(front)
@@ -311,6 +311,8 @@ def _lines(text: str) -> list[str]:
 
 
 def _matching(a: list[str], b: list[str]) -> dict[int, int]:
+    import difflib
+
     matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     pairs: dict[int, int] = {}
     for i, j, size in matcher.get_matching_blocks():
@@ -392,6 +394,8 @@ def merge_text(base: bytes | None, ours: bytes, theirs: bytes) -> tuple[bytes, b
 
 def _git_merge_file(base: bytes | None, ours: bytes, theirs: bytes) -> tuple[bytes, bool]:
     """`git merge-file` semantics for paths hive does not know (binary files: ours, conflict)."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="hive-merge-") as tmp:
         names = []
         for name, data in (("ours", ours), ("base", base or b""), ("theirs", theirs)):

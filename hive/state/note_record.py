@@ -13,7 +13,6 @@ fetched line's own `tokens` is never trusted for a budget: hive estimates again 
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 BYTES_PER_TOKEN = 3.5   # measured against a Claude BPE tokenizer: docs/PERFORMANCE.md, "Notes"
@@ -28,6 +27,8 @@ def estimate_tokens(text: str) -> int:
 def key_of(issue: str, content: str) -> str:
     """A note's stable name: its issue file (`""` for the project's) and its content. The same
     note written twice, or merged back after a prune, has the same key."""
+    import hashlib   # here: it loads OpenSSL, which a listing never needs
+
     digest = hashlib.sha256(f"{issue}\0{content}".encode("utf-8", "surrogatepass")).hexdigest()
     return "n" + digest[:11]
 
