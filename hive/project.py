@@ -26,7 +26,7 @@ class Project:
     def __init__(self, paths: git.RepoPaths):
         self.paths = paths
         self.index = Index(paths)
-        self.checkout = Checkout(paths, lambda: self.store, self._adopted_tip)
+        self.checkout = Checkout(paths, lambda: self.store, self._adopted_tip, self._read_already)
         # Who brings `.hive/` up to date after this process's writes: None, each write itself; a
         # daemon sets a function that schedules its own refresh, batched (see after_write).
         self.defer_checkout: Callable[[], None] | None = None
@@ -148,6 +148,10 @@ class Project:
             return self._adopting.tip   # checked, being indexed; if the branch moved on, the index decides
         self.update_index()
         return self.index.indexed_commit or None
+
+    def _read_already(self) -> dict[str, bytes]:
+        """The issue files the trust check of the tip being adopted read (by blob id)."""
+        return self._adopting.blobs if self._adopting is not None else {}
 
     def _refresh_after_write(self) -> None:
         """Bring `.hive/` up to date after a write that is already committed: failing here must

@@ -295,3 +295,22 @@ def test_removing_an_older_checkouts_whole_archive_folder_deletes_no_issue(repo,
     assert git("status", "--porcelain", cwd=checkout).stdout == ""
     issues.update(project, finished[0], {"title": "changed since"})   # and a refresh writes none back
     assert not (checkout / layout.ARCHIVE_DIR).exists() and git("status", "--porcelain", cwd=checkout).stdout == ""
+
+
+def test_a_refresh_looks_at_each_folder_once_and_still_finds_a_symlinked_one(tmp_path):
+    """`leads_outside` with a refresh's `folders_inside`: a real folder is looked at once, a
+    symlinked one (or a file under it) is refused every time, and never remembered as inside."""
+    root = tmp_path / "checkout"
+    (root / "issues").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "notes").symlink_to(tmp_path / "elsewhere")
+    inside: set[str] = set()
+    assert not layout.leads_outside(root, "issues/hv-aaaaaa.md", inside)
+    assert inside == {f"{root}/issues"}
+    assert not layout.leads_outside(root, "issues/hv-bbbbbb.md", inside)
+    (root / "issues" / "hv-cccccc.md").symlink_to(tmp_path / "elsewhere" / "x")
+    assert layout.leads_outside(root, "issues/hv-cccccc.md", inside)   # the file itself still looked at
+    for _ in range(2):
+        assert layout.leads_outside(root, "notes/hv-aaaaaa.jsonl", inside)
+    assert inside == {f"{root}/issues"}
+    assert layout.leads_outside(root, "issues/../notes/x.jsonl", inside)

@@ -39,10 +39,10 @@ import sqlite3
 import stat
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, cast
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, cast
 
 from hive import git
 from hive.errors import BadInput, HiveError
@@ -134,13 +134,16 @@ CHECKOUT_WORKTREE_NAME = "hive-state"   # what an older hive named `.hive/`'s wo
 
 class Checkout:
     def __init__(self, paths: git.RepoPaths, store: Callable[[], "StateStore"],
-                 adopted: Callable[[], str | None] | None = None):
+                 adopted: Callable[[], str | None] | None = None,
+                 read_already: Callable[[], Mapping[str, bytes]] | None = None):
         """`store`: the state store, opened only when needed (it loads pygit2). `adopted`: the
         commit of `hive/state` the checkout may follow — one that passed the trust check (the
-        index's); the branch's tip itself when not given."""
+        index's); the branch's tip itself when not given. `read_already`: blobs read on the way
+        to it (by id: the trust check's), which a refresh writes without reading them again."""
         self.paths = paths
         self._store = store
         self._adopted = adopted or (lambda: git.read_ref(self.paths.common_dir, git.STATE_REF))
+        self._read_already = read_already or dict
         self.root = paths.state_checkout
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
@@ -257,14 +260,16 @@ class Checkout:
             self._racy_ns = racy.racy_window(tick)
         return self._racy_ns
 
-    def _settled(self, rows: list[tuple[str, str, int, int]], fresh: dict[str, tuple[int, int]]) -> list[tuple[str, str, int, int]]:
+    def _settled(self, rows: list[tuple[str, str, int, int]], fresh: dict[str, tuple[int, int]],
+                 folders_inside: set[str] | None = None) -> list[tuple[str, str, int, int]]:
         """`rows` with the racy records of files this refresh wrote made exact where they can be:
         a file now older than the racy window, its stat still the one written, whose bytes read
         now are still hive's, can change only with another mtime from here on (a save before
         this read shows in the bytes). Every file of a queue taken in is written less than a
         tick before its record: without this, the next command read them all again. When only
         a few are still too young (a command's own write) and `wait_out_racy`, the window (at
-        most racy.FLOOR_NS) is waited out: the next command needs no look at them (nor pygit2)."""
+        most racy.FLOOR_NS) is waited out: the next command needs no look at them (nor pygit2).
+        `folders_inside`: the refresh's, as `leads_outside` takes it."""
         if not fresh:
             return rows
         young = [fresh[row[0]][0] for row in rows if row[2] == RACY_MTIME and row[0] in fresh]
@@ -276,7 +281,7 @@ class Checkout:
         for row in rows:
             path, blob, mtime_ns, size = row
             written = fresh.get(path)
-            if mtime_ns == RACY_MTIME and written is not None and not leads_outside(self.root, path):
+            if mtime_ns == RACY_MTIME and written is not None and not leads_outside(self.root, path, folders_inside):
                 try:
                     st = os.lstat(f"{self.root}/{path}")
                     if ((st.st_mtime_ns, st.st_ino, st.st_size) == (*written, size)
@@ -612,7 +617,8 @@ class Checkout:
         changes = store.changes(self.commit, tip.oid)
         follow = _Following(store.repo, self.commit, tip.oid or "", self._checkout_index(),
                             bulk=len(changes) > BULK_PATHS,
-                            archive_on_disk=os.path.lexists(self.root / layout.ARCHIVE_DIR))
+                            archive_on_disk=os.path.lexists(self.root / layout.ARCHIVE_DIR),
+                            read_already=self._read_already())
         # One transaction for the bookkeeping (each autocommit is an fsync), and the records of
         # the changed paths only (loading all of them cost ~300 ms at 100k files).
         with transaction(self.db):
@@ -623,7 +629,7 @@ class Checkout:
                 for path, old_oid, new_oid in changes:
                     record = records.get(path)
                     self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
-                self._store_records(self._settled(self._pending, self._fresh))
+                self._store_records(self._settled(self._pending, self._fresh, follow.folders_inside))
             finally:
                 self._pending, self._fresh = None, None
             self._write_git_index(follow.git_index)
@@ -636,7 +642,7 @@ class Checkout:
 
         if layout.is_archived(path) and self._follow_archived(follow, path, old_oid, new_oid, recorded):
             return
-        if leads_outside(self.root, path):
+        if leads_outside(self.root, path, follow.folders_inside):
             return  # never followed: a fetched state may point one anywhere
         where = f"{self.root}/{path}"   # no pathlib on the way of a new file: ~100k of them at once
         try:
@@ -660,7 +666,9 @@ class Checkout:
                     target.unlink(missing_ok=True)
                     _prune_empty_dirs(target.parent, self.root)
                 else:
-                    data = follow.repo.odb.read(new_oid)[1]
+                    data = follow.read_already.get(new_oid)
+                    if data is None:
+                        data = follow.repo.odb.read(new_oid)[1]
                     # no file there: created in place, refused if one appeared meanwhile (a
                     # person's); one there: swapped in only if it still holds what was read
                     written = _create_new(where, data) if current is None else \
@@ -696,7 +704,7 @@ class Checkout:
             if recorded is not None:
                 self._record(path, None)   # a checked-out copy the person removed
             return self._stage(follow.git_index, path, new_oid)
-        if leads_outside(self.root, path):
+        if leads_outside(self.root, path, follow.folders_inside):
             return True
         if recorded is not None:
             return False
@@ -825,6 +833,8 @@ class _Following:
     git_index: "pygit2.Index"
     bulk: bool
     archive_on_disk: bool = True   # False (as it should be): no archived file to look for
+    read_already: Mapping[str, bytes] = field(default_factory=dict)   # blob id -> its bytes, read before
+    folders_inside: set[str] = field(default_factory=set)   # looked at: no symlink (`leads_outside`)
 
 
 def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, limit: int = 1000) -> set[str]:

@@ -118,10 +118,12 @@ class Checked:
 
 class Adopting:
     """A checked tip being indexed, by a forked child when it brings many issue files (see
-    `Index.adopt`): what `.hive/` may follow meanwhile, and the problems once it is indexed."""
+    `Index.adopt`): what `.hive/` may follow meanwhile (`blobs`: the issue files the trust check
+    read, by blob id, which the checkout need not read again), and the problems once it is indexed."""
 
-    def __init__(self, tip: str, work: "halves.Beside[list[Problem]]"):
+    def __init__(self, tip: str, work: "halves.Beside[list[Problem]]", blobs: dict[str, bytes] | None = None):
         self.tip = tip
+        self.blobs = blobs or {}
         self._work = work
         self._problems: list[Problem] | None = None
 
@@ -424,9 +426,9 @@ class Index:
             return None
         checked = Checked(indexed, tip, blobs)
         if len(blobs) < ASIDE_FILES:   # not worth a process: indexed here, when waited for
-            return Adopting(tip, halves.Beside(lambda: self.catch_up(tip, checked=checked), fork=False))
+            return Adopting(tip, halves.Beside(lambda: self.catch_up(tip, checked=checked), fork=False), blobs)
         self.close()   # no SQLite connection is carried across the fork: the child opens its own
-        return Adopting(tip, halves.Beside(lambda: self._catch_up_in_child(tip, checked)))
+        return Adopting(tip, halves.Beside(lambda: self._catch_up_in_child(tip, checked)), blobs)
 
     def _catch_up_in_child(self, tip: str, checked: Checked) -> list[Problem]:
         git.forget_repositories()   # libgit2's handles are the parent's: the child opens its own

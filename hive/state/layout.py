@@ -77,20 +77,28 @@ def issue_id_of(path: str) -> str | None:
     return name[:-3]
 
 
-def leads_outside(root: Path | str, path: str) -> bool:
+def leads_outside(root: Path | str, path: str, folders_inside: set[str] | None = None) -> bool:
     """Whether `path` (relative to `root`) could lead outside it: a symlink or under one, or a
     name that climbs or is not one (`..`, `.`, empty, NUL, `.git`). Hive never reads or writes
     through those: in `.hive/` (the trust check refuses them on the branch; this is the second
-    lock on the door), nor in a person's checkout of the target branch."""
+    lock on the door), nor in a person's checkout of the target branch. `folders_inside`: the
+    folders found to be none of those by earlier calls (one refresh of many files in a folder
+    looks at it once), which this call adds to."""
     parts = path.split("/")
     if any(part in ("", ".", "..") or "\0" in part or part.casefold() == ".git" for part in parts):
         return True
     current = str(root)
-    for part in parts:
+    last = len(parts) - 1
+    for depth, part in enumerate(parts):
         current = f"{current}/{part}"
+        if depth < last and folders_inside is not None and current in folders_inside:
+            continue
         try:   # os.path.islink, without its layers: a taken-in queue asks this of 400k names
-            if stat.S_ISLNK(os.lstat(current).st_mode):
-                return True
+            mode = os.lstat(current).st_mode
         except (OSError, ValueError):
-            pass
+            continue
+        if stat.S_ISLNK(mode):
+            return True
+        if depth < last and folders_inside is not None and stat.S_ISDIR(mode):
+            folders_inside.add(current)
     return False
