@@ -276,3 +276,44 @@ def test_a_new_key_beside_a_table_or_a_deletion_of_a_present_one_goes_through_to
         text = issue_file.update_text(_file(front), FINALIZE, "x")
         assert text == _file(_tomlkit_update(front, FINALIZE))
         assert "landing" not in text and 'merged = "0810cca07cae' in text
+
+
+def _tomlkit_render(issue: Issue) -> str:
+    """`render`'s tomlkit path, taken whatever the plain path would do."""
+    import tomlkit
+
+    doc = tomlkit.document()
+    for key in issue_file.KNOWN_FIELDS:
+        value = getattr(issue, key)
+        if key in issue_file.OPTIONAL_FIELDS and not value:
+            continue
+        doc[key] = issue_file._toml_value(key, value)
+    for key, value in issue.extra.items():
+        doc[key] = value
+    body = issue.body if issue.body.endswith("\n") or not issue.body else issue.body + "\n"
+    return f"+++\n{tomlkit.dumps(doc)}+++\n\n{body}"
+
+
+def test_a_new_file_is_written_as_tomlkit_writes_it_with_or_without_tomlkit() -> None:
+    """`render` without tomlkit when every value is plain: the same text, byte for byte; quotes,
+    backslashes, control characters, other keys and other times go through tomlkit."""
+    rng = random.Random(7)
+    alphabet = "abcXYZ019 -_.:/é漢😀'`"
+
+    def text() -> str:
+        extra = '"\\\n\t\x7f' if rng.random() < 0.15 else ""
+        return "".join(rng.choice(alphabet + extra) for _ in range(rng.randint(0, 24)))
+
+    plain = 0
+    for _ in range(400):
+        issue = Issue(id="hv-abc123", title=text() or "t", status=rng.choice(["open", "done"]),
+                      priority=rng.randint(0, 4), type="task", parent=rng.choice(["", "hv-epic01"]),
+                      depends_on=[text() for _ in range(rng.randint(0, 3))],
+                      labels=[text() for _ in range(rng.randint(0, 2))], touches=[text() for _ in range(rng.randint(0, 2))],
+                      assignee=rng.choice(["", "w-1a2b3c"]), created="2026-11-30T10:00:00Z",
+                      updated=rng.choice(["2026-12-01T11:22:33Z", "2026-12-01T11:22:33.5+01:00"]), body=text(),
+                      extra=rng.choice([{}, {}, {"owner": "someone"}]))
+        plain += issue_file._render_plain(issue) is not None
+        assert issue_file.render(issue) == _tomlkit_render(issue)
+        assert tomllib.loads(issue_file.split(issue_file.render(issue), "x")[0])["title"] == issue.title
+    assert 40 < plain < 360   # both paths taken

@@ -394,6 +394,9 @@ def _toml_value(key: str, value: Any) -> Any:
 
 def render(issue: Issue) -> str:
     """A new issue file, laid out the way DESIGN §2 shows it."""
+    plain = _render_plain(issue)
+    if plain is not None:
+        return plain
     import tomlkit
 
     doc = tomlkit.document()
@@ -406,6 +409,36 @@ def render(issue: Issue) -> str:
         doc[key] = value
     body = issue.body if issue.body.endswith("\n") or not issue.body else issue.body + "\n"
     return f"{DELIMITER}\n{tomlkit.dumps(doc)}{DELIMITER}\n\n{body}"
+
+
+def _render_plain(issue: Issue) -> str | None:
+    """`render`'s text without tomlkit (an import a `git hive create` would pay for nothing) when
+    every value is plain — strings that need no escape, an int, lists of such strings, times
+    in hive's own form — and there are no other keys; None otherwise (tomlkit renders it)."""
+    if issue.extra or isinstance(issue.priority, bool) or not isinstance(issue.priority, int):
+        return None
+    lines = [DELIMITER]
+    for key in KNOWN_FIELDS:
+        value = getattr(issue, key)
+        if key in OPTIONAL_FIELDS and not value:
+            continue
+        if key in ("created", "updated"):
+            if not (isinstance(value, str) and _TIME_TEXT.fullmatch(value)):
+                return None
+            text = value
+        elif key == "priority":
+            text = str(value)
+        elif isinstance(value, list):
+            if not all(isinstance(item, str) and _PLAIN_STRING.fullmatch(item) for item in value):
+                return None
+            text = "[" + ", ".join(f'"{item}"' for item in value) + "]"
+        elif isinstance(value, str) and _PLAIN_STRING.fullmatch(value):
+            text = f'"{value}"'
+        else:
+            return None
+        lines.append(f"{key} = {text}")
+    body = issue.body if issue.body.endswith("\n") or not issue.body else issue.body + "\n"
+    return "\n".join(lines) + f"\n{DELIMITER}\n\n{body}"
 
 
 def update_text(text: str, changes: dict[str, Any], where: str, body: str | None = None) -> str:
