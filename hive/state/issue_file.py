@@ -417,7 +417,7 @@ def _render_plain(issue: Issue) -> str | None:
     in hive's own form — and there are no other keys; None otherwise (tomlkit renders it)."""
     if issue.extra or isinstance(issue.priority, bool) or not isinstance(issue.priority, int):
         return None
-    lines = [DELIMITER]
+    rows = [DELIMITER]
     for key in KNOWN_FIELDS:
         value = getattr(issue, key)
         if key in OPTIONAL_FIELDS and not value:
@@ -436,9 +436,9 @@ def _render_plain(issue: Issue) -> str | None:
             text = f'"{value}"'
         else:
             return None
-        lines.append(f"{key} = {text}")
+        rows.append(f"{key} = {text}")
     body = issue.body if issue.body.endswith("\n") or not issue.body else issue.body + "\n"
-    return "\n".join(lines) + f"\n{DELIMITER}\n\n{body}"
+    return "\n".join(rows) + f"\n{DELIMITER}\n\n{body}"
 
 
 def update_text(text: str, changes: dict[str, Any], where: str, body: str | None = None) -> str:
