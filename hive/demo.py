@@ -141,6 +141,8 @@ def make_repo(root: Path, script_path: Path) -> Path:
     (repo / "calc" / "__init__.py").write_text('"""calc: a tiny calculator."""\n')
     (repo / "tests" / "__init__.py").write_text("")
     (repo / "README.md").write_text(README)
+    # as in any Python project: the agents' test runs write bytecode, which is no one's work
+    (repo / ".gitignore").write_text("__pycache__/\n")
     (repo / ".hive.toml").write_text(
         "# git-hive settings for the demo\n"
         'backend = "scripted"\n'

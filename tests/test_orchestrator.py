@@ -828,7 +828,14 @@ def test_a_worker_whose_issue_was_taken_over_before_its_hand_off_leaves_no_workt
 
 # -- 8. the demo ----------------------------------------------------------------------------------
 
-def test_demo(hive, tmp_path: Path):
+@pytest.mark.parametrize("bytecode", ["written", "not written"])
+def test_demo(hive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bytecode: str):
+    """The README's first command, as people run it: with Python writing bytecode (the agents'
+    test runs leave `__pycache__/` in their worktrees, which no merge must meet) or not."""
+    if bytecode == "written":
+        monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    else:
+        monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     done = hive("demo", cwd=tmp_path)
     assert done.returncode == 0
     assert "issues finalized" in done.stdout
