@@ -272,3 +272,38 @@ def test_a_bulk_rebuild_gives_the_rows_and_indexes_of_incremental_catch_ups(repo
     assert project.index.ensure_current() == []
     assert inserted == [6, 6]
     assert contents() == incremental
+
+
+WALK = """
+import sys, pygit2
+from hive.state.trees import walk_changes
+repo = pygit2.Repository(sys.argv[1])
+tree = repo.revparse_single("hive/state").peel(pygit2.Tree)
+print("\\n".join(path for path, _, _ in walk_changes(repo, None, tree)))
+"""
+
+
+def test_a_tree_walk_is_in_name_order_on_every_machine_so_a_live_and_archived_issue_indexes_alike(
+        repo, project, git, issue_text) -> None:
+    """What a catch-up, an intake and a rebuild index follows the walk's order: an issue file
+    both live and archived (a hostile or botched state) is indexed as the later one. Python's
+    string hashing differs from process to process: the order must not."""
+    import os
+    import subprocess
+    import sys
+
+    issues_dir = repo / ".hive" / "issues"
+    for k in range(40):
+        (issues_dir / f"hv-w{k:05d}.md").write_text(issue_text(f"walk {k}"), encoding="utf-8")
+    (issues_dir / "hv-dup001.md").write_text(issue_text("live copy"), encoding="utf-8")
+    (issues_dir / "archive" / "du").mkdir(parents=True)
+    (issues_dir / "archive" / "du" / "hv-dup001.md").write_text(
+        issue_text("archived copy", status="finalized"), encoding="utf-8")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "many issues, one twice", cwd=repo / ".hive")
+    orders = {subprocess.run([sys.executable, "-c", WALK, str(repo)], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(6)}
+    assert len(orders) == 1
+    walked = orders.pop().split()
+    assert walked.index("issues/archive/du/hv-dup001.md") < walked.index("issues/hv-dup001.md")
+    assert project.index.rebuild() is not None and project.index.get("hv-dup001").title == "live copy"

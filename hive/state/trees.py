@@ -221,7 +221,8 @@ def _write_folder(repo: pygit2.Repository, objects_dir: str, folder: str, base_i
 
 def walk_changes(repo: pygit2.Repository, old: pygit2.Tree | None, new: pygit2.Tree | None,
                  prefix: str = "") -> Iterator[tuple[str, str | None, str | None]]:
-    """Yield (path, old blob id, new blob id) for every blob that differs; equal subtrees skipped.
+    """Yield (path, old blob id, new blob id) for every blob that differs, in name order; equal
+    subtrees skipped.
 
     Folders are compared as sets of their entry records (`raw_trees`, which keeps the last few
     trees read: the trust check has just read the same two), not as pygit2 entry objects one by
@@ -237,7 +238,9 @@ def _walk(repo: pygit2.Repository, old_id: pygit2.Oid | None, new_id: pygit2.Oid
     old_entries = set(raw_trees.records(repo.odb, str(old_id))) if old_id is not None else set()
     new_entries = set(raw_trees.records(repo.odb, str(new_id))) if new_id is not None else set()
     before, after = _by_name(old_entries - new_entries), _by_name(new_entries - old_entries)
-    for name in before.keys() | after.keys():
+    # in name order, whatever the sets' hashing: an issue file both live and archived is indexed
+    # as the later of the two in every walk, on every machine (`issues/archive/` comes first)
+    for name in sorted(before.keys() | after.keys()):
         was, now = before.get(name), after.get(name)   # (is a folder, id)
         if was is not None and now is not None and was[1] == now[1]:
             continue                                     # a mode change only
