@@ -740,6 +740,33 @@ def test_daemon_killed_between_the_fast_forward_and_the_finalize_commit(
         assert_cleaned_up(git, paths, issue_id)
 
 
+def test_an_issue_finalized_by_another_machine_during_its_merge_leaves_no_worktree_behind(
+        repo, paths, new_issue, script, git, state_log, status_of):
+    """The merge lands, and before this machine's finalize commit another one finalizes the issue
+    (its own agent's landing, after the lease of this one expired): the finalize is refused, the
+    entry leaves the queue, and this machine's copy of the work goes too (its heads kept), as
+    when the issue is found finished before the merge — nothing is left for no one to clean."""
+    path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
+                                        {"result": "success", "summary": "once"}]}})
+    issue = new_issue("Finalized elsewhere meanwhile")
+    # the first finalize is the other machine's; this machine's own, right after it, is refused
+    code = ("from hive import lifecycle\n"
+            "from hive.merge import pipeline\n"
+            "real = lifecycle.finalize\n"
+            "def raced(*args, **kwargs):\n"
+            "    real(*args, **kwargs)\n"
+            "    return real(*args, **kwargs)\n"
+            "pipeline.lifecycle.finalize = raced\n"
+            "from hive.cli import main\n"
+            "main(['run', '--backend', 'scripted', '--until-idle', '--max-agents', '1'])\n")
+    daemon = _start_daemon(path, {}, code)
+    out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    assert daemon.returncode == 0, out
+    assert "left the merge queue" in out and status_of(issue) == "finalized", out
+    assert_finalized_once(git, state_log, issue)
+    assert_cleaned_up(git, paths, issue)
+
+
 # -- 10. bounded by real work -----------------------------------------------------------------------
 
 

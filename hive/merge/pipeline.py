@@ -190,11 +190,7 @@ class MergeProcessor:
         issue = self.project.index.get(entry.issue_id)
         if issue is None or issue.status != "done":
             self._drop(entry)
-            if issue is not None and issue.status in TERMINAL_STATUSES:
-                # finished elsewhere (another machine landed its own agent's work, or a person
-                # canceled it): this copy of the work is obsolete and nothing will come back to it
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, self.config.target_branch,
-                                        self.may_spare(issue.id))
+            await self._retire_if_finished(entry.issue_id)
             return True
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
@@ -305,6 +301,7 @@ class MergeProcessor:
         target = self.config.target_branch
         if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target,
                            self.refinery.take_usage(issue.id)):
+            await self._retire_if_finished(issue.id)   # finalized meanwhile by another machine
             return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
@@ -313,6 +310,16 @@ class MergeProcessor:
             await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
         self.merged += 1
         self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
+
+    async def _retire_if_finished(self, issue_id: str) -> None:
+        """An issue finished elsewhere (another machine landed its own agent's work, or a person
+        canceled it): this copy of the work is obsolete and nothing will come back to it — its
+        worktree and branch go, their heads kept (`worktrees.retire`)."""
+        self.project.update_index()
+        issue = self.project.index.get(issue_id)
+        if issue is not None and issue.status in TERMINAL_STATUSES:
+            await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch,
+                                    self.may_spare(issue_id))
 
     def may_spare(self, issue_id: str) -> bool:
         """Whether the issue's worktree may become a spare for another issue's: only once no agent
