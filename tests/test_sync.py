@@ -350,3 +350,41 @@ def git_binary() -> str:
     found = shutil.which("git")
     assert found, "git is not on PATH"
     return os.path.realpath(found)
+
+
+@pytest.mark.parametrize("theirs_holder", ["w-new222", "w-old111"])
+def test_a_claim_pushed_first_survives_a_merge_with_a_reopen_of_the_same_lease(project, theirs_holder) -> None:
+    """Two machines see the same lease expire: each reopens the issue, and one of them claims it
+    and pushes first. Merging that into the other's state must keep the claim (field by field the
+    other's `open` won: theirs' status went in_progress → open → in_progress, back to the base's).
+    A reopen here of a claim theirs merely still has (the same holder as the base) stays a reopen."""
+    import pygit2
+
+    from hive.state.issue_file import update_text
+    from hive.state.merging import merge_states
+    from hive.state.trees import write_tree
+    from tests.conftest import _issue_text
+
+    repo = project.store.repo
+    path = "issues/hv-clm001.md"
+    held = update_text(_issue_text("Contested", status="in_progress", assignee="w-old111"),
+                       {"lease_expires": "2026-01-01T00:00:10Z", "machine": "vm:a"}, path)
+    reopened = update_text(held, {"status": "open", "assignee": "", "lease_expires": None, "machine": None}, path)
+    claimed = update_text(held, {"assignee": theirs_holder, "lease_expires": "2026-01-01T00:09:00Z",
+                                 "machine": "vm:b", "updated": "2026-01-01T00:08:00Z"}, path)
+    signature = pygit2.Signature("t", "t@example.invalid")
+
+    def commit(parent: str | None, text: str) -> str:
+        tip = repo[parent].peel(pygit2.Commit) if parent else repo[project.store.tip()].peel(pygit2.Commit)
+        tree = write_tree(repo, tip.tree, {path: text.encode()})
+        return str(repo.create_commit(None, signature, signature, "x", tree, [tip.id]))
+
+    base = commit(None, held)
+    ours, theirs = commit(base, reopened), commit(base, claimed)
+    merged = merge_states(repo, ours, theirs, prefer_theirs_claims=True)
+    text = repo[repo[merged.tree][path].id].data.decode()   # type: ignore[index]
+    if theirs_holder == "w-new222":
+        assert 'status = "in_progress"' in text and 'assignee = "w-new222"' in text and 'machine = "vm:b"' in text
+        assert any("kept w-new222, the claim pushed first" in d for d in merged.decisions)
+    else:
+        assert 'status = "open"' in text and 'assignee = ""' in text, text

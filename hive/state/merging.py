@@ -124,7 +124,8 @@ def _merge_issue(sides: _Sides, issue_id: str, prefer_theirs_claims: bool,
         return {theirs_version[0]: theirs_version[1]}
     merged_data = _merge_issue_text(issue_id, base_version, ours_version, theirs_version, result)
     if prefer_theirs_claims:
-        merged_data = _keep_their_claim(merged_data, ours_version, theirs_version, issue_id, result.decisions)
+        merged_data = _keep_their_claim(merged_data, base_version, ours_version, theirs_version, issue_id,
+                                        result.decisions)
     target_path = _issue_path(merged_data, issue_id, ours_version[0])
     files: dict[str, bytes | None] = {}
     for path in layout.candidate_paths(issue_id):
@@ -173,17 +174,25 @@ def _issue_path(merged: bytes, issue_id: str, ours_path: str) -> str:
     return target_path
 
 
-def _keep_their_claim(merged: bytes, ours: tuple[str, bytes], theirs: tuple[str, bytes], issue_id: str,
-                      decisions: list[str]) -> bytes:
+def _keep_their_claim(merged: bytes, base: tuple[str, bytes] | None, ours: tuple[str, bytes],
+                      theirs: tuple[str, bytes], issue_id: str, decisions: list[str]) -> bytes:
     try:
         mine = parse(ours[1], issue_id, ours[0])
         other = parse(theirs[1], issue_id, theirs[0])
+        was = parse(base[1], issue_id, base[0]).assignee if base is not None else ""
     except Exception:  # noqa: BLE001 - nothing to arbitrate in a broken file
         return merged
-    if not (mine.status == other.status == "in_progress" and mine.assignee != other.assignee):
+    claimed_here = mine.status == "in_progress" and mine.assignee != other.assignee
+    # reopened here (a lease seen expired, a release) while theirs claimed it anew: field by field
+    # the merge would keep this side's `open` — theirs went in_progress → open → in_progress, its
+    # status back where the base had it — and lose a claim already pushed. Theirs' holder must be
+    # new: a person's reopen here of a claim theirs merely still has stays a reopen.
+    reopened_here = mine.status == "open" and other.assignee != was
+    if not (other.status == "in_progress" and other.assignee and (claimed_here or reopened_here)):
         return merged
     fields = {"status": other.status, "assignee": other.assignee,
               "lease_expires": other.extra.get("lease_expires"), "machine": other.extra.get("machine")}
-    decisions.append(f"{issue_id}: claimed on both sides ({mine.assignee} here, {other.assignee} there): "
+    here = f"{mine.assignee} here" if claimed_here else "reopened here"
+    decisions.append(f"{issue_id}: claimed on both sides ({here}, {other.assignee} there): "
                      f"kept {other.assignee}, the claim pushed first")
     return update_text(merged.decode("utf-8"), fields, ours[0]).encode()
