@@ -882,7 +882,7 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   file of `.hive/` on each wake-up
   (now only the paths the watcher reported), and the blocker's merge ran beside the dependent's
   start-up, both GIL-bound pygit2 work (now a merge waits, at most 0.5 s, while agents are being
-  started: `Daemon.agent_starting`). What is left is mostly waiting for the event loop: it is busy
+  started: `Crew.agent_starting`). What is left is mostly waiting for the event loop: it is busy
   ~30 ms of every issue, and with agents finishing every few tens of milliseconds a blocker often
   finishes while it is busy. A queueing figure, it swings more than the machine does: the median
   was 50-65 ms in quiet minutes of this session and 100-190 ms in minutes when the same machine

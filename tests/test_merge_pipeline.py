@@ -764,6 +764,7 @@ def test_an_issue_finalized_by_another_machine_during_its_merge_leaves_no_worktr
     assert daemon.returncode == 0, out
     assert "left the merge queue" in out and status_of(issue) == "finalized", out
     assert_finalized_once(git, state_log, issue)
+    assert len(commits_touching(git, f"{issue}.txt")) == 1   # what the branch held is on main first
     assert_cleaned_up(git, paths, issue)
 
 

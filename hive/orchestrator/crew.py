@@ -41,7 +41,7 @@ class Crew:
         self._target_ref = target_ref
         self.log = log
         self._wake = wake
-        self.starts = StartGate()        # agents being started go before merges
+        self._starts = StartGate()       # agents being started go before merges
         self._workers: dict[str, Worker] = {}   # issue id -> its worker, until its session is closed
 
     # -- what the daemon asks -------------------------------------------------------------------
@@ -54,6 +54,10 @@ class Crew:
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self._workers.values()))
+
+    async def agents_started(self, at_most: float) -> None:
+        """Until no agent is being started, `at_most` seconds (a merge waits so)."""
+        await self._starts.wait(at_most)
 
     def agents(self) -> frozenset[str]:
         return frozenset(worker.agent_id for worker in self._workers.values())
@@ -146,7 +150,7 @@ class Crew:
         return self._target_ref()
 
     def agent_starting(self) -> ContextManager[None]:
-        return self.starts.starting()
+        return self._starts.starting()
 
     def relay_notes(self, source: Worker, notes: list[dict[str, Any]]) -> None:
         messages.relay_notes(self._workers, source, notes)

@@ -108,7 +108,7 @@ class Daemon:
         return self.crew.agents()
 
     async def agents_started(self, at_most: float) -> None:
-        await self.crew.starts.wait(at_most)
+        await self.crew.agents_started(at_most)
 
     # -- a run, start to end --------------------------------------------------------------------
 
@@ -120,8 +120,8 @@ class Daemon:
             raise
         except Exception as exc:
             # what stops the daemon unexpectedly: the person sees one line; daemon.log keeps where
-            self.log.file.write(f"{time.strftime('%H:%M:%S')} daemon stopped by {type(exc).__name__}: {exc}\n"
-                                 + "".join(traceback.format_exception(exc)).rstrip())
+            self.log.to_file_only(f"daemon stopped by {type(exc).__name__}: {exc}\n"
+                                  + "".join(traceback.format_exception(exc)).rstrip())
             raise
         finally:
             self.checkout.loop = None
@@ -155,7 +155,7 @@ class Daemon:
             self.runtime.delete(PROGRESS_KEY)
             self.health.stop()
             self.lock.release()
-            self.log.file.close()
+            self.log.close()
         return 0
 
     async def _start(self) -> None:

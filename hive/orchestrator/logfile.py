@@ -41,7 +41,7 @@ class RunLog:
     and `output_gone` is told once."""
 
     def __init__(self, path: Path, show: Callable[[str], None], output_gone: Callable[[], None]):
-        self.file = LogFile(path)
+        self._file = LogFile(path)
         self._show: Callable[[str], None] | None = show
         self._output_gone = output_gone
 
@@ -53,7 +53,14 @@ class RunLog:
             except OSError:
                 self._show = None
                 self._output_gone()
-        self.file.write(line)
+        self._file.write(line)
+
+    def to_file_only(self, message: str) -> None:
+        """A line for daemon.log alone (what the person sees was said in one line already)."""
+        self._file.write(f"{time.strftime('%H:%M:%S')} {message}")
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _is_stdout(path: Path) -> bool:
