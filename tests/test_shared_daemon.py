@@ -374,6 +374,61 @@ def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(clones, cli, g
     assert "A's work" not in git("log", "-p", "main", cwd=remote).stdout
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("branch_left", [False, True])
+def test_a_merge_queued_before_the_issue_was_taken_over_is_left_to_the_machine_that_did_it(
+        branch_left: bool, clones, cli, git, wait_for, daemons):
+    """A killed machine had queued its issue for merge; its lease expired, another machine claimed
+    the issue and its agent finished it. Back, the first machine finds the issue done: that `done`
+    is the other machine's to merge. The stale entry leaves this queue and this machine's copy of
+    the work is retired (its head kept) — whether its recovery had already removed the work branch
+    (the issue failed then: "branch hive/work/<id> is gone") or not (its stale work landed)."""
+    from hive import lifecycle
+    from hive.orchestrator.orphans import machine_name
+    from hive.project import Project
+    from hive.runtime import Runtime
+    from hive.workspace import worktrees
+
+    remote, (a, b) = clones("A", "B")
+    (issue_id,) = create_issues(a, [("taken over while A was down", {})])
+    base = git("rev-parse", "main", cwd=a).stdout.strip()
+    stale = ""
+    if branch_left:
+        git("switch", "-q", "-c", worktrees.branch_name(issue_id), cwd=a)
+        (a / "stale.txt").write_text("A's copy\n")
+        git("add", "stale.txt", cwd=a)
+        git("commit", "-q", "-m", "A's copy", cwd=a)
+        stale = git("rev-parse", "HEAD", cwd=a).stdout.strip()
+        git("switch", "-q", "main", cwd=a)
+    project = Project.open(a)
+    runtime = Runtime(project.paths)
+    try:
+        runtime.merge_queue.add(issue_id, worktrees.branch_name(issue_id), base)   # A's, from before
+        runtime.record_handoff(issue_id)
+        other = machine_name(Project.open(b).paths)
+        assert lifecycle.claim(project, issue_id, "w-b00001", lease_seconds=600, machine=other)
+        lifecycle.finish(project, issue_id, "w-b00001", "done on B", {})
+    finally:
+        runtime.close()
+        project.close()
+
+    run = daemons.start(a, daemon_env(lease_seconds=600), "--max-agents", "1")
+    left = f"{issue_id} left the merge queue: done by an agent of {other}, whose merge lands it"
+    outcomes = (left, "is gone", "merged into")
+    wait_for(lambda: any(o in daemons.log_of(run) for o in outcomes), "A's merge step on the entry", timeout=30)
+    stop_daemon(run)   # it waits for B to land the issue: a shared queue is idle once all is finalized
+    assert run.returncode == 143, daemons.logs()
+    said = daemons.log_of(run)
+    assert left in said and "is gone" not in said and "merged into" not in said, said
+    assert statuses(cli, a)[issue_id] == "done"    # B's to land
+    git("fetch", "-q", "origin", cwd=a)
+    assert issue_id not in git("log", "--format=%B", "origin/main", cwd=a).stdout
+    assert git("branch", "--list", worktrees.branch_name(issue_id), cwd=a).stdout == ""
+    if stale:   # retired, not lost
+        kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{issue_id}", cwd=a).stdout
+        assert stale in kept.split(), kept
+
+
 def test_a_draft_claim_moves_no_ref_until_it_is_published(project, new_issue):
     """Shared mode builds its claim as a draft, pushes it, and only then publishes it locally."""
     from hive import lifecycle

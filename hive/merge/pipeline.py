@@ -194,6 +194,14 @@ class MergeProcessor:
             return True
         paths, target = self.project.paths, self.config.target_branch
         shared = self.host.shared_target
+        if shared is not None and not shared.worked_here(issue):
+            # queued before this machine lost the issue (its lease expired while it was down):
+            # the `done` is another machine's agent's, whose merge lands it; this copy is stale
+            self._drop(entry)
+            self.host.log(f"{issue.id} left the merge queue: done by an agent of {issue.extra.get('machine')}, "
+                          "whose merge lands it")
+            await asyncio.to_thread(worktrees.retire, paths, issue.id, target, self.may_spare(issue.id))
+            return True
         if shared is not None and not await asyncio.to_thread(shared.fetch_target):
             self._update(entry, state="waiting", detail=f"{shared.trouble}: the merge waits")
             return False
