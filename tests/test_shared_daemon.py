@@ -429,6 +429,39 @@ def test_a_merge_queued_before_the_issue_was_taken_over_is_left_to_the_machine_t
         assert stale in kept.split(), kept
 
 
+def test_recovery_retires_the_copy_of_an_issue_another_machine_finished_and_keeps_its_own(clones, cli, git):
+    """At a start (`doctor --fix` does the same), a done issue's work branch is kept for its merge —
+    only when this machine's agent did it: the copy of an issue another machine took over and
+    finished is stale here and goes (its head kept), or it stays behind forever."""
+    from hive import lifecycle
+    from hive.orchestrator.orphans import machine_name
+    from hive.project import Project
+    from hive.workspace import worktrees
+
+    remote, (a, b) = clones("A", "B")
+    theirs, ours = create_issues(a, [("taken over and finished by B", {}), ("finished here", {})])
+    project = Project.open(a)
+    try:
+        base = git("rev-parse", "main", cwd=a).stdout.strip()
+        heads = {}
+        for issue_id, machine in ((theirs, machine_name(Project.open(b).paths)), (ours, machine_name(project.paths))):
+            tree = worktrees.create(project.paths, issue_id, base).path
+            (tree / f"{issue_id}.txt").write_text("work\n")
+            git("add", "-A", cwd=tree)
+            git("commit", "-q", "-m", f"{issue_id} work", cwd=tree)
+            heads[issue_id] = worktrees.adopt_head(project.paths, issue_id)
+            assert lifecycle.claim(project, issue_id, "w-000001", lease_seconds=600, machine=machine)
+            lifecycle.finish(project, issue_id, "w-000001", "done", {})
+    finally:
+        project.close()
+
+    cli("doctor", "--fix", cwd=a, check=False)
+    assert git("branch", "--list", f"hive/work/{theirs}", cwd=a).stdout == ""
+    kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{theirs}", cwd=a).stdout.split()
+    assert heads[theirs] in kept
+    assert git("rev-parse", f"hive/work/{ours}", cwd=a).stdout.strip() == heads[ours]   # for this machine's merge
+
+
 def test_a_draft_claim_moves_no_ref_until_it_is_published(project, new_issue):
     """Shared mode builds its claim as a draft, pushes it, and only then publishes it locally."""
     from hive import lifecycle

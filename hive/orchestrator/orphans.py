@@ -18,8 +18,15 @@ def machine_name(paths: git.RepoPaths) -> str:
     return f"{socket.gethostname()}:{paths.main_worktree.name}"
 
 
+def claimed_on(issue: Issue, machine: str) -> bool:
+    """Whether the issue's claim (the one it is in progress under, or the one its `done` came from)
+    names `machine`; a claim that names none (a queue not shared, or shared before claims named
+    machines) counts as every machine's."""
+    return str(issue.extra.get("machine", "") or machine) == machine
+
+
 def orphaned_issues(project: Project) -> list[Issue]:
     """The issues in progress for this machine's agents (a local claim, or a shared one naming this
     machine): while no daemon runs here, nothing moves them on until a recovery."""
     here = machine_name(project.paths)
-    return [i for i in project.index.list(["in_progress"]) if str(i.extra.get("machine", "") or here) == here]
+    return [i for i in project.index.list(["in_progress"]) if claimed_on(i, here)]

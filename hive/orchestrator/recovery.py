@@ -18,7 +18,7 @@ from hive.backends.processes import group_alive, killpg
 from hive.config import Config
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
-from hive.orchestrator.orphans import orphaned_issues
+from hive.orchestrator.orphans import claimed_on, machine_name, orphaned_issues
 from hive.runtime import DaemonLock, Runtime, handover, is_alive
 from hive.workspace import retention, spares, worktrees
 
@@ -113,9 +113,11 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
 
 def clean_leftovers(project: Project, running: Collection[str], runtime: Runtime) -> None:
     """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge; the
-    heads of the others under refs/hive/attempts), and the transcripts past their retention."""
+    heads of the others under refs/hive/attempts), and the transcripts past their retention. The
+    copy of an issue another machine's agent finished (it took the issue over) is stale here."""
     spares.clear(project.paths)   # a killed run's: what they held was kept before they were made
-    keep = {issue.id for issue in project.index.list(["done", "escalated", "failed"])}
+    here = machine_name(project.paths)
+    keep = {issue.id for issue in project.index.list(["done", "escalated", "failed"]) if claimed_on(issue, here)}
     target = project.config.target_branch
     for issue_id in worktrees.leftover_worktrees(project.paths):
         if issue_id in running:

@@ -29,7 +29,7 @@ import pygit2
 from hive import git, issues, lifecycle
 from hive.errors import HiveError
 from hive.lifecycle import TransitionRefused
-from hive.orchestrator.orphans import machine_name
+from hive.orchestrator.orphans import claimed_on, machine_name
 from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
@@ -88,8 +88,7 @@ class SharedQueue:
         """Whether this machine's agent did the issue's work (its claim names this machine; a
         claim made before claims named machines counts as here). Only such work is merged here or
         built on: a local work branch of an issue another machine took over is stale."""
-        machine = str(issue.extra.get("machine", ""))
-        return not machine or machine == self.machine
+        return claimed_on(issue, self.machine)
 
     @property
     def target_ref(self) -> str:
