@@ -47,6 +47,16 @@ class PushResult:
     offline: bool = False       # the remote could not be reached
     message: str = ""
 
+    @property
+    def reason(self) -> str:
+        """git's reason for the failure, in one line: for a rejection, the remote's verdict (its
+        porcelain status) and the first thing it said (a hook's words, a lock it could not take)."""
+        lines = [line.strip() for line in self.message.splitlines() if line.strip()]
+        verdict = next((line.rsplit("\t", 1)[-1] for line in lines if line.startswith("!")), "")
+        said = next((line.removeprefix("remote:").strip() for line in lines
+                     if line.startswith("remote:") and line.removeprefix("remote:").strip()), "")
+        return ": ".join(part for part in (verdict, said) if part) or _reason(self.message, "push rejected")
+
 
 @dataclass
 class SyncReport:

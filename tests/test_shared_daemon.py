@@ -429,6 +429,31 @@ def test_a_merge_queued_before_the_issue_was_taken_over_is_left_to_the_machine_t
         assert stale in kept.split(), kept
 
 
+@pytest.mark.timeout(120)
+def test_a_remote_that_refuses_the_state_update_is_reported_as_such_and_work_resumes_once_it_takes_it(
+        clones, cli, git, wait_for, daemons):
+    """A lock file left on the remote (a push cut short there) makes it refuse every update of
+    `hive/state`; no other machine's push moved the branch, so hive says what git says instead of
+    taking it for a lost race ("lost to another machine's claim", retried forever). Following git's
+    advice — remove the lock — the run goes on and finishes."""
+    remote, (a,) = clones("A")
+    ids = create_issues(a, [("one", {}), ("two", {})])
+    cli("sync", cwd=a)
+    lock = remote / "refs" / "heads" / "hive" / "state.lock"
+    lock.write_text("0" * 40 + "\n")
+    run = daemons.start(a, daemon_env(lease_seconds=600), "--until-idle", "--max-agents", "1")
+    refused = "remote origin refused the update of hive/state (no other push moved it): "
+    wait_for(lambda: refused in daemons.log_of(run), "the refusal reported", timeout=30)
+    said = daemons.log_of(run)
+    assert "cannot lock ref 'refs/heads/hive/state'" in said.split(refused, 1)[1].splitlines()[0], said
+    assert "lost to another machine's claim" not in said, said
+    assert run.poll() is None
+    lock.unlink()
+    daemons.wait(run, 90)
+    assert statuses(cli, a) == {i: "finalized" for i in ids}
+    assert "lost to another machine's claim" not in daemons.log_of(run)
+
+
 def test_recovery_retires_the_copy_of_an_issue_another_machine_finished_and_keeps_its_own(clones, cli, git):
     """At a start (`doctor --fix` does the same), a done issue's work branch is kept for its merge —
     only when this machine's agent did it: the copy of an issue another machine took over and

@@ -194,6 +194,17 @@ class SharedQueue:
             self.trouble = f"remote {self.name} unreachable: {result.message}"
         return result
 
+    def _refused(self, result: PushResult, expected: str | None) -> bool:
+        """Whether a rejected push of `hive/state` was refused by the remote itself: its branch is
+        still at `expected` (fetched after the push), so no other machine's push won — a lock left
+        on the remote, a hook, a protected branch. Taken for a lost race, it was retried as one
+        forever ("lost to another machine's claim"); it is trouble to report, in git's words."""
+        if self.remote.remote_tip() != expected:
+            return False
+        self.trouble = (f"remote {self.name} refused the update of {git.STATE_BRANCH} (no other push "
+                        f"moved it): {result.reason}")
+        return True
+
     def _push_state(self) -> bool:
         for _ in range(CLAIM_ROUNDS):
             local, remote_tip = self.project.store.tip(), self.remote.remote_tip()
@@ -209,9 +220,9 @@ class SharedQueue:
                 git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), local],
                         self.project.paths.worktree, check=False)
                 return True
-            if result.offline:
+            if result.offline or not self._fetched(self.remote.fetch(git.STATE_BRANCH)):
                 return False
-            if not self._fetched(self.remote.fetch(git.STATE_BRANCH)):
+            if self._refused(result, remote_tip):
                 return False
             self.remote.merge_remote_state()
         return True
@@ -269,7 +280,8 @@ class SharedQueue:
                             self.project.paths.worktree, check=False)
                     self._adopt(draft, f"claim {issue_id} for {agent_id}")
                     return True
-                if result.offline or not self._fetched(self.remote.fetch(git.STATE_BRANCH)):
+                if result.offline or not self._fetched(self.remote.fetch(git.STATE_BRANCH)) or \
+                        self._refused(result, remote_tip):
                     self.online = False
                     return False
                 self.remote.merge_remote_state()

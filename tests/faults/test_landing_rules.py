@@ -137,7 +137,9 @@ def test_no_target_push_while_the_state_cannot_reach_the_remote(clones, cli, git
         assert wait_until(claimed_on_the_remote, 60), log.read_text()
         flag.touch()
         # both done here, their merges waiting: main on the remote never moves meanwhile
-        waits = [f"{i} hive/state does not reach remote origin: the merge waits" for i in ids]
+        waits = [f"{i} remote origin refused the update of hive/state (no other push moved it): "
+                 "[remote rejected] (pre-receive hook declined): state refused for the test: the merge waits"
+                 for i in ids]
         assert wait_until(lambda: all(w in log.read_text() for w in waits), 60), log.read_text()
         assert git("rev-parse", "main", cwd=remote).stdout.strip() == main_before
         flag.unlink()

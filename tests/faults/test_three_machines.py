@@ -5,8 +5,8 @@ Three clones of one repository on a shared bare remote, each running
 chains, a fan-out and stand-alone issues. During the run, at moments drawn from a seeded random
 generator: one daemon is SIGKILLed while it holds a claim (its lease then expires and another
 machine takes the issue over), a git lock is left behind in its repository (as a kill in the middle
-of a fetch leaves one), the bare remote is renamed away and back (briefly unreachable), and the
-killed daemon is restarted. Everything asserted afterwards is read from git alone:
+of a fetch leaves one), the others lose the remote for a while (their address of it leads nowhere,
+then back), and the killed daemon is restarted. Everything asserted afterwards is read from git alone:
 
 - no issue held by two agents at once (the `hive/state` history);
 - exactly-once landing: each issue's `Hive-Issue` trailer once on the target's first-parent history;
@@ -176,14 +176,17 @@ def test_three_machines_kill_lock_unreachable_lease(seed: int, clones, cli, git,
     lock.write_text("0" * 40 + "\n")
     old = time.time() - 60
     os.utime(lock, (old, old))
-    # 3. the remote briefly unreachable for the others
+    # 3. the remote briefly unreachable for the others: their address of it leads nowhere (moving
+    # the remote's folder instead cut the pushes it was receiving short, leaving its ref locks)
     away = tmp_path / "remote-away.git"
-    remote.rename(away)
     others = [c for c in machines if c is not victim]
+    for clone in others:
+        git("remote", "set-url", "origin", str(away), cwd=clone)
     assert wait_until(lambda: any("does not appear to be a git repository" in run.log(c).read_text(errors="replace")
                                   for c in others), 30), run.tails()
     time.sleep(rng.uniform(0.2, 1.5))   # how long it stays away: seeded
-    away.rename(remote)
+    for clone in others:
+        git("remote", "set-url", "origin", str(remote), cwd=clone)
     # 4. a lease that expires: another machine takes the victim's claim over
     if held:
         assert wait_until(lambda: any(c.event == "lease-expired" and c.issue in held for c in state_log(remote)),
