@@ -410,12 +410,24 @@ def _remove_if_stale(lock: Path, stale_after: float) -> bool:
     return True
 
 
+def _entries(folder: str | Path) -> list[os.DirEntry[str]]:
+    """A folder's entries; none once it is gone. A worktree's admin folder goes whenever its issue
+    is retired, in another thread: pathlib's glob raises when a folder vanishes under it."""
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def clear_stale_locks(common_dir: Path, log: Callable[[str], None] = lambda _: None,
                       stale_after: float = STALE_LOCK_SECONDS) -> list[Path]:
     """Remove every stale git lock of a repository — its refs (remote-tracking ones included),
     packed-refs, HEAD, config, the index of every worktree — without waiting for any, each told
     to `log`. Called at daemon start and before each fetch or push; returns the locks removed."""
-    candidates = [*common_dir.glob("*.lock"), *common_dir.glob("worktrees/*/*.lock")]
+    candidates = [Path(e.path) for e in _entries(common_dir) if e.name.endswith(".lock")]
+    for admin in _entries(common_dir / "worktrees"):
+        candidates.extend(Path(e.path) for e in _entries(admin.path) if e.name.endswith(".lock"))
     for folder, _, names in os.walk(common_dir / "refs"):
         candidates.extend(Path(folder, name) for name in names if name.endswith(".lock"))
     removed = [lock for lock in candidates if _remove_if_stale(lock, stale_after)]
@@ -440,8 +452,9 @@ def private_stores_env(common_dir: Path) -> dict[str, str]:
     """The agents' private stores as alternates, for a git that walks every ref, worktrees' HEADs
     included (fetch's connectivity check, push): a jailed agent's HEAD names objects that are only
     there until hive absorbs them, and without them such a git fails on a "bad object"."""
-    stores = [str(path) for path in sorted((common_dir / "worktrees").glob("*/hive-objects"))
-              if path.is_dir() and not path.is_symlink() and not path.parent.is_symlink()]
+    admins = sorted((admin.path for admin in _entries(common_dir / "worktrees") if not admin.is_symlink()))
+    stores = [path for path in (os.path.join(admin, "hive-objects") for admin in admins)
+              if os.path.isdir(path) and not os.path.islink(path)]
     return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(stores)} if stores else {}
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +149,54 @@ def test_fetch_and_push_see_a_jailed_agents_unabsorbed_objects(clones, git, tmp_
     assert remote.fetch().ok, "hive's fetch failed on the agent's unabsorbed objects"
     git("commit", "-q", "--allow-empty", "-m", "moved", cwd=clone)
     assert remote.push("refs/heads/main", "main", None, lease=False).ok
+
+
+def test_the_scans_before_a_fetch_survive_a_worktree_retired_meanwhile(repo: Path, monkeypatch: pytest.MonkeyPatch):
+    """Before each fetch or push, hive looks through every worktree's admin folder (stale locks,
+    agents' private object stores); meanwhile another thread may retire an issue, its admin folder
+    with it. The folder vanishing between the listing and the look is no error — it was one
+    ("No such file or directory: .git/worktrees/<id>", the merge of an unrelated issue stopped)."""
+    paths = hive_git.discover(repo)
+    admins = paths.common_dir / "worktrees"
+    for name in ("hv-aaa001", "hv-bbb002"):
+        (admins / name / "hive-objects").mkdir(parents=True)
+    stale = _plant(admins / "hv-bbb002" / "index.lock", age=3600)
+    gone = admins / "hv-aaa001"
+    real_scandir = os.scandir
+
+    def scandir_then_retire(path: Any = ".") -> Any:
+        if isinstance(path, int):   # rmtree's own, by file descriptor
+            return real_scandir(path)
+        listed = list(real_scandir(path))
+        if Path(path) == admins and gone.exists():   # listed, then removed before it is looked in
+            shutil.rmtree(gone)
+        return _Listing(listed)
+
+    monkeypatch.setattr(os, "scandir", scandir_then_retire)
+    assert hive_git.clear_stale_locks(paths.common_dir) == [stale]
+    gone.mkdir()
+    (gone / "hive-objects").mkdir()
+    stores = hive_git.private_stores_env(paths.common_dir)["GIT_ALTERNATE_OBJECT_DIRECTORIES"]
+    assert stores == str(admins / "hv-bbb002" / "hive-objects")
+
+
+class _Listing:
+    """What os.scandir returns, from a list made beforehand: an iterator and a context manager."""
+
+    def __init__(self, entries: list[Any]):
+        self._entries = iter(entries)
+
+    def __iter__(self) -> "_Listing":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._entries)
+
+    def __enter__(self) -> "_Listing":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
