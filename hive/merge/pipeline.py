@@ -24,6 +24,7 @@ from hive.backends.base import Usage
 from hive.lifecycle import TransitionRefused
 from hive.merge.host import MergeHost
 from hive.merge.lander import Lander, done_base
+from hive.merge.mechanical import Landing
 from hive.merge.refinery import Refinery
 from hive.runtime import handover, process_start_time
 from hive.runtime.merge_queue import Entry
@@ -228,12 +229,18 @@ class MergeProcessor:
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
                      from_refinery: bool = False) -> bool:
-        await asyncio.to_thread(worktrees.prepare_for_merge, self.project.paths, issue.id, head)
         lander = Lander(self.project, self.host.shared_target)
         plan = lander.plan(issue, head, entry.base_commit, entry.test_command, trust_head=from_refinery)
         events = _EntryEvents(self, entry)
+        paths = self.project.paths
+
+        def prepare_and_land() -> Landing:
+            # one thread hop, not two: each resumption waits its turn on a busy event loop
+            worktrees.prepare_for_merge(paths, issue.id, head)
+            return lander.land(plan, events)
+
         try:
-            landing = await asyncio.to_thread(lander.land, plan, events)
+            landing = await asyncio.to_thread(prepare_and_land)
         finally:
             events.tests_ended()
         if landing.status == "merged":
