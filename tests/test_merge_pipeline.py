@@ -768,6 +768,36 @@ def test_an_issue_finalized_by_another_machine_during_its_merge_leaves_no_worktr
     assert_cleaned_up(git, paths, issue)
 
 
+def test_a_failed_look_around_does_not_stop_the_merge_queue(repo, new_issue, script, git, state_log):
+    """Each pass of the merge queue first looks around (done issues to queue, leftovers to
+    remove); an error there ended the queue's task for good — the run then waited forever with
+    its entries queued. It is said once and the pass goes on; the look is tried again."""
+    path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
+                                        {"result": "success", "summary": "once"}]}})
+    issue = new_issue("Merged despite a failed look around")
+    code = ("from hive.merge import pipeline\n"
+            "real = pipeline.MergeProcessor.scan\n"
+            "calls = []\n"
+            "def flaky(self):\n"
+            "    calls.append(1)\n"
+            "    if len(calls) == 2:   # the first pass's (the start's own is the first)\n"
+            "        raise KeyError('refs/heads/hive/work/hv-gone01')\n"
+            "    return real(self)\n"
+            "pipeline.MergeProcessor.scan = flaky\n"
+            "from hive.cli import main\n"
+            "main(['run', '--backend', 'scripted', '--until-idle', '--max-agents', '1'])\n")
+    daemon = _start_daemon(path, {}, code)
+    try:
+        out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        out, _ = daemon.communicate()
+        raise AssertionError(f"the run did not end\n{out}") from None
+    assert daemon.returncode == 0, out
+    assert out.count("warning: the merge queue's look around failed: 'refs/heads/hive/work/hv-gone01'") == 1, out
+    assert_finalized_once(git, state_log, issue)
+
+
 # -- 10. bounded by real work -----------------------------------------------------------------------
 
 

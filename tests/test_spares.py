@@ -135,3 +135,23 @@ def test_a_worktree_an_agent_may_still_write_is_never_spared(repo):
     assert merge.may_spare(ISSUE)
     refinery.cwd = str(worktrees.worktree_path(paths, ISSUE))
     assert not merge.may_spare(ISSUE) and merge.may_spare(NEXT)
+
+
+def test_an_issue_retired_by_two_threads_at_once_is_no_error(repo, git, monkeypatch):
+    """The merge queue's look around and the retirement after a merge may both remove a finalized
+    issue's work: the branch deleted by the other between this one's look and its delete is gone,
+    as wanted — it raised (and the exception ended the merge queue's task)."""
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    worktrees.create(paths, ISSUE, base)
+    real_checked_out = worktrees.checked_out
+
+    def the_other_thread_deletes_it_first(paths_: hive_git.RepoPaths, ref: str) -> bool:
+        found = real_checked_out(paths_, ref)
+        git("update-ref", "-d", ref, cwd=repo)
+        return found
+
+    monkeypatch.setattr(worktrees, "checked_out", the_other_thread_deletes_it_first)
+    worktrees.retire(paths, ISSUE, "main")
+    assert git("branch", "--list", f"hive/work/{ISSUE}", cwd=repo).stdout == ""
+    assert not worktrees.worktree_path(paths, ISSUE).exists()

@@ -36,6 +36,7 @@ from hive.workspace import attempts, landings, worktrees
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
 REFINERY_IN_FLIGHT = ("refinery: conflict", "refinery: tests")
 MAX_YIELD_TO_AGENTS = 0.5   # seconds a merge waits for agents being started, at most
+LOOK_AGAIN_SECONDS = 1.0    # after a failed look around (the target caught up, done issues queued)
 
 
 def attach(host: MergeHost) -> "MergeProcessor | None":
@@ -64,6 +65,7 @@ class MergeProcessor:
         self._task: asyncio.Task[None] | None = None
         self._busy = False
         self._told: dict[str, str] = {}   # the last waiting reason logged, per issue
+        self._look_failed = ""            # the last failed look around's error, logged
         self.merged = 0
 
     # -- the queue ------------------------------------------------------------------------------
@@ -147,9 +149,17 @@ class MergeProcessor:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            if self.host.shared_target is not None:
-                await asyncio.to_thread(self._catch_up_target)
-            self.scan()
+            try:
+                if self.host.shared_target is not None:
+                    await asyncio.to_thread(self._catch_up_target)
+                self.scan()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - it ended this task: the queue stood still for good
+                if self._look_failed != str(exc):   # said once, not on every retry
+                    self._look_failed = str(exc)
+                    self.host.log(f"warning: the merge queue's look around failed: {exc}")
+                asyncio.get_running_loop().call_later(LOOK_AGAIN_SECONDS, self._wake.set)
             progressed = False
             for entry in self.entries():
                 before = (entry.state, entry.detail)

@@ -265,7 +265,10 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
             # not Branch.is_checked_out()/delete(): libgit2 opens every worktree as a repository
             # for each (~2 ms apiece with 8 agents); hive sets no `branch.hive/work/*` config for
             # delete() to clean up
-            repo.references.delete(ref)
+            try:
+                repo.references.delete(ref)
+            except KeyError:
+                pass   # deleted meanwhile: another thread retired the same issue
 
 
 def retire(paths: git.RepoPaths, issue_id: str, target: str = "", spare: bool = False) -> None:
