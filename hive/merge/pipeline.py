@@ -15,7 +15,6 @@ checkout of the target) is retried when anything wakes the daemon.
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 from typing import Any, Callable
 
 import pygit2
@@ -65,7 +64,6 @@ class MergeProcessor:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._busy = False
-        self._retiring: dict[str, asyncio.Task[None]] = {}   # finalized issues whose work is being retired
         self._told: dict[str, str] = {}   # the last waiting reason logged, per issue
         self._look_failed = ""            # the last failed look around's error, logged
         self.merged = 0
@@ -92,7 +90,7 @@ class MergeProcessor:
 
     def idle(self) -> bool:
         """Nothing to merge right now (entries waiting on a person do not count)."""
-        return not self._busy and not self._retiring and all(e.state == "waiting" for e in self.entries())
+        return not self._busy and all(e.state == "waiting" for e in self.entries())
 
     def waiting(self) -> list[Entry]:
         """The entries that wait for a person (a dirty checkout of the target, an unreachable remote)."""
@@ -113,8 +111,7 @@ class MergeProcessor:
         if shared is not None:
             for issue_id in worktrees.leftover_worktrees(self.project.paths):
                 leftover = self.project.index.get(issue_id)
-                if leftover is not None and leftover.status in TERMINAL_STATUSES and issue_id not in queued \
-                        and issue_id not in self._retiring:
+                if leftover is not None and leftover.status in TERMINAL_STATUSES and issue_id not in queued:
                     worktrees.remove(self.project.paths, issue_id, target=self.config.target_branch)
 
     # -- events ---------------------------------------------------------------------------------
@@ -147,7 +144,6 @@ class MergeProcessor:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        await asyncio.gather(*self._retiring.values(), return_exceptions=True)   # threads: let them end
         await self.refinery.close()
 
     async def _run(self) -> None:
@@ -332,26 +328,13 @@ class MergeProcessor:
                            self.refinery.take_usage(issue.id)):
             await self._retire_if_finished(issue.id)   # finalized meanwhile by another machine
             return
-        # The worktree and branch go in a thread while the next entry merges (the merge step
-        # paces the pipeline); idle only once every retirement is over.
-        task = asyncio.create_task(self._retire_finalized(issue.id, merged, self.may_spare(issue.id)),
-                                   name=f"retire-{issue.id}")
-        self._retiring[issue.id] = task
-        task.add_done_callback(partial(self._retired, issue.id))
-
-    async def _retire_finalized(self, issue_id: str, merged: str, spare: bool) -> None:
-        target = self.config.target_branch
-        await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, target, spare)
+        # in a thread: removing files and the branch takes milliseconds the event loop needs to
+        # start the dependents this issue just unblocked (the entry stays busy meanwhile)
+        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target, self.may_spare(issue.id))
         if self.host.shared_target is not None:
-            await asyncio.to_thread(self.host.shared_target.finalized, issue_id)
+            await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
         self.merged += 1
-        self.host.log(f"{issue_id} merged into {target} ({merged[:10]}) and finalized")
-
-    def _retired(self, issue_id: str, task: "asyncio.Task[None]") -> None:
-        self._retiring.pop(issue_id, None)
-        if not task.cancelled() and task.exception() is not None:
-            self.host.log(f"warning: retiring a finalized issue's worktree failed: {task.exception()}")
-        self.host.wake_up()
+        self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 
     async def _retire_if_finished(self, issue_id: str) -> None:
         """An issue finished elsewhere (another machine landed its own agent's work, or a person
