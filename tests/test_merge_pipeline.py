@@ -667,18 +667,24 @@ def test_a_dirty_checkout_elsewhere_does_not_block_the_merge(repo, paths, new_is
 # -- 9. SIGKILL in the middle of a merge --------------------------------------------------------------
 
 
-def _start_daemon(script_path: str, extra_env: dict[str, str], code: str | None = None) -> subprocess.Popen:
+# one worker step: a file written and committed, a success
+ONCE_WORKER = {"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
+                                    {"result": "success", "summary": "once"}]}}
+RUN_ONE_AGENT = "from hive.cli import main\nmain(['run', '--backend', 'scripted', '--until-idle', '--max-agents', '1'])\n"
+
+
+def _start_daemon(script_path: str, extra_env: dict[str, str], patch: str | None = None) -> subprocess.Popen:
+    """`git hive run --until-idle`; with `patch` (Python run first: a fault injected), one agent."""
     argv = [sys.executable, "-m", "hive", "run", "--backend", "scripted", "--until-idle"]
-    if code is not None:
-        argv = [sys.executable, "-c", code]
+    if patch is not None:
+        argv = [sys.executable, "-c", patch + RUN_ONE_AGENT]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "HIVE_SCRIPTED_SCRIPT": script_path, **extra_env})
 
 
 def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of, wait_for, tmp_path):
-    path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
-                                        {"result": "success", "summary": "once"}]}})
+    path = script(ONCE_WORKER)
     issue = new_issue("Exactly once")
     marker, pidfile = tmp_path / "tests-started", tmp_path / "test.pid"
     # the killed daemon's test outlives it (its own process group) unless the next daemon ends it;
@@ -710,16 +716,13 @@ def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
 
 def test_daemon_killed_between_the_fast_forward_and_the_finalize_commit(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of, tmp_path):
-    path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
-                                        {"result": "success", "summary": "once"}]}})
+    path = script(ONCE_WORKER)
     first, second = new_issue("Lands, then the daemon dies", priority=0), new_issue("Queued behind it")
     # a daemon that dies (SIGKILL) right after the target moved, before the finalize commit
-    code = ("import os, signal\n"
+    patch = ("import os, signal\n"
             "from hive.merge import pipeline\n"
-            "pipeline.MergeProcessor._finalize = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
-            "from hive.cli import main\n"
-            "main(['run', '--backend', 'scripted', '--until-idle', '--max-agents', '1'])\n")
-    daemon = _start_daemon(path, {}, code)
+            "pipeline.MergeProcessor._finalize = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n")
+    daemon = _start_daemon(path, {}, patch)
     try:
         out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
     finally:
@@ -746,20 +749,17 @@ def test_an_issue_finalized_by_another_machine_during_its_merge_leaves_no_worktr
     (its own agent's landing, after the lease of this one expired): the finalize is refused, the
     entry leaves the queue, and this machine's copy of the work goes too (its heads kept), as
     when the issue is found finished before the merge — nothing is left for no one to clean."""
-    path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
-                                        {"result": "success", "summary": "once"}]}})
+    path = script(ONCE_WORKER)
     issue = new_issue("Finalized elsewhere meanwhile")
     # the first finalize is the other machine's; this machine's own, right after it, is refused
-    code = ("from hive import lifecycle\n"
+    patch = ("from hive import lifecycle\n"
             "from hive.merge import pipeline\n"
             "real = lifecycle.finalize\n"
             "def raced(*args, **kwargs):\n"
             "    real(*args, **kwargs)\n"
             "    return real(*args, **kwargs)\n"
-            "pipeline.lifecycle.finalize = raced\n"
-            "from hive.cli import main\n"
-            "main(['run', '--backend', 'scripted', '--until-idle', '--max-agents', '1'])\n")
-    daemon = _start_daemon(path, {}, code)
+            "pipeline.lifecycle.finalize = raced\n")
+    daemon = _start_daemon(path, {}, patch)
     out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
     assert daemon.returncode == 0, out
     assert "left the merge queue" in out and status_of(issue) == "finalized", out
@@ -772,10 +772,9 @@ def test_a_failed_look_around_does_not_stop_the_merge_queue(repo, new_issue, scr
     """Each pass of the merge queue first looks around (done issues to queue, leftovers to
     remove); an error there ended the queue's task for good — the run then waited forever with
     its entries queued. It is said once and the pass goes on; the look is tried again."""
-    path = script({"roles": {"worker": [{"write": "{issue}.txt", "content": "once\n"}, {"commit": "{issue}"},
-                                        {"result": "success", "summary": "once"}]}})
+    path = script(ONCE_WORKER)
     issue = new_issue("Merged despite a failed look around")
-    code = ("from hive.merge import pipeline\n"
+    patch = ("from hive.merge import pipeline\n"
             "real = pipeline.MergeProcessor.scan\n"
             "calls = []\n"
             "def flaky(self):\n"
@@ -783,10 +782,8 @@ def test_a_failed_look_around_does_not_stop_the_merge_queue(repo, new_issue, scr
             "    if len(calls) == 2:   # the first pass's (the start's own is the first)\n"
             "        raise KeyError('refs/heads/hive/work/hv-gone01')\n"
             "    return real(self)\n"
-            "pipeline.MergeProcessor.scan = flaky\n"
-            "from hive.cli import main\n"
-            "main(['run', '--backend', 'scripted', '--until-idle', '--max-agents', '1'])\n")
-    daemon = _start_daemon(path, {}, code)
+            "pipeline.MergeProcessor.scan = flaky\n")
+    daemon = _start_daemon(path, {}, patch)
     try:
         out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
     except subprocess.TimeoutExpired:
