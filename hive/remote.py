@@ -40,6 +40,9 @@ class FetchResult:
         return self.ok
 
 
+MAX_REASON_CHARS = 300   # of a remote's words in one line of the log
+
+
 @dataclass
 class PushResult:
     ok: bool
@@ -55,7 +58,8 @@ class PushResult:
         verdict = next((line.rsplit("\t", 1)[-1] for line in lines if line.startswith("!")), "")
         said = next((line.removeprefix("remote:").strip() for line in lines
                      if line.startswith("remote:") and line.removeprefix("remote:").strip()), "")
-        return ": ".join(part for part in (verdict, said) if part) or _reason(self.message, "push rejected")
+        found = ": ".join(part for part in (verdict, said) if part) or _reason(self.message, "push rejected")
+        return trust.printable(found)[:MAX_REASON_CHARS]   # the remote's words: anyone's
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import pygit2
 import pytest
 
+from hive.state.trust import printable
 from tests.daemon_helpers import all_agent_pids, alive, hive_dir, start_daemon, stop_daemon, write_script
 
 
@@ -374,10 +375,13 @@ def test_sigkilled_clone_issues_are_taken_over_after_lease_expiry(clones, cli, g
     assert "A's work" not in git("log", "-p", "main", cwd=remote).stdout
 
 
+HOSTILE_MACHINE = "\x1b]52;c;ZXZpbA==\x07\x1b[2Jbox:B\nforged line " + "x" * 500   # as hive/state may hold it
+
+
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("branch_left", [False, True])
+@pytest.mark.parametrize("branch_left, hostile", [(False, False), (True, False), (False, True)])
 def test_a_merge_queued_before_the_issue_was_taken_over_is_left_to_the_machine_that_did_it(
-        branch_left: bool, clones, cli, git, wait_for, daemons):
+        branch_left: bool, hostile: bool, clones, cli, git, wait_for, daemons):
     """A killed machine had queued its issue for merge; its lease expired, another machine claimed
     the issue and its agent finished it. Back, the first machine finds the issue done: that `done`
     is the other machine's to merge. The stale entry leaves this queue and this machine's copy of
@@ -405,7 +409,7 @@ def test_a_merge_queued_before_the_issue_was_taken_over_is_left_to_the_machine_t
     try:
         runtime.merge_queue.add(issue_id, worktrees.branch_name(issue_id), base)   # A's, from before
         runtime.record_handoff(issue_id)
-        other = machine_name(Project.open(b).paths)
+        other = HOSTILE_MACHINE if hostile else machine_name(Project.open(b).paths)
         assert lifecycle.claim(project, issue_id, "w-b00001", lease_seconds=600, machine=other)
         lifecycle.finish(project, issue_id, "w-b00001", "done on B", {})
     finally:
@@ -413,7 +417,9 @@ def test_a_merge_queued_before_the_issue_was_taken_over_is_left_to_the_machine_t
         project.close()
 
     run = daemons.start(a, daemon_env(lease_seconds=600), "--max-agents", "1")
-    left = f"{issue_id} left the merge queue: done by an agent of {other}, whose merge lands it"
+    shown = printable(other)[:120]   # a machine name from hive/state: never a control character on a terminal
+    assert not hostile or ("\x1b" not in shown and "\n" not in shown and len(shown) == 120)
+    left = f"{issue_id} left the merge queue: done by an agent of {shown}, whose merge lands it"
     outcomes = (left, "is gone", "merged into")
     wait_for(lambda: any(o in daemons.log_of(run) for o in outcomes), "A's merge step on the entry", timeout=30)
     stop_daemon(run)   # it waits for B to land the issue: a shared queue is idle once all is finalized

@@ -28,7 +28,7 @@ from hive.merge.mechanical import Landing
 from hive.merge.refinery import Refinery
 from hive.runtime import handover, process_start_time
 from hive.runtime.merge_queue import Entry
-from hive.state import history
+from hive.state import history, trust
 from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.workspace import attempts, landings, worktrees
 
@@ -36,6 +36,7 @@ from hive.workspace import attempts, landings, worktrees
 # `detail` of an entry while the refinery works on it (set before its turn, replaced after it)
 REFINERY_IN_FLIGHT = ("refinery: conflict", "refinery: tests")
 MAX_YIELD_TO_AGENTS = 0.5   # seconds a merge waits for agents being started, at most
+MAX_MACHINE_CHARS = 120     # of a claim's machine name (from hive/state) in one line of the log
 LOOK_AGAIN_SECONDS = 1.0    # after a failed look around (the target caught up, done issues queued)
 
 
@@ -209,8 +210,8 @@ class MergeProcessor:
             # queued before this machine lost the issue (its lease expired while it was down):
             # the `done` is another machine's agent's, whose merge lands it; this copy is stale
             self._drop(entry)
-            self.host.log(f"{issue.id} left the merge queue: done by an agent of {issue.extra.get('machine')}, "
-                          "whose merge lands it")
+            machine = trust.printable(str(issue.extra.get("machine")))[:MAX_MACHINE_CHARS]   # from hive/state
+            self.host.log(f"{issue.id} left the merge queue: done by an agent of {machine}, whose merge lands it")
             await asyncio.to_thread(worktrees.retire, paths, issue.id, target, self.may_spare(issue.id))
             return True
         if shared is not None and not await asyncio.to_thread(shared.fetch_target):

@@ -116,6 +116,19 @@ exit 0
 """
 
 
+def test_a_remotes_words_are_one_bounded_printable_line():
+    """What a remote says when it refuses a push (a hook's output: anyone's server) goes into the
+    log and `git hive status` as one line: no control character reaches a terminal, no flood."""
+    from hive.remote import MAX_REASON_CHARS, PushResult
+
+    said = ("To origin\n!\trefs/heads/hive/state:refs/heads/hive/state\t[remote rejected] (pre-receive hook declined)\n"
+            "remote: \x1b]52;c;ZXZpbA==\x07\x1b[2Jrefused" + "!" * 5000 + "\nremote: second line\nDone\n")
+    reason = PushResult(False, rejected=True, message=said).reason
+    assert reason.startswith("[remote rejected] (pre-receive hook declined): \\x1b]52;c;ZXZpbA==\\x07\\x1b[2Jrefused")
+    assert len(reason) == MAX_REASON_CHARS
+    assert all(ch.isprintable() for ch in reason)
+
+
 @pytest.mark.timeout(120)
 def test_no_target_push_while_the_state_cannot_reach_the_remote(clones, cli, git, tmp_path: Path):
     remote, (a,) = clones("A")
