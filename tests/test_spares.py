@@ -143,7 +143,8 @@ def test_an_issue_retired_by_two_threads_at_once_is_no_error(repo, git, monkeypa
     as wanted — it raised (and the exception ended the merge queue's task)."""
     paths = hive_git.discover(repo)
     base = git("rev-parse", "main", cwd=repo).stdout.strip()
-    worktrees.create(paths, ISSUE, base)
+    tree = worktrees.create(paths, ISSUE, base).path
+    unlanded = _commit_in(tree, "work.txt", "the agent's work\n")
     real_checked_out = worktrees.checked_out
 
     def the_other_thread_deletes_it_first(paths_: hive_git.RepoPaths, ref: str) -> bool:
@@ -155,3 +156,4 @@ def test_an_issue_retired_by_two_threads_at_once_is_no_error(repo, git, monkeypa
     worktrees.retire(paths, ISSUE, "main")
     assert git("branch", "--list", f"hive/work/{ISSUE}", cwd=repo).stdout == ""
     assert not worktrees.worktree_path(paths, ISSUE).exists()
+    assert attempts.holding(paths.common_dir, ISSUE, unlanded) is not None   # kept first
