@@ -285,9 +285,9 @@ print("\\n".join(path for path, _, _ in walk_changes(repo, None, tree)))
 
 def test_a_tree_walk_is_in_name_order_on_every_machine_so_a_live_and_archived_issue_indexes_alike(
         repo, project, git, issue_text) -> None:
-    """What a catch-up, an intake and a rebuild index follows the walk's order: an issue file
-    both live and archived (a hostile or botched state) is indexed as the later one. Python's
-    string hashing differs from process to process: the order must not."""
+    """What a catch-up, an intake and a rebuild index follows the walk's order, which must not
+    follow Python's string hashing (it differs from process to process); an issue file both live
+    and archived (a hostile or botched state) is indexed as its live copy."""
     import os
     import subprocess
     import sys
@@ -307,3 +307,27 @@ def test_a_tree_walk_is_in_name_order_on_every_machine_so_a_live_and_archived_is
     walked = orders.pop().split()
     assert walked.index("issues/archive/du/hv-dup001.md") < walked.index("issues/hv-dup001.md")
     assert project.index.rebuild() is not None and project.index.get("hv-dup001").title == "live copy"
+
+
+def test_an_issue_both_live_and_archived_is_its_live_copy_whichever_changed_last(repo, project, git, issue_text,
+                                                                                 monkeypatch):
+    """Hive never writes both copies of an issue; a person's plain `git merge` of two states can.
+    The live copy is the issue while it exists — in a rebuild, and in a catch-up after a commit
+    that changed only the archived copy (it took the archived one: "the later change")."""
+    issues_dir = repo / ".hive" / "issues"
+    (issues_dir / "hv-dup002.md").write_text(issue_text("live copy"), encoding="utf-8")
+    archived = issues_dir / "archive" / "du" / "hv-dup002.md"
+    archived.parent.mkdir(parents=True)
+    archived.write_text(issue_text("archived copy", status="finalized"), encoding="utf-8")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "one issue twice", cwd=repo / ".hive")
+    project.update_index()
+    assert project.index.get("hv-dup002").title == "live copy"
+    archived.write_text(issue_text("archived copy, edited", status="finalized"), encoding="utf-8")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "only the archived copy changes", cwd=repo / ".hive")
+    project.update_index()
+    assert project.index.get("hv-dup002").title == "live copy"
+    assert project.index.rebuild() is not None and project.index.get("hv-dup002").title == "live copy"
+    monkeypatch.setattr("hive.state.index.BULK_ROWS", 0)   # a big queue's rebuild: rows in bulk
+    assert project.index.rebuild() is not None and project.index.get("hv-dup002").title == "live copy"

@@ -90,6 +90,13 @@ BULK_CACHE_KIB = 8 * 1024    # SQLite's page cache while rows are taken in bulk 
 BULK_ROWS = 1000    # more new rows than this into an empty issues table: the indexes are made afterwards
 WHOLE_GRAPH_WALK = 50    # cycle walks from this many issues read the whole graph first
 INSERT_ISSUE = f"INSERT INTO issues ({', '.join(ISSUE_COLUMNS)}) VALUES ({', '.join('?' * len(ISSUE_COLUMNS))})"
+# An issue file both live and archived (a person's plain `git merge` of two states can make one):
+# the live copy is the issue while it exists, in whatever order the two are read — an archived
+# row never replaces a live one (an upsert keeps the rank unless the graph changed: refresh_ranks).
+_ARCHIVED_SQL = f"substr({{}}.path, 1, {len(layout.ARCHIVE_DIR) + 1}) = '{layout.ARCHIVE_DIR}/'"
+UPSERT_ISSUE = (f"{INSERT_ISSUE} ON CONFLICT(id) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in ISSUE_COLUMNS if c != "id")
+                + f" WHERE {_ARCHIVED_SQL.format('issues')} OR NOT {_ARCHIVED_SQL.format('excluded')}")
 LISTED_BATCH = 2000   # issues of a JSON listing held at once (`list_json_parts`)
 ASIDE_FILES = 2000   # issue files to index from which taking a tip in gets a process of its own
 # a rank refresh larger than this computes the whole graph at once (`Index.refresh_ranks`)
@@ -273,8 +280,15 @@ class Graph:
 
     def add(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> None:
         """One batch of rows and their edges, as the bulk insert keeps them: an id twice (live
-        and archived) has the later path and the edges of both, once."""
-        self.paths.update((row[0], row[1]) for row in rows)
+        and archived) has the live path and the edges of both, once."""
+        ids = [row[0] for row in rows]
+        if self.paths.keys().isdisjoint(ids) and len(set(ids)) == len(ids):
+            self.paths.update((row[0], row[1]) for row in rows)
+        else:   # an id twice (rare): an archived path never replaces a live one
+            for issue_id, path in ((row[0], row[1]) for row in rows):
+                had = self.paths.get(issue_id)
+                if had is None or layout.is_archived(had) or not layout.is_archived(path):
+                    self.paths[issue_id] = path
         batch: dict[str, list[str]] = {}
         for issue_id, blocker in dict.fromkeys(deps):
             batch.setdefault(issue_id, []).append(sys.intern(blocker))   # one string per id
@@ -626,9 +640,7 @@ class Index:
                        (json.dumps(sorted(ids)),))
         else:
             db.executemany("DELETE FROM deps WHERE issue_id = ?", [(i,) for i in ids])
-        # an upsert, not a replace: an issue's rank stays unless the graph changed (refresh_ranks)
-        updates = ", ".join(f"{c} = excluded.{c}" for c in ISSUE_COLUMNS if c != "id")
-        db.executemany(f"{INSERT_ISSUE} ON CONFLICT(id) DO UPDATE SET {updates}", rows)
+        db.executemany(UPSERT_ISSUE, rows)
         db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", deps)
 
     def _begin_bulk(self) -> None:
@@ -649,8 +661,7 @@ class Index:
     def _store_bulk(self, rows: list[tuple[Any, ...]], deps: list[tuple[str, str]]) -> None:
         """One batch of rows between `_begin_bulk` and `_end_bulk`, in key order."""
         rows.sort(key=lambda row: row[0])
-        # an id twice (an issue file both live and archived): the later one, as the upsert keeps
-        self.db.executemany(INSERT_ISSUE.replace("INSERT", "INSERT OR REPLACE", 1), rows)
+        self.db.executemany(UPSERT_ISSUE, rows)
         self.db.executemany("INSERT OR IGNORE INTO deps (issue_id, blocker_id) VALUES (?, ?)", sorted(deps))
 
     def _store_notes(self, files: list[str], notes: list[dict[str, Any]]) -> None:

@@ -238,8 +238,7 @@ def _walk(repo: pygit2.Repository, old_id: pygit2.Oid | None, new_id: pygit2.Oid
     old_entries = set(raw_trees.records(repo.odb, str(old_id))) if old_id is not None else set()
     new_entries = set(raw_trees.records(repo.odb, str(new_id))) if new_id is not None else set()
     before, after = _by_name(old_entries - new_entries), _by_name(new_entries - old_entries)
-    # in name order, whatever the sets' hashing: an issue file both live and archived is indexed
-    # as the later of the two in every walk, on every machine (`issues/archive/` comes first)
+    # in name order, whatever the sets' hashing: the same walk in every process, on every machine
     for name in sorted(before.keys() | after.keys()):
         was, now = before.get(name), after.get(name)   # (is a folder, id)
         if was is not None and now is not None and was[1] == now[1]:
