@@ -156,3 +156,22 @@ def test_misbehaving_agents_cannot_move_the_target_and_leave_nothing_running(
                                     "work branches": [f"hive/work/{ids['always-pushes']}"],
                                     "registered worktrees": [str(repo / ".git/hive/worktrees" / ids["always-pushes"])]}
     assert double_claims(repo) == []
+
+
+def test_what_an_agent_says_reaches_the_runs_output_without_control_characters(repo, new_issue, tmp_path):
+    """An agent's summary is quoted in the run's output (`<id> done (...)`): one written to retitle
+    the terminal or set its clipboard (OSC 52) shows as text, never as a control sequence."""
+    import os
+    import subprocess
+
+    issue = new_issue("Says something hostile")
+    hostile = "\x1b]52;c;ZXZpbA==\x07\x1b[2Jowned"
+    script = write_json(tmp_path / "script.json", {"default": [
+        {"write": "{issue}.txt", "content": "x\n"}, {"commit": "{issue}"},
+        {"result": "success", "summary": hostile}]})
+    proc = subprocess.run([sys.executable, "-m", "hive", "run", "--backend", "scripted", "--until-idle"],
+                          cwd=repo, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **daemon_env(script, sandbox="off")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{issue} done (\\x1b]52;c;ZXZpbA==\\x07\\x1b[2Jowned)" in proc.stdout, proc.stdout
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
