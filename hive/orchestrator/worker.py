@@ -270,8 +270,15 @@ class Worker:
         if refused:
             return Outcome(False, refused)
         assert self.worktree is not None
-        result = await asyncio.to_thread(protocol.read_result, self.worktree.path)
-        return self._judge(turn, result)
+        worktree = self.worktree.path
+
+        def adopt_and_read() -> protocol.WorkResult:
+            # in a thread: taking in the agent's objects (written, hashed, its store emptied)
+            # takes milliseconds the event loop needs for the merge and the other agents
+            worktrees.adopt_head(self.project.paths, self.issue_id)   # its commits onto its branch
+            return protocol.read_result(worktree)
+
+        return self._judge(turn, await asyncio.to_thread(adopt_and_read))
 
     async def _prepare_turn(self, previous_failure: str, resume: bool) -> tuple[str, Issue | None, str]:
         """Worktree, session, prompt: ("", the issue, the prompt), or a setup error to back off from."""
@@ -369,7 +376,6 @@ class Worker:
         assert self.worktree is not None
         if self.stop_reason:
             raise Canceled(self.stop_reason)
-        worktrees.adopt_head(self.project.paths, self.issue_id)   # the agent's commits onto its branch
         over = self._over_budget()
         if over:
             return Outcome(False, over, hopeless=over)
