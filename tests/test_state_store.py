@@ -757,3 +757,43 @@ def test_a_bulk_refresh_writes_every_file_as_on_the_branch_and_leaves_a_persons_
     assert all(records[path] == blob[path] for path in listed
                if path != layout.live_path(ids[1]) and not layout.is_archived(path))
     assert records.get(layout.live_path(ids[1])) != blob[layout.live_path(ids[1])]   # never recorded as hive's
+
+
+def test_the_checkout_scan_finds_only_the_files_hive_reads_and_follows_no_symlink(repo, project, new_issue,
+                                                                                 tmp_path, monkeypatch):
+    """What a command's look at `.hive/` finds: the live issue files (all the records with
+    `full`, the folders under them too), each with its stat; never a symlink (a file or a folder),
+    a hidden or foreign name; a file deleted while its folder is read is left out, not an error."""
+    import os
+
+    from hive.state import checkout as checkout_module
+
+    issue = new_issue("scanned")
+    root = repo / ".hive"
+    secret = tmp_path / "secret.md"
+    secret.write_text("+++\ntitle = \"not hive's\"\n+++\n")
+    (root / "issues" / "hv-linked.md").symlink_to(secret)
+    (root / "issues" / ".hv-hidden.md").write_text("hidden")
+    (root / "issues" / "README.txt").write_text("not an issue")
+    (root / "issues" / "folder.md").mkdir()
+    (root / "issues" / "folder.md" / "hv-inner.md").write_text("inside a folder")
+    listdir = os.listdir
+    monkeypatch.setattr(checkout_module.os, "listdir",
+                        lambda folder: [*listdir(folder), "hv-gone00.md"])   # gone by its stat
+    live = project.checkout._scan(full=False)
+    assert set(live) == {f"issues/{issue}.md", "context.md"}
+    st = os.stat(root / "issues" / f"{issue}.md")
+    assert live[f"issues/{issue}.md"] == (st.st_mtime_ns, st.st_size, st.st_ino)
+    monkeypatch.undo()
+
+    outside = tmp_path / "notes-elsewhere"
+    outside.mkdir()
+    (outside / "hv-aaaaaa.jsonl").write_text("{}\n")
+    notes = root / "notes"
+    if notes.exists():
+        for file in notes.iterdir():
+            file.unlink()
+        notes.rmdir()
+    notes.symlink_to(outside)
+    everything = project.checkout._scan(full=True)
+    assert set(everything) == {f"issues/{issue}.md", f"issues/folder.md/hv-inner.md", "context.md"}
