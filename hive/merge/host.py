@@ -56,7 +56,8 @@ class SharedTarget(Protocol):
     def request_push(self) -> None: ...
 
     def finalized(self, issue_id: str) -> None:
-        """An issue this machine landed is finalized: push the state, drop its remote work branch."""
+        """An issue this machine landed is finalized: drop its remote work branch (called in a
+        thread, after `request_push` on the event loop)."""
 
 
 class MergeHost(RefineryHost, Protocol):

@@ -332,8 +332,10 @@ class MergeProcessor:
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
         await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target, self.may_spare(issue.id))
-        if self.host.shared_target is not None:
-            await asyncio.to_thread(self.host.shared_target.finalized, issue.id)
+        shared = self.host.shared_target
+        if shared is not None:
+            shared.request_push()   # here: its event is the event loop's, not a thread's to set
+            await asyncio.to_thread(shared.finalized, issue.id)
         self.merged += 1
         self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 

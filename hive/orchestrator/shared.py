@@ -372,8 +372,8 @@ class SharedQueue:
 
     def finalized(self, issue_id: str) -> None:
         """An issue of this machine is finalized: its state goes out, its work branch leaves
-        the remote (no one builds on it; `git hive sync --prune` removes any left behind)."""
-        self.push_needed.set()
+        the remote (no one builds on it; `git hive sync --prune` removes any left behind). Run
+        in a thread: the push of the state is asked for (`request_push`) on the loop."""
         branch = branch_name(issue_id)
         with self._lock:
             self._finalized_branches.add(branch)   # a push of it still to come is not made
