@@ -331,3 +331,25 @@ def test_an_issue_both_live_and_archived_is_its_live_copy_whichever_changed_last
     assert project.index.rebuild() is not None and project.index.get("hv-dup002").title == "live copy"
     monkeypatch.setattr("hive.state.index.BULK_ROWS", 0)   # a big queue's rebuild: rows in bulk
     assert project.index.rebuild() is not None and project.index.get("hv-dup002").title == "live copy"
+
+
+def test_deleting_the_live_copy_of_an_issue_also_archived_leaves_the_archived_one_indexed(
+        repo, project, git, issue_text) -> None:
+    """The other half of the rule above: once the live copy goes (a commit deleting only it), the
+    archived copy — unchanged, so not in the commit's diff — is the issue, in a catch-up as in a
+    rebuild (the catch-up dropped the issue until the next rebuild)."""
+    issues_dir = repo / ".hive" / "issues"
+    (issues_dir / "hv-dup003.md").write_text(issue_text("live copy"), encoding="utf-8")
+    archived = issues_dir / "archive" / "du" / "hv-dup003.md"
+    archived.parent.mkdir(parents=True)
+    archived.write_text(issue_text("archived copy", status="finalized"), encoding="utf-8")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "one issue twice", cwd=repo / ".hive")
+    project.update_index()
+    assert project.index.get("hv-dup003").title == "live copy"
+    git("rm", "-q", "issues/hv-dup003.md", cwd=repo / ".hive")
+    git("commit", "-qm", "only the live copy goes", cwd=repo / ".hive")
+    project.update_index()
+    caught_up = project.index.get("hv-dup003")
+    assert caught_up is not None and (caught_up.title, caught_up.status) == ("archived copy", "finalized")
+    assert project.index.rebuild() is not None and project.index.get("hv-dup003").title == "archived copy"

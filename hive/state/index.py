@@ -194,6 +194,31 @@ def _untrusted(repo: "pygit2.Repository", indexed: str, tip: str, blobs: dict[st
     return None
 
 
+def _with_archived_copies(repo: "pygit2.Repository", tip: str,
+                          changes: list[tuple[str, str | None, str | None]]) -> list[tuple[str, str | None, str | None]]:
+    """`changes`, and the archived copy of each issue whose live file they delete and nothing else
+    of them names: unchanged, that copy is not among them, and an archived row never replaced the
+    live one — now it is the issue (a person's plain merge of two states can leave both copies)."""
+    gone = {issue_id for path, _, new in changes
+            if new is None and not layout.is_archived(path) and (issue_id := layout.issue_id_of(path))}
+    gone -= {layout.issue_id_of(path) for path, _, new in changes if new is not None}
+    if not gone or not tip:
+        return changes
+    import pygit2
+
+    tree = repo[tip].peel(pygit2.Commit).tree
+    regular = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
+    kept = []
+    for issue_id in sorted(gone):
+        try:
+            entry = tree[layout.archive_path(issue_id)]
+        except KeyError:
+            continue
+        if entry.filemode in regular:
+            kept.append((layout.archive_path(issue_id), None, str(entry.id)))
+    return [*changes, *kept]
+
+
 def parse_blob(data: bytes, path: str) -> Issue:
     issue_id = layout.issue_id_of(path) or path
     return issue_file.parse(data, issue_id, path)
@@ -472,7 +497,7 @@ class Index:
             if changes is None:
                 db.execute("DELETE FROM problems WHERE path = ?", (REFUSED,))
                 changes = self._changes_since(repo, db, indexed, tip)
-            problems = self._apply(repo, changes, blobs)
+            problems = self._apply(repo, _with_archived_copies(repo, tip, changes), blobs)
             db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))
             db.execute("COMMIT")
         except BaseException:
