@@ -440,19 +440,28 @@ def test_a_remote_that_refuses_the_state_update_is_reported_as_such_and_work_res
         clones, cli, git, wait_for, daemons):
     """A lock file left on the remote (a push cut short there) makes it refuse every update of
     `hive/state`; no other machine's push moved the branch, so hive says what git says instead of
-    taking it for a lost race ("lost to another machine's claim", retried forever). Following git's
-    advice — remove the lock — the run goes on and finishes."""
+    taking it for a lost race ("lost to another machine's claim", retried forever). It is said
+    once, while the claim is tried again at every round. Following git's advice — remove the
+    lock — the run goes on and finishes."""
     remote, (a,) = clones("A")
     ids = create_issues(a, [("one", {}), ("two", {})])
     cli("sync", cwd=a)
     lock = remote / "refs" / "heads" / "hive" / "state.lock"
     lock.write_text("0" * 40 + "\n")
+    pushes = remote / "pushes-seen"
+    hook = remote / "hooks" / "pre-receive"   # runs before the refs are locked: counts every try
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text(f"#!/bin/sh\ncat >/dev/null\necho push >> '{pushes}'\n")
+    hook.chmod(0o755)
     run = daemons.start(a, daemon_env(lease_seconds=600), "--until-idle", "--max-agents", "1")
     refused = "remote origin refused the update of hive/state (no other push moved it): "
     wait_for(lambda: refused in daemons.log_of(run), "the refusal reported", timeout=30)
+    tried = len(pushes.read_text().splitlines())
+    wait_for(lambda: len(pushes.read_text().splitlines()) >= tried + 3, "claims tried again", timeout=30)
     said = daemons.log_of(run)
     assert "cannot lock ref 'refs/heads/hive/state'" in said.split(refused, 1)[1].splitlines()[0], said
     assert "lost to another machine's claim" not in said, said
+    assert said.count(" not claimed: ") == 1, said
     assert run.poll() is None
     lock.unlink()
     daemons.wait(run, 90)

@@ -23,7 +23,9 @@ async def claim(project: Project, shared: SharedQueue | None, issue: Issue, agen
         return CLAIMED
     project.sync(warn=False)
     if not shared.online:
-        log(f"{issue.id} not claimed: {shared.trouble or 'the remote cannot be reached'}")
+        news = shared.claims_trouble_news()
+        if news:
+            log(f"{issue.id} not claimed: {news}")
         return OFFLINE
     log(f"{issue.id} lost to another machine's claim")
     return TAKEN

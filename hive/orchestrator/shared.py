@@ -73,6 +73,7 @@ class SharedQueue:
         self.online = True
         self.trouble = ""       # why the last exchange failed: git's words ("" while it works)
         self._announced = True
+        self._claims_refused_for = ""   # the trouble last said to keep claims from being made
         self._stopped = False
         self.push_needed = asyncio.Event()
         self._lock = threading.Lock()
@@ -252,6 +253,16 @@ class SharedQueue:
         """
         return await asyncio.to_thread(self._claim, issue_id, agent_id, lease_seconds)
 
+    def claims_trouble_news(self) -> str:
+        """Why no claim can be made now — the first time for this trouble, "" after: claims are
+        tried again at every round (a refusing remote may take them any moment), and one line
+        says why they fail until one succeeds."""
+        trouble = self.trouble or "the remote cannot be reached"
+        if trouble == self._claims_refused_for:
+            return ""
+        self._claims_refused_for = trouble
+        return trouble
+
     def _claim(self, issue_id: str, agent_id: str, lease_seconds: int) -> bool:
         try:
             return self._claim_locked(issue_id, agent_id, lease_seconds)
@@ -279,6 +290,7 @@ class SharedQueue:
                     git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), draft.made],
                             self.project.paths.worktree, check=False)
                     self._adopt(draft, f"claim {issue_id} for {agent_id}")
+                    self._claims_refused_for = ""   # a refusal from now on is news again
                     return True
                 if result.offline or not self._fetched(self.remote.fetch(git.STATE_BRANCH)) or \
                         self._refused(result, remote_tip):
