@@ -47,15 +47,10 @@ def run(max_agents: int | None, backend: str | None, until_idle: bool, detach: b
 
 def _foreground(agents: Run, until_idle: bool) -> None:
     """The run in this process, its live line on a terminal, its summary and how it ended."""
-    from hive.cli.output import escaped
     from hive.cli.progress import LiveLine, print_summary
 
     live = LiveLine(sys.stdout, sys.stderr if sys.stderr.isatty() else None) if sys.stdout.isatty() else None
-    show = live.log if live else (lambda line: print(line, flush=True))
-
-    def log(line: str) -> None:
-        show(escaped(line))   # a line may quote an agent, a remote or hive/state: no control character
-
+    log = live.log if live else (lambda line: print(line, flush=True))   # lines escaped already (RunLog)
     try:
         ended = agents.run(log=log, on_progress=live.progress if live else None)
     finally:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from hive.state.trust import printable
+
 
 class LogFile:
     def __init__(self, path: Path):
@@ -38,7 +40,9 @@ class LogFile:
 class RunLog:
     """A run's lines, time-stamped: to the person (`show`) and to daemon.log. Output that can no
     longer be written (EPIPE: the reader died, the terminal closed) goes on in daemon.log alone,
-    and `output_gone` is told once."""
+    and `output_gone` is told once. A line may quote an agent (its summary), a remote or
+    hive/state: its control characters and newlines are written as escapes, on a terminal and in
+    the file (which people `tail -f`), so that none retitles a terminal or sets its clipboard."""
 
     def __init__(self, path: Path, show: Callable[[str], None], output_gone: Callable[[], None]):
         self._file = LogFile(path)
@@ -46,7 +50,7 @@ class RunLog:
         self._output_gone = output_gone
 
     def __call__(self, message: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {message}"
+        line = f"{time.strftime('%H:%M:%S')} {printable(message)}"
         if self._show is not None:
             try:
                 self._show(line)
@@ -57,7 +61,7 @@ class RunLog:
 
     def to_file_only(self, message: str) -> None:
         """A line for daemon.log alone (what the person sees was said in one line already)."""
-        self._file.write(f"{time.strftime('%H:%M:%S')} {message}")
+        self._file.write(f"{time.strftime('%H:%M:%S')} {printable(message)}")
 
     def close(self) -> None:
         self._file.close()

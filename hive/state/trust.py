@@ -80,6 +80,10 @@ class Untrusted(HiveError):
 
 
 def printable(text: str) -> str:
+    """`text` with each character that is not printable (a control character, a newline) written
+    as its escape (`\\x1b`, `\\n`): safe to show on a terminal, one line."""
+    if text.isprintable():
+        return text
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 

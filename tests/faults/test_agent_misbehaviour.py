@@ -160,12 +160,13 @@ def test_misbehaving_agents_cannot_move_the_target_and_leave_nothing_running(
 
 def test_what_an_agent_says_reaches_the_runs_output_without_control_characters(repo, new_issue, tmp_path):
     """An agent's summary is quoted in the run's output (`<id> done (...)`): one written to retitle
-    the terminal or set its clipboard (OSC 52) shows as text, never as a control sequence."""
+    the terminal or set its clipboard (OSC 52), or to forge a log line of its own, shows as text,
+    never as a control sequence — on the terminal and in daemon.log (which people `tail -f`)."""
     import os
     import subprocess
 
     issue = new_issue("Says something hostile")
-    hostile = "\x1b]52;c;ZXZpbA==\x07\x1b[2Jowned"
+    hostile = "\x1b]52;c;ZXZpbA==\x07\x1b[2Jowned\n12:00:00 hv-forged0 merged into main"
     script = write_json(tmp_path / "script.json", {"default": [
         {"write": "{issue}.txt", "content": "x\n"}, {"commit": "{issue}"},
         {"result": "success", "summary": hostile}]})
@@ -173,5 +174,9 @@ def test_what_an_agent_says_reaches_the_runs_output_without_control_characters(r
                           cwd=repo, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **daemon_env(script, sandbox="off")})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{issue} done (\\x1b]52;c;ZXZpbA==\\x07\\x1b[2Jowned)" in proc.stdout, proc.stdout
-    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    quoted = f"{issue} done (\\x1b]52;c;ZXZpbA==\\x07\\x1b[2Jowned\\n12:00:00 hv-forged0 merged into main)"
+    log = (repo / ".git" / "hive" / "daemon.log").read_text(encoding="utf-8")
+    for said in (proc.stdout, log):
+        assert quoted in said, said
+        assert "\x1b" not in said and "\x07" not in said
+        assert not any(line.startswith("12:00:00 hv-forged0") for line in said.splitlines())
