@@ -309,20 +309,27 @@ def test_a_tree_walk_is_in_name_order_on_every_machine_so_a_live_and_archived_is
     assert project.index.rebuild() is not None and project.index.get("hv-dup001").title == "live copy"
 
 
-def test_an_issue_both_live_and_archived_is_its_live_copy_whichever_changed_last(repo, project, git, issue_text,
-                                                                                 monkeypatch):
-    """Hive never writes both copies of an issue; a person's plain `git merge` of two states can.
-    The live copy is the issue while it exists — in a rebuild, and in a catch-up after a commit
-    that changed only the archived copy (it took the archived one: "the later change")."""
+def _live_and_archived(repo, project, git, issue_text, issue_id: str):
+    """`issue_id` committed both live ("live copy") and archived ("archived copy", finalized), as
+    a person's plain merge of two states can leave it; indexed as its live copy. The archived file."""
     issues_dir = repo / ".hive" / "issues"
-    (issues_dir / "hv-dup002.md").write_text(issue_text("live copy"), encoding="utf-8")
-    archived = issues_dir / "archive" / "du" / "hv-dup002.md"
+    (issues_dir / f"{issue_id}.md").write_text(issue_text("live copy"), encoding="utf-8")
+    archived = issues_dir / "archive" / "du" / f"{issue_id}.md"
     archived.parent.mkdir(parents=True)
     archived.write_text(issue_text("archived copy", status="finalized"), encoding="utf-8")
     git("add", "-A", cwd=repo / ".hive")
     git("commit", "-qm", "one issue twice", cwd=repo / ".hive")
     project.update_index()
-    assert project.index.get("hv-dup002").title == "live copy"
+    assert project.index.get(issue_id).title == "live copy"
+    return archived
+
+
+def test_an_issue_both_live_and_archived_is_its_live_copy_whichever_changed_last(repo, project, git, issue_text,
+                                                                                 monkeypatch):
+    """Hive never writes both copies of an issue; a person's plain `git merge` of two states can.
+    The live copy is the issue while it exists — in a rebuild, and in a catch-up after a commit
+    that changed only the archived copy (it took the archived one: "the later change")."""
+    archived = _live_and_archived(repo, project, git, issue_text, "hv-dup002")
     archived.write_text(issue_text("archived copy, edited", status="finalized"), encoding="utf-8")
     git("add", "-A", cwd=repo / ".hive")
     git("commit", "-qm", "only the archived copy changes", cwd=repo / ".hive")
@@ -338,15 +345,7 @@ def test_deleting_the_live_copy_of_an_issue_also_archived_leaves_the_archived_on
     """The other half of the rule above: once the live copy goes (a commit deleting only it), the
     archived copy — unchanged, so not in the commit's diff — is the issue, in a catch-up as in a
     rebuild (the catch-up dropped the issue until the next rebuild)."""
-    issues_dir = repo / ".hive" / "issues"
-    (issues_dir / "hv-dup003.md").write_text(issue_text("live copy"), encoding="utf-8")
-    archived = issues_dir / "archive" / "du" / "hv-dup003.md"
-    archived.parent.mkdir(parents=True)
-    archived.write_text(issue_text("archived copy", status="finalized"), encoding="utf-8")
-    git("add", "-A", cwd=repo / ".hive")
-    git("commit", "-qm", "one issue twice", cwd=repo / ".hive")
-    project.update_index()
-    assert project.index.get("hv-dup003").title == "live copy"
+    _live_and_archived(repo, project, git, issue_text, "hv-dup003")
     git("rm", "-q", "issues/hv-dup003.md", cwd=repo / ".hive")
     git("commit", "-qm", "only the live copy goes", cwd=repo / ".hive")
     project.update_index()
