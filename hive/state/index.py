@@ -201,7 +201,8 @@ def _with_archived_copies(repo: "pygit2.Repository", tip: str,
     live one — now it is the issue (a person's plain merge of two states can leave both copies)."""
     gone = {issue_id for path, _, new in changes
             if new is None and not layout.is_archived(path) and (issue_id := layout.issue_id_of(path))}
-    gone -= {layout.issue_id_of(path) for path, _, new in changes if new is not None}
+    if gone:   # (rare: the look at the others only then — a queue taken in has 100k of them)
+        gone -= {layout.issue_id_of(path) for path, _, new in changes if new is not None}
     if not gone or not tip:
         return changes
     import pygit2
