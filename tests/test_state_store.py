@@ -797,3 +797,36 @@ def test_the_checkout_scan_finds_only_the_files_hive_reads_and_follows_no_symlin
     notes.symlink_to(outside)
     everything = project.checkout._scan(full=True)
     assert set(everything) == {f"issues/{issue}.md", f"issues/folder.md/hv-inner.md", "context.md"}
+
+
+@pytest.mark.parametrize("saves_in_the_window", [0, 1, 3])
+def test_a_save_landing_while_hive_swaps_a_persons_file_back_is_the_one_that_stays(tmp_path, monkeypatch,
+                                                                                  saves_in_the_window):
+    """hive swaps its version in (RENAME_EXCHANGE), finds that what came out is a person's edit,
+    and swaps it back. An editor that saved in between — it found the text it started from, hive's
+    copy of the same — replaced hive's file: the swap back took that save out, and it was deleted
+    with hive's temporary file (seen once in tests/faults/test_concurrent_writers.py: an editor's
+    save gone from disk, never committed). The newest save stays; no temporary file is left."""
+    from hive.state import checkout as checkout_module
+
+    target = tmp_path / "issues" / "hv-aaaaaa.md"
+    target.parent.mkdir()
+    target.write_bytes(b"their edit\n")                       # not what hive expects there
+    exchange = checkout_module._exchange
+    saves = iter(range(1, saves_in_the_window + 1))
+
+    def exchange_while_a_person_saves(a, b):
+        swapped = exchange(a, b)
+        save = next(saves, None)
+        if save is not None:                                  # an editor's save: temp file, rename
+            mine = target.with_name(f".{target.name}.swp")
+            mine.write_bytes(f"their save {save}\n".encode())
+            mine.replace(target)
+        return swapped
+
+    monkeypatch.setattr(checkout_module, "_exchange", exchange_while_a_person_saves)
+    expected = checkout_module.blob_id(b"what hive wrote before\n")
+    assert checkout_module._replace_if_unchanged(target, b"the branch's version\n", expected) is None
+    newest = f"their save {saves_in_the_window}\n" if saves_in_the_window else "their edit\n"
+    assert target.read_text() == newest
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]

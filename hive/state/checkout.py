@@ -996,6 +996,7 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
     of what was written, or None when the file was left to the person.
     """
     tmp, written = _write_temp(target, data)
+    keep_tmp = False
     try:
         if expected is None:
             try:
@@ -1005,7 +1006,7 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
             return written
         if _exchange(tmp, target):
             if blob_id(tmp.read_bytes()) != expected:
-                _exchange(tmp, target)
+                keep_tmp = not _give_back(tmp, target, written.st_ino)
                 return None
             return written
         # no renameat2 here: compare, then rename at once (a window of microseconds)
@@ -1018,7 +1019,26 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
         os.replace(tmp, target)
         return written
     finally:
-        tmp.unlink(missing_ok=True)
+        if not keep_tmp:
+            tmp.unlink(missing_ok=True)
+
+
+GIVE_BACK_ROUNDS = 100   # each round needs a save landing within microseconds: never reached
+
+
+def _give_back(tmp: Path, target: Path, placed: int) -> bool:
+    """Put the person's file, swapped out to `tmp` by `_replace_if_unchanged`, back at `target`,
+    where hive's file (inode `placed`) stands. An editor may save over hive's file in that window
+    (it found the text it started from there): that save is the newest, so it is the one that
+    stays, and the file swapped out before it goes — as that save, made without hive, would have
+    replaced it. False if saves kept landing: `tmp` then holds the newest and is kept."""
+    for _ in range(GIVE_BACK_ROUNDS):
+        held = os.lstat(tmp).st_ino
+        _exchange(tmp, target)
+        if os.lstat(tmp).st_ino == placed:
+            return True   # what stood at `target` was what hive put there: the person's is back
+        placed = held     # a newer save came out: it goes back in, over the one just put there
+    return False
 
 
 def _exchange(a: Path, b: Path) -> bool:
