@@ -830,3 +830,63 @@ def test_a_save_landing_while_hive_swaps_a_persons_file_back_is_the_one_that_sta
     newest = f"their save {saves_in_the_window}\n" if saves_in_the_window else "their edit\n"
     assert target.read_text() == newest
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
+
+
+def test_a_save_made_while_hive_brings_an_undone_edit_back_to_the_branch_stays(repo, project, git, new_issue,
+                                                                              monkeypatch):
+    """A person's invalid edit is left alone while hive commits a change to the same issue; the
+    person then undoes it (the file back at the version the edit started from), and the next look
+    brings the file to the branch's version — unless the person saved again meanwhile: that save
+    stays on disk and is taken in (the file was overwritten by rename, whatever it held then)."""
+    from hive.state.store import Snapshot
+
+    issue = new_issue("undo me")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    started_from = path.read_bytes()
+    path.write_bytes(started_from.replace(b'title = "undo me"', b'title = "half-typed'))
+    issues.update(project, issue, {"priority": 1})             # left alone: the file is the person's
+    path.write_bytes(started_from)                                 # undone
+
+    read = Snapshot.read
+
+    def read_while_the_person_saves(self, wanted):
+        if wanted == f"issues/{issue}.md":
+            saved = path.with_name(f".{path.name}.swp")
+            saved.write_bytes(started_from.replace(b'title = "undo me"', b'title = "saved again"'))
+            saved.replace(path)
+        return read(self, wanted)
+
+    monkeypatch.setattr(Snapshot, "read", read_while_the_person_saves)
+    project.absorb()
+    monkeypatch.undo()
+    assert b'title = "saved again"' in path.read_bytes()
+    assert project.absorb().committed == [f"issues/{issue}.md"]
+    on_tip = on_branch(git, repo, f"issues/{issue}.md")
+    assert 'title = "saved again"' in on_tip and "priority = 1" in on_tip
+
+
+def test_a_file_deleted_only_if_it_still_holds_what_hive_read(tmp_path, monkeypatch):
+    """`_unlink_if_unchanged`: what hive read goes; a save made since stays, and so does a newer
+    save that took its place while hive looked; nothing of hive's is left beside it."""
+    from hive.state import checkout as checkout_module
+
+    folder = tmp_path / "issues"
+    folder.mkdir()
+    target = folder / "hv-aaaaaa.md"
+    target.write_bytes(b"read by hive\n")
+    assert checkout_module._unlink_if_unchanged(target, checkout_module.blob_id(b"read by hive\n"))
+    assert list(folder.iterdir()) == []
+
+    target.write_bytes(b"saved since\n")
+    assert not checkout_module._unlink_if_unchanged(target, checkout_module.blob_id(b"read by hive\n"))
+    assert target.read_bytes() == b"saved since\n" and list(folder.iterdir()) == [target]
+
+    holds = checkout_module._holds
+
+    def holds_while_a_newer_save_lands(path, expected):
+        target.write_bytes(b"newer save\n")
+        return holds(path, expected)
+
+    monkeypatch.setattr(checkout_module, "_holds", holds_while_a_newer_save_lands)
+    assert not checkout_module._unlink_if_unchanged(target, checkout_module.blob_id(b"read by hive\n"))
+    assert target.read_bytes() == b"newer save\n" and list(folder.iterdir()) == [target]

@@ -477,7 +477,7 @@ class Checkout:
                     # Back to the version an edit started from (a person undid an edit that a
                     # refresh had to leave alone): nothing of theirs is left, so it follows the
                     # branch now. Runs with the checkout lock held (see absorb).
-                    self._follow_tip(path, tip, tip_oid)
+                    self._follow_tip(path, tip, tip_oid, oid)
                 else:
                     self._record(path, oid, st)
                 continue
@@ -519,18 +519,23 @@ class Checkout:
             git.release_stale_lock(git_dir / "index.lock")
         git_index.write()
 
-    def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None) -> None:
+    def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None, on_disk: str) -> None:
+        """The file back at the branch's version, if it still holds `on_disk` (the blob just read):
+        a save made since is the person's, and the next look finds it."""
         if leads_outside(self.root, path):
             return
         target = self.root / path
         written = None
         if tip_oid is None:
-            target.unlink(missing_ok=True)
+            if not _unlink_if_unchanged(target, on_disk):
+                return
             _prune_empty_dirs(target.parent, self.root)
         else:
             data = tip.read(path)
             assert data is not None
-            written = _write_atomic(target, data)
+            written = _replace_if_unchanged(target, data, on_disk)
+            if written is None:
+                return
         self._record(path, tip_oid, written)
 
     def _checkout_index(self) -> "pygit2.Index":
@@ -944,13 +949,6 @@ def _fingerprint(on_disk: dict[str, Seen]) -> str:
     return digest.hexdigest()
 
 
-def _write_atomic(target: Path, data: bytes) -> os.stat_result:
-    """Write `target` by rename; the stat of what was written (a rename keeps it)."""
-    tmp, written = _write_temp(target, data)
-    os.replace(tmp, target)
-    return written
-
-
 def _write_temp(target: Path, data: bytes) -> tuple[Path, os.stat_result]:
     """`data` in a new file beside `target` (folders made), and the stat of what was written."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -1021,6 +1019,43 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
     finally:
         if not keep_tmp:
             tmp.unlink(missing_ok=True)
+
+
+def _unlink_if_unchanged(target: Path, expected: str) -> bool:
+    """Delete `target` only if it still holds the blob `expected`: it is moved aside at once and
+    looked at there; a file that is not `expected` (a save made since) goes back, unless another
+    save has taken its place meanwhile (that one is newer, and stays). Whether it was deleted."""
+    aside = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.rename(target, aside)
+    except FileNotFoundError:
+        return True
+    try:
+        if _holds(aside, expected):
+            return True
+        try:
+            os.link(aside, target, follow_symlinks=False)   # fails if a newer save is there already
+        except FileExistsError:
+            pass
+        return False
+    finally:
+        aside.unlink(missing_ok=True)
+
+
+def _holds(path: Path, expected: str) -> bool:
+    """Whether `path` is a regular file (no symlink followed) holding the blob `expected`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        digest = _hashlib().sha1(b"blob %d\0" % st.st_size)   # streamed: any size, little memory
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest() == expected
 
 
 GIVE_BACK_ROUNDS = 100   # each round needs a save landing within microseconds: never reached
