@@ -890,3 +890,36 @@ def test_a_file_deleted_only_if_it_still_holds_what_hive_read(tmp_path, monkeypa
     monkeypatch.setattr(checkout_module, "_holds", holds_while_a_newer_save_lands)
     assert not checkout_module._unlink_if_unchanged(target, checkout_module.blob_id(b"read by hive\n"))
     assert target.read_bytes() == b"newer save\n" and list(folder.iterdir()) == [target]
+    monkeypatch.undo()
+
+    target.unlink()
+    target.mkdir()                                            # a folder where the file was: not hive's
+    assert not checkout_module._unlink_if_unchanged(target, checkout_module.blob_id(b"read by hive\n"))
+    assert target.is_dir() and list(folder.iterdir()) == [target]
+
+
+def test_a_save_made_while_a_refresh_deletes_the_file_stays(repo, project, new_issue, monkeypatch):
+    """The branch deletes an issue file `.hive/` holds unchanged: the refresh deletes it — unless
+    the person saved it after hive looked (it is theirs then, and stays on disk)."""
+    from hive.state import checkout as checkout_module
+    from hive.state.store import Change
+
+    issue = new_issue("deleted on the branch")
+    path = repo / ".hive" / "issues" / f"{issue}.md"
+    as_committed = path.read_bytes()
+    looked_at = checkout_module.blob_id
+
+    def look_while_the_person_saves(data):
+        found = looked_at(data)
+        if sys._getframe(1).f_code.co_name == "_follow" and data == as_committed:   # the refresh's look
+            saved = path.with_name(f".{path.name}.swp")
+            saved.write_bytes(as_committed.replace(b"deleted on the branch", b"still wanted"))
+            saved.replace(path)
+        return found
+
+    project.store.commit(lambda snap: Change({f"issues/{issue}.md": None}, f"delete {issue}", "deleted", issue))
+    monkeypatch.setattr(checkout_module, "blob_id", look_while_the_person_saves)
+    project.after_write()                                     # hive's own write: the refresh follows it
+    monkeypatch.undo()
+    assert path.exists() and b"still wanted" in path.read_bytes()
+    assert project.absorb().committed == [f"issues/{issue}.md"]   # theirs: taken in again

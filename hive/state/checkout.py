@@ -597,13 +597,7 @@ class Checkout:
             written = _replace_if_unchanged(target, committed.data, expected)
             if written is not None:
                 self._record(committed.path, blob_id(committed.data), written)
-        old = self.root / edit.path
-        try:
-            unchanged = blob_id(old.read_bytes()) == blob_id(edit.data)
-        except FileNotFoundError:
-            unchanged = True
-        if unchanged:
-            old.unlink(missing_ok=True)
+        if _unlink_if_unchanged(self.root / edit.path, blob_id(edit.data)):
             self._record(edit.path, None)
         else:
             self._record(edit.path, str(self._store().repo.create_blob(edit.data)), edit.stat)
@@ -681,8 +675,9 @@ class Checkout:
                 written = None
                 if new_oid is None:
                     target = Path(where)
-                    target.unlink(missing_ok=True)
-                    _prune_empty_dirs(target.parent, self.root)
+                    clean = current is None or _unlink_if_unchanged(target, current)   # else a save since: theirs
+                    if clean:
+                        _prune_empty_dirs(target.parent, self.root)
                 else:
                     data = follow.read_already.get(new_oid)
                     if data is None:
@@ -735,7 +730,8 @@ class Checkout:
                 follow.repo, follow.old, follow.new, path):
             return False  # not what git or hive wrote: a person's file, theirs
         # git's copy (a person's `git pull` in .hive/ writes the archived files it changes)
-        os.unlink(where)
+        if not _unlink_if_unchanged(Path(where), current):
+            return False  # saved since: theirs
         _prune_empty_dirs(Path(where).parent, self.root)
         return self._stage(follow.git_index, path, new_oid)
 
@@ -809,12 +805,12 @@ class Checkout:
             removed: set[str] = set()
             for path in self._archived_on_disk():
                 state.on_disk += 1
-                try:
-                    clean = fix and blob_id((self.root / path).read_bytes()) == tip.blob_id(path)
+                expected = tip.blob_id(path)
+                try:   # only what the branch holds goes (a person's edit of it stays), saved since or not
+                    clean = fix and expected is not None and _unlink_if_unchanged(self.root / path, expected)
                 except OSError:
                     continue
                 if clean:
-                    (self.root / path).unlink()
                     _prune_empty_dirs((self.root / path).parent, self.root)
                     self._record(path, None)
                     removed.add(path)
@@ -1025,21 +1021,26 @@ def _unlink_if_unchanged(target: Path, expected: str) -> bool:
     """Delete `target` only if it still holds the blob `expected`: it is moved aside at once and
     looked at there; a file that is not `expected` (a save made since) goes back, unless another
     save has taken its place meanwhile (that one is newer, and stays). Whether it was deleted."""
-    aside = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
     try:
+        if not stat.S_ISREG(os.lstat(target).st_mode):
+            return False                      # a folder or a link there: not a file hive wrote
+        aside = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
         os.rename(target, aside)
     except FileNotFoundError:
         return True
+    if _holds(aside, expected):
+        aside.unlink()
+        return True
     try:
-        if _holds(aside, expected):
-            return True
-        try:
-            os.link(aside, target, follow_symlinks=False)   # fails if a newer save is there already
-        except FileExistsError:
-            pass
+        os.link(aside, target, follow_symlinks=False)
+    except FileExistsError:
+        pass                                  # a newer save is there: the one aside is older
+    except OSError:                           # not a file any more (swapped meanwhile): back as it was
+        if not os.path.lexists(target):
+            os.rename(aside, target)
         return False
-    finally:
-        aside.unlink(missing_ok=True)
+    aside.unlink()
+    return False
 
 
 def _holds(path: Path, expected: str) -> bool:
