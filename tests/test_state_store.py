@@ -806,7 +806,8 @@ def test_a_save_landing_while_hive_swaps_a_persons_file_back_is_the_one_that_sta
     and swaps it back. An editor that saved in between — it found the text it started from, hive's
     copy of the same — replaced hive's file: the swap back took that save out, and it was deleted
     with hive's temporary file (seen once in tests/faults/test_concurrent_writers.py: an editor's
-    save gone from disk, never committed). The newest save stays; no temporary file is left."""
+    save gone from disk, never committed). The newest save stays; an older one it replaced is kept
+    beside it; no temporary file is left."""
     from hive.state import checkout as checkout_module
 
     target = tmp_path / "issues" / "hv-aaaaaa.md"
@@ -829,7 +830,11 @@ def test_a_save_landing_while_hive_swaps_a_persons_file_back_is_the_one_that_sta
     assert checkout_module._replace_if_unchanged(target, b"the branch's version\n", expected) is None
     newest = f"their save {saves_in_the_window}\n" if saves_in_the_window else "their edit\n"
     assert target.read_text() == newest
-    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]
+    kept = [p for p in target.parent.iterdir() if p != target]   # an older save of theirs: kept
+    # one save: the edit it replaced is kept; three: each replaced the one before it themselves
+    older = {0: [], 1: ["their edit\n"], 3: []}[saves_in_the_window]
+    assert [p.read_text() for p in kept] == older
+    assert all(p.name.startswith(f"{target.name}.superseded-") for p in kept)
 
 
 def test_a_save_made_while_hive_brings_an_undone_edit_back_to_the_branch_stays(repo, project, git, new_issue,
@@ -867,7 +872,7 @@ def test_a_save_made_while_hive_brings_an_undone_edit_back_to_the_branch_stays(r
 
 def test_a_file_deleted_only_if_it_still_holds_what_hive_read(tmp_path, monkeypatch):
     """`_unlink_if_unchanged`: what hive read goes; a save made since stays, and so does a newer
-    save that took its place while hive looked; nothing of hive's is left beside it."""
+    save that took its place while hive looked (the one it replaced is kept beside it)."""
     from hive.state import checkout as checkout_module
 
     folder = tmp_path / "issues"
@@ -889,9 +894,12 @@ def test_a_file_deleted_only_if_it_still_holds_what_hive_read(tmp_path, monkeypa
 
     monkeypatch.setattr(checkout_module, "_holds", holds_while_a_newer_save_lands)
     assert not checkout_module._unlink_if_unchanged(target, checkout_module.blob_id(b"read by hive\n"))
-    assert target.read_bytes() == b"newer save\n" and list(folder.iterdir()) == [target]
+    assert target.read_bytes() == b"newer save\n"
+    kept = [p for p in folder.iterdir() if p != target]          # the save it replaced: kept beside
+    assert [p.read_bytes() for p in kept] == [b"saved since\n"]
     monkeypatch.undo()
 
+    kept[0].unlink()
     target.unlink()
     target.mkdir()                                            # a folder where the file was: not hive's
     assert not checkout_module._unlink_if_unchanged(target, checkout_module.blob_id(b"read by hive\n"))

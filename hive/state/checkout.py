@@ -990,7 +990,6 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
     of what was written, or None when the file was left to the person.
     """
     tmp, written = _write_temp(target, data)
-    keep_tmp = False
     try:
         if expected is None:
             try:
@@ -1000,7 +999,9 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
             return written
         if _exchange(tmp, target):
             if blob_id(tmp.read_bytes()) != expected:
-                keep_tmp = not _give_back(tmp, target, written.st_ino)
+                _give_back(tmp, target, written.st_ino)
+                if os.lstat(tmp).st_ino != written.st_ino:
+                    _keep_superseded(tmp, target)   # a save of theirs a newer one replaced
                 return None
             return written
         # no renameat2 here: compare, then rename at once (a window of microseconds)
@@ -1013,8 +1014,7 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
         os.replace(tmp, target)
         return written
     finally:
-        if not keep_tmp:
-            tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
 def _unlink_if_unchanged(target: Path, expected: str) -> bool:
@@ -1033,8 +1033,9 @@ def _unlink_if_unchanged(target: Path, expected: str) -> bool:
         return True
     try:
         os.link(aside, target, follow_symlinks=False)
-    except FileExistsError:
-        pass                                  # a newer save is there: the one aside is older
+    except FileExistsError:                   # a newer save is there: the one aside is older
+        _keep_superseded(aside, target)
+        return False
     except OSError:                           # not a file any more (swapped meanwhile): back as it was
         if not os.path.lexists(target):
             os.rename(aside, target)
@@ -1062,19 +1063,23 @@ def _holds(path: Path, expected: str) -> bool:
 GIVE_BACK_ROUNDS = 100   # each round needs a save landing within microseconds: never reached
 
 
-def _give_back(tmp: Path, target: Path, placed: int) -> bool:
+def _give_back(tmp: Path, target: Path, placed: int) -> None:
     """Put the person's file, swapped out to `tmp` by `_replace_if_unchanged`, back at `target`,
     where hive's file (inode `placed`) stands. An editor may save over hive's file in that window
     (it found the text it started from there): that save is the newest, so it is the one that
-    stays, and the file swapped out before it goes — as that save, made without hive, would have
-    replaced it. False if saves kept landing: `tmp` then holds the newest and is kept."""
+    stays at `target`; `tmp` ends with hive's file, or with an older save of theirs."""
     for _ in range(GIVE_BACK_ROUNDS):
         held = os.lstat(tmp).st_ino
         _exchange(tmp, target)
         if os.lstat(tmp).st_ino == placed:
-            return True   # what stood at `target` was what hive put there: the person's is back
+            return        # what stood at `target` was what was put there: the newest is back
         placed = held     # a newer save came out: it goes back in, over the one just put there
-    return False
+
+
+def _keep_superseded(path: Path, target: Path) -> None:
+    """Keep a person's save that a newer one of theirs replaced while hive looked, beside
+    `target` (`<name>.superseded-<hex>`: no file hive reads, shown by `git status` in `.hive/`)."""
+    os.rename(path, target.with_name(f"{target.name}.superseded-{os.urandom(4).hex()}"))
 
 
 def _exchange(a: Path, b: Path) -> bool:
