@@ -22,12 +22,13 @@ class BadInput(HiveError):
 
     def __init__(self, message: str, where: str | None = None):
         # a file name may hold a newline or a terminal escape: the report stays one honest line
-        self.where = _printable(where) if where else where
+        self.where = printable(where) if where else where
         super().__init__(f"{self.where}: {message}" if where else message)
 
 
-def _printable(text: str) -> str:
-    """`text` with control characters written as escapes (\\n, \\x1b...)."""
+def printable(text: str) -> str:
+    """`text` with each character that is not printable (a control character, a newline) written
+    as its escape (`\\x1b`, `\\n`): safe to show on a terminal, one line."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

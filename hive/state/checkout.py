@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Collection, Iterator, Mapping, cast
 
 from hive import git
 from hive.errors import BadInput, HiveError
@@ -923,11 +923,17 @@ def _read_bounded(root: Path, path: str, size: int, tip: "Snapshot", tip_oid: st
         data = handle.read(MAX_ISSUE_BYTES + 1)
         if size not in sizes:
             return f"oversize:{size}", data
-        digest = _hashlib().sha1(b"blob %d\0" % size)
-        digest.update(data)
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest(), data
+        return _streamed_blob_id(handle, size, data), data
+
+
+def _streamed_blob_id(handle: BinaryIO, size: int, head: bytes = b"") -> str:
+    """git's blob id of a file of `size` bytes, `head` of them read already, the rest read from
+    `handle` a MiB at a time (any size, little memory)."""
+    digest = _hashlib().sha1(b"blob %d\0" % size)
+    digest.update(head)
+    while chunk := handle.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
@@ -945,11 +951,16 @@ def _fingerprint(on_disk: dict[str, Seen]) -> str:
     return digest.hexdigest()
 
 
+def _temp_beside(target: Path) -> Path:
+    """A name for a file of hive's own beside `target` (hidden: no scan reads it); short, since
+    the target's own may already be as long as a file name can be."""
+    return target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
+
+
 def _write_temp(target: Path, data: bytes) -> tuple[Path, os.stat_result]:
     """`data` in a new file beside `target` (folders made), and the stat of what was written."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    # a short name: the target's own may already be as long as a file name can be
-    tmp = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    tmp = _temp_beside(target)
     with open(tmp, "wb") as out:
         out.write(data)
         out.flush()
@@ -1024,7 +1035,7 @@ def _unlink_if_unchanged(target: Path, expected: str) -> bool:
     try:
         if not stat.S_ISREG(os.lstat(target).st_mode):
             return False                      # a folder or a link there: not a file hive wrote
-        aside = target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
+        aside = _temp_beside(target)
         os.rename(target, aside)
     except FileNotFoundError:
         return True
@@ -1052,12 +1063,7 @@ def _holds(path: Path, expected: str) -> bool:
         return False
     with os.fdopen(fd, "rb") as handle:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return False
-        digest = _hashlib().sha1(b"blob %d\0" % st.st_size)   # streamed: any size, little memory
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest() == expected
+        return stat.S_ISREG(st.st_mode) and _streamed_blob_id(handle, st.st_size) == expected
 
 
 GIVE_BACK_ROUNDS = 100   # each round needs a save landing within microseconds: never reached

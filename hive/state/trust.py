@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hive.errors import HiveError
+from hive.errors import HiveError, printable  # printable: also trust's own, for its callers
 from hive.state import halves, layout, raw_trees
 from hive.state.halves import batches
 from hive.state.issue_file import MAX_ISSUE_BYTES, MAX_TOML_DEPTH, is_valid_id, toml_depth
@@ -77,14 +77,6 @@ class Untrusted(HiveError):
     def __init__(self, source: str, commit: str, refused: TreeRefused):
         self.source, self.commit, self.refused = source, commit, refused
         super().__init__(f"refused {source} at {commit[:12]}: {refused}")
-
-
-def printable(text: str) -> str:
-    """`text` with each character that is not printable (a control character, a newline) written
-    as its escape (`\\x1b`, `\\n`): safe to show on a terminal, one line."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def check_commit(repo: "pygit2.Repository", commit: str, trusted: str | None, *, source: str,

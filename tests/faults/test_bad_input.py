@@ -147,9 +147,9 @@ def state_tip(repo: Path) -> str:
 
 
 def displayed(name: str) -> str:
-    from hive.errors import _printable
+    from hive.errors import printable
 
-    return _printable(name)
+    return printable(name)
 
 
 @pytest.mark.timeout(60)
