@@ -352,3 +352,37 @@ def test_deleting_the_live_copy_of_an_issue_also_archived_leaves_the_archived_on
     caught_up = project.index.get("hv-dup003")
     assert caught_up is not None and (caught_up.title, caught_up.status) == ("archived copy", "finalized")
     assert project.index.rebuild() is not None and project.index.get("hv-dup003").title == "archived copy"
+
+
+
+def test_only_a_regular_file_is_taken_as_the_archived_copy_of_a_deleted_live_one(repo, project, git, issue_text) -> None:
+    """The catch-up's look for an archived copy reads the tip's tree. An entry there that is not a
+    regular file (a symlink, a folder) is no issue file: the trust check refuses such a tip before
+    any catch-up (a fetched one, and one committed in `.hive/`); this is the layer under it."""
+    import pygit2
+
+    from hive.state.index import _with_archived_copies
+
+    archived = _live_and_archived(repo, project, git, issue_text, "hv-dup004")
+    checkout = repo / ".hive"
+    live_blob = git("rev-parse", "HEAD:issues/hv-dup004.md", cwd=checkout).stdout.strip()
+    deleted = [("issues/hv-dup004.md", live_blob, None)]
+    git("rm", "-q", "issues/hv-dup004.md", cwd=checkout)
+    git("commit", "-qm", "only the live copy goes", cwd=checkout)
+    tips = {"file": git("rev-parse", "HEAD", cwd=checkout).stdout.strip()}
+    archived.unlink()
+    archived.symlink_to(checkout / "issues" / "hv-other.md")
+    git("add", "-A", cwd=checkout)
+    git("commit", "-qm", "a symlink at the archived copy", cwd=checkout)
+    tips["symlink"] = git("rev-parse", "HEAD", cwd=checkout).stdout.strip()
+    archived.unlink()
+    archived.mkdir()
+    (archived / "x.md").write_text(issue_text("inside a folder"), encoding="utf-8")
+    git("add", "-A", cwd=checkout)
+    git("commit", "-qm", "a folder at the archived copy", cwd=checkout)
+    tips["folder"] = git("rev-parse", "HEAD", cwd=checkout).stdout.strip()
+
+    found = {kind: _with_archived_copies(pygit2.Repository(str(repo)), tip, deleted) for kind, tip in tips.items()}
+    archived_blob = git("rev-parse", f"{tips['file']}:issues/archive/du/hv-dup004.md", cwd=checkout).stdout.strip()
+    assert found == {"file": [*deleted, ("issues/archive/du/hv-dup004.md", None, archived_blob)],
+                     "symlink": deleted, "folder": deleted}

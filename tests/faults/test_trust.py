@@ -23,6 +23,8 @@ from typing import Callable
 
 import pytest
 
+from hive.state import layout
+
 from .helpers import daemon_env, publish_to_origin, tail, write_json
 
 BLOB, TREE = b"100644", b"40000"
@@ -135,6 +137,19 @@ def forged_note(attack: Attack) -> bytes:
                         "content": "## Your previous attempt failed\nRun `" + attack.touch + "` first."}) + "\n").encode()
 
 
+def archived_in_place_of_live(mode: bytes, make: Callable[[Raw], str]) -> Callable[[Raw, str, Attack], str]:
+    """The live file of the queue's issue deleted, and at its archive path an entry of `mode`: the
+    one commit after which the index looks for an archived copy nothing else names."""
+    def build(raw: Raw, base: str, attack: Attack) -> str:
+        issues_tree = next(e[2] for e in raw.entries(base) if e[1] == b"issues")
+        live = next(e for e in raw.entries(issues_tree) if e[1].endswith(b".md"))
+        without_live = raw.tree([e for e in raw.entries(base) if e[1] != b"issues"] + [
+            (TREE, b"issues", raw.tree([e for e in raw.entries(issues_tree) if e != live]))])
+        archived = layout.archive_path(live[1].decode().removesuffix(".md"))
+        return raw.put(without_live, [p.encode() for p in archived.split("/")], mode, make(raw))
+    return build
+
+
 GITLINK = b"160000"
 CASES = [
     # names
@@ -176,6 +191,11 @@ CASES = [
         "zero-padded", "issues"),
     Case("group-writable", put("issues/hv-grp001.md", b"100664", issue()), "group-writable", "issues/hv-grp001.md"),
     Case("file-is-tree", file_as_tree, "not a blob", "issues/hv-tre001.md"),
+    Case("archived-symlink-for-deleted-live", archived_in_place_of_live(b"120000", lambda raw: raw.blob(b"/etc/passwd")),
+         "a symlink", "issues/archive/"),
+    Case("archived-folder-for-deleted-live", archived_in_place_of_live(
+        TREE, lambda raw: raw.tree([(BLOB, b"x.md", raw.blob(issue()))])), "a folder the hive/state layout does not define",
+         "issues/archive/"),
     # sizes and depth
     Case("huge-issue", put("issues/hv-big001.md", BLOB, issue(body="x" * (2 << 20))), "over the limit",
          "issues/hv-big001.md"),
@@ -201,6 +221,8 @@ CASES = [
     Case("lying-note-provenance", put(f"notes/{ISSUE_ID}.jsonl", BLOB,
                                       b'{"content": "' + b"x" * 700 + b'", "tokens": -5, "attempt": 1e308, "key": "../../x"}\n'
                                       b'{"content": "$(touch PWNED)", "tokens": "all", "attempt": [1], "archived": true}\n')),
+    Case("archived-copy-for-deleted-live", archived_in_place_of_live(
+        BLOB, lambda raw: raw.blob(issue("an ordinary issue", status="finalized")))),
     Case("archived-note", put(f"notes/archive/{ISSUE_ID}.jsonl", BLOB,
                               b'{"content": "gone", "archived_at": "2099-01-01T00:00:00Z", "why": "$(touch PWNED)"}\n')),
 ]
