@@ -931,3 +931,46 @@ def test_a_save_made_while_a_refresh_deletes_the_file_stays(repo, project, new_i
     monkeypatch.undo()
     assert path.exists() and b"still wanted" in path.read_bytes()
     assert project.absorb().committed == [f"issues/{issue}.md"]   # theirs: taken in again
+
+
+def test_doctor_lists_the_saves_kept_beside_their_file_and_fix_removes_only_those_holding_nothing_new(
+        repo, project, hive, new_issue, tmp_path):
+    """A save kept beside its file (`_keep_superseded`, the races above) may hold an edit never
+    committed: `doctor` names it, and `--fix` removes only a kept save whose bytes the file beside
+    it or the branch holds. A link that looks like one is neither followed nor touched."""
+    from hive.state import checkout as checkout_module
+
+    root = repo / ".hive"
+    issue_file = root / "issues" / f"{new_issue('kept saves')}.md"
+    context = root / "context.md"
+    assert context.is_file()
+
+    def kept(beside: Path, data: bytes) -> Path:
+        save = beside.with_name(".an-editor-s-save")
+        save.write_bytes(data)
+        return checkout_module._keep_superseded(save, beside)
+
+    as_beside = kept(issue_file, issue_file.read_bytes())
+    never_committed = kept(issue_file, issue_file.read_bytes().replace(b"kept saves", b"an edit never committed"))
+    as_context = kept(context, context.read_bytes())
+    decoy_target = tmp_path / "not-hive-s.md"
+    decoy_target.write_text("someone else's file\n")
+    decoy = issue_file.with_name(f"{issue_file.name}.superseded-0123abcd")
+    decoy.symlink_to(decoy_target)
+
+    report = hive("doctor", cwd=repo, check=False)
+    line = next(line for line in report.stdout.splitlines() if "kept saves" in line)
+    assert line.startswith("!!") and "3 older save(s)" in line, report.stdout
+    assert all(str(path.relative_to(root)) in line for path in (as_beside, never_committed, as_context)), line
+    assert as_beside.exists() and as_context.exists()      # a look removes nothing
+
+    fixed = hive("doctor", "--fix", cwd=repo, check=False)
+    line = next(line for line in fixed.stdout.splitlines() if "kept saves" in line)
+    assert "1 older save(s)" in line and str(never_committed.relative_to(root)) in line, line
+    assert line.startswith("!!") and "removed 2 that held nothing" in line
+    assert not as_beside.exists() and not as_context.exists()
+    assert b"an edit never committed" in never_committed.read_bytes()
+    assert decoy.is_symlink() and decoy_target.read_text() == "someone else's file\n"
+
+    never_committed.unlink()                                # a person compared, and deleted it
+    assert "ok  .hive/ kept saves: none" in hive("doctor", cwd=repo, check=False).stdout.splitlines()

@@ -1,7 +1,7 @@
 """`git hive doctor` through the API: every part of a repository's hive setup checked (the state
-branch, `.hive/`, the merge driver, hooks, excludes, issue files, the archive, the runtime database,
-the history, config, the target branch, the jail, orphaned issues, the agent CLIs), and with `fix`
-repaired where it can be."""
+branch, `.hive/`, the merge driver, hooks, excludes, issue files, the archive, kept saves, the
+runtime database, the history, config, the target branch, the jail, orphaned issues, the agent
+CLIs), and with `fix` repaired where it can be."""
 
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ def _checks(fix: bool, say: Callable[[str], None], paths: git.RepoPaths) -> list
     for problem in problems:
         results.append((False, f"{ISSUE_FILE_PROBLEM}{problem}"))
     results.append(_archive_check(project, fix))
+    results.append(_kept_saves_check(project, fix))
     results.append(_runtime_check(paths, fix))
     doubles = double_claims(paths)
     results.append((not doubles, "history: no issue held by two agents at once" if not doubles
@@ -161,6 +162,20 @@ def _archive_check(project: Project, fix: bool) -> tuple[bool, str]:
         return True, (f".hive/ archive: {state.on_disk} archived issue file(s) checked out (by an older "
                       "hive, `git hive edit` or git; doctor --fix removes the clean ones)")
     return True, ".hive/ archive: not checked out"
+
+
+def _kept_saves_check(project: Project, fix: bool) -> tuple[bool, str]:
+    """Saves of a person's that a newer save replaced while hive looked, kept beside their file:
+    one may hold an edit that was never committed, so only a person deletes one that differs."""
+    kept = project.checkout.kept_saves(fix)
+    removed = f"; removed {kept.removed} that held nothing the file beside it or the branch lacks" \
+        if kept.removed else ""
+    if not kept.paths:
+        return True, ".hive/ kept saves: none" + removed
+    shown = ", ".join(kept.paths[:3]) + (f" and {len(kept.paths) - 3} more" if len(kept.paths) > 3 else "")
+    return False, (f".hive/ kept saves: {len(kept.paths)} older save(s) that a newer one replaced while hive "
+                   f"looked ({shown}): compare each with the file beside it, keep what you need, delete it"
+                   + removed)
 
 
 def _runtime_check(paths: git.RepoPaths, fix: bool) -> tuple[bool, str]:

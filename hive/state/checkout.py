@@ -35,6 +35,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import sqlite3
 import stat
 import time
@@ -118,6 +119,14 @@ class ArchiveState:
     on_disk: int        # archived files checked out (by an older hive, `check_out`, git)
     removed: int        # of those, clean ones removed now
     unmarked: int       # missing from `.hive/` but without skip-worktree: `git status` says deleted
+
+
+@dataclass
+class KeptSaves:
+    """A person's saves kept beside their file (see `Checkout.kept_saves`)."""
+
+    paths: list[str]    # relative to `.hive/`, each `<name>.superseded-<hex>`, still there
+    removed: int        # removed now: the file beside it or the branch holds the same bytes
 
 
 @dataclass
@@ -825,6 +834,35 @@ class Checkout:
                 self._write_git_index(git_index)
         return state
 
+    def kept_saves(self, fix: bool) -> KeptSaves:
+        """A person's saves that a newer save of theirs replaced while hive looked, kept beside
+        their file (`_keep_superseded`). `fix`: remove those whose bytes the file beside them or
+        the branch holds (nothing of theirs goes); the others stay, for a person to compare."""
+        kept = KeptSaves([], 0)
+        if not self.exists:
+            return kept
+        tip = self._store().snapshot(self.commit) if fix and self.commit else None
+        for path in self._kept_on_disk():
+            beside = path[:path.rindex(SUPERSEDED)]
+            saved = _blob_id_of(self.root / path)
+            held = {_blob_id_of(self.root / beside), tip.blob_id(beside) if tip is not None else None}
+            if fix and saved is not None and saved in held and _unlink_if_unchanged(self.root / path, saved):
+                kept.removed += 1
+            else:
+                kept.paths.append(path)
+        return kept
+
+    def _kept_on_disk(self) -> list[str]:
+        """The kept saves in `.hive/`: regular files, no symlink entered, `.git` left alone."""
+        found = []
+        for folder, dirs, files in os.walk(self.root):
+            dirs[:] = [name for name in dirs if name != ".git"]
+            for name in files:
+                path = os.path.join(folder, name)
+                if _KEPT_NAME.search(name) and stat.S_ISREG(os.lstat(path).st_mode):
+                    found.append(os.path.relpath(path, self.root))
+        return sorted(found)
+
     def _archived_on_disk(self) -> list[str]:
         """The archived issue files in `.hive/`, found as every scan finds files (no symlink entered)."""
         return sorted(path for path in self._scan(full=True) if layout.is_archived(path) and path.endswith(".md"))
@@ -1057,13 +1095,7 @@ def _unlink_if_unchanged(target: Path, expected: str) -> bool:
 
 def _holds(path: Path, expected: str) -> bool:
     """Whether `path` is a regular file (no symlink followed) holding the blob `expected`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        return stat.S_ISREG(st.st_mode) and _streamed_blob_id(handle, st.st_size) == expected
+    return _blob_id_of(path) == expected
 
 
 GIVE_BACK_ROUNDS = 100   # each round needs a save landing within microseconds: never reached
@@ -1082,10 +1114,28 @@ def _give_back(tmp: Path, target: Path, placed: int) -> None:
         placed = held     # a newer save came out: it goes back in, over the one just put there
 
 
-def _keep_superseded(path: Path, target: Path) -> None:
+SUPERSEDED = ".superseded-"
+_KEPT_NAME = re.compile(re.escape(SUPERSEDED) + "[0-9a-f]{8}$")
+
+
+def _keep_superseded(path: Path, target: Path) -> Path:
     """Keep a person's save that a newer one of theirs replaced while hive looked, beside
-    `target` (`<name>.superseded-<hex>`: no file hive reads, shown by `git status` in `.hive/`)."""
-    os.rename(path, target.with_name(f"{target.name}.superseded-{os.urandom(4).hex()}"))
+    `target` (`<name>.superseded-<hex>`: no file hive reads, shown by `git status` in `.hive/`
+    and by `git hive doctor`). Where it is kept."""
+    kept = target.with_name(f"{target.name}{SUPERSEDED}{os.urandom(4).hex()}")
+    os.rename(path, kept)
+    return kept
+
+
+def _blob_id_of(path: Path) -> str | None:
+    """git's blob id of the regular file at `path` (no symlink followed); None if there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        return _streamed_blob_id(handle, st.st_size) if stat.S_ISREG(st.st_mode) else None
 
 
 def _exchange(a: Path, b: Path) -> bool:
