@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable
 
-from hive import issues
-from hive.config import Config
+from hive import git, issues
 from hive.errors import HiveError
 from hive.project import Project
 from hive.state import issue_file
 from hive.state.issue_file import Issue
-from hive.workspace import landings, worktrees
+from hive.workspace import landings
 
 if TYPE_CHECKING:   # an issue edit (`update`, `cancel`) loads none of the budget and merge side
     from hive.backends.base import Usage
+    from hive.config import Config
     from hive.runtime import Budget, Runtime
     from hive.state.store import Snapshot
 
@@ -244,7 +244,7 @@ def finalize(project: Project, runtime: Runtime, issue_id: str, merged: str, tar
                   trailers={"Hive-Merged": merged, "Hive-Target": target, **(usage or {})})
     runtime.reset_budget(issue_id)   # kept from `done` until now: rejections count against it
     runtime.attempt_log.settle(issue_id, "finalized")
-    landings.forget_landing(worktrees.open_repo(project.paths), issue_id)   # `merged` says it from now on
+    landings.forget_landing(git.repository(project.paths.common_dir), issue_id)   # `merged` says it from now on
     finalize_epics(project, issue.parent)
     return issue
 
@@ -329,6 +329,8 @@ def edit(project: Project, issue_id: str, changes: Callable[[Issue], dict[str, A
 
     updated = issues.update(project, issue_id, checked, event=event, summary=summary, body=body)
     if updated.status == "done" and before != ["done"]:
+        from hive.workspace import worktrees   # (a hand-off only: an issue edit loads no worktree code)
+
         # what the person committed in the issue's kept worktree is what lands (`git hive show`)
         worktrees.follow_worktree(project.paths, issue_id)
     return updated
