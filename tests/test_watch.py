@@ -105,8 +105,9 @@ def test_valid_edits_are_committed_as_the_person(repo, git, new_issue, watcher, 
     new_file = repo / ".hive" / "issues" / "hv-fffff1.md"
     wait_for(lambda: not new_file.exists(), "the checkout to follow the branch back")
     git("update-ref", "refs/heads/hive/state", tip, cwd=repo)
-    wait_for(new_file.exists, "the checkout to follow the branch forward")
-    assert git("status", "--porcelain", cwd=repo / ".hive").stdout == ""
+    # the refresh writes the files, then the checkout's git index: both, to be in step
+    wait_for(lambda: new_file.exists() and git("status", "--porcelain", cwd=repo / ".hive").stdout == "",
+             "the checkout to follow the branch forward")
 
     # Ctrl-C stops it cleanly
     assert watcher.stop() == 0
