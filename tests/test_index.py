@@ -6,6 +6,7 @@ import json
 import sqlite3
 
 from hive.state import index as index_module
+from hive.state import kept_listing
 from hive import issues
 from hive.state import trees
 from tests.state_helpers import set_status
@@ -131,6 +132,7 @@ def test_reindex_rebuilds_from_the_branch(repo, hive, new_issue):
     before = listing(hive)
     db = sqlite3.connect(repo / ".git" / "hive" / "index.db")
     db.execute("UPDATE issues SET title = 'tampered'")  # the indexed commit still matches the tip
+    db.execute("UPDATE meta SET value = 'another' WHERE key = 'listing_generation'")   # as a writer does
     db.commit()
     db.close()
     assert {i["title"] for i in listing(hive)} == {"tampered"}
@@ -226,6 +228,67 @@ def test_the_json_listing_built_by_sqlite_is_the_issues_to_json(repo, project, n
     shown = {d["id"]: d for d in json.loads(project.index.list_json())}
     assert shown[first]["reviewer"] == "pat" and shown[first]["nested"] == {"depth": [1, 2]}
     assert shown[first]["due"] == "2026-12-01T10:00:00Z" and shown[epic]["title"] == "An épic ✓"
+
+
+
+def _made_by_sqlite(index) -> str:
+    return "".join(index._json_parts(None, None, index_module.LISTED_BATCH))
+
+
+def test_the_whole_listing_is_kept_and_handed_out_again_only_while_the_rows_are_the_same(
+        repo, project, new_issue, monkeypatch) -> None:
+    """`list --json` of a big queue is SQLite's slowest answer, asked again and again while
+    nothing changes: the whole listing is kept with the index's listing generation, drawn anew by
+    every catch-up that changes the rows (a write, a rebuild at the same tip). Filtered listings
+    are made each time."""
+    index = project.index
+    kept_file = repo / ".git" / "hive" / index_module.LISTING_FILE
+    issue = new_issue("kept")
+    first = index.list_json()
+    assert first == _made_by_sqlite(index) and kept_file.read_text().endswith(first)
+
+    with monkeypatch.context() as patched:   # handed out again: no row is read
+        patched.setattr(index_module.Index, "_json_parts", lambda *_: iter(["rows read"]))
+        assert index.list_json() == first
+        assert index.list_json(["open"]) == "rows read"   # filtered: made each time, never kept
+    assert kept_file.read_text().endswith(first)
+
+    issues.update(project, issue, {"title": "changed"})
+    project.update_index()
+    changed = index.list_json()
+    assert '"changed"' in changed and changed == _made_by_sqlite(index)
+
+    generation = index._meta(index.db, index_module.LISTING_GENERATION)
+    index.rebuild()   # the same tip: the rows made again (a bad file's last good version is lost then)
+    assert index._meta(index.db, index_module.LISTING_GENERATION) != generation
+    with monkeypatch.context() as patched:
+        patched.setattr(index_module.Index, "_json_parts", lambda *_: iter(["rows read"]))
+        assert index.list_json() == "rows read"
+
+
+def test_a_kept_listing_is_not_read_through_a_link_nor_kept_when_not_read_to_its_end(
+        repo, project, new_issue, tmp_path) -> None:
+    """The kept listing is hive's own file: a link in its place is neither read (whatever its
+    header says) nor written through; a listing left half read (a closed pipe) keeps nothing."""
+    index = project.index
+    hive_dir = repo / ".git" / "hive"
+    for k in range(3):
+        new_issue(f"issue {k}")
+    generation = index._meta(index.db, index_module.LISTING_GENERATION)
+    forged = tmp_path / "forged.json"
+    forged.write_text(f"{kept_listing.HEADER}{generation}\n[\"forged\"]")
+    (hive_dir / index_module.LISTING_FILE).symlink_to(forged)
+    listed = index.list_json()
+    assert listed == _made_by_sqlite(index) and "forged" not in listed
+    assert forged.read_text().endswith('["forged"]')
+    assert not (hive_dir / index_module.LISTING_FILE).is_symlink()
+
+    (hive_dir / index_module.LISTING_FILE).unlink()
+    parts = index.list_json_parts(rows=1)
+    next(parts)
+    parts.close()
+    assert sorted(p.name for p in hive_dir.iterdir() if "listing" in p.name) == []
+    assert not index.db.in_transaction
 
 
 def test_a_bulk_rebuild_gives_the_rows_and_indexes_of_incremental_catch_ups(repo, project, new_issue, monkeypatch, git):

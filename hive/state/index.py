@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins   # `Index.list` shadows `list` in the class's annotations
 import fcntl
 import json
+import os
 import sqlite3
 import sys
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from hive import git, lines
 from hive.errors import BadInput
 from hive.sqlite import connect
-from hive.state import halves, issue_file, layout, note_record
+from hive.state import halves, issue_file, kept_listing, layout, note_record
 from hive.state.issue_file import Issue
 
 if TYPE_CHECKING:
@@ -32,10 +33,12 @@ if TYPE_CHECKING:
 
     OwnChanges = Callable[[str, str], "Changes | None"]
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"   # 8: the listing generation (older hives change rows without drawing one)
 CONFLICT_MESSAGE = ("conflict markers in the description (both sides changed the same lines): "
                     "keep what is right, remove the <<<<<<< ======= >>>>>>> lines")
 REFUSED = "hive/state"   # the problem row of a refused tip (doctor lists it with the others)
+LISTING_GENERATION = "listing_generation"   # meta key: drawn anew with every change of the rows
+LISTING_FILE = "listing.json"               # in `hive_dir`: the whole listing (`kept_listing`)
 SATISFIED = tuple(sorted(issue_file.SATISFIED_BLOCKER_STATUSES))
 MAX_NOTE_LINES = 20_000      # lines of one notes file indexed (the file itself: trust.MAX_NOTES_BYTES)
 MAX_NOTE_LINE = 64 << 10     # bytes of one note line
@@ -500,6 +503,7 @@ class Index:
                 changes = self._changes_since(repo, db, indexed, tip)
             problems = self._apply(repo, _with_archived_copies(repo, tip, changes), blobs)
             db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (LISTING_GENERATION, os.urandom(8).hex()))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -845,7 +849,29 @@ class Index:
     def list_json_parts(self, status: Iterable[str] | None = None, parent: str | None = None,
                         rows: int = LISTED_BATCH) -> Iterator[str]:
         """`list_json`'s text in consecutive parts of `rows` issues: what is held at once stays
-        flat however many issues (the whole listing as one string, twice, was ~170 MB at 120k)."""
+        flat however many issues (the whole listing as one string, twice, was ~170 MB at 120k).
+        The whole listing is kept (`kept_listing`) and handed out again while the rows are the
+        same; the generation and the rows are read in one read transaction."""
+        db = self.db
+        whole = not status and not parent
+        own = whole and not db.in_transaction
+        if own:
+            db.execute("BEGIN")
+        try:
+            generation = self._meta(db, LISTING_GENERATION) if whole else None
+            kept = kept_listing.read(self.paths.hive_dir / LISTING_FILE, generation) if generation else None
+            if kept is not None:
+                yield from kept
+                return
+            parts = self._json_parts(status, parent, rows)
+            if generation:
+                parts = kept_listing.keeping(self.paths.hive_dir / LISTING_FILE, generation, parts)
+            yield from parts
+        finally:
+            if own and db.in_transaction:
+                db.execute("COMMIT")
+
+    def _json_parts(self, status: Iterable[str] | None, parent: str | None, rows: int) -> Iterator[str]:
         sql, args = self._listing(LISTED_COLUMNS, status, parent)
         cursor = self.db.execute(f"SELECT {ISSUE_JSON} FROM ({sql})", args)
         opening = "["
