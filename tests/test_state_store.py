@@ -297,6 +297,80 @@ def test_a_clean_scan_is_remembered_until_a_file_or_a_record_changes(repo, proje
     assert 'title = "twelve chaRS"' in on_branch(git, repo, f"issues/{issue}.md")
 
 
+
+def _a_remembered_clean_look(repo, project) -> None:
+    """Every file older than a tick and recorded as it is, and a look that found no edit: what a
+    command that found the checkout clean holds (`wait_out_racy`: one command, then it ends)."""
+    import os
+
+    old = os.stat(repo / ".hive" / "context.md").st_mtime_ns - 10_000_000_000
+    for file in [*(repo / ".hive" / "issues").glob("*.md"), repo / ".hive" / "context.md"]:
+        os.utime(file, ns=(old, old))
+    project.absorb()
+    project.checkout.wait_out_racy = True
+    assert project.absorb().committed == [] and project.checkout._meta("clean_scan") != ""
+
+
+def test_a_command_leaves_the_next_the_clean_scan_it_will_find_after_its_own_write(repo, project, new_issue,
+                                                                                   monkeypatch):
+    """A command whose look found no edit, and whose own write's files end with exact records (it
+    waits out their racy window), tells the next command the scan it will find: that one reads no
+    record. Two or more writes of one command chain (each refresh starts from the last)."""
+    from hive.project import Project
+    from hive.state.checkout import Checkout
+
+    first, second = new_issue("one"), new_issue("two")
+    _a_remembered_clean_look(repo, project)
+    issues.update(project, first, {"priority": 1})
+    issues.update(project, second, {"status": "canceled"})    # its file leaves the live folder
+    assert project.checkout._meta("clean_scan") != ""
+    next_command = Project.open(repo)
+    monkeypatch.setattr(Checkout, "_records", lambda self, only=None: pytest.fail("records read"))
+    assert next_command.checkout.find_edits() == []
+
+
+@pytest.mark.parametrize("meanwhile", ["another file saved", "saved over hive's write", "a new issue"])
+def test_a_change_the_command_did_not_make_is_found_by_the_next_look(repo, project, git, new_issue, monkeypatch,
+                                                                     issue_text, meanwhile):
+    """What the command foretells is its own look plus its own writes: a person's save of another
+    file after that look, a save over hive's own write before the foretelling, or a file whose
+    place in the folder no one can foretell (created) — the next look compares, and finds it."""
+    from hive.project import Project
+    from hive.state.checkout import Checkout
+
+    first, second = new_issue("one"), new_issue("two")
+    _a_remembered_clean_look(repo, project)
+    issues_dir = repo / ".hive" / "issues"
+    predicted_scan = Checkout._predicted_scan
+
+    def a_person_saves_first(self, changed):
+        if meanwhile == "another file saved":
+            target, old, new = issues_dir / f"{second}.md", 'title = "two"', 'title = "TWO"'
+        else:
+            target, old, new = issues_dir / f"{first}.md", "priority = 1", "priority = 3"
+        saved = target.with_name(f".{target.name}.swp")
+        saved.write_text(target.read_text().replace(old, new))
+        saved.replace(target)
+        return predicted_scan(self, changed)
+
+    if meanwhile == "a new issue":
+        issues.create(project, "three")
+        expected: list[str] = []
+    else:
+        monkeypatch.setattr(Checkout, "_predicted_scan", a_person_saves_first)
+        issues.update(project, first, {"priority": 1})
+        monkeypatch.undo()
+        expected = [f"issues/{second if meanwhile == 'another file saved' else first}.md"]
+        # foretold, or not at all: a save over hive's write leaves a stat its record is not of
+        assert (project.checkout._meta("clean_scan") == "") == (meanwhile == "saved over hive's write")
+    next_command = Project.open(repo)
+    compared = []
+    records = Checkout._records
+    monkeypatch.setattr(Checkout, "_records", lambda self, only=None: compared.append(only) or records(self, only))
+    assert [edit.path for edit in next_command.checkout.find_edits()] == expected
+    assert compared
+
+
 def test_a_save_between_hives_write_and_its_index_update_is_not_taken_for_staged(repo, project, git, new_issue,
                                                                                  monkeypatch):
     """hive writes a file of `.hive/`, then records it in that worktree's git index: a person's

@@ -161,8 +161,10 @@ class Checkout:
         self._racy_ns: int | None = None
         self._fresh: dict[str, tuple[int, int]] | None = None   # a refresh's racy writes: (mtime_ns, inode)
         # a short-lived process (a CLI command) waits out the racy window of its few writes
-        # (`_settled`); a long-lived one (the daemon's loop) never sleeps for it
+        # (`_settled`), and tells the next command the live scan it will find (`_predicted_scan`);
+        # a long-lived one (the daemon's loop) does neither
         self.wait_out_racy = False
+        self._clean_scan: dict[str, Seen] | None = None   # this process's last live scan, when it found no edit
 
     @property
     def exists(self) -> bool:
@@ -423,9 +425,11 @@ class Checkout:
         if not self.exists or self.git_operation_in_progress():
             return []
         self._git_index = None
+        self._clean_scan = None
         on_disk = self._scan(full) if only is None else self._stat_only(only)
         fingerprint = _fingerprint(on_disk) if only is None and not full else ""
         if fingerprint and fingerprint == self._meta(CLEAN_SCAN):
+            self._clean_scan = on_disk
             return []
         # Stats compared as tuples in sets: only the files found otherwise than recorded, and
         # the records without a file, are looked at one by one (a queue of 10k after one write).
@@ -460,6 +464,7 @@ class Checkout:
             self._leave_out(gone)
         if fingerprint and not edits and not differ:
             self._set_meta(CLEAN_SCAN, fingerprint)
+            self._clean_scan = on_disk
         return edits
 
     def _edits_among(self, differ: list[str], records: dict[str, Record]) -> list[Edit]:
@@ -653,8 +658,38 @@ class Checkout:
                 self._store_records(self._settled(self._pending, self._fresh, follow.folders_inside))
             finally:
                 self._pending, self._fresh = None, None
+            self._clean_scan = self._predicted_scan([path for path, _, _ in changes])
+            if self._clean_scan is not None:   # after the records: changing one forgets the clean scan
+                self._set_meta(CLEAN_SCAN, _fingerprint(self._clean_scan))
             self._write_git_index(follow.git_index)
             self._set_commit(tip.oid or "")
+
+    def _predicted_scan(self, changed: list[str]) -> dict[str, Seen] | None:
+        """The live scan the next command will find, for a command whose own look found no edit
+        (`wait_out_racy`): that look, with each file this refresh changed there as it now is —
+        provided each has the exact record of what it holds (racy ones do not). Stored as the
+        clean scan, it spares that command the file-by-file comparison. Any file changed by
+        anyone since, a new file's place in the folder, a record changed: the scans differ, and it
+        compares as before. None when nothing can be foretold."""
+        if not self.wait_out_racy or self._clean_scan is None:
+            return None
+        predicted = dict(self._clean_scan)
+        touched = [path for path in changed if _in_live_scan(path)]
+        records = self._records(touched) if touched else {}
+        for path in touched:
+            try:
+                st = os.lstat(self.root / path)
+            except FileNotFoundError:
+                if path in records:
+                    return None
+                predicted.pop(path, None)
+                continue
+            record = records.get(path)
+            if (path not in predicted or record is None or not stat.S_ISREG(st.st_mode)
+                    or (record.mtime_ns, record.size) != (st.st_mtime_ns, st.st_size)):
+                return None
+            predicted[path] = (st.st_mtime_ns, st.st_size, st.st_ino)
+        return predicted
 
     def _follow(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,
                 recorded: str | None) -> None:
@@ -977,6 +1012,13 @@ def _streamed_blob_id(handle: BinaryIO, size: int, head: bytes = b"") -> str:
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def _in_live_scan(path: str) -> bool:
+    """Whether `_scan(full=False)` would find a file at `path` (the live folder, flat; context.md)."""
+    folder, _, name = path.rpartition("/")
+    return path == layout.CONTEXT_FILE or (folder == layout.ISSUES_DIR and not name.startswith(".")
+                                            and name.endswith((".md", ".jsonl")))
 
 
 def _fingerprint(on_disk: dict[str, Seen]) -> str:
