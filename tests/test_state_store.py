@@ -323,18 +323,20 @@ def test_a_command_leaves_the_next_the_clean_scan_it_will_find_after_its_own_wri
     _a_remembered_clean_look(repo, project)
     issues.update(project, first, {"priority": 1})
     issues.update(project, second, {"status": "canceled"})    # its file leaves the live folder
+    issues.create(project, "three")                           # its file's place: the folder's
     assert project.checkout._meta("clean_scan") != ""
     next_command = Project.open(repo)
     monkeypatch.setattr(Checkout, "_records", lambda self, only=None: pytest.fail("records read"))
     assert next_command.checkout.find_edits() == []
 
 
-@pytest.mark.parametrize("meanwhile", ["another file saved", "saved over hive's write", "a new issue"])
+@pytest.mark.parametrize("meanwhile", ["another file saved", "saved over hive's write", "another file created",
+                                       "another file deleted"])
 def test_a_change_the_command_did_not_make_is_found_by_the_next_look(repo, project, git, new_issue, monkeypatch,
                                                                      issue_text, meanwhile):
     """What the command foretells is its own look plus its own writes: a person's save of another
-    file after that look, a save over hive's own write before the foretelling, or a file whose
-    place in the folder no one can foretell (created) — the next look compares, and finds it."""
+    file after that look, a save over hive's own write before the foretelling, a file they
+    created or deleted while the command created one — the next look compares, and finds it."""
     from hive.project import Project
     from hive.state.checkout import Checkout
 
@@ -344,6 +346,12 @@ def test_a_change_the_command_did_not_make_is_found_by_the_next_look(repo, proje
     predicted_scan = Checkout._predicted_scan
 
     def a_person_saves_first(self, changed):
+        if meanwhile == "another file created":
+            (issues_dir / "hv-theirs1.md").write_text(issue_text("theirs"), encoding="utf-8")
+            return predicted_scan(self, changed)
+        if meanwhile == "another file deleted":
+            (issues_dir / f"{second}.md").unlink()
+            return predicted_scan(self, changed)
         if meanwhile == "another file saved":
             target, old, new = issues_dir / f"{second}.md", 'title = "two"', 'title = "TWO"'
         else:
@@ -353,16 +361,17 @@ def test_a_change_the_command_did_not_make_is_found_by_the_next_look(repo, proje
         saved.replace(target)
         return predicted_scan(self, changed)
 
-    if meanwhile == "a new issue":
+    monkeypatch.setattr(Checkout, "_predicted_scan", a_person_saves_first)
+    if meanwhile in ("another file created", "another file deleted"):
         issues.create(project, "three")
-        expected: list[str] = []
     else:
-        monkeypatch.setattr(Checkout, "_predicted_scan", a_person_saves_first)
         issues.update(project, first, {"priority": 1})
-        monkeypatch.undo()
-        expected = [f"issues/{second if meanwhile == 'another file saved' else first}.md"]
-        # foretold, or not at all: a save over hive's write leaves a stat its record is not of
-        assert (project.checkout._meta("clean_scan") == "") == (meanwhile == "saved over hive's write")
+    monkeypatch.undo()
+    found_in = {"another file saved": second, "another file created": "hv-theirs1", "another file deleted": second}
+    expected = [f"issues/{found_in.get(meanwhile, first)}.md"]
+    # foretold, or not at all: a save over hive's write leaves a stat its record is not of, a
+    # file created or deleted beside hive's created one leaves the folder unlike the foretold
+    assert (project.checkout._meta("clean_scan") == "") == (meanwhile != "another file saved")
     next_command = Project.open(repo)
     compared = []
     records = Checkout._records

@@ -669,13 +669,14 @@ class Checkout:
         (`wait_out_racy`): that look, with each file this refresh changed there as it now is —
         provided each has the exact record of what it holds (racy ones do not). Stored as the
         clean scan, it spares that command the file-by-file comparison. Any file changed by
-        anyone since, a new file's place in the folder, a record changed: the scans differ, and it
-        compares as before. None when nothing can be foretold."""
+        anyone since, a record changed: the scans differ, and it compares as before. None when
+        nothing can be foretold."""
         if not self.wait_out_racy or self._clean_scan is None:
             return None
         predicted = dict(self._clean_scan)
         touched = [path for path in changed if _in_live_scan(path)]
         records = self._records(touched) if touched else {}
+        created = False
         for path in touched:
             try:
                 st = os.lstat(self.root / path)
@@ -685,11 +686,36 @@ class Checkout:
                 predicted.pop(path, None)
                 continue
             record = records.get(path)
-            if (path not in predicted or record is None or not stat.S_ISREG(st.st_mode)
+            if (record is None or not stat.S_ISREG(st.st_mode)
                     or (record.mtime_ns, record.size) != (st.st_mtime_ns, st.st_size)):
                 return None
+            created |= path not in predicted
             predicted[path] = (st.st_mtime_ns, st.st_size, st.st_ino)
-        return predicted
+        return self._in_folder_order(predicted) if created else predicted
+
+    def _in_folder_order(self, predicted: dict[str, Seen]) -> dict[str, Seen] | None:
+        """`predicted` in the order the live folder lists its files now (where a created file
+        goes is the file system's choice); None when the folder holds a file `predicted` does
+        not, or lacks one it does: someone else's doing, for the next look to compare."""
+        try:
+            folder = os.open(self.root / layout.ISSUES_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            names = os.listdir(folder)
+        finally:
+            os.close(folder)
+        ordered: dict[str, Seen] = {}
+        for name in names:
+            path = f"{layout.ISSUES_DIR}/{name}"
+            if _in_live_scan(path):
+                seen = predicted.get(path)
+                if seen is None:
+                    return None
+                ordered[path] = seen
+        if layout.CONTEXT_FILE in predicted:
+            ordered[layout.CONTEXT_FILE] = predicted[layout.CONTEXT_FILE]
+        return ordered if len(ordered) == len(predicted) else None
 
     def _follow(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,
                 recorded: str | None) -> None:
