@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 from hive.state import index as index_module
@@ -269,7 +270,8 @@ def test_the_whole_listing_is_kept_and_handed_out_again_only_while_the_rows_are_
 def test_a_kept_listing_is_not_read_through_a_link_nor_kept_when_not_read_to_its_end(
         repo, project, new_issue, tmp_path) -> None:
     """The kept listing is hive's own file: a link in its place is neither read (whatever its
-    header says) nor written through; a listing left half read (a closed pipe) keeps nothing."""
+    header says) nor written through, a pipe is not waited on; a listing left half read (a
+    closed pipe) keeps nothing."""
     index = project.index
     hive_dir = repo / ".git" / "hive"
     for k in range(3):
@@ -282,6 +284,9 @@ def test_a_kept_listing_is_not_read_through_a_link_nor_kept_when_not_read_to_its
     assert listed == _made_by_sqlite(index) and "forged" not in listed
     assert forged.read_text().endswith('["forged"]')
     assert not (hive_dir / index_module.LISTING_FILE).is_symlink()
+    (hive_dir / index_module.LISTING_FILE).unlink()
+    os.mkfifo(hive_dir / index_module.LISTING_FILE)     # opened, it would wait for a writer
+    assert index.list_json() == _made_by_sqlite(index)
 
     (hive_dir / index_module.LISTING_FILE).unlink()
     parts = index.list_json_parts(rows=1)

@@ -10,6 +10,7 @@ costs one listing made again.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
@@ -19,10 +20,13 @@ CHUNK = 1 << 20          # characters handed on at once
 
 def read(path: Path, generation: str) -> Iterator[str] | None:
     """The text kept at `path`, in parts, if it was kept for `generation`; None otherwise (no
-    file, another generation, a link: never followed)."""
+    file, another generation, a link: never followed; anything but a regular file)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         return None
     handle = os.fdopen(fd, "r", encoding="utf-8", newline="")
     try:
