@@ -259,10 +259,14 @@ Measured with cProfile and CPU time on the generated repositories; re-check afte
 
 - **`list --json`** pays the interpreter and imports first (see the `python -c pass` and
   `--version` rows: in this sandbox a `.pth` file imports certifi at every interpreter start).
-  At 10k issues the rest is the `.hive/` edit scan (`stat` of every live file plus loading every
-  checkout record, ~50–70 ms) and the listing, which SQLite now builds as JSON text
-  (`Index.list_json`: `json_object` per row, `json_group_array`); building an `Issue` and a dict
-  per issue in Python cost ~150 ms more.
+  At 10k issues the rest is the `.hive/` edit scan (`stat` of every live file, ~30 ms; loading
+  and comparing every checkout record, ~14 ms more, only when the last look is not remembered
+  clean: after a command's own write the next look is foretold, `Checkout._predicted_scan`) and
+  the listing, which SQLite builds as JSON text (`Index.list_json`: `json_object` per row; ~50 ms
+  at 10k, ~450 ms at 100k, most of it the sort and the JSON) — made once per change of the rows:
+  the whole listing is kept (`hive/state/kept_listing.py`) and handed out again while the index's
+  listing generation is the same. Building an `Issue` and a dict per issue in Python cost ~150 ms
+  more.
 - **Full rebuild and taking in a big queue** were parse-bound: tomllib on every front matter was
   ~75 % of a rebuild. Now `hive/state/front_matter.py` reads the shapes hive writes itself
   (anything else goes to tomllib, and a corpus test holds the two equal): the layout `render`
