@@ -240,8 +240,8 @@ def test_the_whole_listing_is_kept_and_handed_out_again_only_while_the_rows_are_
         repo, project, new_issue, monkeypatch) -> None:
     """`list --json` of a big queue is SQLite's slowest answer, asked again and again while
     nothing changes: the whole listing is kept with the index's listing generation, drawn anew by
-    every catch-up that changes the rows (a write, a rebuild at the same tip). Filtered listings
-    are made each time."""
+    every catch-up that changes the rows (a write, a rebuild at the same tip), and only if no
+    catch-up came while its rows were read. Filtered listings are made each time."""
     index = project.index
     kept_file = repo / ".git" / "hive" / index_module.LISTING_FILE
     issue = new_issue("kept")
@@ -258,6 +258,20 @@ def test_the_whole_listing_is_kept_and_handed_out_again_only_while_the_rows_are_
     project.update_index()
     changed = index.list_json()
     assert '"changed"' in changed and changed == _made_by_sqlite(index)
+
+    kept_file.unlink()   # a catch-up another process commits while the rows are read: not kept
+    made = index_module.Index._json_parts
+
+    def rows_then_a_catch_up_elsewhere(self, *args):
+        yield from made(self, *args)
+        with sqlite3.connect(index.path) as other_process:
+            other_process.execute("UPDATE meta SET value = 'drawn meanwhile' WHERE key = ?",
+                                  (index_module.LISTING_GENERATION,))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(index_module.Index, "_json_parts", rows_then_a_catch_up_elsewhere)
+        assert index.list_json() == changed
+    assert not kept_file.exists()
 
     generation = index._meta(index.db, index_module.LISTING_GENERATION)
     index.rebuild()   # the same tip: the rows made again (a bad file's last good version is lost then)

@@ -851,25 +851,19 @@ class Index:
         """`list_json`'s text in consecutive parts of `rows` issues: what is held at once stays
         flat however many issues (the whole listing as one string, twice, was ~170 MB at 120k).
         The whole listing is kept (`kept_listing`) and handed out again while the rows are the
-        same; the generation and the rows are read in one read transaction."""
-        db = self.db
+        same: kept only if the generation read before the rows is still the one after them (the
+        rows come from one snapshot in between; a catch-up committed meanwhile drew a new one)."""
         whole = not status and not parent
-        own = whole and not db.in_transaction
-        if own:
-            db.execute("BEGIN")
-        try:
-            generation = self._meta(db, LISTING_GENERATION) if whole else None
-            kept = kept_listing.read(self.paths.hive_dir / LISTING_FILE, generation) if generation else None
-            if kept is not None:
-                yield from kept
-                return
-            parts = self._json_parts(status, parent, rows)
-            if generation:
-                parts = kept_listing.keeping(self.paths.hive_dir / LISTING_FILE, generation, parts)
-            yield from parts
-        finally:
-            if own and db.in_transaction:
-                db.execute("COMMIT")
+        generation = self._meta(self.db, LISTING_GENERATION) if whole else None
+        kept = kept_listing.read(self.paths.hive_dir / LISTING_FILE, generation) if generation else None
+        if kept is not None:
+            yield from kept
+            return
+        parts = self._json_parts(status, parent, rows)
+        if generation:
+            parts = kept_listing.keeping(self.paths.hive_dir / LISTING_FILE, generation, parts,
+                                         lambda: self._meta(self.db, LISTING_GENERATION) == generation)
+        yield from parts
 
     def _json_parts(self, status: Iterable[str] | None, parent: str | None, rows: int) -> Iterator[str]:
         sql, args = self._listing(LISTED_COLUMNS, status, parent)

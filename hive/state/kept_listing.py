@@ -3,7 +3,8 @@
 Status bars and scripts ask for the whole listing again and again while nothing changed, and
 SQLite takes a while to make it of a big queue (docs/PERFORMANCE.md). The text is kept with the
 index's listing generation, a token `Index.catch_up` draws anew in every transaction that changes
-the index's rows: the same generation, the same rows, the same text. A cache only: deleting it
+the index's rows: the same generation, the same rows, the same text (`Index.list_json_parts`
+keeps a text only if the generation was the same before and after its rows were read). A cache only: deleting it
 costs one listing made again.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Iterable, Iterator, TextIO
+from typing import Callable, Iterable, Iterator, TextIO
 
 HEADER = "hive-listing "
 CHUNK = 1 << 20          # characters handed on at once
@@ -45,17 +46,18 @@ def _parts(handle: TextIO) -> Iterator[str]:
             yield chunk
 
 
-def keeping(path: Path, generation: str, parts: Iterable[str]) -> Iterator[str]:
-    """`parts`, handed on as they come and kept at `path` for `generation` once all have come. A
-    listing not read to its end (a closed pipe) keeps nothing; one the disk cannot take is still
-    handed on whole."""
+def keeping(path: Path, generation: str, parts: Iterable[str], still_current: Callable[[], bool]) -> Iterator[str]:
+    """`parts`, handed on as they come and kept at `path` for `generation` once all have come, if
+    `still_current()` then. A listing not read to its end (a closed pipe) keeps nothing; one the
+    disk cannot take is still handed on whole."""
     keeper = _Keeper(path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}"),
                      f"{HEADER}{generation}\n")
     try:
         for part in parts:
             keeper.write(part)
             yield part
-        keeper.keep_at(path)
+        if still_current():
+            keeper.keep_at(path)
     finally:
         keeper.discard()
 
