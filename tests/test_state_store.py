@@ -1033,6 +1033,7 @@ def test_doctor_lists_the_saves_kept_beside_their_file_and_fix_removes_only_thos
         save.write_bytes(data)
         return checkout_module._keep_superseded(save, beside)
 
+    saved_beside, saved_context = issue_file.read_bytes(), context.read_bytes()
     as_beside = kept(issue_file, issue_file.read_bytes())
     never_committed = kept(issue_file, issue_file.read_bytes().replace(b"kept saves", b"an edit never committed"))
     as_context = kept(context, context.read_bytes())
@@ -1052,6 +1053,7 @@ def test_doctor_lists_the_saves_kept_beside_their_file_and_fix_removes_only_thos
     assert "1 older save(s)" in line and str(never_committed.relative_to(root)) in line, line
     assert line.startswith("!!") and "removed 2 that held nothing" in line
     assert not as_beside.exists() and not as_context.exists()
+    assert issue_file.read_bytes() == saved_beside and context.read_bytes() == saved_context   # still held
     assert b"an edit never committed" in never_committed.read_bytes()
     assert decoy.is_symlink() and decoy_target.read_text() == "someone else's file\n"
 

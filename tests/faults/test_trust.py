@@ -173,6 +173,9 @@ CASES = [
     Case("shell-name", put("issues/hv-aaaaaa.md;touch PWNED.md", BLOB, issue()), "layout does not define",
          "issues/hv-aaaaaa.md;touch PWNED.md"),
     Case("shadow-copy", copied_issue, "layout does not define", "issues/zz"),
+    # a "kept save" planted by a fetch: doctor would name it, `--fix` might remove it
+    Case("kept-save-name", put(f"issues/{ISSUE_ID}.md.superseded-0123abcd", BLOB, issue()),
+         "layout does not define", f"issues/{ISSUE_ID}.md.superseded-0123abcd"),
     Case("wrong-shard", put(f"issues/archive/zz/{ISSUE_ID}.md", BLOB, issue(status="finalized")),
          "layout does not define", f"issues/archive/zz/{ISSUE_ID}.md"),
     Case("notes-bad-name", put("notes/evil.jsonl", BLOB, b"{}\n"), "layout does not define", "notes/evil.jsonl"),
