@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hive.state.trust import printable
+from hive.errors import printable
 
 
 class LogFile:

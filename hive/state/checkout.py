@@ -90,6 +90,7 @@ class Record:
 
 
 RACY_MTIME = -1
+RECORD_SUFFIXES = (".md", ".jsonl")   # the files of `.hive/` a scan reads (issues, notes, context)
 SETTLE_WAIT_FILES = 64   # racy files a refresh waits for (at most racy.FLOOR_NS) rather than leave racy
 RECORDS_BATCH = 5000   # records of changed files looked at together (memory stays flat)
 Seen = tuple[int, int, int]   # a scanned file's (mtime_ns, size, inode): a stat_result is ~600 bytes
@@ -364,7 +365,7 @@ class Checkout:
                 for name in os.listdir(folder):
                     if name.startswith("."):
                         continue
-                    is_record = name.endswith(".md") or name.endswith(".jsonl")
+                    is_record = name.endswith(RECORD_SUFFIXES)
                     if not (is_record or recurse):
                         continue
                     try:
@@ -394,7 +395,7 @@ class Checkout:
             parts = path.split("/")
             in_scope = path == layout.CONTEXT_FILE or (
                 parts[0] in (layout.ISSUES_DIR, layout.NOTES_DIR) and len(parts) > 1
-                and path.endswith((".md", ".jsonl")) and not any(p.startswith(".") for p in parts))
+                and path.endswith(RECORD_SUFFIXES) and not any(p.startswith(".") for p in parts))
             if not in_scope or leads_outside(self.root, path):
                 continue
             try:
@@ -905,13 +906,18 @@ class Checkout:
         tip = self._store().snapshot(self.commit) if fix and self.commit else None
         for path in self._kept_on_disk():
             beside = path[:path.rindex(SUPERSEDED)]
-            saved = _blob_id_of(self.root / path)
-            held = {_blob_id_of(self.root / beside), tip.blob_id(beside) if tip is not None else None}
-            if fix and saved is not None and saved in held and _unlink_if_unchanged(self.root / path, saved):
+            if fix and self._removed_if_held(path, beside, tip):
                 kept.removed += 1
             else:
                 kept.paths.append(path)
         return kept
+
+    def _removed_if_held(self, kept: str, beside: str, tip: "Snapshot | None") -> bool:
+        """Whether the kept save `kept` was removed: only when the file `beside` it or the branch's tip
+        holds its bytes (nothing of theirs goes)."""
+        saved = _blob_id_of(self.root / kept)
+        held = {_blob_id_of(self.root / beside), tip.blob_id(beside) if tip is not None else None}
+        return saved is not None and saved in held and _unlink_if_unchanged(self.root / kept, saved)
 
     def _kept_on_disk(self) -> list[str]:
         """The kept saves in `.hive/`: regular files, no symlink entered, `.git` left alone."""
@@ -1044,7 +1050,7 @@ def _in_live_scan(path: str) -> bool:
     """Whether `_scan(full=False)` would find a file at `path` (the live folder, flat; context.md)."""
     folder, _, name = path.rpartition("/")
     return path == layout.CONTEXT_FILE or (folder == layout.ISSUES_DIR and not name.startswith(".")
-                                            and name.endswith((".md", ".jsonl")))
+                                            and name.endswith(RECORD_SUFFIXES))
 
 
 def _fingerprint(on_disk: dict[str, Seen]) -> str:

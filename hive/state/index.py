@@ -503,7 +503,8 @@ class Index:
                 changes = self._changes_since(repo, db, indexed, tip)
             problems = self._apply(repo, _with_archived_copies(repo, tip, changes), blobs)
             db.execute("UPDATE meta SET value = ? WHERE key = 'state_commit'", (tip,))
-            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (LISTING_GENERATION, os.urandom(8).hex()))
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                       (LISTING_GENERATION, os.urandom(8).hex()))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

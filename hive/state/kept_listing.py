@@ -4,8 +4,8 @@ Status bars and scripts ask for the whole listing again and again while nothing 
 SQLite takes a while to make it of a big queue (docs/PERFORMANCE.md). The text is kept with the
 index's listing generation, a token `Index.catch_up` draws anew in every transaction that changes
 the index's rows: the same generation, the same rows, the same text (`Index.list_json_parts`
-keeps a text only if the generation was the same before and after its rows were read). A cache only: deleting it
-costs one listing made again.
+keeps a text only if the generation was the same before and after its rows were read). A cache
+only: deleting it costs one listing made again.
 """
 
 from __future__ import annotations
@@ -82,22 +82,27 @@ class _Keeper:
                 self.discard()
 
     def keep_at(self, path: Path) -> None:
-        if self.out is not None:
+        if self._closed_whole():
             try:
-                self.out.close()
                 os.replace(self.temporary, path)
             except OSError:
                 pass
-            self.out = None
 
     def discard(self) -> None:
-        if self.out is not None:
-            try:
-                self.out.close()
-            except OSError:
-                pass
-            self.out = None
+        self._closed_whole()
         try:
             os.unlink(self.temporary)
         except OSError:
             pass   # gone already (kept, or never made)
+
+    def _closed_whole(self) -> bool:
+        """Close the file: whether it holds all that was written (not so if never made, given up,
+        or its last bytes could not be written)."""
+        out, self.out = self.out, None
+        if out is None:
+            return False
+        try:
+            out.close()
+        except OSError:
+            return False
+        return True
