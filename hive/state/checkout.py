@@ -656,13 +656,15 @@ class Checkout:
                 for path, old_oid, new_oid in changes:
                     record = records.get(path)
                     self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
+                # before the records: a command's own writes grow older than the racy window
+                # while git's index is written, instead of in a sleep (`_settled`)
+                self._write_git_index(follow.git_index)
                 self._store_records(self._settled(self._pending, self._fresh, follow.folders_inside))
             finally:
                 self._pending, self._fresh = None, None
             self._clean_scan = self._predicted_scan([path for path, _, _ in changes])
             if self._clean_scan is not None:   # after the records: changing one forgets the clean scan
                 self._set_meta(CLEAN_SCAN, _fingerprint(self._clean_scan))
-            self._write_git_index(follow.git_index)
             self._set_commit(tip.oid or "")
 
     def _predicted_scan(self, changed: list[str]) -> dict[str, Seen] | None:
