@@ -302,11 +302,14 @@ def test_agent_processes_start_only_in_agent_process() -> None:
 def test_work_lands_only_through_the_lander() -> None:
     """The pipeline, its rescan after a restart and `git hive finalize` land through
     `hive.merge.lander.Lander`, which decides the test gate (the agent's own command, then the
-    project's) and the jail once: a path calling `mechanical.land` itself could skip either."""
-    calls = [(m, c) for m, p in MODULES.items() for c in _calls(p) if _dotted(c.func).endswith("mechanical.land")]
+    project's) and the jail once: a path calling `mechanical.land` (or `land_train`) itself could
+    skip either."""
+    calls = [(m, c) for m, p in MODULES.items() for c in _calls(p)
+             if _dotted(c.func).endswith(("mechanical.land", "mechanical.land_train"))]
     elsewhere = [_where(m, c) for m, c in calls if m != "hive.merge.lander"]
     assert not elsewhere, "a landing outside the Lander:\n    " + "\n    ".join(elsewhere)
-    assert calls, "the check sees no landing where there is one"
+    assert {_dotted(c.func) for _, c in calls} == {"mechanical.land", "mechanical.land_train"}, \
+        "the check sees no landing where there is one"
 
 
 def test_only_the_agent_session_subscribes_to_a_session() -> None:

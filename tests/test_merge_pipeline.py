@@ -821,3 +821,127 @@ def test_ten_independent_issues_merge_without_fixed_sleeps(repo, paths, new_issu
     # ~6.5 s of fixed sleeps per merge in the original would be 65 s; the work itself is ~2-3 s
     # on an idle 2-core machine (the bound leaves room for a loaded one)
     assert took < 30, f"10 trivial issues took {took:.1f}s\n{proc.stdout}"
+
+
+# -- 11. merge trains -------------------------------------------------------------------------------
+
+
+def _three_done(new_issue, script, run_hive, status_of) -> tuple[list[str], str]:
+    """Three independent issues done in manual mode (the built-in worker: `hive-work/<id>.txt`);
+    a daemon started after them finds all three in its merge queue at once."""
+    path = script({})
+    ids = [new_issue(f"Trivial {n}") for n in range(3)]
+    run_hive(path, max_agents=3, HIVE_MERGE_MODE="manual")
+    assert [status_of(i) for i in ids] == ["done"] * 3
+    return ids, path
+
+
+def test_done_issues_queued_together_land_as_one_train_tested_once_on_all_of_them(
+        repo, paths, new_issue, script, run_hive, git, state_log, status_of):
+    ids, path = _three_done(new_issue, script, run_hive, status_of)
+    main_before = git("rev-parse", "main").stdout.strip()
+    # passes only where all three files are: no issue could land alone
+    all_three = " && ".join(f"test -f hive-work/{i}.txt" for i in ids)
+
+    log = run_hive(path, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND=all_three)
+
+    assert [status_of(i) for i in ids] == ["finalized"] * 3, log
+    queued = [line.split()[1] for line in log.splitlines() if line.endswith(" queued for merge")]
+    assert sorted(queued) == sorted(ids), log
+    assert f"{', '.join(queued)} land together (tested once, on " in log, log
+    landed = [assert_finalized_once(git, state_log, i) for i in queued]
+    # each issue keeps its own landing commit, with its trailer, in queue order on a linear main
+    assert git("rev-list", "--reverse", f"{main_before}..main").stdout.split() == landed
+    for issue_id, commit in zip(queued, landed):
+        assert git("show", "-s", "--format=%B", commit).stdout.strip().endswith(f"Hive-Issue: {issue_id}")
+        assert_cleaned_up(git, paths, issue_id)
+    assert not git("for-each-ref", "refs/hive/landings/").stdout.strip()
+
+
+def test_a_train_whose_tests_fail_lands_each_issue_alone(repo, paths, new_issue, script, run_hive, git,
+                                                         state_log, status_of):
+    ids, _ = _three_done(new_issue, script, run_hive, status_of)
+    first, bad, last = ids
+    refinery = [{"cd": "{worktree}"}, {"result": {"status": "needs_human", "summary": "it breaks the build"}}]
+    path = script({"roles": {"refinery": refinery}})
+
+    log = run_hive(path, expect=3, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND=f"! test -f hive-work/{bad}.txt")
+
+    assert "land together" not in log, log
+    assert {i: status_of(i) for i in ids} == {first: "finalized", bad: "escalated", last: "finalized"}, log
+    for issue_id in (first, last):
+        assert_finalized_once(git, state_log, issue_id)
+    assert git("cat-file", "-e", f"main:hive-work/{bad}.txt", check=False).returncode != 0
+    # the escalated issue's worktree is where its own landing left it: at its branch
+    worktree = paths.worktrees_dir / bad
+    assert git("rev-parse", "HEAD", cwd=worktree).stdout == git("rev-parse", f"hive/work/{bad}").stdout
+    # the train's candidate (all three files) was not kept as anyone's attempt: it was hive's own
+    for kept in git("for-each-ref", "--format=%(refname)", "refs/hive/attempts/").stdout.split():
+        files = git("ls-tree", "-r", "--name-only", kept, "hive-work").stdout.split()
+        assert len(files) < 3, (kept, files)
+
+
+def test_a_train_is_cut_before_a_branch_that_does_not_replay_onto_the_ones_before_it(repo, paths, git):
+    from hive.merge import mechanical
+
+    base = git("rev-parse", "main").stdout.strip()
+
+    def branch(name: str, path: str, text: str) -> mechanical.Plan:
+        git("switch", "-q", "-c", f"hive/work/{name}", base)
+        Path(path).write_text(text)
+        git("add", path)
+        git("commit", "-q", "-m", f"{name}: {path}")
+        head = git("rev-parse", "HEAD").stdout.strip()
+        git("switch", "-q", "main")
+        return mechanical.Plan(name, head, base, "", "", 60)
+
+    a = branch("hv-aaaaaa", "README.md", "a's readme\n")
+    b = branch("hv-bbbbbb", "README.md", "b's readme\n")     # conflicts with a
+    c = branch("hv-cccccc", "c.txt", "c\n")
+
+    # a, then b cannot follow: a train of one is no train — nothing moved, nothing recorded
+    assert mechanical.land_train(paths, "main", [a, b, c], [mechanical.Quiet()] * 3) == []
+    assert git("rev-parse", "main").stdout.strip() == base
+    assert not git("for-each-ref", "refs/hive/landings/").stdout.strip()
+
+    landed = mechanical.land_train(paths, "main", [a, c, b], [mechanical.Quiet()] * 3)
+
+    assert [x.status for x in landed] == ["merged", "merged"]
+    assert git("rev-list", "--reverse", f"{base}..main").stdout.split() == [x.commit for x in landed]
+    assert git("show", "main:README.md").stdout == "a's readme\n"
+    recorded = git("for-each-ref", "--format=%(refname) %(objectname)", "refs/hive/landings/").stdout.split("\n")
+    assert sorted(filter(None, recorded)) == [f"refs/hive/landings/hv-aaaaaa {landed[0].commit}",
+                                              f"refs/hive/landings/hv-cccccc {landed[1].commit}"]
+
+
+@pytest.mark.parametrize("killed_in", ["fast_forward", "_finalize"])
+def test_a_daemon_killed_mid_train_lands_and_finalizes_each_issue_once_on_restart(
+        killed_in, repo, paths, new_issue, script, run_hive, git, state_log, status_of):
+    ids, path = _three_done(new_issue, script, run_hive, status_of)
+    main_before = git("rev-parse", "main").stdout.strip()
+    # SIGKILL with the train's landings recorded, right before the target moves (fast_forward) or
+    # right after it moved, before the first finalize commit (_finalize)
+    owner = "mechanical" if killed_in == "fast_forward" else "pipeline.MergeProcessor"
+    patch = ("import os, signal\n"
+             "from hive.merge import mechanical, pipeline\n"
+             f"{owner}.{killed_in} = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n")
+    daemon = _start_daemon(path, {"HIVE_MERGE_MODE": "auto"}, patch)
+    try:
+        out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.communicate()
+    assert daemon.returncode == -signal.SIGKILL, out
+    assert "land together" in out or killed_in == "fast_forward", out
+    moved = git("rev-parse", "main").stdout.strip() != main_before
+    assert moved == (killed_in == "_finalize"), out
+    assert [status_of(i) for i in ids] == ["done"] * 3
+
+    log = run_hive(path, HIVE_MERGE_MODE="auto")
+
+    for issue_id in ids:
+        assert status_of(issue_id) == "finalized", log
+        assert_finalized_once(git, state_log, issue_id)
+        assert len(commits_touching(git, f"hive-work/{issue_id}.txt")) == 1, git("log", "--oneline", "main").stdout
+        assert_cleaned_up(git, paths, issue_id)

@@ -9,8 +9,11 @@ the issue file records and its blockers (`mechanical.land` checks both on every 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Sequence
+
 from hive.agents import jails
-from hive.config import Config
+from hive.jail import JailSpec
 from hive.merge import mechanical
 from hive.merge.host import SharedTarget
 from hive.merge.mechanical import Landing, LandingEvents, Quiet
@@ -18,11 +21,6 @@ from hive.project import Project
 from hive.state import history
 from hive.state.issue_file import Issue
 from hive.workspace import landings
-
-
-def test_gate(agent_test_command: str, config: Config) -> list[str]:
-    """What a landing must pass: the test command the agent's result named, then the configured one."""
-    return [c for c in (agent_test_command, config.test_command) if c]
 
 
 def done_base(project: Project, issue_id: str) -> str:
@@ -47,12 +45,21 @@ class Lander:
     def plan(self, issue: Issue, head: str, base: str, agent_test_command: str, *,
              trust_head: bool = False, by_person: bool = False) -> mechanical.Plan:
         config = self.project.config
-        return mechanical.Plan(issue.id, head, base, test_gate(agent_test_command, config),
+        return mechanical.Plan(issue.id, head, base, agent_test_command, config.test_command,
                                config.test_timeout_seconds, landings.recorded_of(issue),
                                {b: self.project.index.get(b) for b in issue.depends_on},
                                trust_head=trust_head, by_person=by_person)
 
     def land(self, plan: mechanical.Plan, events: LandingEvents = Quiet()) -> Landing:
         config, paths = self.project.config, self.project.paths
-        return mechanical.land(paths, self.target(), plan, events,
-                               jail=lambda worktree: jails.worktree_jail(config, paths, worktree))
+        return mechanical.land(paths, self.target(), plan, events, jail=self._jail)
+
+    def land_train(self, plans: list[mechanical.Plan], events: Sequence[LandingEvents]) -> list[Landing]:
+        """`plans` landed together on the local target (`mechanical.land_train`); [] when they
+        do not all make it, and then each lands alone."""
+        assert self.shared is None, "a shared target lands one branch at a time"
+        return mechanical.land_train(self.project.paths, self.project.config.target_branch, plans, events,
+                                     jail=self._jail)
+
+    def _jail(self, worktree: Path) -> JailSpec | None:
+        return jails.worktree_jail(self.project.config, self.project.paths, worktree)

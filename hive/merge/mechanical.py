@@ -1,4 +1,5 @@
-"""The mechanical tier: replay a work branch onto the target, run the tests, fast-forward.
+"""The mechanical tier: replay a work branch onto the target, run the tests, fast-forward — one
+branch (`land`), or several queued together as a merge train (`land_train`).
 
 Everything here is deterministic git work: no LLM. The replay (`hive.workspace.replay`) and the
 fast-forward (`hive.workspace.fastforward`) are shared git work; this module is the test gate and
@@ -12,7 +13,7 @@ import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Mapping, Protocol, Sequence
 
 import pygit2
 
@@ -90,12 +91,18 @@ class Plan:
     issue_id: str
     head: str
     base: str                          # where the branch's own commits start (its worker's base)
-    test_commands: list[str]           # the gate: the agent's own command, then the project's
+    agent_test: str                    # the command the issue's agent named: run in its worktree only
+    project_test: str                  # the project's `test_command`
     timeout: float
     recorded: str = ""                 # the landing the issue file records (`merged`)
     blockers: Mapping[str, Issue | None] = field(default_factory=dict)
     trust_head: bool = False           # replay from the merge base: the refinery rewrote the branch
     by_person: bool = False            # `git hive finalize`: hive's own files may land too
+
+    @property
+    def test_commands(self) -> list[str]:
+        """The gate, in order: the agent's own command, then the project's."""
+        return [c for c in (self.agent_test, self.project_test) if c]
 
 
 @dataclass(frozen=True)
@@ -157,11 +164,7 @@ def land(paths: git.RepoPaths, target: Target, plan: Plan, events: LandingEvents
         if head == tip:
             candidate = head
         else:
-            start = tip if repo.descendant_of(head, tip) else "" if trust_head else base
-            if not start or not _is_commit(repo, start):
-                merge_base = repo.merge_base(head, tip)
-                start = str(merge_base) if merge_base else ""
-            replayed = replay(repo, head, start, tip, issue_id)
+            replayed = replay(repo, head, _replay_start(repo, head, base, tip, trust_head), tip, issue_id)
             if not replayed.ok:
                 return Landing("conflict", detail=replayed.detail)
             candidate = replayed.head
@@ -195,6 +198,94 @@ def land(paths: git.RepoPaths, target: Target, plan: Plan, events: LandingEvents
             return Landing("waiting", detail=moved.waiting)
         head, base, trust_head = candidate, tip, False  # the target moved meanwhile: go again
     return Landing("waiting", detail="the target branch kept moving")
+
+
+def _replay_start(repo: pygit2.Repository, head: str, base: str, onto: str, trust_head: bool) -> str:
+    """Where the branch's own commits start: `onto` when it already holds them, else the
+    worker's base (the merge base when the refinery rewrote the branch, or the base is gone)."""
+    start = onto if repo.descendant_of(head, onto) else "" if trust_head else base
+    if not start or not _is_commit(repo, start):
+        merge_base = repo.merge_base(head, onto)
+        start = str(merge_base) if merge_base else ""
+    return start
+
+
+MAX_TRAIN = 8   # branches landed together at most
+
+
+def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Sequence[LandingEvents],
+               jail: Callable[[Path], JailSpec | None] = lambda _: None) -> list[Landing]:
+    """Several done branches landed on the local target at once — a merge train: each replayed
+    onto the one before, the tests run once on the last candidate (which holds them all), one
+    fast-forward. Each keeps its own landing commit (its last replayed one, with its trailer);
+    the commits between the target's old and new tip were tested together, not one by one.
+
+    The train is the longest run of `plans`, from the first, that `land` would replay cleanly one
+    after the other with nothing else in the way (not landed yet, blockers on the target, no file
+    only a person lands). Returns their landings, in order — or none, and nothing moved, when
+    fewer than two make the train, its tests fail, a person's checkout is in the way or the
+    target moved: then each lands alone (`land`), which says why.
+
+    Each agent's own test command runs in its own worktree (DESIGN §7), the project's once, in the
+    last one's; the worktrees are at the last candidate for it and back at their heads after a
+    failure; the work branches are not moved (retiring them keeps their heads)."""
+    repo = worktrees.open_repo(paths)
+    ref = repo.references.get(git.branch_ref(branch))
+    if ref is None:
+        return []
+    tip = str(ref.target)
+    cars = _coupled(repo, paths, tip, plans[:MAX_TRAIN])
+    if len(cars) < 2:
+        return []
+    last = cars[-1][1]
+    if any(plan.test_commands for plan, _ in cars):
+        if checkout_waiting(paths, repo, branch, tip, last):
+            return []
+        if not _train_passes(paths, [plan for plan, _ in cars], events, last, jail):
+            return []
+    for (plan, candidate), heard in zip(cars, events):
+        landings.record_landing(repo, plan.issue_id, candidate)   # a landing counts only as recorded
+        heard.candidate(candidate)
+    if not fast_forward(paths, repo, branch, tip, last).ok:
+        return []
+    return [Landing("merged", commit=candidate) for _, candidate in cars]
+
+
+def _coupled(repo: pygit2.Repository, paths: git.RepoPaths, tip: str, plans: list[Plan]) -> list[tuple[Plan, str]]:
+    """(plan, candidate) of the leading `plans` that replay one onto the other from `tip`."""
+    cars: list[tuple[Plan, str]] = []
+    at = tip
+    for plan in plans:
+        if (plan.by_person or plan.head == at or landings.landed_commit(repo, tip, plan.issue_id, plan.recorded)
+                or landings.blockers_off_target(repo, tip, dict(plan.blockers))):
+            break
+        replayed = replay(repo, plan.head, _replay_start(repo, plan.head, plan.base, at, plan.trust_head),
+                          at, plan.issue_id)
+        if not replayed.ok or needs_person(repo, paths, at, replayed.head):
+            break
+        cars.append((plan, replayed.head))
+        at = replayed.head
+    return cars
+
+
+def _train_passes(paths: git.RepoPaths, plans: list[Plan], events: Sequence[LandingEvents], last: str,
+                  jail: Callable[[Path], JailSpec | None]) -> bool:
+    """The train's tests on `last`: each agent's command in its own worktree, then each distinct
+    project command once, in the last plan's worktree. On a failure the worktrees are put back."""
+    runs = [(plan, plan.agent_test, heard) for plan, heard in zip(plans, events) if plan.agent_test]
+    runs += [(plans[-1], command, events[len(plans) - 1])
+             for command in dict.fromkeys(plan.project_test for plan in plans if plan.project_test)]
+    moved: list[Plan] = []
+    for plan, command, heard in runs:
+        worktree = worktrees.worktree_path(paths, plan.issue_id)
+        if plan not in moved:
+            worktrees.check_out_for_tests(paths, plan.issue_id, last)
+            moved.append(plan)
+        if not run_test(command, worktree, plan.timeout, jail(worktree), heard.test_started).ok:
+            for tested in moved:
+                worktrees.check_out_for_tests(paths, tested.issue_id, tested.head, also_held=last)
+            return False
+    return True
 
 
 PROTECTED_FILES = (".hive.toml",)   # what hive reads as settings: an agent's change of it is not a person's

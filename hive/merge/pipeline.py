@@ -5,8 +5,9 @@ replayed commit is recorded before the target moves, and an entry whose recorded
 in the target is finalized without merging again — the target never gets an issue twice.
 
 Per entry: mechanical tier (replay onto the target, the worker's then the project's tests,
-fast-forward); on a conflict or a failing test, the refinery; its `merged` is verified by hive
-before the fast-forward, `rejected` reopens the issue with the rejection as a note (counting
+fast-forward; fresh entries queued together land as one merge train, `mechanical.land_train`:
+tested once, one fast-forward — one by one when the train does not make it); on a conflict or a
+failing test, the refinery; its `merged` is verified by hive before the fast-forward, `rejected` reopens the issue with the rejection as a note (counting
 against the retry budget), `needs_human` escalates and keeps the worktree.
 No fixed sleeps: an entry starts the moment it is queued; a waiting entry (a person's dirty
 checkout of the target) is retried when anything wakes the daemon.
@@ -22,6 +23,7 @@ import pygit2
 from hive import git, lifecycle
 from hive.backends.base import Usage
 from hive.lifecycle import TransitionRefused
+from hive.merge import mechanical
 from hive.merge.host import MergeHost
 from hive.merge.lander import Lander, done_base
 from hive.merge.mechanical import Landing
@@ -67,6 +69,7 @@ class MergeProcessor:
         self._busy = False
         self._told: dict[str, str] = {}   # the last waiting reason logged, per issue
         self._look_failed = ""            # the last failed look around's error, logged
+        self._alone: set[str] = set()     # issues that land one at a time (their train did not make it)
         self.merged = 0
 
     # -- the queue ------------------------------------------------------------------------------
@@ -88,6 +91,7 @@ class MergeProcessor:
     def _drop(self, entry: Entry) -> None:
         self.runtime.merge_queue.remove(entry)
         self.runtime.forget_handoff(entry.issue_id)
+        self._alone.discard(entry.issue_id)
 
     def idle(self) -> bool:
         """Nothing to merge right now (entries waiting on a person do not count)."""
@@ -162,7 +166,10 @@ class MergeProcessor:
                     self.host.log(f"warning: the merge queue's look around failed: {exc}")
                 asyncio.get_running_loop().call_later(LOOK_AGAIN_SECONDS, self._wake.set)
             progressed = False
-            for entry in self.entries():
+            for listed in self.entries():
+                entry = self._entry_of(listed.issue_id)   # as it is now: a train before it may have taken it
+                if entry is None:
+                    continue
                 before = (entry.state, entry.detail)
                 self._busy = True
                 moved = False
@@ -235,8 +242,65 @@ class MergeProcessor:
             self._fail(issue, entry, f"branch {entry.branch} is gone")
             return True
         await self.host.agents_started(MAX_YIELD_TO_AGENTS)   # agents being started go first
+        behind = self._train_behind(entry) if shared is None else []
+        if behind and await self._land_train([(issue, entry, head), *behind]):
+            return True
         self._update(entry, state="merging", detail="")
         return await self._merge(issue, entry, repo, head)
+
+    def _train_behind(self, first: Entry) -> list[tuple[Issue, Entry, str]]:
+        """The queued entries after `first` that may land in one train with it (`land_train`)."""
+        listed = self.entries()
+        order = [e.issue_id for e in listed]
+        if not self._may_ride(first) or first.issue_id not in order:
+            return []
+        behind: list[tuple[Issue, Entry, str]] = []
+        for entry in listed[order.index(first.issue_id) + 1:]:
+            if len(behind) + 1 == mechanical.MAX_TRAIN:
+                break
+            if entry.state != "queued" or not self._may_ride(entry):
+                continue
+            issue = self.project.index.get(entry.issue_id)
+            head = worktrees.head_of(self.project.paths, entry.issue_id)
+            if issue is not None and issue.status == "done" and head is not None:
+                behind.append((issue, entry, head))
+        return behind
+
+    def _may_ride(self, entry: Entry) -> bool:
+        """A fresh entry: no refinery turn, no landing recorded, not known to land alone."""
+        return not entry.refinery_attempts and not entry.merged_commit and entry.issue_id not in self._alone
+
+    async def _land_train(self, cars: list[tuple[Issue, Entry, str]]) -> bool:
+        """Land `cars` together (`Lander.land_train`) and finalize each; False, nothing landed,
+        when the train did not make it: each of them lands alone from then on (the first at
+        once), which says why."""
+        lander = Lander(self.project)
+        plans = [lander.plan(issue, head, entry.base_commit, entry.test_command) for issue, entry, head in cars]
+        events = [_EntryEvents(self, entry) for _, entry, _ in cars]
+        paths = self.project.paths
+        for _, entry, _ in cars:
+            self._update(entry, state="merging", detail="")
+
+        def prepare_and_land() -> list[Landing]:
+            for issue, _, head in cars:
+                worktrees.prepare_for_merge(paths, issue.id, head)
+            return lander.land_train(plans, events)
+
+        try:
+            landed = await asyncio.to_thread(prepare_and_land)
+        finally:
+            for heard in events:
+                heard.tests_ended()
+        for _, entry, _ in cars[len(landed):]:
+            self._update(entry, state="queued", merged_commit="")
+        if not landed:
+            self._alone.update(issue.id for issue, _, _ in cars)
+            return False
+        self.host.log(f"{', '.join(issue.id for issue, _, _ in cars[:len(landed)])} land together "
+                      f"(tested once, on {landed[-1].commit[:10]})")
+        for (issue, entry, _), landing in zip(cars, landed):
+            await self._finalize(issue, entry, landing.commit)
+        return True
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
                      from_refinery: bool = False) -> bool:

@@ -380,6 +380,18 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
         work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)
 
 
+def check_out_for_tests(paths: git.RepoPaths, issue_id: str, commit: str, *, also_held: str = "") -> None:
+    """Hive's worktree of the issue at `commit` (detached), its branch left where it is: a merge
+    train's tests run on its last candidate, which holds other issues' work too. What the
+    worktree was at is kept unless the branch, `commit` or `also_held` holds it (a commit a test
+    command made there is kept)."""
+    attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)],
+                  reachable_from=[commit, also_held or None, head_of(paths, issue_id)])
+    work = _detached(pygit2.Repository(str(worktree_path(paths, issue_id))))
+    if str(work.head.target) != commit:
+        work.reset(pygit2.Oid(hex=commit), pygit2.enums.ResetMode.HARD)
+
+
 def recreate(paths: git.RepoPaths, issue_id: str) -> None:
     """Hive's worktree of a work branch back at its place (after it was removed or broken)."""
     head = head_of(paths, issue_id)
