@@ -914,13 +914,13 @@ def test_a_train_is_cut_before_a_branch_that_does_not_replay_onto_the_ones_befor
                                               f"refs/hive/landings/hv-cccccc {landed[1].commit}"]
 
 
-@pytest.mark.parametrize("killed_in", ["fast_forward", "_finalize_all"])
+@pytest.mark.parametrize("killed_in", ["fast_forward", "_finalize"])
 def test_a_daemon_killed_mid_train_lands_and_finalizes_each_issue_once_on_restart(
         killed_in, repo, paths, new_issue, script, run_hive, git, state_log, status_of):
     ids, path = _three_done(new_issue, script, run_hive, status_of)
     main_before = git("rev-parse", "main").stdout.strip()
     # SIGKILL with the train's landings recorded, right before the target moves (fast_forward) or
-    # right after it moved, before the first finalize commit (_finalize_all)
+    # right after it moved, before the first finalize commit (_finalize)
     owner = "mechanical" if killed_in == "fast_forward" else "pipeline.MergeProcessor"
     patch = ("import os, signal\n"
              "from hive.merge import mechanical, pipeline\n"
@@ -935,7 +935,7 @@ def test_a_daemon_killed_mid_train_lands_and_finalizes_each_issue_once_on_restar
     assert daemon.returncode == -signal.SIGKILL, out
     assert "land together" in out or killed_in == "fast_forward", out
     moved = git("rev-parse", "main").stdout.strip() != main_before
-    assert moved == (killed_in == "_finalize_all"), out
+    assert moved == (killed_in == "_finalize"), out
     assert [status_of(i) for i in ids] == ["done"] * 3
 
     log = run_hive(path, HIVE_MERGE_MODE="auto")

@@ -298,7 +298,8 @@ class MergeProcessor:
             return False
         self.host.log(f"{', '.join(issue.id for issue, _, _ in cars[:len(landed)])} land together "
                       f"(tested once, on {landed[-1].commit[:10]})")
-        await self._finalize_all([(issue, entry, landing.commit) for (issue, entry, _), landing in zip(cars, landed)])
+        for (issue, entry, _), landing in zip(cars, landed):
+            await self._finalize(issue, entry, landing.commit)
         return True
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
@@ -387,34 +388,20 @@ class MergeProcessor:
         self.host.log(f"{entry.issue_id} left the merge queue: {refusal}")
 
     async def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
-        await self._finalize_all([(issue, entry, merged)])
-
-    async def _finalize_all(self, landed: list[tuple[Issue, Entry, str]]) -> None:
-        """Finalize each landed entry (one commit each), then retire their worktrees — in one
-        thread hop for all: removing files and branches takes milliseconds the event loop needs
-        to start the dependents these issues just unblocked (the entries stay busy meanwhile)."""
         target = self.config.target_branch
-        finalized: list[tuple[Issue, str]] = []
-        for issue, entry, merged in landed:
-            if self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target,
+        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target,
                            self.refinery.take_usage(issue.id)):
-                finalized.append((issue, merged))
-            else:
-                await self._retire_if_finished(issue.id)   # finalized meanwhile by another machine
-        spare = {issue.id: self.may_spare(issue.id) for issue, _ in finalized}
-
-        def retire() -> None:
-            for issue_id, may_spare in spare.items():
-                worktrees.retire(self.project.paths, issue_id, target, may_spare)
-
-        await asyncio.to_thread(retire)
+            await self._retire_if_finished(issue.id)   # finalized meanwhile by another machine
+            return
+        # in a thread: removing files and the branch takes milliseconds the event loop needs to
+        # start the dependents this issue just unblocked (the entry stays busy meanwhile)
+        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target, self.may_spare(issue.id))
         shared = self.host.shared_target
-        for issue, merged in finalized:
-            if shared is not None:
-                shared.request_push()   # here: its event is the event loop's, not a thread's to set
-                await asyncio.to_thread(shared.finalized, issue.id)
-            self.merged += 1
-            self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
+        if shared is not None:
+            shared.request_push()   # here: its event is the event loop's, not a thread's to set
+            await asyncio.to_thread(shared.finalized, issue.id)
+        self.merged += 1
+        self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 
     async def _retire_if_finished(self, issue_id: str) -> None:
         """An issue finished elsewhere (another machine landed its own agent's work, or a person
