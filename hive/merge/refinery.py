@@ -51,6 +51,7 @@ class Refinery:
         self.unrecorded: dict[str, Usage] = {}   # issue -> spend on its merge not yet on hive/state
         self.issue_id = ""                   # the issue of the task in progress
         self.spent = Usage()                 # everything its sessions spent in this process
+        self._saved: tuple[str, str] | None = None   # what `_save_unrecorded` last wrote
 
     @property
     def session_id(self) -> str:
@@ -71,8 +72,13 @@ class Refinery:
             self._save_unrecorded()
 
     def _save_unrecorded(self) -> None:
-        self.host.runtime.put(cost.REFINERY_IN_FLIGHT_KEY, cost.dump_usage(self._sum_unrecorded()))
-        self.host.runtime.put("refinery_issue", self.issue_id or next(iter(self.unrecorded), ""))
+        """The spend not yet on hive/state, for `status` and a restarted daemon: written when it
+        changed (every finalize asks, and most merges never reach the refinery)."""
+        saved = (cost.dump_usage(self._sum_unrecorded()), self.issue_id or next(iter(self.unrecorded), ""))
+        if saved != self._saved:
+            self.host.runtime.put(cost.REFINERY_IN_FLIGHT_KEY, saved[0])
+            self.host.runtime.put("refinery_issue", saved[1])
+            self._saved = saved
 
     def _sum_unrecorded(self) -> Usage:
         total = Usage()
