@@ -881,7 +881,7 @@ def test_a_train_whose_tests_fail_lands_each_issue_alone(repo, paths, new_issue,
         assert len(files) < 3, (kept, files)
 
 
-def test_a_train_is_cut_before_a_branch_that_does_not_replay_onto_the_ones_before_it(repo, paths, git):
+def test_a_train_leaves_out_a_branch_that_does_not_replay_onto_the_ones_before_it(repo, paths, git):
     from hive.merge import mechanical
 
     base = git("rev-parse", "main").stdout.strip()
@@ -898,20 +898,52 @@ def test_a_train_is_cut_before_a_branch_that_does_not_replay_onto_the_ones_befor
     a = branch("hv-aaaaaa", "README.md", "a's readme\n")
     b = branch("hv-bbbbbb", "README.md", "b's readme\n")     # conflicts with a
     c = branch("hv-cccccc", "c.txt", "c\n")
+    quiet = [mechanical.Quiet()] * 3
 
-    # a, then b cannot follow: a train of one is no train — nothing moved, nothing recorded
-    assert mechanical.land_train(paths, "main", [a, b, c], [mechanical.Quiet()] * 3) == []
+    # a, and b cannot follow it: a train of one is no train — nothing moved, nothing recorded
+    assert mechanical.land_train(paths, "main", [a, b], quiet) == {}
     assert git("rev-parse", "main").stdout.strip() == base
     assert not git("for-each-ref", "refs/hive/landings/").stdout.strip()
 
-    landed = mechanical.land_train(paths, "main", [a, c, b], [mechanical.Quiet()] * 3)
+    landed = mechanical.land_train(paths, "main", [a, b, c], quiet)
 
-    assert [x.status for x in landed] == ["merged", "merged"]
-    assert git("rev-list", "--reverse", f"{base}..main").stdout.split() == [x.commit for x in landed]
+    assert list(landed) == ["hv-aaaaaa", "hv-cccccc"]           # b left for a landing of its own
+    commits = [landed["hv-aaaaaa"].commit, landed["hv-cccccc"].commit]
+    assert git("rev-list", "--reverse", f"{base}..main").stdout.split() == commits
     assert git("show", "main:README.md").stdout == "a's readme\n"
     recorded = git("for-each-ref", "--format=%(refname) %(objectname)", "refs/hive/landings/").stdout.split("\n")
-    assert sorted(filter(None, recorded)) == [f"refs/hive/landings/hv-aaaaaa {landed[0].commit}",
-                                              f"refs/hive/landings/hv-cccccc {landed[1].commit}"]
+    assert sorted(filter(None, recorded)) == [f"refs/hive/landings/hv-aaaaaa {commits[0]}",
+                                              f"refs/hive/landings/hv-cccccc {commits[1]}"]
+    # alone, b conflicts (the refinery's case), as it would have without the train
+    assert mechanical.land(paths, mechanical.Target("main"), b).status == "conflict"
+
+
+def test_a_conflicting_issue_is_left_out_of_the_train_and_goes_to_the_refinery_alone(
+        repo, paths, new_issue, script, run_hive, git, state_log, status_of):
+    # queued in this order (priority first): the train starts with `one`, and `two` cannot follow it
+    one, two, other = (new_issue("Shared file, one way", priority=0),
+                       new_issue("Shared file, another way", priority=1), new_issue("Apart", priority=2))
+
+    def writes(path: str, text: str) -> list[dict]:
+        return [{"write": path, "content": text}, {"commit": "{issue}: " + path},
+                {"result": "success", "summary": path}]
+
+    refinery = [{"cd": "{worktree}"}, {"result": {"status": "needs_human", "summary": "both changed shared.txt"}}]
+    path = script({"issues": {one: writes("shared.txt", "one\n"), two: writes("shared.txt", "two\n"),
+                              other: writes("apart.txt", "apart\n")},
+                   "roles": {"refinery": refinery}})
+    run_hive(path, max_agents=3, HIVE_MERGE_MODE="manual")
+    assert [status_of(i) for i in (one, two, other)] == ["done"] * 3
+
+    log = run_hive(path, expect=3, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND="true")
+
+    assert {i: status_of(i) for i in (one, two, other)} == {one: "finalized", two: "escalated",
+                                                             other: "finalized"}, log
+    assert f"{one}, {other} land together (tested once, on " in log, log
+    assert f"{two} conflict → refinery" in log, log
+    for issue_id in (one, other):
+        assert_finalized_once(git, state_log, issue_id)
+    assert git("show", "main:shared.txt").stdout == "one\n"
 
 
 @pytest.mark.parametrize("killed_in", ["fast_forward", "_finalize"])

@@ -54,9 +54,9 @@ class Lander:
         config, paths = self.project.config, self.project.paths
         return mechanical.land(paths, self.target(), plan, events, jail=self._jail)
 
-    def land_train(self, plans: list[mechanical.Plan], events: Sequence[LandingEvents]) -> list[Landing]:
-        """`plans` landed together on the local target (`mechanical.land_train`); [] when they
-        do not all make it, and then each lands alone."""
+    def land_train(self, plans: list[mechanical.Plan], events: Sequence[LandingEvents]) -> dict[str, Landing]:
+        """`plans` landed together on the local target (`mechanical.land_train`): the landings
+        by issue id; none when the train does not make it, and then each lands alone."""
         assert self.shared is None, "a shared target lands one branch at a time"
         return mechanical.land_train(self.project.paths, self.project.config.target_branch, plans, events,
                                      jail=self._jail)

@@ -214,17 +214,18 @@ MAX_TRAIN = 8   # branches landed together at most
 
 
 def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Sequence[LandingEvents],
-               jail: Callable[[Path], JailSpec | None] = lambda _: None) -> list[Landing]:
+               jail: Callable[[Path], JailSpec | None] = lambda _: None) -> dict[str, Landing]:
     """Several done branches landed on the local target at once — a merge train: each replayed
     onto the one before, the tests run once on the last candidate (which holds them all), one
     fast-forward. Each keeps its own landing commit (its last replayed one, with its trailer);
     the commits between the target's old and new tip were tested together, not one by one.
 
-    The train is the longest run of `plans`, from the first, that `land` would replay cleanly one
-    after the other with nothing else in the way (not landed yet, blockers on the target, no file
-    only a person lands). Returns their landings, in order — or none, and nothing moved, when
-    fewer than two make the train, its tests fail, a person's checkout is in the way or the
-    target moved: then each lands alone (`land`), which says why.
+    The train takes `plans` in order (`events[i]` hears of `plans[i]`), leaving out each that
+    `land` would not land now: landed already, a blocker not on the target, a file only a person
+    lands, or a conflict with the ones before it — each of those lands alone (`land`), which says
+    why. Returns the landings by issue id — or none, and nothing moved, when fewer than two make
+    the train, its tests fail, a person's checkout is in the way or the target moved: then each
+    lands alone.
 
     Each agent's own test command runs in its own worktree (DESIGN §7), the project's once, in the
     last one's; the worktrees are at the last candidate for it and back at their heads after a
@@ -232,58 +233,68 @@ def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Seq
     repo = worktrees.open_repo(paths)
     ref = repo.references.get(git.branch_ref(branch))
     if ref is None:
-        return []
+        return {}
     tip = str(ref.target)
-    cars = _coupled(repo, paths, tip, plans[:MAX_TRAIN])
+    cars = _coupled(repo, paths, tip, list(zip(plans, events))[:MAX_TRAIN])
     if len(cars) < 2:
-        return []
-    last = cars[-1][1]
-    if any(plan.test_commands for plan, _ in cars):
+        return {}
+    last = cars[-1].candidate
+    if any(car.plan.test_commands for car in cars):
         if checkout_waiting(paths, repo, branch, tip, last):
-            return []
-        if not _train_passes(paths, [plan for plan, _ in cars], events, last, jail):
-            return []
-    for (plan, candidate), heard in zip(cars, events):
-        landings.record_landing(repo, plan.issue_id, candidate)   # a landing counts only as recorded
-        heard.candidate(candidate)
+            return {}
+        if not _train_passes(paths, cars, jail):
+            return {}
+    for car in cars:
+        landings.record_landing(repo, car.plan.issue_id, car.candidate)   # a landing counts only as recorded
+        car.heard.candidate(car.candidate)
     if not fast_forward(paths, repo, branch, tip, last).ok:
-        return []
-    return [Landing("merged", commit=candidate) for _, candidate in cars]
+        return {}
+    return {car.plan.issue_id: Landing("merged", commit=car.candidate) for car in cars}
 
 
-def _coupled(repo: pygit2.Repository, paths: git.RepoPaths, tip: str, plans: list[Plan]) -> list[tuple[Plan, str]]:
-    """(plan, candidate) of the leading `plans` that replay one onto the other from `tip`."""
-    cars: list[tuple[Plan, str]] = []
+@dataclass(frozen=True)
+class _Car:
+    """One branch of a merge train: its plan, who hears of it, its candidate on the one before."""
+    plan: Plan
+    heard: LandingEvents
+    candidate: str
+
+
+def _coupled(repo: pygit2.Repository, paths: git.RepoPaths, tip: str,
+             plans: list[tuple[Plan, LandingEvents]]) -> list[_Car]:
+    """The cars of the train: each plan that `land` would land now, replayed onto the one before."""
+    cars: list[_Car] = []
     at = tip
-    for plan in plans:
+    for plan, heard in plans:
         if (plan.by_person or plan.head == at or landings.landed_commit(repo, tip, plan.issue_id, plan.recorded)
                 or landings.blockers_off_target(repo, tip, dict(plan.blockers))):
-            break
+            continue
         replayed = replay(repo, plan.head, _replay_start(repo, plan.head, plan.base, at, plan.trust_head),
                           at, plan.issue_id)
         if not replayed.ok or needs_person(repo, paths, at, replayed.head):
-            break
-        cars.append((plan, replayed.head))
+            continue
+        cars.append(_Car(plan, heard, replayed.head))
         at = replayed.head
     return cars
 
 
-def _train_passes(paths: git.RepoPaths, plans: list[Plan], events: Sequence[LandingEvents], last: str,
-                  jail: Callable[[Path], JailSpec | None]) -> bool:
-    """The train's tests on `last`: each agent's command in its own worktree, then each distinct
-    project command once, in the last plan's worktree. On a failure the worktrees are put back."""
-    runs = [(plan, plan.agent_test, heard) for plan, heard in zip(plans, events) if plan.agent_test]
-    runs += [(plans[-1], command, events[len(plans) - 1])
-             for command in dict.fromkeys(plan.project_test for plan in plans if plan.project_test)]
-    moved: list[Plan] = []
-    for plan, command, heard in runs:
-        worktree = worktrees.worktree_path(paths, plan.issue_id)
-        if plan not in moved:
-            worktrees.check_out_for_tests(paths, plan.issue_id, last)
-            moved.append(plan)
-        if not run_test(command, worktree, plan.timeout, jail(worktree), heard.test_started).ok:
+def _train_passes(paths: git.RepoPaths, cars: list[_Car], jail: Callable[[Path], JailSpec | None]) -> bool:
+    """The train's tests on its last candidate: each agent's command in its own worktree, then
+    each distinct project command once, in the last car's worktree. On a failure the worktrees
+    are put back."""
+    last = cars[-1].candidate
+    runs = [(car, car.plan.agent_test) for car in cars if car.plan.agent_test]
+    runs += [(cars[-1], command) for command in dict.fromkeys(car.plan.project_test for car in cars
+                                                                if car.plan.project_test)]
+    moved: list[_Car] = []
+    for car, command in runs:
+        worktree = worktrees.worktree_path(paths, car.plan.issue_id)
+        if car not in moved:
+            worktrees.check_out_for_tests(paths, car.plan.issue_id, last)
+            moved.append(car)
+        if not run_test(command, worktree, car.plan.timeout, jail(worktree), car.heard.test_started).ok:
             for tested in moved:
-                worktrees.check_out_for_tests(paths, tested.issue_id, tested.head, also_held=last)
+                worktrees.check_out_for_tests(paths, tested.plan.issue_id, tested.plan.head, also_held=last)
             return False
     return True
 

@@ -271,9 +271,9 @@ class MergeProcessor:
         return not entry.refinery_attempts and not entry.merged_commit and entry.issue_id not in self._alone
 
     async def _land_train(self, cars: list[tuple[Issue, Entry, str]]) -> bool:
-        """Land `cars` together (`Lander.land_train`) and finalize each; False, nothing landed,
-        when the train did not make it: each of them lands alone from then on (the first at
-        once), which says why."""
+        """Land `cars` together (`Lander.land_train`) and finalize those that landed; whether the
+        first did (if not, it lands alone at once, which says why). When the train did not make
+        it, nothing landed and each of them lands alone from then on."""
         lander = Lander(self.project)
         plans = [lander.plan(issue, head, entry.base_commit, entry.test_command) for issue, entry, head in cars]
         events = [_EntryEvents(self, entry) for _, entry, _ in cars]
@@ -281,7 +281,7 @@ class MergeProcessor:
         for _, entry, _ in cars:
             self._update(entry, state="merging", detail="")
 
-        def prepare_and_land() -> list[Landing]:
+        def prepare_and_land() -> dict[str, Landing]:
             for issue, _, head in cars:
                 worktrees.prepare_for_merge(paths, issue.id, head)
             return lander.land_train(plans, events)
@@ -291,16 +291,17 @@ class MergeProcessor:
         finally:
             for heard in events:
                 heard.tests_ended()
-        for _, entry, _ in cars[len(landed):]:
-            self._update(entry, state="queued", merged_commit="")
+        for issue, entry, _ in cars:
+            if issue.id not in landed:
+                self._update(entry, state="queued", merged_commit="")
         if not landed:
             self._alone.update(issue.id for issue, _, _ in cars)
             return False
-        self.host.log(f"{', '.join(issue.id for issue, _, _ in cars[:len(landed)])} land together "
-                      f"(tested once, on {landed[-1].commit[:10]})")
-        for (issue, entry, _), landing in zip(cars, landed):
-            await self._finalize(issue, entry, landing.commit)
-        return True
+        self.host.log(f"{', '.join(landed)} land together (tested once, on {list(landed.values())[-1].commit[:10]})")
+        for issue, entry, _ in cars:
+            if issue.id in landed:
+                await self._finalize(issue, entry, landed[issue.id].commit)
+        return cars[0][0].id in landed
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
                      from_refinery: bool = False) -> bool:
