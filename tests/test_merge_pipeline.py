@@ -682,6 +682,22 @@ def _start_daemon(script_path: str, extra_env: dict[str, str], patch: str | None
                             env={**os.environ, "HIVE_SCRIPTED_SCRIPT": script_path, **extra_env})
 
 
+def _killed_at(script_path: str, extra_env: dict[str, str], function: str) -> str:
+    """A daemon (one agent) that SIGKILLs itself when `function` of `hive.merge` is called; its output."""
+    patch = ("import os, signal\n"
+             "from hive.merge import mechanical, pipeline\n"
+             f"{function} = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n")
+    daemon = _start_daemon(script_path, extra_env, patch)
+    try:
+        out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.communicate()
+    assert daemon.returncode == -signal.SIGKILL, out
+    return out
+
+
 def test_daemon_killed_while_the_tests_run_finishes_the_merge_once_on_restart(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of, wait_for, tmp_path):
     path = script(ONCE_WORKER)
@@ -719,17 +735,7 @@ def test_daemon_killed_between_the_fast_forward_and_the_finalize_commit(
     path = script(ONCE_WORKER)
     first, second = new_issue("Lands, then the daemon dies", priority=0), new_issue("Queued behind it")
     # a daemon that dies (SIGKILL) right after the target moved, before the finalize commit
-    patch = ("import os, signal\n"
-            "from hive.merge import pipeline\n"
-            "pipeline.MergeProcessor._finalize = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n")
-    daemon = _start_daemon(path, {}, patch)
-    try:
-        out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.communicate()
-    assert daemon.returncode == -signal.SIGKILL, out
+    out = _killed_at(path, {}, "pipeline.MergeProcessor._finalize")
     landed = [i for i in (first, second) if git("ls-tree", "main", f"{i}.txt").stdout]
     assert len(landed) == 1, out            # the target moved for one issue ...
     assert status_of(landed[0]) == "done"   # ... whose finalize commit never happened
@@ -954,17 +960,7 @@ def test_a_daemon_killed_mid_train_lands_and_finalizes_each_issue_once_on_restar
     # SIGKILL with the train's landings recorded, right before the target moves (fast_forward) or
     # right after it moved, before the first finalize commit (_finalize)
     owner = "mechanical" if killed_in == "fast_forward" else "pipeline.MergeProcessor"
-    patch = ("import os, signal\n"
-             "from hive.merge import mechanical, pipeline\n"
-             f"{owner}.{killed_in} = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n")
-    daemon = _start_daemon(path, {"HIVE_MERGE_MODE": "auto"}, patch)
-    try:
-        out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.communicate()
-    assert daemon.returncode == -signal.SIGKILL, out
+    out = _killed_at(path, {"HIVE_MERGE_MODE": "auto"}, f"{owner}.{killed_in}")
     assert "land together" in out or killed_in == "fast_forward", out
     moved = git("rev-parse", "main").stdout.strip() != main_before
     assert moved == (killed_in == "_finalize"), out
