@@ -201,8 +201,8 @@ def land(paths: git.RepoPaths, target: Target, plan: Plan, events: LandingEvents
 
 
 def _replay_start(repo: pygit2.Repository, head: str, base: str, onto: str, trust_head: bool) -> str:
-    """Where the branch's own commits start: `onto` when it already holds them, else the
-    worker's base (the merge base when the refinery rewrote the branch, or the base is gone)."""
+    """Where the branch's own commits start: `onto` when the branch is built on it already, else
+    the worker's base (the merge base when the refinery rewrote the branch, or the base is gone)."""
     start = onto if repo.descendant_of(head, onto) else "" if trust_head else base
     if not start or not _is_commit(repo, start):
         merge_base = repo.merge_base(head, onto)

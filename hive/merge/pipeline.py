@@ -7,8 +7,9 @@ in the target is finalized without merging again — the target never gets an is
 Per entry: mechanical tier (replay onto the target, the worker's then the project's tests,
 fast-forward; fresh entries queued together land as one merge train, `mechanical.land_train`:
 tested once, one fast-forward — one by one when the train does not make it); on a conflict or a
-failing test, the refinery; its `merged` is verified by hive before the fast-forward, `rejected` reopens the issue with the rejection as a note (counting
-against the retry budget), `needs_human` escalates and keeps the worktree.
+failing test, the refinery; its `merged` is verified by hive before the fast-forward, `rejected`
+reopens the issue with the rejection as a note (counting against the retry budget),
+`needs_human` escalates and keeps the worktree.
 No fixed sleeps: an entry starts the moment it is queued; a waiting entry (a person's dirty
 checkout of the target) is retried when anything wakes the daemon.
 """
@@ -297,7 +298,8 @@ class MergeProcessor:
         if not landed:
             self._alone.update(issue.id for issue, _, _ in cars)
             return False
-        self.host.log(f"{', '.join(landed)} land together (tested once, on {list(landed.values())[-1].commit[:10]})")
+        last = list(landed.values())[-1].commit
+        self.host.log(f"{', '.join(landed)} land together (tested once, on {last[:10]})")
         for issue, entry, _ in cars:
             if issue.id in landed:
                 await self._finalize(issue, entry, landed[issue.id].commit)
