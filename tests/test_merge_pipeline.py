@@ -873,7 +873,8 @@ def test_a_train_whose_tests_fail_lands_each_issue_alone(repo, paths, new_issue,
 
     log = run_hive(path, expect=3, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND=f"! test -f hive-work/{bad}.txt")
 
-    assert "land together" not in log, log
+    assert " land together (tested once" not in log, log
+    assert f"did not land together (`! test -f hive-work/{bad}.txt` failed on all of them): each lands alone" in log
     assert {i: status_of(i) for i in ids} == {first: "finalized", bad: "escalated", last: "finalized"}, log
     for issue_id in (first, last):
         assert_finalized_once(git, state_log, issue_id)
@@ -907,11 +908,11 @@ def test_a_train_leaves_out_a_branch_that_does_not_replay_onto_the_ones_before_i
     quiet = [mechanical.Quiet()] * 3
 
     # a, and b cannot follow it: a train of one is no train — nothing moved, nothing recorded
-    assert mechanical.land_train(paths, "main", [a, b], quiet) == {}
+    assert mechanical.land_train(paths, "main", [a, b], quiet) == mechanical.Train()
     assert git("rev-parse", "main").stdout.strip() == base
     assert not git("for-each-ref", "refs/hive/landings/").stdout.strip()
 
-    landed = mechanical.land_train(paths, "main", [a, b, c], quiet)
+    landed = mechanical.land_train(paths, "main", [a, b, c], quiet).landed
 
     assert list(landed) == ["hv-aaaaaa", "hv-cccccc"]           # b left for a landing of its own
     commits = [landed["hv-aaaaaa"].commit, landed["hv-cccccc"].commit]

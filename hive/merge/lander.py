@@ -54,7 +54,7 @@ class Lander:
         config, paths = self.project.config, self.project.paths
         return mechanical.land(paths, self.target(), plan, events, jail=self._jail)
 
-    def land_train(self, plans: list[mechanical.Plan], events: Sequence[LandingEvents]) -> dict[str, Landing]:
+    def land_train(self, plans: list[mechanical.Plan], events: Sequence[LandingEvents]) -> mechanical.Train:
         """`plans` landed together on the local target (`mechanical.land_train`): the landings
         by issue id; none when the train does not make it, and then each lands alone."""
         assert self.shared is None, "a shared target lands one branch at a time"

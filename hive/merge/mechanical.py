@@ -214,7 +214,7 @@ MAX_TRAIN = 8   # branches landed together at most
 
 
 def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Sequence[LandingEvents],
-               jail: Callable[[Path], JailSpec | None] = lambda _: None) -> dict[str, Landing]:
+               jail: Callable[[Path], JailSpec | None] = lambda _: None) -> Train:
     """Several done branches landed on the local target at once — a merge train: each replayed
     onto the one before, the tests run once on the last candidate (which holds them all), one
     fast-forward. Each keeps its own landing commit (its last replayed one, with its trailer);
@@ -224,8 +224,8 @@ def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Seq
     `land` would not land now: landed already, a blocker not on the target, a file only a person
     lands, or a conflict with the ones before it — each of those lands alone (`land`), which says
     why. Returns the landings by issue id — or none, and nothing moved, when fewer than two make
-    the train, its tests fail, a person's checkout is in the way or the target moved: then each
-    lands alone.
+    the train, or (`Train.stopped` says which) its tests fail, a person's checkout is in the way
+    or the target moved: then each lands alone.
 
     Each agent's own test command runs in its own worktree (DESIGN §7), the project's once, in the
     last one's; the worktrees are at the last candidate for it and back at their heads after a
@@ -233,23 +233,32 @@ def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Seq
     repo = worktrees.open_repo(paths)
     ref = repo.references.get(git.branch_ref(branch))
     if ref is None:
-        return {}
+        return Train()
     tip = str(ref.target)
     cars = _coupled(repo, paths, tip, list(zip(plans, events))[:MAX_TRAIN])
     if len(cars) < 2:
-        return {}
+        return Train()
     last = cars[-1].candidate
     if any(car.plan.test_commands for car in cars):
         if checkout_waiting(paths, repo, branch, tip, last):
-            return {}
-        if not _train_passes(paths, cars, jail):
-            return {}
+            return Train(stopped=f"a person's checkout of {branch} is in the way")
+        failed = _train_fails(paths, cars, jail)
+        if failed:
+            return Train(stopped=f"`{failed}` failed on all of them")
     for car in cars:
         landings.record_landing(repo, car.plan.issue_id, car.candidate)   # a landing counts only as recorded
         car.heard.candidate(car.candidate)
     if not fast_forward(paths, repo, branch, tip, last).ok:
-        return {}
-    return {car.plan.issue_id: Landing("merged", commit=car.candidate) for car in cars}
+        return Train(stopped=f"{branch} moved meanwhile")
+    return Train({car.plan.issue_id: Landing("merged", commit=car.candidate) for car in cars})
+
+
+@dataclass(frozen=True)
+class Train:
+    """What `land_train` did: the landings by issue id (none: nothing moved) and, when a train of
+    two or more did not go, why."""
+    landed: dict[str, Landing] = field(default_factory=dict)
+    stopped: str = ""
 
 
 @dataclass(frozen=True)
@@ -278,10 +287,10 @@ def _coupled(repo: pygit2.Repository, paths: git.RepoPaths, tip: str,
     return cars
 
 
-def _train_passes(paths: git.RepoPaths, cars: list[_Car], jail: Callable[[Path], JailSpec | None]) -> bool:
+def _train_fails(paths: git.RepoPaths, cars: list[_Car], jail: Callable[[Path], JailSpec | None]) -> str:
     """The train's tests on its last candidate: each agent's command in its own worktree, then
-    each distinct project command once, in the last car's worktree. On a failure the worktrees
-    are put back."""
+    each distinct project command once, in the last car's worktree. The first that fails ("" when
+    none does), after the worktrees were put back."""
     last = cars[-1].candidate
     runs = [(car, car.plan.agent_test) for car in cars if car.plan.agent_test]
     runs += [(cars[-1], command) for command in dict.fromkeys(car.plan.project_test for car in cars
@@ -295,8 +304,8 @@ def _train_passes(paths: git.RepoPaths, cars: list[_Car], jail: Callable[[Path],
         if not run_test(command, worktree, car.plan.timeout, jail(worktree), car.heard.test_started).ok:
             for tested in moved:
                 worktrees.check_out_for_tests(paths, tested.plan.issue_id, tested.plan.head, also_held=last)
-            return False
-    return True
+            return command
+    return ""
 
 
 PROTECTED_FILES = (".hive.toml",)   # what hive reads as settings: an agent's change of it is not a person's

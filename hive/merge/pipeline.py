@@ -282,21 +282,25 @@ class MergeProcessor:
         for _, entry, _ in cars:
             self._update(entry, state="merging", detail="")
 
-        def prepare_and_land() -> dict[str, Landing]:
+        def prepare_and_land() -> mechanical.Train:
             for issue, _, head in cars:
                 worktrees.prepare_for_merge(paths, issue.id, head)
             return lander.land_train(plans, events)
 
         try:
-            landed = await asyncio.to_thread(prepare_and_land)
+            train = await asyncio.to_thread(prepare_and_land)
         finally:
             for heard in events:
                 heard.tests_ended()
+        landed = train.landed
         for issue, entry, _ in cars:
             if issue.id not in landed:
                 self._update(entry, state="queued", merged_commit="")
         if not landed:
             self._alone.update(issue.id for issue, _, _ in cars)
+            if train.stopped:
+                self.host.log(f"{', '.join(issue.id for issue, _, _ in cars)} did not land together "
+                              f"({train.stopped}): each lands alone")
             return False
         last = list(landed.values())[-1].commit
         self.host.log(f"{', '.join(landed)} land together (tested once, on {last[:10]})")
