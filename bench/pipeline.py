@@ -651,7 +651,8 @@ def throughput(ctx: Context) -> list[Result]:
 
 def _trains(log: list[str]) -> str:
     """How many merge trains the daemon's log tells of, and their lengths."""
-    lengths = [line.split(" land together")[0].count(", ") + 1 for line in log if " land together (tested once" in line]
+    went = " land together (tested once"
+    lengths = [line.split(went)[0].count(", ") + 1 for line in log if went in line]
     if not lengths:
         return "no merge train"
     return f"{len(lengths)} merge trains of {', '.join(map(str, lengths))} issues"
