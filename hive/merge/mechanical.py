@@ -248,8 +248,9 @@ def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Seq
     for car in cars:
         landings.record_landing(repo, car.plan.issue_id, car.candidate)   # a landing counts only as recorded
         car.heard.candidate(car.candidate)
-    if not fast_forward(paths, repo, branch, tip, last).ok:
-        return Train(stopped=f"{branch} moved meanwhile")
+    moved = fast_forward(paths, repo, branch, tip, last)
+    if not moved.ok:
+        return Train(stopped=moved.waiting or f"{branch} moved meanwhile")
     return Train({car.plan.issue_id: Landing("merged", commit=car.candidate) for car in cars})
 
 
