@@ -888,6 +888,28 @@ def test_a_train_whose_tests_fail_lands_each_issue_alone(repo, paths, new_issue,
         assert len(files) < 3, (kept, files)
 
 
+def test_what_a_failing_train_test_committed_in_a_worktree_is_kept_before_the_worktree_is_put_back(
+        repo, paths, new_issue, script, run_hive, git, status_of):
+    """The train checks each car's worktree out at its last candidate and puts it back after a
+    failure: a commit the agent's own test command made there is kept (an attempt ref) first."""
+    ids = [new_issue(f"Trivial {n}") for n in range(3)]
+    committing = ("git -c user.name=t -c user.email=t@example.com commit -q --allow-empty "
+                  "-m 'made by the test run' && exit 1")
+    worker = [{"write": "hive-work/{issue}.txt", "content": "work\n"}, {"commit": "{issue}: work"},
+              {"result": "success", "summary": "work", "test_command": committing}]
+    refinery = [{"cd": "{worktree}"}, {"result": {"status": "needs_human", "summary": "its test fails"}}]
+    path = script({"issues": {ids[0]: worker}, "roles": {"refinery": refinery}})
+    run_hive(path, max_agents=3, HIVE_MERGE_MODE="manual")
+    assert [status_of(i) for i in ids] == ["done"] * 3
+
+    log = run_hive(path, expect=3, HIVE_MERGE_MODE="auto")
+
+    assert "did not land together (`git -c user.name=t" in log, log
+    kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{ids[0]}/").stdout.split()
+    messages = [git("show", "-s", "--format=%s", commit).stdout.strip() for commit in kept]
+    assert "made by the test run" in messages, (messages, log)
+
+
 def test_a_train_leaves_out_a_branch_that_does_not_replay_onto_the_ones_before_it(repo, paths, git):
     from hive.merge import mechanical
 
