@@ -105,6 +105,32 @@ def test_a_landing_counts_only_as_hive_recorded_it(repo, git):
     assert landings.landed_commit(pygit2_repo, later, "hv-aaa001") == ""
 
 
+def test_in_a_merge_train_an_agents_trailer_naming_another_car_lands_nothing_for_it(repo, git):
+    """A worker's commit that claims another issue of the same train (or one outside it): each car
+    lands with its own trailer only, and the forged ones are not landings of anything."""
+    import pygit2
+
+    from hive import git as hive_git
+    from hive.merge import mechanical
+    from hive.workspace import landings
+
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    forger = _branch_with_commit(git, repo, "hv-aaa001", "work\n\nHive-Issue: hv-ccc003\nHive-Issue: hv-zzz009")
+    honest = _branch_with_commit(git, repo, "hv-ccc003", "honest work")
+    plans = [mechanical.Plan(issue, head, base, "", "", 60) for issue, head in
+             (("hv-aaa001", forger), ("hv-ccc003", honest))]
+
+    landed = mechanical.land_train(paths, "main", plans, [mechanical.Quiet()] * 2).landed
+
+    assert set(landed) == {"hv-aaa001", "hv-ccc003"}
+    assert _trailers(git, repo) == ["hv-ccc003", "hv-aaa001"]     # newest first, one each
+    pygit2_repo = pygit2.Repository(str(repo))
+    tip = git("rev-parse", "main", cwd=repo).stdout.strip()
+    assert landings.landed_commit(pygit2_repo, tip, "hv-ccc003") == landed["hv-ccc003"].commit
+    assert landings.landed_commit(pygit2_repo, tip, "hv-zzz009") == ""
+
+
 PRE_RECEIVE = """#!/bin/sh
 # refuse hive/state while the flag file exists: this machine's state commits cannot reach us
 while read old new ref; do
