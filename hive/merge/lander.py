@@ -51,8 +51,7 @@ class Lander:
                                trust_head=trust_head, by_person=by_person)
 
     def land(self, plan: mechanical.Plan, events: LandingEvents = Quiet()) -> Landing:
-        config, paths = self.project.config, self.project.paths
-        return mechanical.land(paths, self.target(), plan, events, jail=self._jail)
+        return mechanical.land(self.project.paths, self.target(), plan, events, jail=self._jail)
 
     def land_train(self, plans: list[mechanical.Plan], events: Sequence[LandingEvents]) -> mechanical.Train:
         """`plans` landed together on the local target (`mechanical.land_train`): the landings
