@@ -21,9 +21,12 @@ from bench import Benchmark, Context, Result, fmt, measure
 from bench.fixtures import BuiltRepo, environment, git_hive_executable
 
 
-def _run(repo: BuiltRepo, *args: str) -> subprocess.CompletedProcess[bytes]:
+OWN_PROCESS = "in its own process (`HIVE_COMMAND_SERVER=0`)"
+
+
+def _run(repo: BuiltRepo, *args: str, own_process: bool = False) -> subprocess.CompletedProcess[bytes]:
     proc = subprocess.run([git_hive_executable(), *args], cwd=repo.root, capture_output=True,
-                          env=environment())
+                          env=environment(own_process=own_process))
     if proc.returncode != 0:
         raise RuntimeError(f"git-hive {' '.join(args)} exited {proc.returncode}: {proc.stderr.decode()[-300:]}")
     return proc
@@ -49,13 +52,20 @@ def list_json(ctx: Context) -> list[Result]:
     for n, target in ((ctx.sizes.small, 0.060), (ctx.sizes.medium, 0.200)):   # issue 33's targets
         repo = ctx.workspace.repo(n)
         shown = len(json.loads(_run(repo, "list", "--json").stdout))  # also builds the index
-        cpu = []
-        samples = measure(lambda: _run(repo, "list", "--json"), ctx.sizes.reps, warmup=2, cpu=cpu)
+        ctx.workspace.wait_for_command_server()
         error = "" if shown == n else f"listed {shown} issues, expected {n}"
-        own = statistics.median(samples) - interpreter
-        results.append(Result(f"`git-hive list --json` wall, {n:,} issues", samples, target, error=error,
-                              cpu=cpu, note=f"over `python -c pass` ({fmt(interpreter)}): {fmt(own)}; "
-                                            "the same rows as the last listing: the kept listing"))
+        for own_process in (False, True):
+            cpu = []
+            samples = measure(lambda: _run(repo, "list", "--json", own_process=own_process), ctx.sizes.reps,
+                              warmup=2, cpu=cpu)
+            over = f"over `python -c pass` ({fmt(interpreter)}): {fmt(statistics.median(samples) - interpreter)}"
+            if own_process:
+                results.append(Result(f"`git-hive list --json` wall, {n:,} issues, {OWN_PROCESS}", samples,
+                                      error=error, cpu=cpu, note=f"{over}; the same rows as the last listing"))
+            else:
+                results.append(Result(f"`git-hive list --json` wall, {n:,} issues", samples, target, error=error,
+                                      cpu=cpu, note=f"run by the command server (the CPU is the client's); "
+                                                    f"{over}; the same rows as the last listing: the kept listing"))
         results.append(_listing_after_a_change(ctx, repo, n))
     return results + floors
 
@@ -76,16 +86,26 @@ def _listing_after_a_change(ctx: Context, repo: BuiltRepo, n: int) -> Result:
 
 
 def _one_command(ctx: Context, repo: BuiltRepo, what: str, args: Callable[[int], list[str]],
-                 target: float) -> Result:
-    """A real `git-hive` command timed as a person runs it, after `list --json` made the index current."""
+                 target: float) -> list[Result]:
+    """A real `git-hive` command timed as a person runs it, after `list --json` made the index
+    current: run by the command server (as by default), and in its own process."""
     from bench.state import _label
 
     _run(repo, "list", "--json")
+    ctx.workspace.wait_for_command_server()
     runs = iter(range(1_000_000))
-    cpu: list[float] = []
-    samples = measure(lambda: _run(repo, *args(next(runs))), ctx.sizes.reps, warmup=2, cpu=cpu)
-    return Result(f"`git-hive {what}`, {_label(repo)}", samples, target, cpu=cpu,
-                  note=f"load average {os.getloadavg()[0]:.1f}")
+    results = []
+    for own_process in (False, True):
+        cpu: list[float] = []
+        samples = measure(lambda: _run(repo, *args(next(runs)), own_process=own_process), ctx.sizes.reps,
+                          warmup=2, cpu=cpu)
+        load = f"load average {os.getloadavg()[0]:.1f}"
+        if own_process:
+            results.append(Result(f"`git-hive {what}`, {_label(repo)}, {OWN_PROCESS}", samples, cpu=cpu, note=load))
+        else:
+            results.append(Result(f"`git-hive {what}`, {_label(repo)}", samples, target, cpu=cpu,
+                                  note=f"run by the command server (the CPU is the client's); {load}"))
+    return results
 
 
 def commands(ctx: Context) -> list[Result]:
@@ -97,10 +117,10 @@ def commands(ctx: Context) -> list[Result]:
         issue_id = repo.take(1)[0]
         generated = subprocess.run(["git", "rev-parse", "refs/heads/hive/state"], cwd=repo.root, check=True,
                                    capture_output=True, text=True).stdout.strip()
-        results.append(_one_command(ctx, repo, "update ID --priority N", lambda k: [
-            "update", issue_id, "--priority", str(1 + k % 2)], target))
-        results.append(_one_command(ctx, repo, "create TITLE", lambda k: ["create", f"Benchmarked {k}"], target))
-        results.append(_one_command(ctx, repo, "list --ready", lambda k: ["list", "--ready"], target))
+        results += _one_command(ctx, repo, "update ID --priority N", lambda k: [
+            "update", issue_id, "--priority", str(1 + k % 2)], target)
+        results += _one_command(ctx, repo, "create TITLE", lambda k: ["create", f"Benchmarked {k}"], target)
+        results += _one_command(ctx, repo, "list --ready", lambda k: ["list", "--ready"], target)
         # back to the generated state (the other benchmarks count its issues): the index and
         # `.hive/` follow it by the next command
         subprocess.run(["git", "update-ref", "refs/heads/hive/state", generated], cwd=repo.root, check=True)

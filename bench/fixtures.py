@@ -28,6 +28,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import subprocess
 import tempfile
@@ -350,6 +351,11 @@ class Workspace:
         # sources again, ~0.2 s), nothing written beside the sources.
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(self.dir / "pycache")
+        # the command servers the benchmarks start (hive/cli/served.py) listen in here, and are
+        # stopped when the workspace closes
+        self.runtime = self.dir / "run"
+        self.runtime.mkdir(mode=0o700)
+        os.environ["XDG_RUNTIME_DIR"] = str(self.runtime)
         self.keep = keep
         self.log = log
         self._repos: dict[str, BuiltRepo] = {}
@@ -372,7 +378,30 @@ class Workspace:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def command_servers(self) -> list[int]:
+        """The pids of the command servers started for this workspace's commands, listening now."""
+        pids = []
+        for log in (self.runtime / "git-hive").glob("*.log"):
+            first = log.read_text(errors="replace").split("\n", 1)[0]
+            if first.startswith("pid ") and log.with_suffix(".sock").exists():
+                pids.append(int(first.split()[1].rstrip(":")))
+        return pids
+
+    def wait_for_command_server(self, timeout: float = 60.0) -> None:
+        """Until a command server listens for the benchmarks' commands (the first one started it)."""
+        deadline = time.monotonic() + timeout
+        while not self.command_servers():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no command server started within {timeout:.0f} s "
+                                   f"(its log: {sorted((self.runtime / 'git-hive').glob('*.log'))})")
+            time.sleep(0.02)
+
     def close(self) -> None:
+        for pid in self.command_servers():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         if self.keep:
             self.log(f"kept the generated repositories in {self.dir}")
             return
@@ -402,8 +431,9 @@ def git_hive_executable() -> str:
     return exe
 
 
-def environment() -> dict[str, str]:
-    """The environment subprocesses run with (no pager, no colour, no global hooks)."""
+def environment(*, own_process: bool = False) -> dict[str, str]:
+    """The environment subprocesses run with (no pager, no colour, no global hooks); a short
+    command is run by the command server unless `own_process` (as with `HIVE_COMMAND_SERVER=0`)."""
     env = dict(os.environ)
-    env.update({"GIT_PAGER": "cat", "NO_COLOR": "1"})
+    env.update({"GIT_PAGER": "cat", "NO_COLOR": "1", "HIVE_COMMAND_SERVER": "0" if own_process else "1"})
     return env

@@ -267,6 +267,15 @@ Measured with cProfile and CPU time on the generated repositories; re-check afte
   the whole listing is kept (`hive/state/kept_listing.py`) and handed out again while the index's
   listing generation is the same. Building an `Issue` and a dict per issue in Python cost ~150 ms
   more.
+- **One command at 10k issues** (`update`, `create`, `list --ready`) was mostly start-up: the
+  interpreter (~22 ms with an editable install's import hook, ~11 ms without), click (~20 ms),
+  pygit2 (~55 ms: its C library, `ssl`, its enums), hive's own modules (~25 ms), against ~35 ms
+  of `.hive/` scan and ~35 ms of write and refresh. A Python write path without pygit2 and a
+  dispatch without click were the other ways to 150 ms; instead a command after the first is
+  run by the command server (`hive/cli/served.py`: a fork of a process that imported all that),
+  so what is left is the interpreter's start, ~2 ms of hand-over (the socket's key hashes hive's
+  sources' times and the environment) and the command's own work. The rows "in its own process"
+  are the same commands with `HIVE_COMMAND_SERVER=0`: what the first command pays.
 - **Full rebuild and taking in a big queue** were parse-bound: tomllib on every front matter was
   ~75 % of a rebuild. Now `hive/state/front_matter.py` reads the shapes hive writes itself
   (anything else goes to tomllib, and a corpus test holds the two equal): the layout `render`

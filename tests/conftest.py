@@ -51,6 +51,9 @@ def _no_host_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(HOST_VARIABLE_PREFIXES) or name in HOST_VARIABLES:
             monkeypatch.delenv(name)
+    # every test's environment would be a command server of its own, left running after it:
+    # the commands a test runs run in their own process (tests/test_command_server.py turns it on)
+    monkeypatch.setenv("HIVE_COMMAND_SERVER", "0")
 
 
 @pytest.fixture
@@ -69,6 +72,7 @@ def git_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monkey
     for name in list(os.environ):
         if name.startswith(HOST_VARIABLE_PREFIXES) or name in HOST_VARIABLES:
             monkeypatch.delenv(name)
+    monkeypatch.setenv("HIVE_COMMAND_SERVER", "0")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")

@@ -127,7 +127,7 @@ def test_the_environment_is_an_allowlist_and_a_providers_keys_reach_only_its_own
     host = {"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "u",
             "HTTPS_PROXY": "p", "https_proxy": "p", "LC_ALL": "C", "HIVE_MAX_AGENTS": "3", "GIT_DIR": "/x",
             "GITHUB_TOKEN": "t", "HIVE_AGENT_ID": "w-1", "SSH_AUTH_SOCK": "/s", "GROQ_API_KEY": "g"}
-    common = {"PATH": "/bin", "LC_ALL": "C", "HIVE_AGENT_ID": "w-1", "TMPDIR": "/tmp"}
+    common = {"PATH": "/bin", "LC_ALL": "C", "HIVE_AGENT_ID": "w-1", "TMPDIR": "/tmp", "HIVE_COMMAND_SERVER": "0"}
     assert jail_environment(host) == common                  # a test command, a scripted agent
     assert jail_environment(host, ("ANTHROPIC_*", "CLAUDE_*")) == {**common, "ANTHROPIC_API_KEY": "k"}
     assert jail_environment(host, ("OPENAI_*", "GROQ_API_KEY")) == {
@@ -152,7 +152,7 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
             prepare(["true"], cwd=str(tmp_path), env={}, jail=JailSpec(writable=()))
         unjailed = prepare(["true"], cwd=str(tmp_path), env={"HIVE_X": "1", "PATH": "/bin"},
                            jail=JailSpec(writable=()), strict=False)
-        assert unjailed.argv == ["true"] and unjailed.env == {"PATH": "/bin", "TMPDIR": "/tmp"}
+        assert unjailed.argv == ["true"] and unjailed.env == {"PATH": "/bin", "TMPDIR": "/tmp", "HIVE_COMMAND_SERVER": "0"}
     finally:
         detect.support.cache_clear()
 

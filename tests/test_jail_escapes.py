@@ -15,12 +15,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,6 +309,43 @@ def test_no_host_socket_or_service_is_reachable(jailed: Jailed) -> None:
     assert not reached, (reached, out)
     assert [line for line in out.splitlines() if "CONNECTED" in line] == ["provider CONNECTED b'hi\\n'"], out
     assert provider.reached.is_set(), out
+
+
+def test_an_agent_is_refused_by_the_command_server_even_where_it_sees_the_socket(jailed: Jailed) -> None:
+    """The user's command server (hive/cli/served.py) runs commands outside any jail. Its socket
+    is put where the jail can see the path (the common dir, shown read-only; its usual folders,
+    /run and /tmp, the jail has empty): a jailed connect is refused before anything is read, and
+    nothing runs. (A jailed `git hive` does not even try: the jail sets HIVE_COMMAND_SERVER=0.)"""
+    runtime = jailed.common / "hive-run"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "HIVE_COMMAND_SERVER": "1"}
+    subprocess.run([sys.executable, "-m", "hive", "list"], cwd=jailed.repo, env=env, capture_output=True,
+                   timeout=60)   # no server yet: runs itself (and fails: no `init` here), starts one
+    folder = runtime / "git-hive"
+    deadline = time.monotonic() + 60
+    while not (log := next(folder.glob("*.log"), None)) or "serving" not in log.read_text():
+        assert time.monotonic() < deadline, "no command server started"
+        time.sleep(0.02)
+    sock = log.with_suffix(".sock")
+    server = int(log.read_text().split()[1].rstrip(":"))
+    runtime.chmod(0o755)      # as if the jail's user could enter it (the case of a jailed self)
+    folder.chmod(0o755)
+    sock.chmod(0o777)
+    probe = ("import socket\n"
+             "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(5)\n"
+             "try:\n"
+             f"    s.connect({str(sock)!r}); print('ANSWER', s.recv(1))\n"
+             "except OSError as e:\n"
+             "    print('unreachable', e)\n")
+    try:
+        code, out = jailed.jailed(jailed.python(probe))
+        text = log.read_text()
+    finally:
+        os.kill(server, signal.SIGKILL)
+    if "ANSWER" in out:
+        assert "ANSWER b'R'" in out and "refused a command" in text, (out, text)
+    else:
+        assert "unreachable" in out, out
 
 
 def test_the_provider_relay_tunnels_only_to_the_allowed_endpoints(jailed: Jailed) -> None:

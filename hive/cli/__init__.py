@@ -1,5 +1,10 @@
 """`git hive`: the entry point — dispatch, and the one-line errors every command ends with.
 
+A short command is first offered to this user's warm command server (`hive.cli.served`), which
+runs it without paying for the imports again; where none answers it runs here, and a server is
+started for the commands after it. (So this module loads nothing it can do without, `typing`
+included.)
+
 `git hive list --json` (what scripts and status bars run most often) is dispatched here without
 click, whose import is a good part of that command's start-up; every other command line goes to
 the click group (`hive.cli.group`). Both paths list through `hive.cli.listing`.
@@ -9,16 +14,30 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
+from hive.cli import served
 from hive.errors import HiveError
 
 FAST_LISTING = ["list", "--json"]
 
 
-def main(argv: list[str] | None = None) -> Any:
+def main(argv: list[str] | None = None) -> object:
     args = sys.argv[1:] if argv is None else list(argv)
+    start_server = ""
     try:
+        if argv is None and served.wanted(args):   # the process `git-hive` started, not a served child
+            folder, why = served.private_folder()
+            if folder is None:
+                print(f"warning: {why}; this command runs without the command server", file=sys.stderr)
+            else:
+                path = served.address(folder)
+                connection = served.connect(path)
+                if connection is None:
+                    start_server = path
+                else:
+                    status = served.run(connection, args)
+                    if status is not None:
+                        sys.exit(status)
         if args == FAST_LISTING:
             from hive.cli import listing
 
@@ -44,3 +63,6 @@ def main(argv: list[str] | None = None) -> Any:
         print(f"git hive: internal error: {type(exc).__name__}: {first} "
               "(HIVE_TRACEBACK=1 shows where)", file=sys.stderr)
         sys.exit(1)
+    finally:
+        if start_server:
+            served.start(start_server)

@@ -23,8 +23,9 @@ NAMES = frozenset({
     "NVM_DIR", "NODE_PATH",
 })
 PREFIXES = ("LC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
-# set inside every jail: its own /tmp
-FIXED = {"TMPDIR": "/tmp"}
+# set inside every jail: its own /tmp; a `git hive` command run there runs in its own process
+# (a command server started in a jail would only cost the agent its imports)
+FIXED = {"TMPDIR": "/tmp", "HIVE_COMMAND_SERVER": "0"}
 
 
 def allowed(name: str, provider: tuple[str, ...] = ()) -> bool:

@@ -1,0 +1,232 @@
+"""The command server (hive/cli/served.py, hive/cli/command_server.py): a short command after
+the first is run by a warm process, exactly as it would run in its own — the same output, exit
+status, stdin, directory, Ctrl-C — and only for this user, from this mount namespace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from hive.cli import served
+
+HIVE = [sys.executable, "-m", "hive"]
+
+
+@pytest.fixture
+def runtime(git_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The command server on, its sockets in a folder of this test's own (short: a socket's path
+    has at most 107 bytes); every server started in it is killed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="hive-run-", dir="/tmp"))
+    os.chmod(base, 0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    monkeypatch.delenv("HIVE_COMMAND_SERVER")
+    yield base / "git-hive"
+    for pid in _servers(base):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _servers(base: Path) -> list[int]:
+    """The processes serving sockets under `base` (their command line names the socket)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"command_server" in cmdline and str(base).encode() in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _serving(folder: Path, wait_for: Callable[..., Any]) -> tuple[Path, int]:
+    """The socket of the server the last command started, once it listens, and its pid."""
+    socket = wait_for(lambda: next(folder.glob("*.sock"), None), "the command server's socket")
+    log = socket.with_suffix(".log")
+    line = wait_for(lambda: log.exists() and log.read_text().startswith("pid ") and log.read_text(),
+                    "the command server's log")
+    return socket, int(line.split()[1].rstrip(":"))
+
+
+def test_a_command_after_the_first_is_run_by_the_warm_server_in_its_directory_with_its_stdin(
+        repo: Path, runtime: Path, hive, wait_for) -> None:
+    hive("list")                                   # no server yet: runs itself, starts one
+    socket, server = _serving(runtime, wait_for)
+    assert socket.parent == runtime and (runtime.stat().st_mode & 0o777) == 0o700
+    assert (socket.stat().st_mode & 0o777) == 0o600
+    (repo / "sub").mkdir()
+    command = subprocess.Popen([*HIVE, "create", "Served", "-d", "-"], cwd=repo / "sub", text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = wait_for(lambda: _children(server), "the server's child running the command")[0]
+    assert Path(f"/proc/{child}/cwd").resolve() == (repo / "sub").resolve()
+    out, err = command.communicate("Read from the command's own stdin.\n", timeout=60)
+    assert command.returncode == 0, err
+    issue_id = out.strip()
+    shown = hive("show", issue_id).stdout
+    assert "Served" in shown and "Read from the command's own stdin." in shown
+    assert _servers(runtime.parent) == [server]     # still the one server
+
+
+def test_a_served_command_ends_as_it_would_in_its_own_process(repo: Path, runtime: Path, hive,
+                                                                wait_for) -> None:
+    hive("list")
+    _serving(runtime, wait_for)
+    served_run = hive("show", "hv-nothere", check=False)
+    own = hive("show", "hv-nothere", check=False, env={"HIVE_COMMAND_SERVER": "0"})
+    assert (served_run.returncode, served_run.stdout, served_run.stderr) == (own.returncode, own.stdout, own.stderr)
+    assert own.returncode == 2 and own.stderr == "git hive: unknown issue hv-nothere\n"
+    bad = hive("update", "--no-such-option", check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("git hive: No such option")
+
+
+def test_ctrl_c_reaches_the_served_command_and_the_server_goes_on(repo: Path, runtime: Path, hive,
+                                                                    wait_for) -> None:
+    hive("list")
+    _, server = _serving(runtime, wait_for)
+    command = subprocess.Popen([*HIVE, "create", "Interrupted", "-d", "-"], cwd=repo, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: _children(server), "the server's child running the command")
+    command.send_signal(signal.SIGINT)
+    out, err = command.communicate(timeout=60)
+    assert command.returncode == 1 and err.strip() == "git hive: aborted"   # as in its own process (click's Abort)
+    assert "Interrupted" not in hive("list").stdout
+    assert _servers(runtime.parent) == [server]
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_ctrl_z_stops_the_served_command_with_its_client_and_both_go_on(repo: Path, runtime: Path, hive,
+                                                                         wait_for) -> None:
+    hive("list")
+    _, server = _serving(runtime, wait_for)
+    command = subprocess.Popen([*HIVE, "create", "Suspended", "-d", "-"], cwd=repo, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = wait_for(lambda: _children(server), "the server's child running the command")[0]
+    command.send_signal(signal.SIGTSTP)
+    wait_for(lambda: _state(command.pid) == "T" and _state(child) == "T", "both to be stopped")
+    command.send_signal(signal.SIGCONT)
+    wait_for(lambda: _state(command.pid) != "T" and _state(child) != "T", "both to go on")
+    out, err = command.communicate("Typed after fg.\n", timeout=60)
+    assert command.returncode == 0, err
+    assert "Typed after fg." in hive("show", out.strip()).stdout
+
+
+def test_a_process_in_another_mount_namespace_is_refused_and_runs_the_command_itself(
+        repo: Path, runtime: Path, hive, wait_for) -> None:
+    unshare = shutil.which("unshare")
+    argv = [unshare, "--mount"] if os.geteuid() == 0 else [unshare, "--user", "--map-root-user", "--mount"]
+    if unshare is None or subprocess.run([*argv, "true"], capture_output=True).returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail("`unshare --mount` is needed to show that a jail's process is refused")
+        pytest.skip("no `unshare` that can make a mount namespace here")
+    created = hive("create", "Made outside").stdout.strip()
+    socket, server = _serving(runtime, wait_for)
+    inside = subprocess.run([*argv, *HIVE, "show", created], cwd=repo, capture_output=True, text=True,
+                            timeout=60)
+    assert inside.returncode == 0 and "Made outside" in inside.stdout, inside.stderr
+    log = socket.with_suffix(".log").read_text()
+    assert "refused a command" in log and ("another mnt namespace" in log or "another user namespace" in log)
+    assert _servers(runtime.parent) == [server]     # and it started none of its own in the namespace
+
+
+def test_a_process_under_no_new_privileges_is_refused(repo: Path, runtime: Path, hive, wait_for) -> None:
+    """What a Landlock or seccomp sandbox without a mount namespace of its own sets: no server
+    may run its commands with more than it has."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or "NoNewPrivs:\t1" in Path("/proc/self/status").read_text():
+        pytest.skip("no setpriv (util-linux) here, or this test runs under no new privileges already")
+    created = hive("create", "Made outside").stdout.strip()
+    socket, server = _serving(runtime, wait_for)
+    confined = subprocess.run([setpriv, "--no-new-privs", *HIVE, "show", created], cwd=repo,
+                              capture_output=True, text=True, timeout=60)
+    assert confined.returncode == 0 and "Made outside" in confined.stdout, confined.stderr
+    assert "is confined (NoNewPrivs 1) where this server is not" in socket.with_suffix(".log").read_text()
+    assert _servers(runtime.parent) == [server]
+
+
+def test_a_socket_folder_others_may_enter_is_not_used(repo: Path, runtime: Path, hive) -> None:
+    runtime.mkdir(mode=0o755)
+    os.chmod(runtime, 0o755)
+    done = hive("list")
+    assert "is not a folder of yours that only you may enter" in done.stderr
+    assert "HIVE_COMMAND_SERVER=0" in done.stderr
+    assert list(runtime.iterdir()) == [] and _servers(runtime.parent) == []
+
+
+def test_a_killed_server_is_replaced_and_nothing_waits_for_it(repo: Path, runtime: Path, hive,
+                                                              wait_for) -> None:
+    hive("list")
+    socket, server = _serving(runtime, wait_for)
+    os.kill(server, signal.SIGKILL)
+    wait_for(lambda: server not in _servers(runtime.parent), "the server to be gone")
+    assert socket.exists()                          # stale: nobody listens
+    first = hive("create", "After the kill").stdout.strip()
+    wait_for(lambda: any(p != server for p in _servers(runtime.parent)), "a new server")
+    _, replacement = _serving(runtime, wait_for)
+    assert replacement != server
+    assert first in hive("list").stdout
+
+
+def test_an_unused_server_exits_and_removes_its_socket(repo: Path, runtime: Path, hive, wait_for,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(served.IDLE_VARIABLE, "0.2")
+    hive("list")
+    socket, server = _serving(runtime, wait_for)
+    wait_for(lambda: server not in _servers(runtime.parent), "the idle server to exit")
+    assert not socket.exists() and "exiting: unused" in socket.with_suffix(".log").read_text()
+
+
+def test_the_servers_key_follows_the_sources_the_packages_and_the_environment(tmp_path: Path) -> None:
+    package = tmp_path / "hive"
+    (package / "cli").mkdir(parents=True)
+    module = package / "cli" / "thing.py"
+    module.write_text("x = 1\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    env = {"HOME": "/h", "PWD": "/a", "SHLVL": "1"}
+    first = served.key(str(package), env, [str(site)])
+    assert served.key(str(package), {**env, "PWD": "/b", "SHLVL": "2", "OLDPWD": "/a"}, [str(site)]) == first
+    assert served.key(str(package), {**env, "HOME": "/other"}, [str(site)]) != first
+    os.utime(module, ns=(1, 1))
+    changed_source = served.key(str(package), env, [str(site)])
+    assert changed_source != first
+    (site / "newly-installed").mkdir()
+    os.utime(site, ns=(2, 2))
+    assert served.key(str(package), env, [str(site)]) != changed_source
+
+
+@pytest.mark.parametrize("args, wanted", [
+    (["list"], True), (["-C", "elsewhere", "update", "hv-1", "-p", "1"], True), (["status"], True),
+    (["status", "--watch"], False), (["run"], False), (["watch"], False), (["edit", "hv-1"], False),
+    (["plan", "spec.md"], False), (["-C", "x"], False), ([], False), (["demo"], False),
+])
+def test_only_short_commands_without_a_terminal_of_their_own_are_served(args: list[str], wanted: bool) -> None:
+    assert served.wanted(args, {}) is (wanted and sys.platform == "linux")
+    assert served.wanted(args, {"HIVE_COMMAND_SERVER": "0"}) is False
