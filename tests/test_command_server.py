@@ -171,13 +171,19 @@ def test_a_process_under_no_new_privileges_is_refused(repo: Path, runtime: Path,
     assert _servers(runtime.parent) == [server]
 
 
-def test_a_socket_folder_others_may_enter_is_not_used(repo: Path, runtime: Path, hive) -> None:
+def test_a_socket_folder_others_may_enter_is_not_used_until_the_advice_is_followed(
+        repo: Path, runtime: Path, hive, wait_for) -> None:
     runtime.mkdir(mode=0o755)
     os.chmod(runtime, 0o755)
     done = hive("list")
     assert "is not a folder of yours that only you may enter" in done.stderr
-    assert "HIVE_COMMAND_SERVER=0" in done.stderr
+    assert "remove it if it is yours" in done.stderr and "HIVE_COMMAND_SERVER=0" in done.stderr
     assert list(runtime.iterdir()) == [] and _servers(runtime.parent) == []
+    assert "warning" not in hive("list", env={"HIVE_COMMAND_SERVER": "0"}).stderr
+    runtime.rmdir()                                 # the advice: it is ours, remove it
+    assert hive("list").stderr == ""
+    _serving(runtime, wait_for)
+    assert runtime.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_killed_server_is_replaced_and_nothing_waits_for_it(repo: Path, runtime: Path, hive,

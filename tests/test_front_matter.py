@@ -184,7 +184,7 @@ def test_parse_reports_the_same_problems_either_way() -> None:
 
 
 def test_the_layout_render_writes_is_matched_whole_and_read_as_tomllib_reads_it() -> None:
-    rendered_layout = front_matter._matchers()[0]
+    rendered_layout = front_matter._rendered_matchers()[0]
     whole = [f for f in rendered_fronts() if rendered_layout(f) is not None]
     assert len(whole) > 10 and all(check(f) for f in whole)
     # the one-match way and the line-by-line way give the same dict, key order included

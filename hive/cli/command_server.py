@@ -10,6 +10,7 @@ freshly imported modules, as it would in its own process.
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import io
 import marshal
@@ -42,6 +43,10 @@ def main(path: str) -> None:
               "from the command's", flush=True)
         return
     _warm()
+    # what the imports made is never collected in a child: no collection there walks it (and
+    # copies its pages, which the children share with this process)
+    gc.collect()
+    gc.freeze()
     listener = _listen(path)
     _remove(path + ".starting")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped by the kernel

@@ -94,7 +94,8 @@ def private_folder(environ: dict[str, str] | os._Environ[str] = os.environ) -> t
         return None, f"{folder}: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
         return None, (f"{folder} is not a folder of yours that only you may enter (owner, mode "
-                      f"{stat.filemode(st.st_mode)}): remove it, or set {SWITCH}=0")
+                      f"{stat.filemode(st.st_mode)}): remove it if it is yours, set XDG_RUNTIME_DIR to a "
+                      f"private folder, or set {SWITCH}=0")
     return folder, ""
 
 

@@ -53,19 +53,25 @@ _RENDERED = (
 
 
 @cache
-def _matchers() -> tuple[Callable[[str], re.Match[str] | None], Callable[[str], re.Match[str] | None],
-                         Callable[[str], list[Any]], Callable[[str], list[str]]]:
-    """The regexes, compiled when first used (~2 ms): a command whose index is current parses no file."""
-    return (re.compile(_RENDERED).fullmatch, re.compile(_WHOLE).fullmatch, re.compile(_LINES).findall,
-            re.compile(_PLAIN).findall)
+def _rendered_matchers() -> tuple[Callable[[str], re.Match[str] | None], Callable[[str], list[str]]]:
+    """The regexes of the layout `render` writes, compiled when first used: a command whose index
+    is current parses no file, and one that reads a file hive wrote needs no other."""
+    return re.compile(_RENDERED).fullmatch, re.compile(_PLAIN).findall
+
+
+@cache
+def _general_matchers() -> tuple[Callable[[str], re.Match[str] | None], Callable[[str], list[Any]]]:
+    """The regexes of any other front matter of the shapes hive writes (~2 ms to compile)."""
+    return re.compile(_WHOLE).fullmatch, re.compile(_LINES).findall
 
 
 def read(front: str) -> dict[str, Any] | None:
     """The front matter as tomllib would read it, if it has only the shapes hive writes; else None."""
-    rendered_layout, whole, lines_of, items_of = _matchers()
+    rendered_layout, items_of = _rendered_matchers()
     rendered = rendered_layout(front)
     if rendered is not None:
         return _read_rendered(rendered.groups(), items_of)
+    whole, lines_of = _general_matchers()
     if not front or whole(front) is None:
         return None
     lines = lines_of(front)
