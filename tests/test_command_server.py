@@ -73,6 +73,15 @@ def _serving(folder: Path, wait_for: Callable[..., Any]) -> tuple[Path, int]:
     return socket, int(line.split()[1].rstrip(":"))
 
 
+def _create_reading_stdin(cwd: Path, title: str, server: int,
+                          wait_for: Callable[..., Any]) -> tuple[subprocess.Popen[str], int]:
+    """`git hive create TITLE -d -` started, served: it and the server's child that runs it,
+    which waits for the description on the command's stdin."""
+    command = subprocess.Popen([*HIVE, "create", title, "-d", "-"], cwd=cwd, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return command, wait_for(lambda: _children(server), "the server's child running the command")[0]
+
+
 def test_a_command_after_the_first_is_run_by_the_warm_server_in_its_directory_with_its_stdin(
         repo: Path, runtime: Path, hive, wait_for) -> None:
     hive("list")                                   # no server yet: runs itself, starts one
@@ -80,9 +89,7 @@ def test_a_command_after_the_first_is_run_by_the_warm_server_in_its_directory_wi
     assert socket.parent == runtime and (runtime.stat().st_mode & 0o777) == 0o700
     assert (socket.stat().st_mode & 0o777) == 0o600
     (repo / "sub").mkdir()
-    command = subprocess.Popen([*HIVE, "create", "Served", "-d", "-"], cwd=repo / "sub", text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    child = wait_for(lambda: _children(server), "the server's child running the command")[0]
+    command, child = _create_reading_stdin(repo / "sub", "Served", server, wait_for)
     assert Path(f"/proc/{child}/cwd").resolve() == (repo / "sub").resolve()
     out, err = command.communicate("Read from the command's own stdin.\n", timeout=60)
     assert command.returncode == 0, err
@@ -108,14 +115,25 @@ def test_ctrl_c_reaches_the_served_command_and_the_server_goes_on(repo: Path, ru
                                                                     wait_for) -> None:
     hive("list")
     _, server = _serving(runtime, wait_for)
-    command = subprocess.Popen([*HIVE, "create", "Interrupted", "-d", "-"], cwd=repo, text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for(lambda: _children(server), "the server's child running the command")
+    command, _ = _create_reading_stdin(repo, "Interrupted", server, wait_for)
     command.send_signal(signal.SIGINT)
     out, err = command.communicate(timeout=60)
     assert command.returncode == 1 and err.strip() == "git hive: aborted"   # as in its own process (click's Abort)
     assert "Interrupted" not in hive("list").stdout
     assert _servers(runtime.parent) == [server]
+
+
+def test_a_served_command_killed_midway_is_one_line_naming_what_to_do(repo: Path, runtime: Path, hive,
+                                                                       wait_for) -> None:
+    hive("list")
+    _, server = _serving(runtime, wait_for)
+    command, child = _create_reading_stdin(repo, "Killed", server, wait_for)
+    os.kill(child, signal.SIGKILL)
+    out, err = command.communicate(timeout=60)
+    assert command.returncode == 1 and out == ""
+    assert err == (f"git hive: the command server's process {child} ended without an exit status (killed?); "
+                   "`git hive status` shows what it did, HIVE_COMMAND_SERVER=0 runs commands without it\n")
+    assert _servers(runtime.parent) == [server] and "Killed" not in hive("list").stdout
 
 
 def _state(pid: int) -> str:
@@ -126,9 +144,7 @@ def test_ctrl_z_stops_the_served_command_with_its_client_and_both_go_on(repo: Pa
                                                                          wait_for) -> None:
     hive("list")
     _, server = _serving(runtime, wait_for)
-    command = subprocess.Popen([*HIVE, "create", "Suspended", "-d", "-"], cwd=repo, text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    child = wait_for(lambda: _children(server), "the server's child running the command")[0]
+    command, child = _create_reading_stdin(repo, "Suspended", server, wait_for)
     command.send_signal(signal.SIGTSTP)
     wait_for(lambda: _state(command.pid) == "T" and _state(child) == "T", "both to be stopped")
     command.send_signal(signal.SIGCONT)
