@@ -38,17 +38,19 @@ def runtime(git_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def _servers(base: Path) -> list[int]:
-    """The processes serving sockets under `base` (their command line names the socket)."""
-    found = []
+    """The processes serving sockets under `base` (their command line names the socket), not
+    counting their children (a served command, which may still be ending)."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
             if b"command_server" in cmdline and str(base).encode() in cmdline:
-                found.append(int(entry.name))
-    return found
+                found[int(entry.name)] = parent
+    return sorted(pid for pid, parent in found.items() if parent not in found)
 
 
 def _children(pid: int) -> list[int]:
