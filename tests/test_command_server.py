@@ -75,23 +75,34 @@ def _serving(folder: Path, wait_for: Callable[..., Any]) -> tuple[Path, int]:
     return socket, int(line.split()[1].rstrip(":"))
 
 
-def _create_reading_stdin(cwd: Path, title: str, server: int,
-                          wait_for: Callable[..., Any]) -> tuple[subprocess.Popen[str], int]:
-    """`git hive create TITLE -d -` started, served: it and the server's child that runs it,
-    which waits for the description on the command's stdin."""
-    command = subprocess.Popen([*HIVE, "create", title, "-d", "-"], cwd=cwd, text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    return command, wait_for(lambda: _children(server), "the server's child running the command")[0]
+@pytest.fixture
+def create_reading_stdin(wait_for: Callable[..., Any]) -> Iterator[Callable[..., tuple[subprocess.Popen[str], int]]]:
+    """`(cwd, title, server)`: `git hive create TITLE -d -` started, served: it and the server's
+    child that runs it, which waits for the description on the command's stdin. Whatever a
+    failed test left of them is killed (the processes of later tests count their children)."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(cwd: Path, title: str, server: int, **popen: Any) -> tuple[subprocess.Popen[str], int]:
+        command = subprocess.Popen([*HIVE, "create", title, "-d", "-"], cwd=cwd, text=True, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+        started.append(command)
+        return command, wait_for(lambda: _children(server), "the server's child running the command")[0]
+
+    yield start
+    for command in started:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
 
 
 def test_a_command_after_the_first_is_run_by_the_warm_server_in_its_directory_with_its_stdin(
-        repo: Path, runtime: Path, hive, wait_for) -> None:
+        repo: Path, runtime: Path, hive, wait_for, create_reading_stdin) -> None:
     hive("list")                                   # no server yet: runs itself, starts one
     socket, server = _serving(runtime, wait_for)
     assert socket.parent == runtime and (runtime.stat().st_mode & 0o777) == 0o700
     assert (socket.stat().st_mode & 0o777) == 0o600
     (repo / "sub").mkdir()
-    command, child = _create_reading_stdin(repo / "sub", "Served", server, wait_for)
+    command, child = create_reading_stdin(repo / "sub", "Served", server)
     assert Path(f"/proc/{child}/cwd").resolve() == (repo / "sub").resolve()
     out, err = command.communicate("Read from the command's own stdin.\n", timeout=60)
     assert command.returncode == 0, err
@@ -114,10 +125,10 @@ def test_a_served_command_ends_as_it_would_in_its_own_process(repo: Path, runtim
 
 
 def test_ctrl_c_reaches_the_served_command_and_the_server_goes_on(repo: Path, runtime: Path, hive,
-                                                                    wait_for) -> None:
+                                                                    wait_for, create_reading_stdin) -> None:
     hive("list")
     _, server = _serving(runtime, wait_for)
-    command, _ = _create_reading_stdin(repo, "Interrupted", server, wait_for)
+    command, _ = create_reading_stdin(repo, "Interrupted", server)
     command.send_signal(signal.SIGINT)
     out, err = command.communicate(timeout=60)
     assert command.returncode == 1 and err.strip() == "git hive: aborted"   # as in its own process (click's Abort)
@@ -126,10 +137,10 @@ def test_ctrl_c_reaches_the_served_command_and_the_server_goes_on(repo: Path, ru
 
 
 def test_a_served_command_killed_midway_is_one_line_naming_what_to_do(repo: Path, runtime: Path, hive,
-                                                                       wait_for) -> None:
+                                                                       wait_for, create_reading_stdin) -> None:
     hive("list")
     _, server = _serving(runtime, wait_for)
-    command, child = _create_reading_stdin(repo, "Killed", server, wait_for)
+    command, child = create_reading_stdin(repo, "Killed", server)
     os.kill(child, signal.SIGKILL)
     out, err = command.communicate(timeout=60)
     assert command.returncode == 1 and out == ""
@@ -143,10 +154,11 @@ def _state(pid: int) -> str:
 
 
 def test_ctrl_z_stops_the_served_command_with_its_client_and_both_go_on(repo: Path, runtime: Path, hive,
-                                                                         wait_for) -> None:
+                                                                         wait_for, create_reading_stdin) -> None:
     hive("list")
     _, server = _serving(runtime, wait_for)
-    command, child = _create_reading_stdin(repo, "Suspended", server, wait_for)
+    # a session of its own: an orphaned process group, where the kernel discards a stop by TSTP
+    command, child = create_reading_stdin(repo, "Suspended", server, start_new_session=True)
     command.send_signal(signal.SIGTSTP)
     wait_for(lambda: _state(command.pid) == "T" and _state(child) == "T", "both to be stopped")
     command.send_signal(signal.SIGCONT)

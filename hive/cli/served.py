@@ -198,14 +198,13 @@ def _wait(connection: unix_socket, pid: int) -> int:
 
     def suspend(signum: int, frame: object) -> None:
         """Ctrl-Z: the command stops with this process (it reads the same terminal), and goes on
-        when this one is continued."""
+        when this one is continued. Both by SIGSTOP: a TSTP to this process can be discarded (an
+        orphaned process group), which would leave the command stopped and this one waiting."""
         forward(signal.SIGSTOP, frame)
-        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTSTP)
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     def resume(signum: int, frame: object) -> None:
         forward(signal.SIGCONT, frame)
-        signal.signal(signal.SIGTSTP, suspend)
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, forward)
