@@ -29,7 +29,7 @@ def runtime(git_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
     monkeypatch.delenv("HIVE_COMMAND_SERVER")
     yield base / "git-hive"
-    for pid in _servers(base):
+    for pid in _servers(base, with_children=True):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -37,9 +37,9 @@ def runtime(git_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _servers(base: Path) -> list[int]:
+def _servers(base: Path, with_children: bool = False) -> list[int]:
     """The processes serving sockets under `base` (their command line names the socket), not
-    counting their children (a served command, which may still be ending)."""
+    counting their children (a served command, which may still be ending) unless asked to."""
     found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -50,7 +50,7 @@ def _servers(base: Path) -> list[int]:
                 continue
             if b"command_server" in cmdline and str(base).encode() in cmdline:
                 found[int(entry.name)] = parent
-    return sorted(pid for pid, parent in found.items() if parent not in found)
+    return sorted(pid for pid, parent in found.items() if with_children or parent not in found)
 
 
 def _children(pid: int) -> list[int]:
