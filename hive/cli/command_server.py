@@ -36,9 +36,7 @@ def main(path: str) -> None:
     """Serve `path` until unused for the idle time or replaced. When this cannot start (another
     hive, a broken install), the start marker stays: no command tries again for a while."""
     os.chdir("/")
-    import hive
-
-    if not _same_hive(hive.__file__, path):
+    if served.address(os.path.dirname(path)) != path:
         print(f"not serving {path}: this interpreter's hive, packages or environment differ "
               "from the command's", flush=True)
         return
@@ -84,12 +82,6 @@ def main(path: str) -> None:
     if _still_ours(path, inode):
         _remove(path)
     print("exiting: unused for the idle time, or another server took the socket", flush=True)
-
-
-def _same_hive(hive_file: str, path: str) -> bool:
-    """The hive this interpreter imports is the one the client's key was made of."""
-    expected = served.key(os.path.dirname(os.path.abspath(hive_file)), os.environ, served.package_folders()) + ".sock"
-    return os.path.basename(path) == expected
 
 
 def _warm() -> None:
