@@ -266,3 +266,47 @@ def test_the_servers_key_follows_the_sources_the_packages_and_the_environment(tm
 def test_only_short_commands_without_a_terminal_of_their_own_are_served(args: list[str], wanted: bool) -> None:
     assert served.wanted(args, {}) is (wanted and sys.platform == "linux")
     assert served.wanted(args, {"HIVE_COMMAND_SERVER": "0"}) is False
+
+
+def _raw_request(socket_path: Path, payload: bytes, with_fds: bool) -> bytes:
+    """What the server answers a hand-made request (its first bytes, then whatever follows)."""
+    import socket as sockets
+
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as connection:
+        connection.settimeout(30)
+        connection.connect(str(socket_path))
+        if with_fds:
+            fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
+            connection.sendmsg([payload], [(sockets.SOL_SOCKET, sockets.SCM_RIGHTS, fds)])
+        else:
+            connection.sendall(payload)
+        connection.shutdown(sockets.SHUT_WR)
+        answer = b""
+        while chunk := connection.recv(4096):
+            answer += chunk
+        return answer
+
+
+def test_a_malformed_request_runs_nothing_and_the_server_goes_on(repo: Path, runtime: Path, hive,
+                                                                 wait_for) -> None:
+    """Hostile input from a peer that passed the checks: no fds, an oversized or short request,
+    bytes that are no request, fields of the wrong types — the child ends without running
+    anything (no STARTED), and the next command is served as usual."""
+    import marshal
+
+    hive("list")
+    socket_path, server = _serving(runtime, wait_for)
+    wrong_types = marshal.dumps(("git-hive", ["create", 7], str(repo), 0o22, {}))
+    cases = {
+        "no fds": (len(wrong_types).to_bytes(4, "big") + wrong_types, False),
+        "oversized": ((64 << 20).to_bytes(4, "big") + b"x" * 100, True),
+        "short": ((10_000).to_bytes(4, "big") + b"x" * 100, True),
+        "not marshal": ((5).to_bytes(4, "big") + b"\xff\x00abc", True),
+        "wrong types": (len(wrong_types).to_bytes(4, "big") + wrong_types, True),
+        "longer than said": ((2).to_bytes(4, "big") + wrong_types, True),
+    }
+    for name, (payload, with_fds) in cases.items():
+        assert not _raw_request(socket_path, payload, with_fds).startswith(served.STARTED), name
+    assert _servers(runtime.parent) == [server]
+    created = hive("create", "After the garbage").stdout.strip()
+    assert [line.split()[0] for line in hive("list").stdout.splitlines()[1:]] == [created]

@@ -213,12 +213,9 @@ def _request(connection: socket.socket) -> tuple[str, list[str], str, int, dict[
     size = int.from_bytes(first[:4], "big")
     if size > MAX_REQUEST:
         return None
-    data = first[4:]
-    while len(data) < size:
-        chunk = connection.recv(min(65536, size - len(data)))
-        if not chunk:
-            return None
-        data += chunk
+    data = first[4:] + served.receive(connection, size - len(first) + 4)
+    if len(data) != size:
+        return None
     try:
         argv0, args, cwd, umask, environ = marshal.loads(data)
     except (EOFError, ValueError, TypeError):

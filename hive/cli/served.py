@@ -32,6 +32,7 @@ import marshal
 import os
 import stat
 import sys
+import time
 from _socket import AF_UNIX, SCM_RIGHTS, SOCK_STREAM, SOL_SOCKET
 from _socket import socket as unix_socket
 
@@ -175,7 +176,7 @@ def run(connection: unix_socket, args: list[str]) -> int | None:
             fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in FDS)
             sent = connection.sendmsg([message], [(SOL_SOCKET, SCM_RIGHTS, fds)])
             connection.sendall(message[sent:])
-            answer = _receive(connection, 9)
+            answer = receive(connection, 9)
         except OSError:
             return None
         if answer[:1] != STARTED:
@@ -211,7 +212,7 @@ def _wait(connection: unix_socket, pid: int) -> int:
     signal.signal(signal.SIGTSTP, suspend)
     signal.signal(signal.SIGCONT, resume)
     try:
-        answer = _receive(connection, 5)
+        answer = receive(connection, 5)
     except OSError:
         answer = b""
     if answer[:1] != EXITED:
@@ -220,7 +221,8 @@ def _wait(connection: unix_socket, pid: int) -> int:
     return int.from_bytes(answer[1:], "big", signed=True)
 
 
-def _receive(connection: unix_socket, size: int) -> bytes:
+def receive(connection: unix_socket, size: int) -> bytes:
+    """`size` bytes, or fewer when the other end closed first."""
     data = b""
     while len(data) < size:
         chunk = connection.recv(size - len(data))
@@ -238,8 +240,6 @@ def start(path: str) -> None:
         descriptor = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         try:
-            import time
-
             if time.time() - os.lstat(marker).st_mtime < STARTING_SECONDS:
                 return       # another command is starting it
             os.unlink(marker)
