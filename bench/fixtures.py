@@ -380,11 +380,13 @@ class Workspace:
 
     def command_servers(self) -> list[int]:
         """The pids of the command servers started for this workspace's commands, listening now."""
+        from hive.cli import served
+
         pids = []
         for log in (self.runtime / "git-hive").glob("*.log"):
-            first = log.read_text(errors="replace").split("\n", 1)[0]
-            if first.startswith("pid ") and log.with_suffix(".sock").exists():
-                pids.append(int(first.split()[1].rstrip(":")))
+            pid = served.pid_in_log(log.read_text(errors="replace"))
+            if pid is not None and log.with_suffix(".sock").exists():
+                pids.append(pid)
         return pids
 
     def wait_for_command_server(self, timeout: float = 60.0) -> None:

@@ -68,11 +68,11 @@ def _children(pid: int) -> list[int]:
 
 def _serving(folder: Path, wait_for: Callable[..., Any]) -> tuple[Path, int]:
     """The socket of the server the last command started, once it listens, and its pid."""
-    socket = wait_for(lambda: next(folder.glob("*.sock"), None), "the command server's socket")
+    # a server imports all that commands need before it listens: seconds on a loaded machine
+    socket = wait_for(lambda: next(folder.glob("*.sock"), None), "the command server's socket", timeout=60)
     log = socket.with_suffix(".log")
-    line = wait_for(lambda: log.exists() and log.read_text().startswith("pid ") and log.read_text(),
-                    "the command server's log")
-    return socket, int(line.split()[1].rstrip(":"))
+    return socket, wait_for(lambda: log.exists() and served.pid_in_log(log.read_text()), "the command server's log",
+                            timeout=60)
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def create_reading_stdin(wait_for: Callable[..., Any]) -> Iterator[Callable[...,
         command = subprocess.Popen([*HIVE, "create", title, "-d", "-"], cwd=cwd, text=True, stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
         started.append(command)
-        return command, wait_for(lambda: _children(server), "the server's child running the command")[0]
+        return command, wait_for(lambda: _children(server), "the server's child running the command", timeout=60)[0]
 
     yield start
     for command in started:
@@ -224,7 +224,7 @@ def test_a_killed_server_is_replaced_and_nothing_waits_for_it(repo: Path, runtim
     wait_for(lambda: server not in _servers(runtime.parent), "the server to be gone")
     assert socket.exists()                          # stale: nobody listens
     first = hive("create", "After the kill").stdout.strip()
-    wait_for(lambda: any(p != server for p in _servers(runtime.parent)), "a new server")
+    wait_for(lambda: any(p != server for p in _servers(runtime.parent)), "a new server", timeout=60)
     _, replacement = _serving(runtime, wait_for)
     assert replacement != server
     assert first in hive("list").stdout

@@ -31,6 +31,7 @@ from typing import Iterator
 import pytest
 
 from hive import git as hive_git
+from hive.cli import served
 from hive.jail import NoJail, detect, mechanisms, prepare, roles
 from hive.jail.mechanisms import Program
 from hive.workspace import worktrees
@@ -327,7 +328,8 @@ def test_an_agent_is_refused_by_the_command_server_even_where_it_sees_the_socket
         assert time.monotonic() < deadline, "no command server started"
         time.sleep(0.02)
     sock = log.with_suffix(".sock")
-    server = int(log.read_text().split()[1].rstrip(":"))
+    server = served.pid_in_log(log.read_text())
+    assert server is not None
     runtime.chmod(0o755)      # as if the jail's user could enter it (the case of a jailed self)
     folder.chmod(0o755)
     sock.chmod(0o777)

@@ -26,18 +26,7 @@ def main(argv: list[str] | None = None) -> object:
     start_server = ""
     try:
         if argv is None and served.wanted(args):   # the process `git-hive` started, not a served child
-            folder, why = served.private_folder()
-            if folder is None:
-                print(f"warning: {why}; this command runs without the command server", file=sys.stderr)
-            else:
-                path = served.address(folder)
-                connection = served.connect(path)
-                if connection is None:
-                    start_server = path
-                else:
-                    status = served.run(connection, args)
-                    if status is not None:
-                        sys.exit(status)
+            start_server = served.hand_over(args)
         if args == FAST_LISTING:
             from hive.cli import listing
 

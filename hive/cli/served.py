@@ -152,6 +152,31 @@ def address(folder: str) -> str:
     return os.path.join(folder, key(hive_dir, os.environ, package_folders()) + ".sock")
 
 
+def hand_over(args: list[str]) -> str:
+    """Have this user's server run `args` and exit with its status. Where it cannot (no private
+    folder: a warning; it refused this process), "" and the caller runs the command; where no
+    server listens, the socket's path: the caller runs the command and then `start`s one."""
+    folder, why = private_folder()
+    if folder is None:
+        print(f"warning: {why}; this command runs without the command server", file=sys.stderr)
+        return ""
+    path = address(folder)
+    connection = connect(path)
+    if connection is None:
+        return path
+    status = run(connection, args)
+    if status is not None:
+        sys.exit(status)
+    return ""
+
+
+def pid_in_log(text: str) -> int | None:
+    """A server's pid from its log (`<key>.log` beside the socket, first line `pid N: serving
+    PATH`): for what stops servers it started (the benchmarks, the tests)."""
+    first = text.split("\n", 1)[0]
+    return int(first.split()[1].rstrip(":")) if first.startswith("pid ") else None
+
+
 def connect(path: str) -> unix_socket | None:
     """A connection to the server at `path`; None when none listens there (none yet, or a
     stale socket): the caller runs the command itself and starts one."""
