@@ -103,7 +103,9 @@ def test_a_command_after_the_first_is_run_by_the_warm_server_in_its_directory_wi
     assert (socket.stat().st_mode & 0o777) == 0o600
     (repo / "sub").mkdir()
     command, child = create_reading_stdin(repo / "sub", "Served", server)
-    assert Path(f"/proc/{child}/cwd").resolve() == (repo / "sub").resolve()
+    # the child takes the client's directory once it has read the request: awaited, not raced
+    wait_for(lambda: Path(f"/proc/{child}/cwd").resolve() == (repo / "sub").resolve(),
+             "the server's child to be in the client's directory", timeout=60)
     out, err = command.communicate("Read from the command's own stdin.\n", timeout=60)
     assert command.returncode == 0, err
     issue_id = out.strip()
