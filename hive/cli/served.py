@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import signal
 import stat
 import sys
 import time
@@ -58,6 +59,7 @@ STARTING_SECONDS = 30.0                          # a start marker older than thi
 # STARTED + the child's pid (8 bytes) and, when the command is over, EXITED + its status (4 bytes)
 REFUSED, STARTED, EXITED = b"R", b"P", b"X"
 FDS = (0, 1, 2)
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGTSTP)
 
 
 class ServerGone(HiveError):
@@ -192,6 +194,9 @@ def connect(path: str) -> unix_socket | None:
 def run(connection: unix_socket, args: list[str]) -> int | None:
     """Have the server run `args`: its exit status, or None when it did not take the command
     (it refused this process, or fd 0-2 cannot be passed): nothing ran, the caller runs it."""
+    # signals meant for the command wait until its process is known (then `_wait` forwards them):
+    # a Ctrl-C between the hand-over and the answer must not end this process and leave it running
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         try:
             umask = os.umask(0o022)
@@ -206,16 +211,15 @@ def run(connection: unix_socket, args: list[str]) -> int | None:
             return None
         if answer[:1] != STARTED:
             return None
-        return _wait(connection, int.from_bytes(answer[1:], "big"))
+        return _wait(connection, int.from_bytes(answer[1:], "big"), blocked)
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         connection.close()
 
 
-def _wait(connection: unix_socket, pid: int) -> int:
+def _wait(connection: unix_socket, pid: int, blocked: set[int | signal.Signals]) -> int:
     """The exit status the child sends when its command is over; signals meant for the command
     go to it meanwhile."""
-    import signal
-
     def forward(signum: int, frame: object) -> None:
         try:
             os.kill(pid, signum)
@@ -236,6 +240,7 @@ def _wait(connection: unix_socket, pid: int) -> int:
         signal.signal(signum, forward)
     signal.signal(signal.SIGTSTP, suspend)
     signal.signal(signal.SIGCONT, resume)
+    signal.pthread_sigmask(signal.SIG_SETMASK, blocked)   # what came meanwhile goes to the command now
     try:
         answer = receive(connection, 5)
     except OSError:
