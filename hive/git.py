@@ -307,6 +307,52 @@ def run(args: list[str], cwd: Path | str, *, check: bool = True, input: str | No
     return proc
 
 
+# where git looks for a repository, an index, objects: set by a person's shell or a git hook
+# for their own repository, never for `.hive/`
+LOCATION_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
+                      "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_IMPLICIT_WORK_TREE",
+                      "GIT_SHALLOW_FILE", "GIT_GRAFT_FILE", "GIT_INDEX_VERSION")
+
+
+def update_worktree_index(worktree: Path, blobs: dict[str, str | None], left_out: list[str]) -> None:
+    """Set the git index entries of `worktree` (relative paths) to regular-file blobs in one
+    `git update-index` (None: out of the index); `left_out` (among them) get the skip-worktree
+    bit in the same write. No stat is staged: `git status` compares such a file's content."""
+    # in this order: each flag applies to the paths after it; "./": no path is taken for an option
+    args = []
+    removed = [f"./{path}" for path, oid in blobs.items() if oid is None]
+    if removed:
+        args += ["--force-remove", *removed]
+    args.append("--add")
+    for path, oid in blobs.items():
+        if oid is not None:
+            args += ["--cacheinfo", f"100644,{oid},{path}"]
+    if left_out:
+        args += ["--skip-worktree", *(f"./{path}" for path in left_out)]
+    _update_index(worktree, args)
+
+
+def unsplit_worktree_index(worktree: Path) -> None:
+    """The git index of `worktree` in one file again, after a person's git split it
+    (`core.splitIndex`): libgit2 reads no split index."""
+    _update_index(worktree, ["--no-split-index"])
+
+
+def _update_index(worktree: Path, args: list[str]) -> None:
+    """`git update-index ARGS` on `worktree`'s own index, whatever repository or index the
+    environment names; writing nothing libgit2 cannot read back (a split index, no checksum),
+    starting no fsmonitor hook."""
+    import subprocess
+
+    env = {name: value for name, value in os.environ.items() if name not in LOCATION_VARIABLES}
+    proc = subprocess.run(["git", "-C", str(worktree), "-c", "core.splitIndex=false", "-c", "index.skipHash=false",
+                           "-c", "core.fsmonitor=false", "update-index", *args],
+                          stdin=subprocess.DEVNULL, capture_output=True, env=env)
+    if proc.returncode != 0:
+        reason = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise HiveError(f"git update-index failed in {worktree}: {reason[-1] if reason else proc.returncode}")
+
+
 # For hive's own git commands in the agents' worktrees: a relative `core.hooksPath` (husky's) is
 # resolved in the worktree, whose hooks are the agent's files; they run only in its jail.
 NO_HOOKS = ("-c", "core.hooksPath=/dev/null")

@@ -126,6 +126,33 @@ def test_a_served_command_ends_as_it_would_in_its_own_process(repo: Path, runtim
     assert bad.returncode == 2 and bad.stderr.startswith("git hive: No such option")
 
 
+def test_a_served_command_finds_every_save_made_right_before_it(repo: Path, runtime: Path, hive,
+                                                                  wait_for) -> None:
+    """The server keeps the checkout's live scan by inotify (hive/state/live_folder.py): a save in
+    `.hive/` the moment before a served command — in place at the same size, or by rename — is
+    absorbed by that very command."""
+    issue_id = hive("create", "Title 0").stdout.strip()
+    socket, _ = _serving(runtime, wait_for)
+    log = socket.with_suffix(".log")
+    hive("list")                           # served: names its checkout, which the server keeps
+    checkout = (repo / ".hive").resolve()
+    wait_for(lambda: f"watching {checkout}" in log.read_text(), "the server to keep the checkout", timeout=60)
+    issue = repo / ".hive" / "issues" / f"{issue_id}.md"
+    for n in range(1, 7):
+        text = issue.read_text().replace(f'title = "Title {n - 1}"', f'title = "Title {n}"')
+        if n % 2:
+            with open(issue, "r+") as in_place:
+                in_place.write(text)
+        else:
+            swap = issue.with_name(f".{issue.name}.swp")
+            swap.write_text(text)
+            swap.replace(issue)
+        assert f"Title {n}" in hive("show", issue_id).stdout
+    assert f"Title 6" in subprocess.run(["git", "show", f"hive/state:issues/{issue_id}.md"], cwd=repo,
+                                        capture_output=True, text=True, check=True).stdout
+    assert "missed a change" not in log.read_text()
+
+
 def test_ctrl_c_reaches_the_served_command_and_the_server_goes_on(repo: Path, runtime: Path, hive,
                                                                     wait_for, create_reading_stdin) -> None:
     hive("list")

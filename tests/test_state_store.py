@@ -369,9 +369,9 @@ def test_a_change_the_command_did_not_make_is_found_by_the_next_look(repo, proje
     monkeypatch.undo()
     found_in = {"another file saved": second, "another file created": "hv-theirs1", "another file deleted": second}
     expected = [f"issues/{found_in.get(meanwhile, first)}.md"]
-    # foretold, or not at all: a save over hive's write leaves a stat its record is not of, a
-    # file created or deleted beside hive's created one leaves the folder unlike the foretold
-    assert (project.checkout._meta("clean_scan") == "") == (meanwhile != "another file saved")
+    # foretold (the next look finds a folder unlike it), or not at all: a save over hive's write
+    # leaves a stat its record is not of
+    assert (project.checkout._meta("clean_scan") == "") == (meanwhile == "saved over hive's write")
     next_command = Project.open(repo)
     compared = []
     records = Checkout._records
@@ -380,12 +380,16 @@ def test_a_change_the_command_did_not_make_is_found_by_the_next_look(repo, proje
     assert compared
 
 
+@pytest.mark.parametrize("index_bytes", [0, None], ids=["git update-index", "libgit2"])
 def test_a_save_between_hives_write_and_its_index_update_is_not_taken_for_staged(repo, project, git, new_issue,
-                                                                                 monkeypatch):
+                                                                                 monkeypatch, index_bytes):
     """hive writes a file of `.hive/`, then records it in that worktree's git index: a person's
     save landing in between must stay an edit, not become what git shows as staged (an absorb
-    leaves staged versions to git)."""
+    leaves staged versions to git) — whichever stages it."""
     from hive.state import checkout as checkout_module
+
+    if index_bytes is not None:
+        monkeypatch.setattr(checkout_module, "GIT_INDEX_BYTES", index_bytes)
 
     issue = new_issue("first title")
     path = repo / ".hive" / "issues" / f"{issue}.md"
@@ -407,6 +411,44 @@ def test_a_save_between_hives_write_and_its_index_update_is_not_taken_for_staged
     assert project.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
     on_tip = on_branch(git, repo, f"issues/{issue}.md")
     assert 'title = "their title"' in on_tip and "priority = 1" in on_tip
+
+
+@pytest.mark.parametrize("staged_by", ["git update-index", "libgit2, where git refuses"])
+def test_a_refresh_stages_the_tips_blobs_in_the_checkouts_own_index_whatever_the_person_set(
+        repo, project, git, new_issue, monkeypatch, tmp_path, staged_by):
+    """A refresh's few changes go to `.hive/`'s git index in one `git update-index` — never to the
+    index or repository a person's GIT_INDEX_FILE/GIT_DIR names, never in a form libgit2 cannot
+    read back (a split index); where git refuses them, libgit2 stages them instead."""
+    import pygit2
+
+    from hive.state import checkout as checkout_module
+
+    issue, gone = new_issue("staged", status="done"), new_issue("to be archived", status="done")
+    monkeypatch.setattr(checkout_module, "GIT_INDEX_BYTES", 0)   # the few paths of a big index's
+    git("config", "core.splitIndex", "true", cwd=repo)
+    monkeypatch.setenv("GIT_INDEX_FILE", str(tmp_path / "their-index"))
+    monkeypatch.setenv("GIT_DIR", str(tmp_path / "not-this-repository"))
+    if staged_by != "git update-index":
+        def git_refuses(*args, **kwargs):
+            raise HiveError("git update-index failed: Invalid path")
+        monkeypatch.setattr(hgit, "update_worktree_index", git_refuses)
+    issues.update(project, issue, {"priority": 0})
+    set_status(project, gone, "finalized")
+    monkeypatch.delenv("GIT_INDEX_FILE")
+    monkeypatch.delenv("GIT_DIR")
+    assert not (tmp_path / "their-index").exists() and not (tmp_path / "not-this-repository").exists()
+    hive_dir = repo / ".hive"
+    archived = layout.archive_path(gone)
+    for path in (f"issues/{issue}.md", archived):
+        staged = git("ls-files", "-s", path, cwd=hive_dir).stdout.split()[1]
+        assert staged == git("rev-parse", f"hive/state:{path}", cwd=repo).stdout.strip()
+    assert len(pygit2.Repository(str(hive_dir)).index) > 0    # libgit2 reads it back (not split)
+    assert git("ls-files", "-v", archived, f"issues/{gone}.md", cwd=hive_dir).stdout == f"S {archived}\n"
+    assert git("status", "--porcelain", cwd=hive_dir).stdout == ""   # their git splits it now
+    issues.update(project, issue, {"title": "after their git split the index"})
+    assert project.checkout._git_index_blob(f"issues/{issue}.md") == \
+        git("rev-parse", f"hive/state:issues/{issue}.md", cwd=repo).stdout.strip()   # made whole, read
+    assert "priority = 0" in (hive_dir / "issues" / f"{issue}.md").read_text()
 
 
 def test_a_persons_invalid_edit_is_never_overwritten(repo, hive, git, new_issue, state_log):
@@ -849,7 +891,7 @@ def test_the_checkout_scan_finds_only_the_files_hive_reads_and_follows_no_symlin
     a hidden or foreign name; a file deleted while its folder is read is left out, not an error."""
     import os
 
-    from hive.state import checkout as checkout_module
+    from hive.state import live_folder
 
     issue = new_issue("scanned")
     root = repo / ".hive"
@@ -861,9 +903,9 @@ def test_the_checkout_scan_finds_only_the_files_hive_reads_and_follows_no_symlin
     (root / "issues" / "folder.md").mkdir()
     (root / "issues" / "folder.md" / "hv-inner.md").write_text("inside a folder")
     listdir = os.listdir
-    monkeypatch.setattr(checkout_module.os, "listdir",
+    monkeypatch.setattr(live_folder.os, "listdir",
                         lambda folder: [*listdir(folder), "hv-gone00.md"])   # gone by its stat
-    live = project.checkout._scan(full=False)
+    live = live_folder.scan(root, full=False)
     assert set(live) == {f"issues/{issue}.md", "context.md"}
     st = os.stat(root / "issues" / f"{issue}.md")
     assert live[f"issues/{issue}.md"] == (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -878,7 +920,7 @@ def test_the_checkout_scan_finds_only_the_files_hive_reads_and_follows_no_symlin
             file.unlink()
         notes.rmdir()
     notes.symlink_to(outside)
-    everything = project.checkout._scan(full=True)
+    everything = live_folder.scan(root, full=True)
     assert set(everything) == {f"issues/{issue}.md", f"issues/folder.md/hv-inner.md", "context.md"}
 
 

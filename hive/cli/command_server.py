@@ -3,8 +3,10 @@
 Started by `served.start` (`SERVER_MAIN`): import what the served commands need, listen on
 PATH, and fork one child per command. The child takes the client's fds 0-2, directory, umask,
 environment and arguments, runs `hive.cli.main` and sends back the exit status. The server
-itself never opens a repository, a database or a file of a project: every command starts from
-freshly imported modules, as it would in its own process.
+itself opens no repository and no database: every command starts from freshly imported modules,
+as it would in its own process. What it keeps are the live scans of the `.hive/` checkouts its
+commands used, current by inotify (state/live_folder.py): a command names the checkout it
+scanned on a pipe, and the next one takes the kept scan instead of a `stat` per file.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import io
 import marshal
 import os
 import pkgutil
+import select
 import signal
 import socket
 import struct
@@ -23,6 +26,7 @@ import sys
 import time
 
 from hive.cli import served
+from hive.state import live_folder
 
 # imported before the first command: the served commands' modules (and click), every module of
 # the API under them (and all of hive they import, pygit2 with it); what a command still needs
@@ -30,6 +34,7 @@ from hive.cli import served
 WARM_PACKAGES = ("hive.api", "hive.state")
 WARM_MODULES = ("pygit2", "tomlkit", "ctypes", "dulwich.repo", "dulwich.trailers")
 MAX_REQUEST = 4 << 20
+VERIFY_AFTER = 1.0   # seconds without a command before the kept scans are made anew
 
 
 def main(path: str) -> None:
@@ -49,17 +54,37 @@ def main(path: str) -> None:
     _remove(path + ".starting")
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # children are reaped by the kernel
     idle = _idle_seconds()
-    listener.settimeout(min(idle, 60.0))
     inode = os.stat(path).st_ino
     last = time.monotonic()
+    watcher = _watcher()
+    reports, report_to = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    not_kept: set[str] = set()   # checkouts the watcher would not keep, said once in the log
     print(f"pid {os.getpid()}: serving {path}", flush=True)
+    verify_at: float | None = None   # the kept scans made anew once the commands pause
     while True:
-        try:
-            connection, _ = listener.accept()
-        except TimeoutError:
+        waiting: list[int] = [listener.fileno(), reports] + ([watcher.fileno()] if watcher else [])
+        timeout = min(idle, 60.0) if verify_at is None else max(0.0, verify_at - time.monotonic())
+        readable, _, _ = select.select(waiting, [], [], timeout)
+        if verify_at is not None and time.monotonic() >= verify_at:
+            verify_at = None
+            for root in watcher.verify() if watcher else []:
+                print(f"the kept scan of {root} had missed a change (no event for it)", flush=True)
+        if not readable:
             if time.monotonic() - last >= idle or not _still_ours(path, inode):
                 break
             continue
+        if watcher and watcher.fileno() in readable:
+            watcher.catch_up()
+            watcher.prepare()
+        if reports in readable:
+            _keep_reported(watcher, reports, not_kept)
+        if listener.fileno() not in readable:
+            continue
+        try:
+            connection, _ = listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            continue
+        connection.setblocking(True)
         last = time.monotonic()
         why = _refusal(connection)
         if why:
@@ -67,6 +92,8 @@ def main(path: str) -> None:
             _send(connection, served.REFUSED)
             connection.close()
             continue
+        if watcher:
+            watcher.catch_up()   # every change made before the command asked (live_folder.py)
         try:
             child = os.fork()
         except OSError as exc:     # no memory, too many processes: the command runs itself
@@ -75,13 +102,43 @@ def main(path: str) -> None:
             child = -1
         if child == 0:
             listener.close()
+            os.close(reports)
+            if watcher:
+                live_folder.served_by(watcher, report_to)
             _serve(connection)      # never returns
         connection.close()
+        verify_at = time.monotonic() + VERIFY_AFTER
         if not _still_ours(path, inode):
             break
     if _still_ours(path, inode):
         _remove(path)
     print("exiting: unused for the idle time, or another server took the socket", flush=True)
+
+
+def _watcher() -> live_folder.Watcher | None:
+    try:
+        return live_folder.Watcher()
+    except OSError as exc:   # inotify's instances used up (fs.inotify.max_user_instances)
+        print(f"no inotify ({exc.strerror or exc}): every command scans its checkout", flush=True)
+        return None
+
+
+def _keep_reported(watcher: live_folder.Watcher | None, reports: int, not_kept: set[str]) -> None:
+    """The checkouts the commands named (NUL-terminated paths; a write of one is atomic) kept."""
+    try:
+        data = os.read(reports, 1 << 16)
+    except (BlockingIOError, InterruptedError):
+        return
+    for name in data.split(b"\0")[:-1]:
+        root = os.fsdecode(name)
+        if watcher is None or root in watcher.watching():
+            continue
+        why = watcher.watch(root)
+        if not why:
+            print(f"watching {root}", flush=True)
+        elif root not in not_kept:
+            not_kept.add(root)
+            print(f"not watching: {why}", flush=True)
 
 
 def _warm() -> None:
@@ -108,6 +165,7 @@ def _listen(path: str) -> socket.socket:
     finally:
         os.umask(old_umask)
     listener.listen(64)
+    listener.setblocking(False)   # accepted when select says so; a client gone meanwhile blocks nothing
     os.rename(fresh, path)
     return listener
 

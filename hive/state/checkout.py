@@ -30,7 +30,6 @@ hands `absorb` a function that commits an edit: see state/edits.py).
 
 from __future__ import annotations
 
-import array
 import errno
 import fcntl
 import json
@@ -48,8 +47,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Collection, Iterator,
 from hive import git
 from hive.errors import BadInput, HiveError
 from hive.sqlite import connect, transaction
-from hive.state import layout, racy
+from hive.state import layout, live_folder, racy
 from hive.state.layout import leads_outside
+from hive.state.live_folder import RECORD_SUFFIXES, Seen, in_live_scan
 from hive.state.issue_file import MAX_ISSUE_BYTES
 
 if TYPE_CHECKING:
@@ -67,16 +67,6 @@ def _hashlib() -> ModuleType:
     return hashlib
 
 
-def _blake2b(data: bytes, digest_size: int) -> "hashlib.blake2b":
-    """hashlib's blake2b from its own module: every `git hive list` hashes its scan, and hashlib
-    loads OpenSSL to start (~3 ms); CPython always has `_blake2`, hashlib's fallback only."""
-    try:
-        from _blake2 import blake2b
-    except ImportError:
-        from hashlib import blake2b
-    return blake2b(data, digest_size=digest_size)
-
-
 def blob_id(data: bytes) -> str:
     """git's object id of a blob, without loading pygit2."""
     return _hashlib().sha1(b"blob %d\0" % len(data) + data).hexdigest()
@@ -90,13 +80,11 @@ class Record:
 
 
 RACY_MTIME = -1
-RECORD_SUFFIXES = (".md", ".jsonl")   # the files of `.hive/` a scan reads (issues, notes, context)
 SETTLE_WAIT_FILES = 64   # racy files a refresh waits for (at most racy.FLOOR_NS) rather than leave racy
 RECORDS_BATCH = 5000   # records of changed files looked at together (memory stays flat)
-Seen = tuple[int, int, int]   # a scanned file's (mtime_ns, size, inode): a stat_result is ~600 bytes
 MTIME_TICK = "mtime_tick"   # meta key: "<st_dev> <ns>", the tick `racy.measure_tick` found
 STORE_RECORD = "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)"
-CLEAN_SCAN = "clean_scan"   # meta key: the `_fingerprint` of the last scan that found no edit
+CLEAN_SCAN = "clean_scan"   # meta key: the `live_folder.fingerprint` of the last scan that found no edit
 
 
 @dataclass
@@ -343,53 +331,16 @@ class Checkout:
 
     # -- finding a person's edits -----------------------------------------------------------
 
-    def _scan(self, full: bool) -> dict[str, "Seen"]:
-        """Files in the checkout hive cares about. The flat live folder always; all when `full`."""
-        found: dict[str, Seen] = {}
-        roots = [layout.ISSUES_DIR] + ([layout.NOTES_DIR] if full else [])
-
-        def visit(rel: str, recurse: bool) -> None:
-            if leads_outside(self.root, rel):
-                return  # `issues` or `notes` as a symlink (a fetched state can hold one): not ours
-            # names, then one stat each relative to the folder's descriptor: ~30 % less than
-            # os.scandir's entries at 10k files (docs/PERFORMANCE.md), the stat saying the type
-            try:
-                folder = os.open(self.root / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            except (FileNotFoundError, NotADirectoryError):
-                return
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    return  # became a symlink since the look above
-                raise
-            try:
-                for name in os.listdir(folder):
-                    if name.startswith("."):
-                        continue
-                    is_record = name.endswith(RECORD_SUFFIXES)
-                    if not (is_record or recurse):
-                        continue
-                    try:
-                        st = os.stat(name, dir_fd=folder, follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue   # removed since the folder was read
-                    if stat.S_ISDIR(st.st_mode):
-                        if recurse:
-                            visit(f"{rel}/{name}", recurse)
-                    elif is_record and stat.S_ISREG(st.st_mode):
-                        found[f"{rel}/{name}"] = (st.st_mtime_ns, st.st_size, st.st_ino)
-            finally:
-                os.close(folder)
-
-        for root in roots:
-            visit(root, recurse=full)
-        context = self.root / layout.CONTEXT_FILE
-        if context.is_file() and not context.is_symlink():
-            st = context.stat()
-            found[layout.CONTEXT_FILE] = (st.st_mtime_ns, st.st_size, st.st_ino)
-        return found
+    def _live_scan(self) -> tuple[dict[str, Seen], str]:
+        """The live scan and its fingerprint: the command server's kept one (live_folder.py), or new."""
+        kept = live_folder.taken(self.root)
+        if kept is not None:
+            return kept
+        found = live_folder.scan(self.root, full=False)
+        return found, live_folder.fingerprint(found)
 
     def _stat_only(self, paths: Collection[str]) -> dict[str, "Seen"]:
-        """Of `paths`, the files hive reads (what `_scan(full=True)` would find among them)."""
+        """Of `paths`, the files hive reads (what `live_folder.scan(full=True)` would find among them)."""
         found: dict[str, Seen] = {}
         for path in paths:
             parts = path.split("/")
@@ -427,8 +378,13 @@ class Checkout:
             return []
         self._git_index = None
         self._clean_scan = None
-        on_disk = self._scan(full) if only is None else self._stat_only(only)
-        fingerprint = _fingerprint(on_disk) if only is None and not full else ""
+        fingerprint = ""
+        if only is not None:
+            on_disk = self._stat_only(only)
+        elif full:
+            on_disk = live_folder.scan(self.root, full=True)
+        else:
+            on_disk, fingerprint = self._live_scan()
         if fingerprint and fingerprint == self._meta(CLEAN_SCAN):
             self._clean_scan = on_disk
             return []
@@ -555,8 +511,17 @@ class Checkout:
 
     def _checkout_index(self) -> "pygit2.Index":
         """The `.hive/` worktree's git index, as it is on disk now (a person may `git add`)."""
-        index = git.repository(self.root).index
-        index.read(False)   # re-read only if the file changed
+        import pygit2
+
+        try:
+            index = git.repository(self.root).index
+            index.read(False)   # re-read only if the file changed
+        except pygit2.GitError as exc:
+            if "'link'" not in str(exc):
+                raise
+            git.unsplit_worktree_index(self.root)   # a person's `core.splitIndex`
+            index = git.repository(self.root).index
+            index.read(True)
         return index
 
     def _git_index_blob(self, path: str) -> str | None:
@@ -642,8 +607,7 @@ class Checkout:
         if tip.oid == self.commit:
             return
         changes = store.changes(self.commit, tip.oid)
-        follow = _Following(store.repo, self.commit, tip.oid or "", self._checkout_index(),
-                            bulk=len(changes) > BULK_PATHS,
+        follow = _Following(store.repo, self.commit, tip.oid or "", bulk=len(changes) > BULK_PATHS,
                             archive_on_disk=os.path.lexists(self.root / layout.ARCHIVE_DIR),
                             read_already=self._read_already())
         # One transaction for the bookkeeping (each autocommit is an fsync), and the records of
@@ -658,13 +622,13 @@ class Checkout:
                     self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
                 # before the records: a command's own writes grow older than the racy window
                 # while git's index is written, instead of in a sleep (`_settled`)
-                self._write_git_index(follow.git_index)
+                self._stage_all(follow.staged, follow.bulk)
                 self._store_records(self._settled(self._pending, self._fresh, follow.folders_inside))
             finally:
                 self._pending, self._fresh = None, None
             self._clean_scan = self._predicted_scan([path for path, _, _ in changes])
             if self._clean_scan is not None:   # after the records: changing one forgets the clean scan
-                self._set_meta(CLEAN_SCAN, _fingerprint(self._clean_scan))
+                self._set_meta(CLEAN_SCAN, live_folder.fingerprint(self._clean_scan))
             self._set_commit(tip.oid or "")
 
     def _predicted_scan(self, changed: list[str]) -> dict[str, Seen] | None:
@@ -677,9 +641,8 @@ class Checkout:
         if not self.wait_out_racy or self._clean_scan is None:
             return None
         predicted = dict(self._clean_scan)
-        touched = [path for path in changed if _in_live_scan(path)]
+        touched = [path for path in changed if in_live_scan(path)]
         records = self._records(touched) if touched else {}
-        created = False
         for path in touched:
             try:
                 st = os.lstat(self.root / path)
@@ -692,39 +655,12 @@ class Checkout:
             if (record is None or not stat.S_ISREG(st.st_mode)
                     or (record.mtime_ns, record.size) != (st.st_mtime_ns, st.st_size)):
                 return None
-            created |= path not in predicted
             predicted[path] = (st.st_mtime_ns, st.st_size, st.st_ino)
-        return self._in_folder_order(predicted) if created else predicted
-
-    def _in_folder_order(self, predicted: dict[str, Seen]) -> dict[str, Seen] | None:
-        """`predicted` in the order the live folder lists its files now (where a created file
-        goes is the file system's choice); None when the folder holds a file `predicted` does
-        not, or lacks one it does: someone else's doing, for the next look to compare."""
-        try:
-            folder = os.open(self.root / layout.ISSUES_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            return None
-        try:
-            names = os.listdir(folder)
-        finally:
-            os.close(folder)
-        ordered: dict[str, Seen] = {}
-        for name in names:
-            path = f"{layout.ISSUES_DIR}/{name}"
-            if _in_live_scan(path):
-                seen = predicted.get(path)
-                if seen is None:
-                    return None
-                ordered[path] = seen
-        if layout.CONTEXT_FILE in predicted:
-            ordered[layout.CONTEXT_FILE] = predicted[layout.CONTEXT_FILE]
-        return ordered if len(ordered) == len(predicted) else None
+        return predicted
 
     def _follow(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,
                 recorded: str | None) -> None:
         """Bring one changed path of the checkout to the tip, unless a person's edit is there."""
-        import pygit2
-
         if layout.is_archived(path) and self._follow_archived(follow, path, old_oid, new_oid, recorded):
             return
         if leads_outside(self.root, path, follow.folders_inside):
@@ -742,7 +678,6 @@ class Checkout:
             # a version committed on the branch meanwhile (a plain `git commit` in .hive/)
             # is no unsaved edit of a person's
             clean = current in _blobs_between(follow.repo, follow.old, follow.new, path)
-        git_index = follow.git_index
         try:
             if clean:
                 written = None
@@ -762,20 +697,13 @@ class Checkout:
                     clean = written is not None   # a person saved it meanwhile: theirs
                 if clean:
                     self._record(path, new_oid, written)
-            if new_oid is None:
-                if path in git_index:
-                    git_index.remove(path)
-            else:
-                if clean and not follow.bulk:
-                    git_index.add(path)   # from the file: with its stat, for `git status`
-                if not clean or follow.bulk or str(git_index[path].id) != new_oid:
-                    # a person's save that came in after hive's write must not be staged
-                    # as if git had: absorb takes a staged version for git's own, no edit
-                    git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=new_oid), pygit2.enums.FileMode.BLOB))
-        except (OSError, pygit2.GitError, ValueError):
-            # a name this file system or git's index cannot hold (too long, a folder in
-            # the way...): that file is not in the checkout; the index reports it if bad
+        except OSError:
+            # a name this file system cannot hold (too long, a folder in the way...): that
+            # file is not in the checkout; the index reports it if bad
             return
+        # the tip's version, never the file's bytes: a person's save that came in after hive's
+        # write must not be staged as if git had (absorb takes a staged version for git's own)
+        follow.staged[path] = (new_oid, False)
 
     def _follow_archived(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,
                          recorded: str | None) -> bool:
@@ -789,7 +717,8 @@ class Checkout:
         if not (follow.archive_on_disk and os.path.lexists(where)):
             if recorded is not None:
                 self._record(path, None)   # a checked-out copy the person removed
-            return self._stage(follow.git_index, path, new_oid)
+            follow.staged[path] = (new_oid, True)
+            return True
         if leads_outside(self.root, path, follow.folders_inside):
             return True
         if recorded is not None:
@@ -806,20 +735,50 @@ class Checkout:
         if not _unlink_if_unchanged(Path(where), current):
             return False  # saved since: theirs
         _prune_empty_dirs(Path(where).parent, self.root)
-        return self._stage(follow.git_index, path, new_oid)
+        follow.staged[path] = (new_oid, True)
+        return True
 
-    @staticmethod
-    def _stage(git_index: "pygit2.Index", path: str, oid: str | None) -> bool:
+    def _stage_all(self, staged: dict[str, tuple[str | None, bool]], bulk: bool) -> None:
+        """A refresh's changes to the checkout's git index, in one write: each path at its blob
+        (None: out of the index), with the skip-worktree bit when left out of the checkout. A
+        few in a big index by git's own `update-index` (libgit2 reads and writes all of an index
+        at several times git's cost, which outgrows starting git from `GIT_INDEX_BYTES` on:
+        docs/PERFORMANCE.md); the others, and a bulk (90k skip-worktree entries, a command line
+        each), through libgit2."""
         import pygit2
 
-        try:
-            if oid is not None:
-                _stage_left_out(git_index, path, oid)
-            elif path in git_index:
-                git_index.remove(path)
-        except (pygit2.GitError, ValueError):
-            pass   # a name git's index cannot hold
-        return True
+        if not staged:
+            return
+        git_dir = self._git_dir()
+        size = 0
+        if git_dir is not None:
+            # held for milliseconds by a live git; older than that, left by a killed process
+            # (hive's own refresh included), and every later write would fail on it
+            git.release_stale_lock(git_dir / "index.lock")
+            try:
+                size = os.stat(git_dir / "index").st_size
+            except OSError:
+                pass
+        if not bulk and size >= GIT_INDEX_BYTES:
+            try:
+                git.update_worktree_index(self.root, {path: oid for path, (oid, _) in staged.items()},
+                                          [path for path, (oid, left_out) in staged.items() if oid and left_out])
+                return
+            except HiveError:
+                pass   # a name git refuses fails them all: libgit2 below leaves out that one alone
+        git_index = self._checkout_index()
+        for path, (oid, left_out) in staged.items():
+            try:
+                if oid is None:
+                    if path in git_index:
+                        git_index.remove(path)
+                elif left_out:
+                    _stage_left_out(git_index, path, oid)
+                else:
+                    git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), pygit2.enums.FileMode.BLOB))
+            except (pygit2.GitError, ValueError):
+                continue   # a name git's index cannot hold
+        git_index.write()
 
     def _recorded_blob(self, path: str) -> str | None:
         row = self.db.execute("SELECT blob FROM files WHERE path = ?", (path,)).fetchone()
@@ -934,9 +893,10 @@ class Checkout:
 
     def _archived_on_disk(self) -> list[str]:
         """The archived issue files in `.hive/`, found as every scan finds files (no symlink entered)."""
-        return sorted(path for path in self._scan(full=True) if layout.is_archived(path) and path.endswith(".md"))
+        return sorted(path for path in live_folder.scan(self.root, full=True) if layout.is_archived(path) and path.endswith(".md"))
 
 
+GIT_INDEX_BYTES = 512 << 10   # a `.hive/` git index this big (~6k entries) is changed by git's CLI (`_stage_all`)
 # More changed paths than this in one refresh (a pull of a large queue, `init` in a fresh clone):
 # the checkout's git index gets each file's blob id without its stat instead of libgit2 reading,
 # hashing and stat-ing every file again (~0.4 ms each, most of the refresh). `git status` in
@@ -946,16 +906,17 @@ BULK_PATHS = 256
 
 @dataclass
 class _Following:
-    """One refresh: the repository, the two commits, the checkout's git index."""
+    """One refresh: the repository, the two commits, what it stages in the checkout's git index."""
 
     repo: "pygit2.Repository"
     old: str
     new: str
-    git_index: "pygit2.Index"
     bulk: bool
     archive_on_disk: bool = True   # False (as it should be): no archived file to look for
     read_already: Mapping[str, bytes] = field(default_factory=dict)   # blob id -> its bytes, read before
     folders_inside: set[str] = field(default_factory=set)   # looked at: no symlink (`leads_outside`)
+    # the git index entries it changes: path -> (blob or None: removed, left out of the checkout)
+    staged: dict[str, tuple[str | None, bool]] = field(default_factory=dict)
 
 
 def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, limit: int = 1000) -> set[str]:
@@ -1046,23 +1007,6 @@ def _streamed_blob_id(handle: BinaryIO, size: int, head: bytes = b"") -> str:
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
-
-
-def _in_live_scan(path: str) -> bool:
-    """Whether `_scan(full=False)` would find a file at `path` (the live folder, flat; context.md)."""
-    folder, _, name = path.rpartition("/")
-    return path == layout.CONTEXT_FILE or (folder == layout.ISSUES_DIR and not name.startswith(".")
-                                            and name.endswith(RECORD_SUFFIXES))
-
-
-def _fingerprint(on_disk: dict[str, Seen]) -> str:
-    """A digest of the files' paths and stats, in the order they were found: equal to the last
-    scan's that found every file as recorded, the checkout holds no edit (whatever changes a
-    record forgets that scan; a folder listed in another order only costs a file-by-file look)."""
-    stats = array.array("q", [n for seen in on_disk.values() for n in seen])
-    digest = _blake2b("\0".join(on_disk).encode(), digest_size=20)
-    digest.update(stats.tobytes())
-    return digest.hexdigest()
 
 
 def _temp_beside(target: Path) -> Path:
