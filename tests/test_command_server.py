@@ -153,6 +153,26 @@ def test_a_served_command_finds_every_save_made_right_before_it(repo: Path, runt
     assert "missed a change" not in log.read_text()
 
 
+def test_a_change_no_event_told_is_found_once_the_commands_pause(repo: Path, runtime: Path, hive, wait_for,
+                                                                  tmp_path: Path) -> None:
+    """A write through a hard link made after the server began watching makes no event: the
+    server makes the scans its commands used anew once they pause, and the next command finds it."""
+    issue_id = hive("create", "Linked").stdout.strip()
+    socket, _ = _serving(runtime, wait_for)
+    log = socket.with_suffix(".log")
+    hive("list")
+    wait_for(lambda: "watching" in log.read_text(), "the server to keep the checkout", timeout=60)
+    elsewhere = tmp_path / "second-name.md"
+    os.link(repo / ".hive" / "issues" / f"{issue_id}.md", elsewhere)
+    with open(elsewhere, "r+") as through_it:
+        text = through_it.read()
+        through_it.seek(0)
+        through_it.write(text.replace('title = "Linked"', 'title = "LINKED"'))
+    hive("list")                                   # a command: the pause after it makes the scans anew
+    wait_for(lambda: "had missed a change" in log.read_text(), "the server to find the change", timeout=60)
+    assert "LINKED" in hive("show", issue_id).stdout
+
+
 def test_ctrl_c_reaches_the_served_command_and_the_server_goes_on(repo: Path, runtime: Path, hive,
                                                                     wait_for, create_reading_stdin) -> None:
     hive("list")

@@ -140,9 +140,10 @@ def test_what_no_event_tells_is_found_when_the_scans_are_made_anew(checkout: Pat
         through_it.write("appended through the other name\n")
     watcher.catch_up()
     assert watcher.kept(checkout)[0] != live_folder.scan(checkout, full=False)   # the limit, shown
-    assert watcher.verify() == [str(checkout)]
+    assert watcher.verify([]) == []                             # only the checkouts commands used
+    assert watcher.verify([str(checkout)]) == [str(checkout)]
     _kept_is_the_scan(watcher, checkout)
-    assert watcher.verify() == []
+    assert watcher.verify([str(checkout)]) == []
 
 
 @pytest.mark.parametrize("replaced", ["issues/ by another folder", "issues/ by a symlink",
@@ -185,22 +186,23 @@ def test_what_cannot_be_watched_is_refused_with_the_reason(checkout: Path, watch
     assert watcher.watching() == []
 
 
-def test_a_served_command_takes_the_kept_scan_once_and_names_a_checkout_not_kept(
+def test_a_served_command_takes_the_kept_scan_once_and_names_the_checkout_it_used(
         checkout: Path, watcher: live_folder.Watcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reports, report_to = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     monkeypatch.setattr(live_folder, "_asked", set())
     monkeypatch.setattr(live_folder, "_server", None)
     assert live_folder.taken(checkout) is None                    # not served: nothing to take
     live_folder.served_by(watcher, report_to)
-    assert live_folder.taken(checkout) is None                    # not kept yet: the server is asked
+    assert live_folder.taken(checkout) is None                    # not kept yet: the server is told
     assert live_folder.taken(checkout) is None                    # once
     assert os.read(reports, 4096) == os.fsencode(str(checkout)) + b"\0"
     monkeypatch.setattr(live_folder, "_asked", set())
     assert watcher.watch(str(checkout)) == ""
     fresh = live_folder.scan(checkout, full=False)
     assert live_folder.taken(checkout) == (fresh, live_folder.fingerprint(fresh))
+    assert os.read(reports, 4096) == os.fsencode(str(checkout)) + b"\0"   # used: made anew at the pause
     assert live_folder.taken(checkout) is None                    # a second look scans (after own writes)
     with pytest.raises(BlockingIOError):
-        os.read(reports, 4096)                                    # and asks nothing
+        os.read(reports, 4096)                                    # and tells nothing more
     os.close(reports)
     os.close(report_to)

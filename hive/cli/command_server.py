@@ -59,6 +59,7 @@ def main(path: str) -> None:
     watcher = _watcher()
     reports, report_to = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     not_kept: set[str] = set()   # checkouts the watcher would not keep, said once in the log
+    used: set[str] = set()       # checkouts the commands used since the scans were last made anew
     print(f"pid {os.getpid()}: serving {path}", flush=True)
     verify_at: float | None = None   # the kept scans made anew once the commands pause
     while True:
@@ -67,8 +68,9 @@ def main(path: str) -> None:
         readable, _, _ = select.select(waiting, [], [], timeout)
         if verify_at is not None and time.monotonic() >= verify_at:
             verify_at = None
-            for root in watcher.verify() if watcher else []:
+            for root in watcher.verify(used) if watcher else []:
                 print(f"the kept scan of {root} had missed a change (no event for it)", flush=True)
+            used.clear()
         if not readable:
             if time.monotonic() - last >= idle or not _still_ours(path, inode):
                 break
@@ -77,7 +79,7 @@ def main(path: str) -> None:
             watcher.catch_up()
             watcher.prepare()
         if reports in readable:
-            _keep_reported(watcher, reports, not_kept)
+            used |= _keep_reported(watcher, reports, not_kept)
         if listener.fileno() not in readable:
             continue
         try:
@@ -123,14 +125,15 @@ def _watcher() -> live_folder.Watcher | None:
         return None
 
 
-def _keep_reported(watcher: live_folder.Watcher | None, reports: int, not_kept: set[str]) -> None:
-    """The checkouts the commands named (NUL-terminated paths; a write of one is atomic) kept."""
+def _keep_reported(watcher: live_folder.Watcher | None, reports: int, not_kept: set[str]) -> set[str]:
+    """The checkouts the commands named (NUL-terminated paths; a write of one is atomic), kept
+    from now on; returned."""
     try:
         data = os.read(reports, 1 << 16)
     except (BlockingIOError, InterruptedError):
-        return
-    for name in data.split(b"\0")[:-1]:
-        root = os.fsdecode(name)
+        return set()
+    named = {os.fsdecode(name) for name in data.split(b"\0")[:-1]}
+    for root in named:
         if watcher is None or root in watcher.watching():
             continue
         why = watcher.watch(root)
@@ -139,6 +142,7 @@ def _keep_reported(watcher: live_folder.Watcher | None, reports: int, not_kept: 
         elif root not in not_kept:
             not_kept.add(root)
             print(f"not watching: {why}", flush=True)
+    return named
 
 
 def _warm() -> None:

@@ -28,6 +28,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Collection
 
 from hive.state import layout
 from hive.state.layout import leads_outside
@@ -159,35 +160,43 @@ class Watcher:
             return f"{root!r} is no absolute path"
         if len(self._watched) >= MAX_WATCHED:
             return f"{MAX_WATCHED} checkouts are watched already"
+        opened: list[int] = []
         try:
-            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            why = self._watch(root, opened)
         except OSError as exc:
-            return f"{root}: {exc.strerror or exc}"
-        folders = [root_fd]
-        try:
-            key = _identity(os.fstat(root_fd))
-            if key in self._watched:
-                return ""
-            kind = _file_system(root)
-            if kind not in LOCAL_FILE_SYSTEMS:
-                return f"{root}: its file system ({kind:#x}) may change without this kernel's knowing"
-            issues_fd = os.open(layout.ISSUES_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                dir_fd=root_fd)
-            folders.append(issues_fd)
-            # watched before the scan: a change during the scan is both in it and in the queue;
-            # through the descriptors (/proc/self/fd: the very folders opened without following)
-            root_watch = self._add_watch(f"/proc/self/fd/{root_fd}")
-            issues_watch = self._add_watch(f"/proc/self/fd/{issues_fd}")
-        except OSError as exc:
-            for fd in folders:
+            why = f"{root}: {exc.strerror or exc}"
+        if why is not None:
+            for fd in opened:
                 os.close(fd)
-            return f"{root}: {exc.strerror or exc}"
-        watched = _Watched(root, _identity(os.fstat(issues_fd)), (root_fd, issues_fd), (root_watch, issues_watch), {})
+        return why or ""
+
+    def _watch(self, root: str, opened: list[int]) -> str | None:
+        """None once kept (the folders put in `opened` stay open for it), else why not ("": kept
+        already)."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        opened.append(os.open(root, flags))
+        key = _identity(os.fstat(opened[0]))
+        if key in self._watched:
+            return ""
+        kind = _file_system(root)
+        if kind not in LOCAL_FILE_SYSTEMS:
+            return f"{root}: its file system ({kind:#x}) may change without this kernel's knowing"
+        opened.append(os.open(layout.ISSUES_DIR, flags, dir_fd=opened[0]))
+        # watched before the scan: a change during the scan is both in it and in the queue;
+        # through the descriptors (/proc/self/fd: the very folders opened without following)
+        root_watch = self._add_watch(f"/proc/self/fd/{opened[0]}")
+        try:
+            issues_watch = self._add_watch(f"/proc/self/fd/{opened[1]}")
+        except OSError:
+            self._libc.inotify_rm_watch(self._fd, root_watch)
+            raise
+        watched = _Watched(root, _identity(os.fstat(opened[1])), (opened[0], opened[1]),
+                           (root_watch, issues_watch), {})
         watched.seen = scan(Path(root), full=False, linked=watched.linked)
         self._watched[key] = watched
         self._by_watch[root_watch] = (watched, "")
         self._by_watch[issues_watch] = (watched, layout.ISSUES_DIR + "/")
-        return ""
+        return None
 
     def _add_watch(self, path: str) -> int:
         import ctypes
@@ -266,11 +275,11 @@ class Watcher:
             watched.digest = fingerprint(watched.seen)
         return watched.seen, watched.digest
 
-    def verify(self) -> list[str]:
-        """Each kept scan made anew (what no event told), from the folders it was made of; the
-        roots whose scan had drifted."""
+    def verify(self, roots: Collection[str]) -> list[str]:
+        """The kept scans of `roots` made anew (what no event told); the roots whose scan had
+        drifted."""
         drifted = []
-        for watched in list(self._watched.values()):
+        for watched in [watched for watched in self._watched.values() if watched.root in roots]:
             root = Path(watched.root)
             try:
                 same = (_identity(os.lstat(root)), _identity(os.lstat(root / layout.ISSUES_DIR))) == \
@@ -356,15 +365,14 @@ def served_by(watcher: Watcher, report: int) -> None:
 def taken(root: Path) -> tuple[dict[str, Seen], str] | None:
     """The live scan of `root` and its fingerprint as the command server kept it when it forked
     this process; once: a second look (after this command's own writes) is a new scan. None
-    when there is none to take (no server; not kept yet: then the server is asked to)."""
+    when there is none to take (no server; not kept yet). Either way the server is told the
+    checkout was used: it keeps it from now on, and makes its scan anew once commands pause."""
     if _server is None or str(root) in _asked:
         return None
     _asked.add(str(root))
     watcher, report = _server
-    kept = watcher.kept(root)
-    if kept is None:
-        try:
-            os.write(report, os.fsencode(str(root)) + b"\0")
-        except OSError:
-            pass   # the server's pipe is full or gone: the scan is made here, as without one
-    return kept
+    try:
+        os.write(report, os.fsencode(str(root)) + b"\0")
+    except OSError:
+        pass   # the server's pipe is full or gone: as without one
+    return watcher.kept(root)
