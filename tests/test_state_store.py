@@ -8,6 +8,7 @@ formatting survives; `.hive/` follows the branch and never loses a person's edit
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -882,6 +883,28 @@ def test_a_bulk_refresh_writes_every_file_as_on_the_branch_and_leaves_a_persons_
     assert all(records[path] == blob[path] for path in listed
                if path != layout.live_path(ids[1]) and not layout.is_archived(path))
     assert records.get(layout.live_path(ids[1])) != blob[layout.live_path(ids[1])]   # never recorded as hive's
+
+
+@pytest.mark.parametrize("points_at", ["the issue's own bytes", "other bytes"])
+def test_a_refresh_neither_reads_nor_writes_through_a_symlink_put_at_an_issues_name(repo, project, git, new_issue,
+                                                                                   tmp_path, points_at):
+    """A symlink where an issue's file is (a person's, or left by a tool): the branch moving that
+    issue on changes nothing there — the symlink stays, the file it points at is neither written
+    nor taken for the issue's (were it read, the same bytes would make it look clean to replace)."""
+    issue = new_issue("pointed elsewhere")
+    target = repo / ".hive" / "issues" / f"{issue}.md"
+    elsewhere = tmp_path / "elsewhere.md"
+    own = target.read_text()
+    elsewhere.write_text(own if points_at == "the issue's own bytes" else own.replace("pointed elsewhere",
+                                                                                    "not hive's to read"))
+    before = elsewhere.stat()
+    target.unlink()
+    target.symlink_to(elsewhere)
+    issues.update(project, issue, {"priority": 0})
+    assert target.is_symlink() and os.readlink(target) == str(elsewhere)
+    assert (elsewhere.stat().st_mtime_ns, elsewhere.stat().st_ino) == (before.st_mtime_ns, before.st_ino)
+    on_tip = on_branch(git, repo, f"issues/{issue}.md")
+    assert "priority = 0" in on_tip and "not hive's to read" not in on_tip
 
 
 def test_the_checkout_scan_finds_only_the_files_hive_reads_and_follows_no_symlink(repo, project, new_issue,

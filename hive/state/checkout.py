@@ -281,16 +281,23 @@ class Checkout:
         for row in rows:
             path, blob, mtime_ns, size = row
             written = fresh.get(path)
-            if mtime_ns == RACY_MTIME and written is not None and not leads_outside(self.root, path, folders_inside):
+            if mtime_ns == RACY_MTIME and written is not None and \
+                    not leads_outside(self.root, path, folders_inside, name_itself=False):
                 try:
-                    st = os.lstat(f"{self.root}/{path}")
-                    if ((st.st_mtime_ns, st.st_ino, st.st_size) == (*written, size)
-                            and time.time_ns() - st.st_mtime_ns >= self.racy_ns):   # before the read
-                        with open(f"{self.root}/{path}", "rb") as handle:
-                            if blob_id(handle.read(size + 1)) == blob:
-                                row = (path, blob, st.st_mtime_ns, size)
+                    fd = os.open(f"{self.root}/{path}", READ_REGULAR)
                 except OSError:
-                    pass   # gone or unreadable: the racy record asks the next scan to look
+                    fd = -1   # gone, or a symlink now: the racy record asks the next scan to look
+                if fd >= 0:
+                    try:
+                        st = os.fstat(fd)
+                        if ((st.st_mtime_ns, st.st_ino, st.st_size) == (*written, size) and stat.S_ISREG(st.st_mode)
+                                and time.time_ns() - st.st_mtime_ns >= self.racy_ns   # before the read
+                                and blob_id(_read_fd(fd, size + 1)) == blob):
+                            row = (path, blob, st.st_mtime_ns, size)
+                    except OSError:
+                        pass
+                    finally:
+                        os.close(fd)
             settled.append(row)
         return settled
 
@@ -474,7 +481,7 @@ class Checkout:
                 self._record(path, None)
                 try:
                     if path in git_index:
-                        _stage_left_out(git_index, path, str(git_index[path].id))
+                        _stage_blob(git_index, path, str(git_index[path].id), left_out=True)
                 except (pygit2.GitError, ValueError):
                     continue
             try:
@@ -663,16 +670,14 @@ class Checkout:
         """Bring one changed path of the checkout to the tip, unless a person's edit is there."""
         if layout.is_archived(path) and self._follow_archived(follow, path, old_oid, new_oid, recorded):
             return
-        if leads_outside(self.root, path, follow.folders_inside):
+        if leads_outside(self.root, path, follow.folders_inside, name_itself=False):
             return  # never followed: a fetched state may point one anywhere
         where = f"{self.root}/{path}"   # no pathlib on the way of a new file: ~100k of them at once
         try:
-            with open(where, "rb") as handle:
-                current = blob_id(handle.read())
-        except FileNotFoundError:
-            current = None
-        except (IsADirectoryError, NotADirectoryError):
-            return
+            held = _read_regular(where)
+        except OSError:
+            return   # a symlink at the name (never followed), a folder, a file of another kind
+        current = blob_id(held) if held is not None else None
         clean = current in (old_oid, recorded) or current == new_oid or (current is None and old_oid is None)
         if not clean and current is not None:
             # a version committed on the branch meanwhile (a plain `git commit` in .hive/)
@@ -772,10 +777,8 @@ class Checkout:
                 if oid is None:
                     if path in git_index:
                         git_index.remove(path)
-                elif left_out:
-                    _stage_left_out(git_index, path, oid)
                 else:
-                    git_index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), pygit2.enums.FileMode.BLOB))
+                    _stage_blob(git_index, path, oid, left_out)
             except (pygit2.GitError, ValueError):
                 continue   # a name git's index cannot hold
         git_index.write()
@@ -853,7 +856,7 @@ class Checkout:
             state.unmarked = len([entry for entry in unmarked if entry.path not in removed])
             if fix and unmarked:
                 for entry in unmarked:
-                    _stage_left_out(git_index, entry.path, str(entry.id))
+                    _stage_blob(git_index, entry.path, str(entry.id), left_out=True)
                 self._write_git_index(git_index)
         return state
 
@@ -944,20 +947,21 @@ def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, lim
 SKIP_WORKTREE = 1 << 14
 
 
-def _stage_left_out(git_index: "pygit2.Index", path: str, oid: str) -> None:
-    """Stage `path` at blob `oid` with git's skip-worktree bit. pygit2's IndexEntry carries no
-    flags, so the entry goes to libgit2's `git_index_add` (which copies it) the way pygit2's own
-    `Index.add` hands one over, the bit set: written with every other change of the same index
-    write — no second write (`git update-index --skip-worktree`: ~0.1 s at 100k entries, and a
-    process) and no moment when the index names archived files as deleted, which a person's
-    `git commit -a` would commit. Built in place: 90k of them cost ~0.6 s, through IndexEntry ~0.9 s."""
+def _stage_blob(git_index: "pygit2.Index", path: str, oid: str, left_out: bool = False) -> None:
+    """Stage `path` at blob `oid`, with git's skip-worktree bit when `left_out`. pygit2's
+    IndexEntry carries no flags, so the entry goes to libgit2's `git_index_add` (which copies it)
+    the way pygit2's own `Index.add` hands one over, the bit set: written with every other change
+    of the same index write — no second write (`git update-index --skip-worktree`: ~0.1 s at 100k
+    entries, and a process) and no moment when the index names archived files as deleted, which
+    a person's `git commit -a` would commit. Built in place: 90k of them cost ~0.6 s, through
+    IndexEntry ~0.9 s."""
     import pygit2
     from pygit2.errors import check_error
 
     entry = pygit2.ffi.new("git_index_entry *")
     pygit2.ffi.buffer(pygit2.ffi.addressof(entry, "id"))[:] = bytes.fromhex(oid)   # ValueError if no id
     entry.mode = pygit2.GIT_FILEMODE_BLOB
-    entry.flags_extended = SKIP_WORKTREE
+    entry.flags_extended = SKIP_WORKTREE if left_out else 0
     c_path = pygit2.ffi.new("char[]", os.fsencode(path))   # alive until git_index_add has copied it
     entry.path = c_path
     check_error(pygit2.C.git_index_add(git_index._index, entry), io=True)
@@ -1023,6 +1027,38 @@ def _write_temp(target: Path, data: bytes) -> tuple[Path, os.stat_result]:
         out.write(data)
         out.flush()
         return tmp, os.fstat(out.fileno())
+
+
+# a file of `.hive/` opened to be read: never through a symlink at its name, never waiting on a FIFO
+READ_REGULAR = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _read_regular(where: str) -> bytes | None:
+    """The bytes of the regular file at `where`, None when there is none; OSError for a symlink
+    at the name (ELOOP), a folder or a file of another kind."""
+    try:
+        fd = os.open(where, READ_REGULAR)
+    except FileNotFoundError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, "not a regular file", where)
+        return _read_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, limit: int = -1) -> bytes:
+    """What `fd` holds from its position: all, or at most `limit` bytes."""
+    chunks = []
+    left = limit if limit >= 0 else 1 << 62
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _create_new(target: str, data: bytes) -> os.stat_result | None:

@@ -77,18 +77,22 @@ def issue_id_of(path: str) -> str | None:
     return name[:-3]
 
 
-def leads_outside(root: Path | str, path: str, folders_inside: set[str] | None = None) -> bool:
+def leads_outside(root: Path | str, path: str, folders_inside: set[str] | None = None, *,
+                  name_itself: bool = True) -> bool:
     """Whether `path` (relative to `root`) could lead outside it: a symlink or under one, or a
     name that climbs or is not one (`..`, `.`, empty, NUL, `.git`). Hive never reads or writes
     through those: in `.hive/` (the trust check refuses them on the branch; this is the second
     lock on the door), nor in a person's checkout of the target branch. `folders_inside`: the
     folders found to be none of those by earlier calls (one refresh of many files in a folder
-    looks at it once), which this call adds to."""
+    looks at it once), which this call adds to. Not `name_itself`: the last name is left to the
+    caller's own `O_NOFOLLOW` open (one system call where a look and an open were two)."""
     parts = path.split("/")
     if any(part in ("", ".", "..") or "\0" in part or part.casefold() == ".git" for part in parts):
         return True
     current = str(root)
     last = len(parts) - 1
+    if not name_itself:
+        parts = parts[:-1]
     for depth, part in enumerate(parts):
         current = f"{current}/{part}"
         if depth < last and folders_inside is not None and current in folders_inside:
