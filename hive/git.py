@@ -345,9 +345,12 @@ def _update_index(worktree: Path, args: list[str]) -> None:
     import subprocess
 
     env = {name: value for name, value in os.environ.items() if name not in LOCATION_VARIABLES}
-    proc = subprocess.run(["git", "-C", str(worktree), "-c", "core.splitIndex=false", "-c", "index.skipHash=false",
-                           "-c", "core.fsmonitor=false", "update-index", *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, env=env)
+    try:
+        proc = subprocess.run(["git", "-C", str(worktree), "-c", "core.splitIndex=false", "-c", "index.skipHash=false",
+                               "-c", "core.fsmonitor=false", "update-index", *args],
+                              stdin=subprocess.DEVNULL, capture_output=True, env=env)
+    except OSError as exc:   # no git on PATH, too long a command line
+        raise HiveError(f"git update-index could not start in {worktree}: {exc.strerror or exc}") from exc
     if proc.returncode != 0:
         reason = proc.stderr.decode(errors="replace").strip().splitlines()
         raise HiveError(f"git update-index failed in {worktree}: {reason[-1] if reason else proc.returncode}")

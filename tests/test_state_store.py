@@ -452,6 +452,20 @@ def test_a_refresh_stages_the_tips_blobs_in_the_checkouts_own_index_whatever_the
     assert "priority = 0" in (hive_dir / "issues" / f"{issue}.md").read_text()
 
 
+def test_no_git_to_stage_with_is_a_one_line_error_the_refresh_gets_past(repo, project, git, new_issue, monkeypatch):
+    from hive.state import checkout as checkout_module
+
+    issue = new_issue("no git on PATH")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(HiveError, match="git update-index could not start in .*: No such file"):
+        hgit.update_worktree_index(repo / ".hive", {f"issues/{issue}.md": None}, [])
+    monkeypatch.setattr(checkout_module, "GIT_INDEX_BYTES", 0)
+    issues.update(project, issue, {"priority": 0})       # staged through libgit2 instead
+    monkeypatch.undo()
+    staged = git("ls-files", "-s", f"issues/{issue}.md", cwd=repo / ".hive").stdout.split()[1]
+    assert staged == git("rev-parse", f"hive/state:issues/{issue}.md", cwd=repo).stdout.strip()
+
+
 def test_a_persons_invalid_edit_is_never_overwritten(repo, hive, git, new_issue, state_log):
     issue = new_issue("mine to edit")
     path = repo / ".hive" / "issues" / f"{issue}.md"
