@@ -288,6 +288,33 @@ def test_an_unused_server_exits_and_removes_its_socket(repo: Path, runtime: Path
     assert not socket.exists() and "exiting: unused" in socket.with_suffix(".log").read_text()
 
 
+def test_an_unused_server_exits_while_a_checkout_it_watches_keeps_changing(repo: Path, runtime: Path, hive,
+                                                                             wait_for, monkeypatch) -> None:
+    """Events of a watched `.hive/` (a `git hive run` refreshing it all day) are no command: the
+    server still exits once no command came for the idle time."""
+    import threading
+
+    monkeypatch.setenv(served.IDLE_VARIABLE, "1.5")
+    issue_id = hive("create", "Touched all the time").stdout.strip()
+    socket, server = _serving(runtime, wait_for)
+    hive("list")
+    wait_for(lambda: "watching" in socket.with_suffix(".log").read_text(), "the server to keep the checkout")
+    issue, done = repo / ".hive" / "issues" / f"{issue_id}.md", threading.Event()
+
+    def touch_until_done() -> None:
+        while not done.wait(0.05):
+            os.utime(issue)
+
+    toucher = threading.Thread(target=touch_until_done)
+    toucher.start()
+    try:
+        wait_for(lambda: server not in _servers(runtime.parent), "the idle server to exit", timeout=60)
+    finally:
+        done.set()
+        toucher.join()
+    assert "exiting: unused" in socket.with_suffix(".log").read_text()
+
+
 def test_the_servers_key_follows_the_sources_the_packages_and_the_environment(tmp_path: Path) -> None:
     package = tmp_path / "hive"
     (package / "cli").mkdir(parents=True)

@@ -56,31 +56,15 @@ def main(path: str) -> None:
     idle = _idle_seconds()
     inode = os.stat(path).st_ino
     last = time.monotonic()
-    watcher = _watcher()
-    reports, report_to = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    not_kept: set[str] = set()   # checkouts the watcher would not keep, said once in the log
-    used: set[str] = set()       # checkouts the commands used since the scans were last made anew
+    kept = _KeptScans()
     print(f"pid {os.getpid()}: serving {path}", flush=True)
-    verify_at: float | None = None   # the kept scans made anew once the commands pause
     while True:
-        waiting: list[int] = [listener.fileno(), reports] + ([watcher.fileno()] if watcher else [])
-        timeout = min(idle, 60.0) if verify_at is None else max(0.0, verify_at - time.monotonic())
-        readable, _, _ = select.select(waiting, [], [], timeout)
-        if verify_at is not None and time.monotonic() >= verify_at:
-            verify_at = None
-            for root in watcher.verify(used) if watcher else []:
-                print(f"the kept scan of {root} had missed a change (no event for it)", flush=True)
-            used.clear()
-        if not readable:
+        readable, _, _ = select.select([listener.fileno(), *kept.fds()], [], [], kept.timeout(min(idle, 60.0)))
+        kept.wake(readable)
+        if listener.fileno() not in readable:
+            # what wakes the server besides a command (a watched checkout's events) is no use
             if time.monotonic() - last >= idle or not _still_ours(path, inode):
                 break
-            continue
-        if watcher and watcher.fileno() in readable:
-            watcher.catch_up()
-            watcher.prepare()
-        if reports in readable:
-            used |= _keep_reported(watcher, reports, not_kept)
-        if listener.fileno() not in readable:
             continue
         try:
             connection, _ = listener.accept()
@@ -94,8 +78,7 @@ def main(path: str) -> None:
             _send(connection, served.REFUSED)
             connection.close()
             continue
-        if watcher:
-            watcher.catch_up()   # every change made before the command asked (live_folder.py)
+        kept.before_fork()
         try:
             child = os.fork()
         except OSError as exc:     # no memory, too many processes: the command runs itself
@@ -104,12 +87,10 @@ def main(path: str) -> None:
             child = -1
         if child == 0:
             listener.close()
-            os.close(reports)
-            if watcher:
-                live_folder.served_by(watcher, report_to)
+            kept.in_child()
             _serve(connection)      # never returns
         connection.close()
-        verify_at = time.monotonic() + VERIFY_AFTER
+        kept.after_fork()
         if not _still_ours(path, inode):
             break
     if _still_ours(path, inode):
@@ -117,32 +98,71 @@ def main(path: str) -> None:
     print("exiting: unused for the idle time, or another server took the socket", flush=True)
 
 
-def _watcher() -> live_folder.Watcher | None:
-    try:
-        return live_folder.Watcher()
-    except OSError as exc:   # inotify's instances used up (fs.inotify.max_user_instances)
-        print(f"no inotify ({exc.strerror or exc}): every command scans its checkout", flush=True)
-        return None
+class _KeptScans:
+    """The live scans of the checkouts this server's commands used, kept for the commands to
+    come (state/live_folder.py): the inotify watcher, the pipe on which each command names the
+    checkout it used, and the scans made anew once the commands pause."""
 
+    def __init__(self) -> None:
+        try:
+            self._watcher: live_folder.Watcher | None = live_folder.Watcher()
+        except OSError as exc:   # inotify's instances used up (fs.inotify.max_user_instances)
+            print(f"no inotify ({exc.strerror or exc}): every command scans its checkout", flush=True)
+            self._watcher = None
+        self._reports, self._report_to = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._not_kept: set[str] = set()   # checkouts the watcher would not keep, said once in the log
+        self._used: set[str] = set()       # checkouts used since the scans were last made anew
+        self._verify_at: float | None = None
 
-def _keep_reported(watcher: live_folder.Watcher | None, reports: int, not_kept: set[str]) -> set[str]:
-    """The checkouts the commands named (NUL-terminated paths; a write of one is atomic), kept
-    from now on; returned."""
-    try:
-        data = os.read(reports, 1 << 16)
-    except (BlockingIOError, InterruptedError):
-        return set()
-    named = {os.fsdecode(name) for name in data.split(b"\0")[:-1]}
-    for root in named:
-        if watcher is None or root in watcher.watching():
-            continue
-        why = watcher.watch(root)
-        if not why:
-            print(f"watching {root}", flush=True)
-        elif root not in not_kept:
-            not_kept.add(root)
-            print(f"not watching: {why}", flush=True)
-    return named
+    def fds(self) -> list[int]:
+        return [self._reports] + ([self._watcher.fileno()] if self._watcher else [])
+
+    def timeout(self, otherwise: float) -> float:
+        return otherwise if self._verify_at is None else max(0.0, self._verify_at - time.monotonic())
+
+    def wake(self, readable: list[int]) -> None:
+        """The events read, the checkouts commands named kept, and the scans they used made anew
+        when the pause has come."""
+        if self._watcher and self._watcher.fileno() in readable:
+            self._watcher.catch_up()
+            self._watcher.prepare()
+        if self._reports in readable:
+            self._keep_reported()
+        if self._verify_at is not None and time.monotonic() >= self._verify_at:
+            self._verify_at = None
+            for root in self._watcher.verify(self._used) if self._watcher else []:
+                print(f"the kept scan of {root} had missed a change (no event for it)", flush=True)
+            self._used.clear()
+
+    def before_fork(self) -> None:
+        if self._watcher:
+            self._watcher.catch_up()   # every change made before the command asked (live_folder.py)
+
+    def in_child(self) -> None:
+        os.close(self._reports)
+        if self._watcher:
+            live_folder.served_by(self._watcher, self._report_to)
+
+    def after_fork(self) -> None:
+        self._verify_at = time.monotonic() + VERIFY_AFTER
+
+    def _keep_reported(self) -> None:
+        """The checkouts the commands named (NUL-terminated paths; a write of one is atomic)."""
+        try:
+            data = os.read(self._reports, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        named = {os.fsdecode(name) for name in data.split(b"\0")[:-1]}
+        self._used |= named
+        for root in named:
+            if self._watcher is None or root in self._watcher.watching():
+                continue
+            why = self._watcher.watch(root)
+            if not why:
+                print(f"watching {root}", flush=True)
+            elif root not in self._not_kept:
+                self._not_kept.add(root)
+                print(f"not watching: {why}", flush=True)
 
 
 def _warm() -> None:
