@@ -15,8 +15,9 @@ folder only) is stat-ed again by each command; a checkout on a file system whose
 change without this kernel seeing it (NFS, FUSE, a virtual machine's shared folder) is not
 watched; a queue that overflowed starts every scan anew. Two changes make no event at all: a
 write through a shared memory mapping, and one through a hard link made after the watch began;
-the server scans its checkouts again once its commands pause (`Watcher.verify`), so such an edit
-waits at most until then (a refresh never overwrites it meanwhile: it compares contents).
+the server scans the checkouts its commands used again once they pause (`Watcher.verify`), so
+such an edit waits at most until then (a refresh never overwrites it meanwhile: it compares
+contents).
 """
 
 from __future__ import annotations
