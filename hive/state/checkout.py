@@ -490,12 +490,16 @@ class Checkout:
                 pass   # git at work in .hive/ (its index locked): `git hive doctor --fix` marks them later
 
     def _write_git_index(self, git_index: "pygit2.Index") -> None:
+        self._release_stale_index_lock()
+        git_index.write()
+
+    def _release_stale_index_lock(self) -> None:
+        """The checkout's `index.lock` removed if stale: held for milliseconds by a live git;
+        older than that, left by a killed process (hive's own refresh included), and every later
+        write would fail on it."""
         git_dir = self._git_dir()
         if git_dir is not None:
-            # held for milliseconds by a live git; older than that, left by a killed process
-            # (hive's own refresh included), and every later write would fail on it
             git.release_stale_lock(git_dir / "index.lock")
-        git_index.write()
 
     def _follow_tip(self, path: str, tip: "Snapshot", tip_oid: str | None, on_disk: str) -> None:
         """The file back at the branch's version, if it still holds `on_disk` (the blob just read):
@@ -754,17 +758,8 @@ class Checkout:
 
         if not staged:
             return
-        git_dir = self._git_dir()
-        size = 0
-        if git_dir is not None:
-            # held for milliseconds by a live git; older than that, left by a killed process
-            # (hive's own refresh included), and every later write would fail on it
-            git.release_stale_lock(git_dir / "index.lock")
-            try:
-                size = os.stat(git_dir / "index").st_size
-            except OSError:
-                pass
-        if not bulk and size >= GIT_INDEX_BYTES:
+        if not bulk and self._git_index_bytes() >= GIT_INDEX_BYTES:
+            self._release_stale_index_lock()
             try:
                 git.update_worktree_index(self.root, {path: oid for path, (oid, _) in staged.items()},
                                           [path for path, (oid, left_out) in staged.items() if oid and left_out])
@@ -781,7 +776,14 @@ class Checkout:
                     _stage_blob(git_index, path, oid, left_out)
             except (pygit2.GitError, ValueError):
                 continue   # a name git's index cannot hold
-        git_index.write()
+        self._write_git_index(git_index)
+
+    def _git_index_bytes(self) -> int:
+        git_dir = self._git_dir()
+        try:
+            return os.stat(git_dir / "index").st_size if git_dir is not None else 0
+        except OSError:
+            return 0
 
     def _recorded_blob(self, path: str) -> str | None:
         row = self.db.execute("SELECT blob FROM files WHERE path = ?", (path,)).fetchone()
