@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from hive.cli import served
+from tests.test_live_folder import skip_unless_watchable
 
 HIVE = [sys.executable, "-m", "hive"]
 
@@ -131,6 +132,7 @@ def test_a_served_command_finds_every_save_made_right_before_it(repo: Path, runt
     """The server keeps the checkout's live scan by inotify (hive/state/live_folder.py): a save in
     `.hive/` the moment before a served command — in place at the same size, or by rename — is
     absorbed by that very command."""
+    skip_unless_watchable(repo)
     issue_id = hive("create", "Title 0").stdout.strip()
     socket, _ = _serving(runtime, wait_for)
     log = socket.with_suffix(".log")
@@ -157,6 +159,7 @@ def test_a_change_no_event_told_is_found_once_the_commands_pause(repo: Path, run
                                                                   tmp_path: Path) -> None:
     """A write through a hard link made after the server began watching makes no event: the
     server makes the scans its commands used anew once they pause, and the next command finds it."""
+    skip_unless_watchable(repo)
     issue_id = hive("create", "Linked").stdout.strip()
     socket, _ = _serving(runtime, wait_for)
     log = socket.with_suffix(".log")
@@ -295,6 +298,7 @@ def test_an_unused_server_exits_while_a_checkout_it_watches_keeps_changing(repo:
     import threading
 
     monkeypatch.setenv(served.IDLE_VARIABLE, "1.5")
+    skip_unless_watchable(repo)
     issue_id = hive("create", "Touched all the time").stdout.strip()
     socket, server = _serving(runtime, wait_for)
     hive("list")
