@@ -203,3 +203,40 @@ def test_a_hostile_big_queue_is_refused_before_a_child_or_hive_sees_it(repo, pro
     assert git("rev-parse", "hive/state", cwd=repo).stdout.strip() == before
     assert project.checkout.commit == before and not list(issues.glob("hv-bad*.md"))
     assert not (issues / "hv-evil01.md").is_symlink() and project.index.list() == []
+
+
+@pytest.mark.parametrize("name", ["--force-remove.md", "-q.md", "a,b.md", "--index-info.md"])
+def test_a_fetched_state_with_names_git_could_take_for_options_reaches_no_git(repo, project, git, issue_text,
+                                                                              monkeypatch, name):
+    """A refresh hands the paths it stages to `git update-index` when the checkout's index is big:
+    a fetched tip naming files like options or with a comma is refused whole by the trust check,
+    before anything is staged (and the stager takes any path as a path: test_state_store)."""
+    from hive import git as hgit
+    from hive.state import checkout as checkout_module
+
+    monkeypatch.setattr(checkout_module, "GIT_INDEX_BYTES", 0)   # every refresh through git's CLI
+    staged: list[str] = []
+    stage = hgit.update_worktree_index
+    monkeypatch.setattr(hgit, "update_worktree_index",
+                        lambda worktree, blobs, left_out: staged.extend(blobs) or stage(worktree, blobs, left_out))
+    issues = repo / ".hive" / "issues"
+    before = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    (issues / "hv-fine01.md").write_text(issue_text("Fine"), encoding="utf-8")
+    (issues / name).write_text(issue_text("Named like an option"), encoding="utf-8")
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "a hostile name", cwd=repo / ".hive")
+    hostile = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    git("reset", "-q", "--hard", before, cwd=repo / ".hive")
+    git("update-ref", "refs/heads/hive/state", hostile, cwd=repo)
+    problems = project.sync(warn=False)
+    assert [p.path for p in problems] == [index_module.REFUSED] and staged == []
+    assert git("rev-parse", "hive/state", cwd=repo).stdout.strip() == before
+    assert not (issues / name).exists() and not (issues / "hv-fine01.md").exists()
+    assert git("ls-files", "--", f"issues/{name}", cwd=repo / ".hive").stdout == ""
+    (issues / "hv-fine01.md").write_text(issue_text("Fine"), encoding="utf-8")   # the same, without it
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", "fine", cwd=repo / ".hive")
+    fine = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    git("reset", "-q", "--hard", before, cwd=repo / ".hive")
+    git("update-ref", "refs/heads/hive/state", fine, cwd=repo)
+    assert project.sync(warn=False) == [] and staged == ["issues/hv-fine01.md"]   # through git, as a name

@@ -127,6 +127,24 @@ def test_a_burst_of_changes_is_kept_in_step(checkout: Path, watcher: live_folder
         _kept_is_the_scan(watcher, checkout)
 
 
+def test_names_of_any_bytes_are_kept_as_the_scan_finds_them(checkout: Path, watcher: live_folder.Watcher) -> None:
+    """What the kernel reports is a name from `.hive/issues/`, whoever made the file: not UTF-8,
+    a newline, a leading dash, 255 bytes — each is kept (or not) exactly as a scan takes it."""
+    assert watcher.watch(str(checkout)) == ""
+    folder = os.fsencode(str(checkout / "issues"))
+    names = [b"hv-\xff\xfe.md", b"hv-line\nbreak.md", b"-rf.md", b"--help.jsonl", b"h" * 252 + b".md",
+             b"hv-tab\there.md"]
+    for name in names:
+        with open(folder + b"/" + name, "wb") as made:
+            made.write(b"odd\n")
+    _kept_is_the_scan(watcher, checkout)
+    kept = watcher.kept(checkout)
+    assert kept is not None and {os.fsdecode(b"issues/" + name) for name in names} <= set(kept[0])
+    for name in names:
+        os.unlink(folder + b"/" + name)
+    _kept_is_the_scan(watcher, checkout)
+
+
 def test_a_file_with_a_second_name_is_looked_at_again(checkout: Path, watcher: live_folder.Watcher,
                                                       tmp_path: Path) -> None:
     """A change through another name notifies the other folder only: such a file is stat-ed

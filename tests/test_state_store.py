@@ -453,6 +453,35 @@ def test_a_refresh_stages_the_tips_blobs_in_the_checkouts_own_index_whatever_the
     assert "priority = 0" in (hive_dir / "issues" / f"{issue}.md").read_text()
 
 
+def test_the_stager_takes_every_path_as_a_path_never_as_an_option(repo, project, git, new_issue):
+    """The second lock behind the trust check: a path that looks like an option, or holds a
+    comma, is staged by `git update-index` under that very name — and removed by it again."""
+    issue = new_issue("the real one")
+    hive_dir = repo / ".hive"
+    oid = git("rev-parse", f"hive/state:issues/{issue}.md", cwd=repo).stdout.strip()
+    odd = ["--force-remove", "-q", "--skip-worktree", "issues/a,b.md", "issues/--help.md"]
+    hgit.update_worktree_index(hive_dir, {path: oid for path in odd}, ["--skip-worktree", "issues/a,b.md"])
+    listed = set(git("ls-files", "-v", "--", *odd, cwd=hive_dir).stdout.splitlines())
+    assert listed == {"H --force-remove", "H -q", "S --skip-worktree", "S issues/a,b.md", "H issues/--help.md"}
+    hgit.update_worktree_index(hive_dir, {path: None for path in odd}, [])
+    assert git("ls-files", "--", *odd, cwd=hive_dir).stdout == ""
+    staged = git("ls-files", "-s", f"issues/{issue}.md", cwd=hive_dir).stdout.split()[1]
+    assert staged == oid and git("status", "--porcelain", cwd=hive_dir).stdout == ""
+
+
+def test_a_persons_staged_work_in_hive_survives_the_index_made_whole(repo, project, git, new_issue):
+    """Making a split index whole (for libgit2) replaces the index file: what a person staged
+    there is in it afterwards."""
+    issue = new_issue("split")
+    hive_dir = repo / ".hive"
+    git("config", "core.splitIndex", "true", cwd=repo)
+    (hive_dir / "their-notes.txt").write_text("staged by the person\n")
+    git("add", "their-notes.txt", cwd=hive_dir)                # their git writes a split index
+    assert project.checkout._git_index_blob(f"issues/{issue}.md") is not None   # made whole, read
+    staged = git("-c", "core.splitIndex=false", "ls-files", "-s", "their-notes.txt", cwd=hive_dir).stdout.split()
+    assert staged[1] == git("hash-object", "their-notes.txt", cwd=hive_dir).stdout.strip()
+
+
 def test_no_git_to_stage_with_is_a_one_line_error_the_refresh_gets_past(repo, project, git, new_issue, monkeypatch):
     from hive.state import checkout as checkout_module
 
@@ -465,6 +494,22 @@ def test_no_git_to_stage_with_is_a_one_line_error_the_refresh_gets_past(repo, pr
     monkeypatch.undo()
     staged = git("ls-files", "-s", f"issues/{issue}.md", cwd=repo / ".hive").stdout.split()[1]
     assert staged == git("rev-parse", f"hive/state:issues/{issue}.md", cwd=repo).stdout.strip()
+
+
+def test_a_file_named_with_bytes_no_state_holds_is_one_warning_and_stays(repo, hive, git, new_issue):
+    """A file in `.hive/issues/` whose name is not UTF-8 (a tool's, a person's): every command
+    warns once naming it and goes on; the file is left as it is, nothing else changes."""
+    issue = new_issue("beside it")
+    odd = os.fsencode(str(repo / ".hive" / "issues")) + b"/hv-\xff\xfe.md"
+    with open(odd, "wb") as made:
+        made.write(b'+++\ntitle = "odd"\n+++\n')
+    listed = hive("list")
+    assert issue in listed.stdout and listed.stderr.count("\n") == 1
+    assert "is not a valid issue id" in listed.stderr and "hv-" in listed.stderr
+    created = hive("create", "after it").stdout.strip()
+    assert git("show", f"hive/state:issues/{created}.md", cwd=repo).returncode == 0
+    with open(odd, "rb") as kept:
+        assert kept.read() == b'+++\ntitle = "odd"\n+++\n'
 
 
 def test_a_persons_invalid_edit_is_never_overwritten(repo, hive, git, new_issue, state_log):

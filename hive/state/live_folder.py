@@ -121,7 +121,7 @@ def fingerprint(seen: dict[str, Seen]) -> str:
         from hashlib import blake2b
     paths = sorted(seen)
     stats = array.array("q", [n for path in paths for n in seen[path]])
-    digest = blake2b("\0".join(paths).encode(), digest_size=20)
+    digest = blake2b("\0".join(paths).encode("utf-8", "surrogateescape"), digest_size=20)   # any bytes a name holds
     digest.update(stats.tobytes())
     return digest.hexdigest()
 

@@ -63,7 +63,8 @@ class Folder:
         return None
 
     def get(self, name: str) -> Entry | None:
-        at = self._find(name.encode())
+        encoded = _utf8(name)
+        at = self._find(encoded) if encoded is not None else None
         if at is None:
             return None
         entry = self.entries[at]
@@ -71,8 +72,8 @@ class Folder:
         return Entry(pygit2.Oid(raw=entry[-20:]), int(mode, 8))
 
     def put(self, name: str, oid: pygit2.Oid, tree: bool = False) -> None:
-        encoded = name.encode()
-        if encoded in INVALID_NAMES or b"\0" in encoded or b"/" in encoded:
+        encoded = _utf8(name)
+        if encoded is None or encoded in INVALID_NAMES or b"\0" in encoded or b"/" in encoded:
             raise ValueError(f"invalid file name in hive/state: {name!r}")
         self.remove(name)
         key = encoded + b"/" if tree else encoded
@@ -80,12 +81,22 @@ class Folder:
         self.entries.insert(at, (TREE_MODE if tree else BLOB_MODE) + b" " + encoded + b"\0" + oid.raw)
 
     def remove(self, name: str) -> None:
-        at = self._find(name.encode())
+        encoded = _utf8(name)
+        at = self._find(encoded) if encoded is not None else None
         if at is not None:
             del self.entries[at]
 
     def body(self) -> bytes:
         return b"".join(self.entries)
+
+
+def _utf8(name: str) -> bytes | None:
+    """A name as `hive/state` holds it (UTF-8); None for one no state holds: a file name of other
+    bytes in `.hive/` (Python keeps those as surrogates)."""
+    try:
+        return name.encode()
+    except UnicodeEncodeError:
+        return None
 
 
 def write_loose(objects_dir: str, kind: bytes, body: bytes) -> pygit2.Oid:
