@@ -283,23 +283,32 @@ class Checkout:
             written = fresh.get(path)
             if mtime_ns == RACY_MTIME and written is not None and \
                     not leads_outside(self.root, path, folders_inside, name_itself=False):
-                try:
-                    fd = os.open(f"{self.root}/{path}", READ_REGULAR)
-                except OSError:
-                    fd = -1   # gone, or a symlink now: the racy record asks the next scan to look
-                if fd >= 0:
-                    try:
-                        st = os.fstat(fd)
-                        if ((st.st_mtime_ns, st.st_ino, st.st_size) == (*written, size) and stat.S_ISREG(st.st_mode)
-                                and time.time_ns() - st.st_mtime_ns >= self.racy_ns   # before the read
-                                and blob_id(_read_fd(fd, size + 1)) == blob):
-                            row = (path, blob, st.st_mtime_ns, size)
-                    except OSError:
-                        pass
-                    finally:
-                        os.close(fd)
+                exact = self._still_written(f"{self.root}/{path}", written, size, blob)
+                if exact is not None:
+                    row = (path, blob, exact, size)
             settled.append(row)
         return settled
+
+    def _still_written(self, where: str, written: tuple[int, int], size: int, blob: str) -> int | None:
+        """The mtime of the file at `where` when it is still the one this refresh wrote (its
+        mtime and inode `written`, `size`), older than the racy window and holding `blob`; None
+        otherwise (gone, a symlink now, saved since, too young): its record stays racy, and the
+        next scan looks."""
+        try:
+            fd = os.open(where, READ_REGULAR)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if ((st.st_mtime_ns, st.st_ino, st.st_size) == (*written, size) and stat.S_ISREG(st.st_mode)
+                    and time.time_ns() - st.st_mtime_ns >= self.racy_ns   # before the read
+                    and blob_id(_read_fd(fd, size + 1)) == blob):
+                return st.st_mtime_ns
+            return None
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def _store_records(self, rows: list[tuple[str, str, int, int]]) -> None:
         """Records batched by `_pending`, in one statement (in a transaction of their own unless

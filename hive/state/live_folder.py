@@ -29,10 +29,13 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection
+from typing import TYPE_CHECKING, Collection
 
 from hive.state import layout
 from hive.state.layout import leads_outside
+
+if TYPE_CHECKING:
+    import ctypes
 
 Seen = tuple[int, int, int]   # a scanned file's (mtime_ns, size, inode): a stat_result is ~600 bytes
 RECORD_SUFFIXES = (".md", ".jsonl")   # the files of `.hive/` a scan reads (issues, notes, context)
@@ -141,14 +144,8 @@ class Watcher:
     """Live scans of checkouts, kept current by one inotify instance (Linux)."""
 
     def __init__(self) -> None:
-        import ctypes
-
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
-        self._fd = fd
+        self._libc = _libc()
+        self._fd = _checked(self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
         self._watched: dict[tuple[int, int], _Watched] = {}   # by the root's (st_dev, st_ino)
         self._by_watch: dict[int, tuple[_Watched, str]] = {}  # watch -> its checkout, "" or "issues/"
 
@@ -200,13 +197,7 @@ class Watcher:
         return None
 
     def _add_watch(self, path: str) -> int:
-        import ctypes
-
-        wd = self._libc.inotify_add_watch(self._fd, os.fsencode(path), FOLDER_EVENTS)
-        if wd < 0:
-            code = ctypes.get_errno()
-            raise OSError(code, os.strerror(code))
-        return int(wd)
+        return _checked(self._libc.inotify_add_watch(self._fd, os.fsencode(path), FOLDER_EVENTS))
 
     def catch_up(self) -> None:
         """Read every queued event, and bring the scans they concern up to date."""
@@ -343,11 +334,25 @@ def _file_system(path: str) -> int:
     import ctypes
 
     buffer = ctypes.create_string_buffer(256)   # struct statfs: f_type is its first word
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.statfs(os.fsencode(path), buffer) != 0:
+    _checked(_libc().statfs(os.fsencode(path), buffer))
+    return ctypes.c_long.from_buffer(buffer).value & 0xFFFFFFFF
+
+
+def _libc() -> "ctypes.CDLL":
+    """The C library, for what `os` does not offer (inotify, statfs); loaded when first used."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _checked(result: int) -> int:
+    """A C call's result; its errno as an OSError when it failed."""
+    if result < 0:
+        import ctypes
+
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
-    return ctypes.c_long.from_buffer(buffer).value & 0xFFFFFFFF
+    return int(result)
 
 
 # -- in a command the server forked ------------------------------------------------------------

@@ -55,16 +55,18 @@ class Folder:
     def parse(cls, raw: bytes) -> "Folder":
         return cls(raw_trees.parse(raw))
 
-    def _find(self, name: bytes) -> int | None:
-        for key in (name, name + b"/"):
+    def _find(self, name: str) -> int | None:
+        encoded = _utf8(name)
+        if encoded is None:
+            return None
+        for key in (encoded, encoded + b"/"):
             at = bisect_left(self.entries, key, key=_sort_key)
             if at < len(self.entries) and _sort_key(self.entries[at]) == key:
                 return at
         return None
 
     def get(self, name: str) -> Entry | None:
-        encoded = _utf8(name)
-        at = self._find(encoded) if encoded is not None else None
+        at = self._find(name)
         if at is None:
             return None
         entry = self.entries[at]
@@ -81,8 +83,7 @@ class Folder:
         self.entries.insert(at, (TREE_MODE if tree else BLOB_MODE) + b" " + encoded + b"\0" + oid.raw)
 
     def remove(self, name: str) -> None:
-        encoded = _utf8(name)
-        at = self._find(encoded) if encoded is not None else None
+        at = self._find(name)
         if at is not None:
             del self.entries[at]
 
