@@ -182,6 +182,17 @@ def test_a_refresh_that_waited_for_the_lock_reads_again_what_to_follow(repo, pro
     other.close()
 
 
+def arrives_by_git(repo: Path, git, before: str, message: str) -> str:
+    """What was written into `.hive/` since `before`, committed there and then undone: the tip a
+    plain git move of `hive/state` (a pull) brings, `.hive/` still at `before`."""
+    git("add", "-A", cwd=repo / ".hive")
+    git("commit", "-qm", message, cwd=repo / ".hive")
+    tip = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
+    git("reset", "-q", "--hard", before, cwd=repo / ".hive")
+    git("update-ref", "refs/heads/hive/state", tip, cwd=repo)
+    return tip
+
+
 def test_a_hostile_big_queue_is_refused_before_a_child_or_hive_sees_it(repo, project, git, issue_text, monkeypatch):
     """The tip is trust-checked before anything is forked or written: a queue big enough to be
     indexed beside, with a symlink among its files, is refused and taken back as any other."""
@@ -193,11 +204,7 @@ def test_a_hostile_big_queue_is_refused_before_a_child_or_hive_sees_it(repo, pro
     for k in range(QUEUE):
         (issues / f"hv-bad{k:03d}.md").write_text(issue_text(f"Hostile {k}"), encoding="utf-8")
     os.symlink("/etc/passwd", issues / "hv-evil01.md")
-    git("add", "-A", cwd=repo / ".hive")
-    git("commit", "-qm", "a hostile queue", cwd=repo / ".hive")
-    hostile = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
-    git("reset", "-q", "--hard", before, cwd=repo / ".hive")
-    git("update-ref", "refs/heads/hive/state", hostile, cwd=repo)
+    arrives_by_git(repo, git, before, "a hostile queue")
     problems = project.sync(warn=False)
     assert [p.path for p in problems] == [index_module.REFUSED] and forks == []
     assert git("rev-parse", "hive/state", cwd=repo).stdout.strip() == before
@@ -223,20 +230,12 @@ def test_a_fetched_state_with_names_git_could_take_for_options_reaches_no_git(re
     before = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
     (issues / "hv-fine01.md").write_text(issue_text("Fine"), encoding="utf-8")
     (issues / name).write_text(issue_text("Named like an option"), encoding="utf-8")
-    git("add", "-A", cwd=repo / ".hive")
-    git("commit", "-qm", "a hostile name", cwd=repo / ".hive")
-    hostile = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
-    git("reset", "-q", "--hard", before, cwd=repo / ".hive")
-    git("update-ref", "refs/heads/hive/state", hostile, cwd=repo)
+    arrives_by_git(repo, git, before, "a hostile name")
     problems = project.sync(warn=False)
     assert [p.path for p in problems] == [index_module.REFUSED] and staged == []
     assert git("rev-parse", "hive/state", cwd=repo).stdout.strip() == before
     assert not (issues / name).exists() and not (issues / "hv-fine01.md").exists()
     assert git("ls-files", "--", f"issues/{name}", cwd=repo / ".hive").stdout == ""
     (issues / "hv-fine01.md").write_text(issue_text("Fine"), encoding="utf-8")   # the same, without it
-    git("add", "-A", cwd=repo / ".hive")
-    git("commit", "-qm", "fine", cwd=repo / ".hive")
-    fine = git("rev-parse", "hive/state", cwd=repo).stdout.strip()
-    git("reset", "-q", "--hard", before, cwd=repo / ".hive")
-    git("update-ref", "refs/heads/hive/state", fine, cwd=repo)
+    arrives_by_git(repo, git, before, "fine")
     assert project.sync(warn=False) == [] and staged == ["issues/hv-fine01.md"]   # through git, as a name
