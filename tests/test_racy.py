@@ -52,6 +52,23 @@ def test_a_coarse_file_system_falls_back_to_two_seconds(tmp_path: Path, monkeypa
     assert racy.racy_window(700_000) == racy.FLOOR_NS
 
 
+def test_a_save_that_came_late_does_not_widen_the_tick(tmp_path: Path, monkeypatch) -> None:
+    """On a loaded machine the probe's process is descheduled between two saves: that step is
+    many ticks long, and is no measure of the file system (a window kept for good)."""
+    tick = 4_000_000
+    mtimes = iter([0, 0, tick, 9 * tick, 9 * tick, 10 * tick, 11 * tick])   # a pause of 8 ticks
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):
+        if Path(path).name.startswith(".hive-mtime-probe-"):
+            mtime = next(mtimes)
+            return os.stat_result((0o100644, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, mtime, mtime))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    assert racy.measure_tick(tmp_path) == tick
+
+
 def _written(checkout, path: Path) -> tuple[str, dict[str, tuple[int, int]], list[tuple[str, str, int, int]]]:
     """`path` as a refresh leaves it: its record racy, its stat as written."""
     from hive.state.checkout import blob_id

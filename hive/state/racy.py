@@ -21,7 +21,11 @@ STEPS = 3                        # mtime moves to see
 
 
 def measure_tick(folder: Path) -> int:
-    """The largest step between successive mtimes of a file saved over and over in `folder`."""
+    """The smallest step between successive mtimes of a file saved over and over in `folder`.
+
+    Every step is a whole number of ticks; a larger one is only a save that came late (the
+    process was descheduled on a loaded machine). Taking the largest made such a pause the
+    window kept for the file system from then on."""
     probe = folder / f".hive-mtime-probe-{os.getpid()}"
     seen: list[int] = []
     began = time.monotonic_ns()
@@ -40,7 +44,7 @@ def measure_tick(folder: Path) -> int:
         except OSError:
             pass
     steps = [b - a for a, b in zip(seen, seen[1:]) if b > a]
-    return max(steps) if len(steps) >= 2 else FALLBACK_NS
+    return min(steps) if len(steps) >= 2 else FALLBACK_NS
 
 
 def racy_window(tick_ns: int) -> int:
