@@ -792,26 +792,23 @@ def test_issue_canceled_during_worker_setup_is_never_started(repo: Path, tmp_pat
 
 
 
-def test_a_worker_whose_issue_was_taken_over_before_its_hand_off_leaves_no_worktree(
-        repo: Path, tmp_path: Path, project, new_issue, git, monkeypatch):
-    """Another machine takes the issue over (its lease expired) just before the agent's work is
-    handed off: the hand-off is refused, the worker stops, and its worktree and branch go (their
-    head kept under refs/hive/attempts/), as when a running worker is stopped for a takeover."""
-    from hive import issues, lifecycle
+OTHER_AGENT = "w-zzzzzz"   # another machine's
+TAKEN_OVER = {   # what another machine made of the issue, as this worker's hand-off comes
+    "claimed by another": [({"assignee": OTHER_AGENT}, "claimed")],
+    "done by another": [({"status": "open", "lease_expires": None, "machine": None}, "lease-expired"),
+                        ({"status": "done", "assignee": OTHER_AGENT}, "done")],
+    "landed by another": [({"status": "open", "lease_expires": None, "machine": None}, "lease-expired"),
+                          ({"status": "finalized", "assignee": OTHER_AGENT}, "finalized")],
+}
+
+
+def _run_until_idle(repo: Path, tmp_path: Path, monkeypatch) -> list[str]:
+    """An in-process `git hive run --until-idle` of one scripted agent, unjailed; its log lines."""
     from hive.orchestrator.assemble import build_daemon
     from hive.project import Project
-    from hive.workspace import attempts
 
-    issue_id = new_issue("taken over at the last moment")
     monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"default": work_steps()})))
     monkeypatch.setenv("HIVE_SANDBOX", "off")
-    original = lifecycle.hand_off
-
-    def taken_over_first(project_, *args, **kwargs):
-        issues.update(project_, issue_id, {"assignee": "w-zzzzzz"}, event="claimed")   # the other machine's claim
-        return original(project_, *args, **kwargs)
-
-    monkeypatch.setattr(lifecycle, "hand_off", taken_over_first)
     daemon_project = Project.open(repo)
     lines: list[str] = []
     daemon = build_daemon(daemon_project, backend="scripted", max_agents=1, until_idle=True, log=lines.append)
@@ -819,11 +816,70 @@ def test_a_worker_whose_issue_was_taken_over_before_its_hand_off_leaves_no_workt
         asyncio.run(asyncio.wait_for(daemon.run(), 60))
     finally:
         daemon_project.close()
-    assert any(f"{issue_id} stopped: " in line for line in lines), lines
+    return lines
+
+
+def _retired_with_its_head_kept(repo: Path, git, issue_id: str) -> None:
+    from hive.workspace import attempts
+
     assert not worktree_dir(repo, issue_id).exists()
     assert git("for-each-ref", "refs/heads/hive/work/", cwd=repo).stdout == ""
+    assert "/hive/worktrees/" not in git("worktree", "list", "--porcelain", cwd=repo).stdout
     kept = attempts.kept(repo / ".git", issue_id)
-    assert kept and git("log", "-1", "--format=%s", kept[-1].commit, cwd=repo).stdout.strip() != ""
+    assert kept and git("log", "-1", "--format=%s", kept[-1].commit, cwd=repo).stdout.strip() == f"{issue_id}: work"
+
+
+@pytest.mark.parametrize("taken", list(TAKEN_OVER))
+def test_a_worker_whose_issue_was_taken_over_before_its_hand_off_leaves_no_worktree(
+        repo: Path, tmp_path: Path, project, new_issue, git, monkeypatch, taken: str):
+    """Another machine takes the issue over (its lease expired) just before the agent's work is
+    handed off — and holds it, or has finished it, or has landed it: the hand-off is refused, the
+    worker stops, and its worktree and branch go (their head kept under refs/hive/attempts/), as
+    when a running worker is stopped for a takeover. (Done or landed elsewhere, they were kept:
+    with nothing to clean them before the run's end, a machine kept them for good.)"""
+    from hive import issues, lifecycle
+
+    issue_id = new_issue("taken over at the last moment")
+    original = lifecycle.hand_off
+
+    def taken_over_first(project_, *args, **kwargs):
+        for changes, event in TAKEN_OVER[taken]:
+            issues.update(project_, issue_id, changes, event=event)
+        return original(project_, *args, **kwargs)
+
+    monkeypatch.setattr(lifecycle, "hand_off", taken_over_first)
+    lines = _run_until_idle(repo, tmp_path, monkeypatch)
+    assert any(f"{issue_id} stopped: " in line for line in lines), lines
+    _retired_with_its_head_kept(repo, git, issue_id)
+
+
+def test_work_whose_issue_was_reopened_and_then_landed_elsewhere_is_gone_when_the_run_ends(
+        repo: Path, tmp_path: Path, project, new_issue, git, monkeypatch):
+    """The lease lapsed (the machine was cut off from the remote for longer than it): the issue
+    is open again as the agent's work is handed off — refused, and kept, as a reopened issue's
+    work may be wanted. Then another machine's agent lands it: the run that ends idle leaves no
+    worktree or branch of it behind (three machines on one queue left one, CI saw it once)."""
+    from hive import issues, lifecycle
+    from hive.orchestrator.worker import Worker
+
+    issue_id = new_issue("reopened, then landed elsewhere")
+    original, retire_if_taken = lifecycle.hand_off, Worker._retire_if_taken
+    reopened, landed = TAKEN_OVER["landed by another"]
+
+    def lease_lapsed_first(project_, *args, **kwargs):
+        issues.update(project_, issue_id, reopened[0], event=reopened[1])
+        return original(project_, *args, **kwargs)
+
+    async def then_landed_elsewhere(worker):
+        await retire_if_taken(worker)
+        assert worktree_dir(repo, issue_id).exists()      # a reopened issue's work: kept meanwhile
+        issues.update(worker.project, issue_id, landed[0], event=landed[1])
+
+    monkeypatch.setattr(lifecycle, "hand_off", lease_lapsed_first)
+    monkeypatch.setattr(Worker, "_retire_if_taken", then_landed_elsewhere)
+    lines = _run_until_idle(repo, tmp_path, monkeypatch)
+    assert any(f"{issue_id} stopped: " in line for line in lines), lines
+    _retired_with_its_head_kept(repo, git, issue_id)
 
 
 # -- 8. the demo ----------------------------------------------------------------------------------

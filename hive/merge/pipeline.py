@@ -105,8 +105,7 @@ class MergeProcessor:
     def scan(self) -> None:
         """Queue every done issue whose branch exists but is not queued (a person's, or after a
         restart) and whose hand-off this machine recorded (`Runtime.record_handoff`) — in shared
-        mode only work done here; remove the work of issues finished
-        elsewhere meanwhile (another machine took the issue over and landed its own)."""
+        mode only work done here; retire the work of issues finished without it."""
         queued = {e.issue_id for e in self.entries()}
         shared = self.host.shared_target
         handed_off = self.runtime.handoffs()   # a `done` that came with hive/state is not one
@@ -114,11 +113,21 @@ class MergeProcessor:
             if issue.id not in queued and issue.id in handed_off and worktrees.head_of(
                     self.project.paths, issue.id) is not None and (shared is None or shared.worked_here(issue)):
                 self.enqueue(issue.id, done_base(self.project, issue.id), handed_off[issue.id])
-        if shared is not None:
-            for issue_id in worktrees.leftover_worktrees(self.project.paths):
-                leftover = self.project.index.get(issue_id)
-                if leftover is not None and leftover.status in TERMINAL_STATUSES and issue_id not in queued:
-                    worktrees.remove(self.project.paths, issue_id, target=self.config.target_branch)
+        self.retire_finished(queued)
+
+    def retire_finished(self, queued: set[str] | None = None) -> None:
+        """Retire the worktree and branch of every issue finished without this machine's merge
+        (another machine took it over and landed its own agent's work, a person finalized or
+        canceled it) — unless queued here or under a running agent: nothing will come back to
+        them (their heads are kept, `worktrees.retire`). A daemon ending idle calls it last, as the
+        state that finished them may have come with the very wake-up that found it idle."""
+        if queued is None:
+            queued = {e.issue_id for e in self.entries()}
+        for issue_id in worktrees.leftover_worktrees(self.project.paths):
+            leftover = self.project.index.get(issue_id)
+            if leftover is not None and leftover.status in TERMINAL_STATUSES and issue_id not in queued \
+                    and not self.host.worker_running(issue_id):
+                worktrees.retire(self.project.paths, issue_id, self.config.target_branch)
 
     # -- events ---------------------------------------------------------------------------------
 

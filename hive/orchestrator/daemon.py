@@ -193,6 +193,8 @@ class Daemon:
             if self._progress.publish(progress) and self.on_progress is not None:
                 self.on_progress(progress)
             if self.until_idle and self._idle():
+                if self.merge is not None:
+                    self.merge.retire_finished()
                 self.waiting_merges = self.merge.waiting() if self.merge is not None else []
                 self.log("idle: nothing ready, nothing running" + (
                     f"; {len(self.waiting_merges)} merge(s) wait for you" if self.waiting_merges else ""))

@@ -18,7 +18,7 @@ from typing import Any, ContextManager, Protocol
 
 from hive import cost, git, lifecycle
 from hive.agents import jails, protocol
-from hive.agents.ids import new_agent_id
+from hive.agents.ids import is_agent_id, new_agent_id
 from hive.agents.briefing import brief
 from hive.agents.prompts import WORKER_SYSTEM_PROMPT, told_message
 from hive.agents.session import AgentSession, Grant, SessionLost
@@ -49,11 +49,17 @@ class Outcome:
 
 
 def taken_from(status: str, assignee: str, agent_id: str) -> str:
-    """Why an issue is no longer the agent's to work ("canceled", "taken over"), or "" while it is
-    (its status and assignee as the index has them; no status: the issue is gone)."""
+    """Why an issue is no longer the agent's to work ("canceled", "finalized", "taken over"), or
+    "" while it is (its status and assignee as the index has them; no status: the issue is gone).
+    Held or done by another of hive's agents (another machine took it over once the lease
+    expired) is taken over; done by a person, or reopened, is not: the work may still be wanted."""
     if not status or status == "canceled":
         return "canceled"
+    if status == "finalized":
+        return "finalized"   # landed without this agent's work: another machine's, or a person's
     if status == "in_progress" and assignee not in ("", agent_id):
+        return "taken over"
+    if status == "done" and assignee != agent_id and is_agent_id(assignee):
         return "taken over"
     return ""
 
@@ -203,9 +209,10 @@ class Worker:
             self.host.worker_finished(self)
 
     async def _retire_if_taken(self) -> None:
-        """A move refused because the issue is another's now (canceled, or taken over by another
-        machine once the lease expired): nothing will come back to this worktree, so it goes (its
-        heads kept first), as for a worker stopped while running. A person's move (done, open) keeps it."""
+        """A move refused because the issue is another's now (canceled, finalized, or taken over by
+        another machine once the lease expired): nothing will come back to this worktree, so it
+        goes (its heads kept first), as for a worker stopped while running. A person's move (done,
+        open) keeps it."""
         self.project.update_index()
         status, assignee = self.project.index.assignments([self.issue_id]).get(self.issue_id, ("", ""))
         if taken_from(status, assignee, self.agent_id):
