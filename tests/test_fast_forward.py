@@ -159,6 +159,69 @@ def test_a_fast_forward_killed_before_the_index_was_written_finishes_on_the_next
     assert not (checkout / "b.txt").exists()
 
 
+KILLED_WHILE_WRITING = """
+import os, signal, sys
+import pygit2
+from hive import git as hive_git
+from hive.workspace import fastforward
+
+root, old, new, written = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def cut_short(self, tree, strategy=None, paths=None):
+    # libgit2 writes each file in place: the process killed after `written` bytes of each
+    for path in paths:
+        where = os.path.join(self.workdir, path)
+        if path not in tree:
+            os.unlink(where)
+            continue
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        with open(where, "wb") as out:
+            out.write(self[tree[path].id].data[:written])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+pygit2.Repository.checkout_tree = cut_short
+fastforward.fast_forward(hive_git.discover(root), pygit2.Repository(root), "main", old, new)
+"""
+
+
+@pytest.mark.parametrize("written", [0, 3])
+@pytest.mark.parametrize("meanwhile", ["nothing", "the person's file"])
+def test_a_fast_forward_killed_while_libgit2_wrote_a_file_finishes_on_the_next_attempt(
+        checkout: Path, git: Callable[..., Any], tmp_path: Path, written: int, meanwhile: str):
+    """libgit2 writes a file in place: a process killed in the middle leaves it empty or cut
+    short, no person's and not the merge's either. The next attempt writes it again (it noted
+    what it was writing) instead of waiting for a person forever; a file a person put there
+    since, with other bytes, still waits for them."""
+    import subprocess
+    import sys
+
+    repo = pygit2.Repository(str(checkout))
+    old = str(repo.head.target)
+    new = commit_on(repo, old, {"a.txt": b"changed, and longer\n", "b.txt": None, "src/new/x.txt": b"new file\n"})
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_WHILE_WRITING, encoding="utf-8")
+    killed = subprocess.run([sys.executable, str(script), str(checkout), old, new, str(written)],
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert (checkout / "src" / "new" / "x.txt").read_bytes() == b"new file\n"[:written]
+    assert porcelain(git, checkout) != ""
+    if meanwhile == "the person's file":
+        (checkout / "src" / "new" / "x.txt").write_text("mine\n", encoding="utf-8")
+        waiting = fastforward.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
+        assert not waiting.ok and "uncommitted changes in src/new/x.txt" in waiting.waiting
+        assert (checkout / "src" / "new" / "x.txt").read_text(encoding="utf-8") == "mine\n"
+        assert git("rev-parse", "main", cwd=checkout).stdout.strip() == old
+        return
+
+    moved = fastforward.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
+    assert moved.ok, moved.waiting
+    assert git("rev-parse", "main", cwd=checkout).stdout.strip() == new
+    assert porcelain(git, checkout) == ""
+    assert (checkout / "a.txt").read_text(encoding="utf-8") == "changed, and longer\n"
+    assert not (checkout / "b.txt").exists()
+    assert not (checkout / ".git" / "hive" / "fast-forward.json").exists()
+
+
 @pytest.mark.parametrize("there", ["new\n", "the person's\n"])
 def test_a_merge_never_writes_through_a_persons_symlinked_folder(
         checkout: Path, git: Callable[..., Any], tmp_path: Path, there: str):

@@ -2,11 +2,14 @@
 
 When the target is checked out in a worktree, that checkout's files and index are updated for the
 touched paths only, and only when none of them holds a person's uncommitted change (see
-`fast_forward`).
+`fast_forward`). libgit2 writes each file in place: a process killed in the middle leaves a
+file empty or cut short, which no person wrote — the paths being written are noted first
+(`_Begun`), and the next attempt writes such a file again instead of waiting for a person.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass
@@ -70,41 +73,52 @@ def touched_paths(repo: pygit2.Repository, old: str, new: str) -> list[str]:
 
 
 def dirty_paths(root: Path, paths: list[str], checkout: pygit2.Repository | None = None,
-                merged: pygit2.Tree | None = None) -> list[str]:
+                merged: pygit2.Tree | None = None, begun: "_Begun | None" = None) -> list[str]:
     """Which of `paths` have uncommitted changes (staged, unstaged, untracked or ignored) in `root`
     (`checkout`: that worktree, opened already). A path whose index and file already hold what
-    the `merged` tree has is not in the way (see `_inspect`)."""
-    return _inspect(root, paths, checkout, merged)[0]
+    the `merged` tree has is not in the way, nor is one an interrupted write left (see `_inspect`)."""
+    return _inspect(root, paths, checkout, merged, begun).dirty
+
+
+@dataclass
+class _Inspected:
+    dirty: list[str]     # a person's uncommitted changes: the fast-forward waits
+    written: list[str]   # holding `merged`'s version already (an interrupted fast-forward wrote it)
+    cut_short: list[str]   # a file an interrupted fast-forward was writing: written again
 
 
 def _inspect(root: Path, paths: list[str], checkout: pygit2.Repository | None,
-             merged: pygit2.Tree | None) -> tuple[list[str], list[str]]:
-    """(dirty paths, paths already holding `merged`'s version): the latter are left by a
-    fast-forward interrupted after the files were written; going on loses nothing."""
+             merged: pygit2.Tree | None, begun: "_Begun | None" = None) -> _Inspected:
+    """The touched `paths` of the checkout at `root` sorted by what is in them: going on with the
+    written and the cut-short ones loses nothing."""
+    found = _Inspected([], [], [])
     if not paths:
-        return [], []
+        return found
     checkout = checkout or pygit2.Repository(str(root))
     if _needs_git_checkout(checkout, paths):
         proc = git.run(["status", "--porcelain", "-z", "--untracked-files=all", "--", *paths], root, check=False)
-        return sorted({e[3:] for e in proc.stdout.split("\0") if len(e) > 3}), []
-    dirty: list[str] = []
-    written: list[str] = []
+        found.dirty = sorted({e[3:] for e in proc.stdout.split("\0") if len(e) > 3})
+        return found
     for path in paths:
         if leads_outside(root, path):
-            dirty.append(path)  # a person's symlink on the way: libgit2 would write through it
+            found.dirty.append(path)  # a person's symlink on the way: libgit2 would write through it
             continue
         try:
             status = checkout.status_file(path)
         except KeyError:
             continue            # in neither the index, HEAD nor the files: nothing to lose
         except pygit2.GitError:
-            dirty.append(path)  # e.g. a directory where the file would go
+            found.dirty.append(path)  # e.g. a directory where the file would go
             continue
         if status == FileStatus.CURRENT:
             continue
-        held = _holds_merged(checkout, path, status, merged) or _file_holds_merged(root, path, status, merged)
-        (written if held else dirty).append(path)
-    return dirty, written
+        if _holds_merged(checkout, path, status, merged) or _file_holds_merged(root, path, status, merged):
+            found.written.append(path)
+        elif begun is not None and begun.cut_short(root, path):
+            found.cut_short.append(path)
+        else:
+            found.dirty.append(path)
+    return found
 
 
 _WORKTREE_CHANGES = (FileStatus.WT_NEW | FileStatus.WT_MODIFIED | FileStatus.WT_DELETED
@@ -168,8 +182,87 @@ def checkout_waiting(paths: git.RepoPaths, repo: pygit2.Repository, target: str,
     checkout = checkout_of(paths, target)
     if checkout is None:
         return ""
-    dirty = dirty_paths(checkout, touched_paths(repo, old, new), merged=repo[new].peel(pygit2.Tree))
+    dirty = dirty_paths(checkout, touched_paths(repo, old, new), merged=repo[new].peel(pygit2.Tree),
+                        begun=_Begun.left(paths, repo, target, old))
     return _waiting_message(checkout, target, dirty) if dirty else ""
+
+
+class _Begun:
+    """The files a fast-forward of `target` from `old` is about to write in a checkout, noted in
+    `<hive_dir>/fast-forward.json` before libgit2 writes any, removed once it has moved the ref.
+
+    A note left behind (the process was killed) counts while the target is still at `old`: each
+    touched path of it was clean when the note was made, so a file there now empty, absent, or
+    holding the first bytes of what was being written is libgit2's write cut short — nothing of
+    a person's. Any other content is theirs and waits for them."""
+
+    NAME = "fast-forward.json"
+
+    def __init__(self, paths: git.RepoPaths, repo: pygit2.Repository, writing: dict[str, str]) -> None:
+        self.file, self.repo, self.writing = paths.hive_dir / self.NAME, repo, writing
+
+    @classmethod
+    def left(cls, paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str) -> "_Begun | None":
+        """The note an interrupted fast-forward of `target` from `old` left, if any."""
+        try:
+            with open(paths.hive_dir / cls.NAME, "rb") as handle:
+                note = json.loads(handle.read(1 << 22))
+        except (OSError, ValueError):
+            return None
+        writing = note.get("writing") if isinstance(note, dict) else None
+        if note.get("target") != target or note.get("old") != old or not isinstance(writing, dict):
+            return None
+        return cls(paths, repo, {str(p): str(b) for p, b in writing.items()})
+
+    @classmethod
+    def note(cls, paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str, merged: pygit2.Tree,
+             writing: list[str]) -> "_Begun":
+        """Note the paths about to be written (with the blob each gets, "" for a removal)."""
+        begun = cls(paths, repo, {path: _blob_at(merged, path) for path in writing})
+        text = json.dumps({"target": target, "old": old, "writing": begun.writing})
+        begun.file.parent.mkdir(parents=True, exist_ok=True)
+        temporary = begun.file.with_name(f".{cls.NAME}.{os.getpid()}")
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, begun.file)
+        return begun
+
+    def done(self) -> None:
+        try:
+            self.file.unlink()
+        except FileNotFoundError:
+            pass
+
+    def cut_short(self, root: Path, path: str) -> bool:
+        """Whether the file at `path` is one this fast-forward began writing and did not finish."""
+        if path not in self.writing:
+            return False
+        blob = self.writing[path]
+        try:
+            st = os.lstat(root / path)
+        except FileNotFoundError:
+            return True          # removed, or not made yet
+        except OSError:
+            return False
+        if not blob or not stat.S_ISREG(st.st_mode):
+            return False
+        try:
+            wanted = self.repo[blob].peel(pygit2.Blob).data
+            if st.st_size > len(wanted):
+                return False
+            fd = os.open(root / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except (OSError, KeyError, ValueError, pygit2.GitError):
+            return False
+        try:
+            return os.read(fd, st.st_size + 1) == wanted[:st.st_size]
+        finally:
+            os.close(fd)
+
+
+def _blob_at(tree: pygit2.Tree, path: str) -> str:
+    try:
+        return str(tree[path].id)
+    except KeyError:
+        return ""
 
 
 def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str, new: str) -> FastForward:
@@ -187,28 +280,34 @@ def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old
         return FastForward(cas_update(repo, git.branch_ref(target), old, new, "hive: merge"), moved=True)
     touched = touched_paths(repo, old, new)
     work = pygit2.Repository(str(checkout))
-    dirty, written = _inspect(checkout, touched, work, work[new].peel(pygit2.Tree))
-    if dirty:
-        return FastForward(False, waiting=_waiting_message(checkout, target, dirty))
+    merged = work[new].peel(pygit2.Tree)
+    found = _inspect(checkout, touched, work, merged, _Begun.left(paths, repo, target, old))
+    if found.dirty:
+        return FastForward(False, waiting=_waiting_message(checkout, target, found.dirty))
     current = repo.references.get(git.branch_ref(target))
     if current is None or str(current.target) != old:
         return FastForward(False)
     if _needs_git_checkout(work, touched):
         return _git_merge_ff(checkout, repo, target, old, new)
-    strategy = CheckoutStrategy.SAFE | CheckoutStrategy.DISABLE_PATHSPEC_MATCH
-    to_write = [path for path in touched if path not in written]
-    if to_write:  # an empty path list would mean "every path"
-        try:
-            work.checkout_tree(work[new].peel(pygit2.Tree), strategy=strategy, paths=to_write)
-        except pygit2.GitError as exc:
-            return FastForward(False, waiting=f"{checkout}: cannot update {target}: {exc}")
-    _stage_written(work, written, work[new].peel(pygit2.Tree))
+    to_write = [path for path in touched if path not in found.written and path not in found.cut_short]
+    begun = _Begun.note(paths, repo, target, old, merged, to_write + found.cut_short)
+    try:
+        # an empty path list would mean "every path"; a file cut short is replaced whatever it holds
+        for chosen, strategy in ((to_write, CheckoutStrategy.SAFE), (found.cut_short, CheckoutStrategy.FORCE)):
+            if chosen:
+                work.checkout_tree(merged, strategy=strategy | CheckoutStrategy.DISABLE_PATHSPEC_MATCH, paths=chosen)
+    except pygit2.GitError as exc:
+        begun.done()
+        return FastForward(False, waiting=f"{checkout}: cannot update {target}: {exc}")
+    _stage_written(work, found.written, merged)
     if cas_update(repo, git.branch_ref(target), old, new, "hive merge: fast-forward"):
+        begun.done()
         return FastForward(True, moved=True)
     if touched:  # someone moved the target meanwhile: give back the files hive just wrote
         work = pygit2.Repository(str(checkout))  # re-read: its HEAD moved
         work.checkout_tree(work.head.peel(pygit2.Tree), paths=touched,
                            strategy=CheckoutStrategy.FORCE | CheckoutStrategy.DISABLE_PATHSPEC_MATCH)
+    begun.done()
     return FastForward(False)
 
 
