@@ -185,7 +185,7 @@ fastforward.fast_forward(hive_git.discover(root), pygit2.Repository(root), "main
 
 
 @pytest.mark.parametrize("written", [0, 3])
-@pytest.mark.parametrize("meanwhile", ["nothing", "the person's file"])
+@pytest.mark.parametrize("meanwhile", ["nothing", "the person's file", "a broken note", "the target moved"])
 def test_a_fast_forward_killed_while_libgit2_wrote_a_file_finishes_on_the_next_attempt(
         checkout: Path, git: Callable[..., Any], tmp_path: Path, written: int, meanwhile: str):
     """libgit2 writes a file in place: a process killed in the middle leaves it empty or cut
@@ -205,11 +205,21 @@ def test_a_fast_forward_killed_while_libgit2_wrote_a_file_finishes_on_the_next_a
     assert killed.returncode == -9, killed.stderr
     assert (checkout / "src" / "new" / "x.txt").read_bytes() == b"new file\n"[:written]
     assert porcelain(git, checkout) != ""
-    if meanwhile == "the person's file":
-        (checkout / "src" / "new" / "x.txt").write_text("mine\n", encoding="utf-8")
+    note = checkout / ".git" / "hive" / "fast-forward.json"
+    if meanwhile != "nothing":
+        # what the note does not vouch for waits: a person's bytes; a note that is no note; or
+        # one of a fast-forward from another tip (a person moved the branch meanwhile)
+        if meanwhile == "the person's file":
+            (checkout / "src" / "new" / "x.txt").write_text("mine\n", encoding="utf-8")
+        elif meanwhile == "a broken note":
+            note.write_text('["src/new/x.txt"]', encoding="utf-8")
+        else:
+            note.write_text(note.read_text(encoding="utf-8").replace(old, "0" * 40), encoding="utf-8")
         waiting = fastforward.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
-        assert not waiting.ok and "uncommitted changes in src/new/x.txt" in waiting.waiting
-        assert (checkout / "src" / "new" / "x.txt").read_text(encoding="utf-8") == "mine\n"
+        in_the_way = "src/new/x.txt" if meanwhile == "the person's file" else "a.txt, b.txt, src/new/x.txt"
+        assert not waiting.ok and f"uncommitted changes in {in_the_way}:" in waiting.waiting
+        kept = b"mine\n" if meanwhile == "the person's file" else b"new file\n"[:written]
+        assert (checkout / "src" / "new" / "x.txt").read_bytes() == kept
         assert git("rev-parse", "main", cwd=checkout).stdout.strip() == old
         return
 
@@ -219,7 +229,7 @@ def test_a_fast_forward_killed_while_libgit2_wrote_a_file_finishes_on_the_next_a
     assert porcelain(git, checkout) == ""
     assert (checkout / "a.txt").read_text(encoding="utf-8") == "changed, and longer\n"
     assert not (checkout / "b.txt").exists()
-    assert not (checkout / ".git" / "hive" / "fast-forward.json").exists()
+    assert not note.exists()
 
 
 @pytest.mark.parametrize("there", ["new\n", "the person's\n"])

@@ -205,13 +205,19 @@ class _Begun:
     def left(cls, paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str) -> "_Begun | None":
         """The note an interrupted fast-forward of `target` from `old` left, if any."""
         try:
-            with open(paths.hive_dir / cls.NAME, "rb") as handle:
-                note = json.loads(handle.read(1 << 22))
+            fd = os.open(paths.hive_dir / cls.NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            note = json.loads(os.read(fd, 1 << 22))
         except (OSError, ValueError):
             return None
-        writing = note.get("writing") if isinstance(note, dict) else None
-        if note.get("target") != target or note.get("old") != old or not isinstance(writing, dict):
+        finally:
+            os.close(fd)
+        if not isinstance(note, dict) or note.get("target") != target or note.get("old") != old \
+                or not isinstance(note.get("writing"), dict):
             return None
+        writing = note["writing"]
         return cls(paths, repo, {str(p): str(b) for p, b in writing.items()})
 
     @classmethod
