@@ -225,6 +225,8 @@ class _Begun:
              writing: list[str]) -> "_Begun":
         """Note the paths about to be written (with the blob each gets, "" for a removal)."""
         begun = cls(paths, repo, {path: _blob_at(merged, path) for path in writing})
+        if not writing:
+            return begun
         text = json.dumps({"target": target, "old": old, "writing": begun.writing})
         begun.file.parent.mkdir(parents=True, exist_ok=True)
         temporary = begun.file.with_name(f".{cls.NAME}.{os.getpid()}")
