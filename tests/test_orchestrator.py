@@ -802,8 +802,11 @@ TAKEN_OVER = {   # what another machine made of the issue, as this worker's hand
 }
 
 
-def _run_until_idle(repo: Path, tmp_path: Path, monkeypatch) -> list[str]:
-    """An in-process `git hive run --until-idle` of one scripted agent, unjailed; its log lines."""
+def _run_until_idle(repo: Path, tmp_path: Path, monkeypatch, stamped: dict[str, float] | None = None) -> list[str]:
+    """An in-process `git hive run --until-idle` of one scripted agent, unjailed; its log lines
+    (`stamped`: when each "<id> claimed" and "<id> done" was said, by the monotonic clock)."""
+    import time as clock
+
     from hive.orchestrator.assemble import build_daemon
     from hive.project import Project
 
@@ -811,7 +814,14 @@ def _run_until_idle(repo: Path, tmp_path: Path, monkeypatch) -> list[str]:
     monkeypatch.setenv("HIVE_SANDBOX", "off")
     daemon_project = Project.open(repo)
     lines: list[str] = []
-    daemon = build_daemon(daemon_project, backend="scripted", max_agents=1, until_idle=True, log=lines.append)
+
+    def log(line: str) -> None:
+        lines.append(line)
+        words = line.split()
+        if stamped is not None and len(words) > 2 and words[2] in ("claimed", "done"):
+            stamped.setdefault(f"{words[1]} {words[2]}", clock.monotonic())
+
+    daemon = build_daemon(daemon_project, backend="scripted", max_agents=1, until_idle=True, log=log)
     try:
         asyncio.run(asyncio.wait_for(daemon.run(), 60))
     finally:
@@ -880,6 +890,30 @@ def test_work_whose_issue_was_reopened_and_then_landed_elsewhere_is_gone_when_th
     lines = _run_until_idle(repo, tmp_path, monkeypatch)
     assert any(f"{issue_id} stopped: " in line for line in lines), lines
     _retired_with_its_head_kept(repo, git, issue_id)
+
+
+def test_a_slot_is_free_once_the_agent_is_done_not_once_it_has_exited(
+        repo: Path, tmp_path: Path, project, new_issue, monkeypatch):
+    """An agent CLI may take a while to exit after its work is done: with `--max-agents 1`, the
+    next ready issue is claimed as soon as the first agent's work is handed off, while that
+    session is still being closed — never while it works."""
+    import time as clock
+
+    from hive.orchestrator.worker import Worker
+
+    first, second = new_issue("one", priority=0), new_issue("two", priority=1)
+    close_session, moments = Worker._close_session, {}
+
+    async def slow_to_exit(worker):
+        if worker.issue_id == first:
+            await asyncio.sleep(1.0)
+        await close_session(worker)
+        moments.setdefault(f"{worker.issue_id} closed", clock.monotonic())
+
+    monkeypatch.setattr(Worker, "_close_session", slow_to_exit)
+    lines = _run_until_idle(repo, tmp_path, monkeypatch, stamped=moments)
+    done, claimed = moments[f"{first} done"], moments[f"{second} claimed"]
+    assert done < claimed < moments[f"{first} closed"], (moments, lines)
 
 
 # -- 8. the demo ----------------------------------------------------------------------------------

@@ -49,6 +49,12 @@ class Crew:
     def __len__(self) -> int:
         return len(self._workers)
 
+    def working(self) -> int:
+        """The workers whose agent still works: one whose session is being closed (an agent CLI
+        may take a while to exit) holds no slot of `max_agents`, though it is in the crew until
+        closed (its worktree is not another's before)."""
+        return sum(1 for worker in self._workers.values() if not worker.closing)
+
     def __contains__(self, issue_id: object) -> bool:
         return issue_id in self._workers
 
@@ -65,12 +71,12 @@ class Crew:
     async def hire(self, schedule: Schedule, most: int, shared: SharedQueue | None, stopping: Callable[[], bool],
                    lease: int) -> None:
         """Claim ready issues, in the schedule's order, for new workers while fewer than `most`
-        run (`lease`: the claims' lease in seconds, shared mode)."""
-        if len(self) >= most:
+        work (`lease`: the claims' lease in seconds, shared mode)."""
+        if self.working() >= most:
             return
         picker = schedule.picker()
         for issue in picker.order(schedule.candidates()):
-            if len(self) >= most or stopping():
+            if self.working() >= most or stopping():
                 break
             handed = handover.peek(self.runtime, issue.id)
             # a rejected attempt retried by the same agent: it goes on under its own id
@@ -158,7 +164,11 @@ class Crew:
     def tokens_spent(self, growth: Usage) -> None:
         self.spend.add(growth)
 
+    def worker_closing(self, worker: Worker) -> None:
+        self._wake()   # a slot is free: the next ready issue need not wait for the agent's exit
+
     def worker_finished(self, worker: Worker) -> None:
-        self._workers.pop(worker.issue_id, None)
+        if self._workers.get(worker.issue_id) is worker:
+            del self._workers[worker.issue_id]
         self.runtime.remove_agent(worker.agent_id)
         self._wake()

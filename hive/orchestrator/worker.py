@@ -101,6 +101,9 @@ class WorkerHost(Protocol):
     def tokens_spent(self, growth: Usage) -> None:
         """A session's usage grew by `growth` (the run's caps count it)."""
 
+    def worker_closing(self, worker: "Worker") -> None:
+        """The worker's agent has ended its work and its session is being closed: its slot is free."""
+
     def worker_finished(self, worker: "Worker") -> None: ...
 
 
@@ -122,6 +125,7 @@ class Worker:
         self.last_activity = time.monotonic()
         self.started = time.time()
         self.stop_reason = ""          # set when the daemon cancels this worker
+        self.closing = False           # its work is over: the session is being closed
         self.stopped = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.parent = ""
@@ -201,6 +205,8 @@ class Worker:
             refused = True
         finally:
             self._end_attempt("stopped")
+            self.closing = True
+            self.host.worker_closing(self)
             await self._close_session()
             if self.watch is not None:
                 self.watch.cancel()
