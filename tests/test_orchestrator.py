@@ -892,6 +892,26 @@ def test_work_whose_issue_was_reopened_and_then_landed_elsewhere_is_gone_when_th
     _retired_with_its_head_kept(repo, git, issue_id)
 
 
+def test_a_cleanup_that_fails_as_the_run_ends_is_a_warning(repo: Path, tmp_path: Path, project, new_issue,
+                                                              monkeypatch):
+    """The last clean-up of an idle run failing (a locked ref, a file system error) ends the run
+    as it was going to end, with one line saying so: what is left goes at the next start."""
+    from hive.merge.pipeline import MergeProcessor
+
+    new_issue("one")
+    retire_finished = MergeProcessor.retire_finished
+
+    def fails_at_the_end(pipeline, queued=None):
+        if queued is None:
+            raise OSError("a disk error")
+        return retire_finished(pipeline, queued)
+
+    monkeypatch.setattr(MergeProcessor, "retire_finished", fails_at_the_end)
+    lines = _run_until_idle(repo, tmp_path, monkeypatch)
+    assert any("warning: the work of finished issues was not cleaned up: a disk error" in line for line in lines), lines
+    assert "idle: nothing ready, nothing running" in lines[-1], lines
+
+
 def test_a_slot_is_free_once_the_agent_is_done_not_once_it_has_exited(
         repo: Path, tmp_path: Path, project, new_issue, monkeypatch):
     """An agent CLI may take a while to exit after its work is done: with `--max-agents 1`, the

@@ -194,7 +194,10 @@ class Daemon:
                 self.on_progress(progress)
             if self.until_idle and self._idle():
                 if self.merge is not None:
-                    self.merge.retire_finished()
+                    try:
+                        self.merge.retire_finished()
+                    except Exception as exc:  # noqa: BLE001 - the run is over: what is left goes at the next start
+                        self.log(f"warning: the work of finished issues was not cleaned up: {exc}")
                 self.waiting_merges = self.merge.waiting() if self.merge is not None else []
                 self.log("idle: nothing ready, nothing running" + (
                     f"; {len(self.waiting_merges)} merge(s) wait for you" if self.waiting_merges else ""))
