@@ -166,6 +166,7 @@ def _child(argv: list[str]) -> int:
     project = Project.open(args.root)
     project.sync(warn=False)
     lines: list[str] = []
+    start = time.perf_counter()   # set again below; a line said while the daemon is built needs one
     daemon = build_daemon(project, backend="scripted", max_agents=args.max_agents, until_idle=True,
                           log=lambda line: lines.append(f"{time.perf_counter() - start:8.3f} {line}"))
     commits: list[tuple[float, str, str]] = []
