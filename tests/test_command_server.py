@@ -67,6 +67,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(f"/proc/{pid}/cwd").resolve(strict=True)
+    except OSError:
+        return None
+
+
 def _serving(folder: Path, wait_for: Callable[..., Any]) -> tuple[Path, int]:
     """The socket of the server the last command started, once it listens, and its pid."""
     # a server imports all that commands need before it listens: seconds on a loaded machine
@@ -79,7 +86,9 @@ def _serving(folder: Path, wait_for: Callable[..., Any]) -> tuple[Path, int]:
 @pytest.fixture
 def create_reading_stdin(wait_for: Callable[..., Any]) -> Iterator[Callable[..., tuple[subprocess.Popen[str], int]]]:
     """`(cwd, title, server)`: `git hive create TITLE -d -` started, served: it and the server's
-    child that runs it, which waits for the description on the command's stdin. Whatever a
+    child that runs it, which waits for the description on the command's stdin — once that child
+    has taken the command over (it goes to the client's directory after telling the client it
+    started: a child ended before that leaves the client to run the command itself). Whatever a
     failed test left of them is killed (the processes of later tests count their children)."""
     started: list[subprocess.Popen[str]] = []
 
@@ -87,7 +96,9 @@ def create_reading_stdin(wait_for: Callable[..., Any]) -> Iterator[Callable[...,
         command = subprocess.Popen([*HIVE, "create", title, "-d", "-"], cwd=cwd, text=True, stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
         started.append(command)
-        return command, wait_for(lambda: _children(server), "the server's child running the command", timeout=60)[0]
+        child = wait_for(lambda: _children(server), "the server's child running the command", timeout=60)[0]
+        wait_for(lambda: _cwd(child) == cwd.resolve(), "the server's child to take the command over", timeout=60)
+        return command, child
 
     yield start
     for command in started:
@@ -103,10 +114,7 @@ def test_a_command_after_the_first_is_run_by_the_warm_server_in_its_directory_wi
     assert socket.parent == runtime and (runtime.stat().st_mode & 0o777) == 0o700
     assert (socket.stat().st_mode & 0o777) == 0o600
     (repo / "sub").mkdir()
-    command, child = create_reading_stdin(repo / "sub", "Served", server)
-    # the child takes the client's directory once it has read the request: awaited, not raced
-    wait_for(lambda: Path(f"/proc/{child}/cwd").resolve() == (repo / "sub").resolve(),
-             "the server's child to be in the client's directory", timeout=60)
+    command, child = create_reading_stdin(repo / "sub", "Served", server)   # in the client's directory
     out, err = command.communicate("Read from the command's own stdin.\n", timeout=60)
     assert command.returncode == 0, err
     issue_id = out.strip()
