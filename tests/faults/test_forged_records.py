@@ -6,7 +6,9 @@ that was not done, or hold an issue forever (docs/SECURITY.md, "Forged records")
 - a `Hive-Issue: X` trailer in anyone's commit on the target finalizes nothing: a landing counts
   only where hive recorded it before the target moved;
 - a forged `done` does not queue this machine's escalated work for a merge, and an `updated`
-  from the future does not win every merge.
+  from the future does not win every merge;
+- a forged `finalized` (or `done` by another agent) of an issue this machine's agent works on
+  stops that agent and lands nothing: its work is kept under refs/hive/attempts.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import daemon_env, tail, work_steps, write_json
+from tests.daemon_helpers import stop_daemon
+
+from .helpers import daemon_env, tail, wait_until, work_steps, write_json
 from .test_trust import BLOB, Raw, Shared, issue, shared  # noqa: F401 - fixtures
 
 FORGED_CLAIMS = {
@@ -93,6 +97,55 @@ def test_a_forged_done_does_not_merge_this_machine_s_escalated_work(repo: Path, 
     assert statuses(cli, repo)[failing] == "done", tail(log)          # what the state says, but not merged
     assert git("rev-parse", "main", cwd=repo).stdout.strip() == main_before, tail(log)
     assert git("rev-parse", "origin/main", cwd=repo).stdout.strip() == main_before
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("forged", [{"status": '"finalized"'}, {"status": '"done"', "assignee": '"w-evil01"'}])
+def test_a_forged_end_of_an_issue_worked_here_stops_its_agent_and_keeps_its_work(
+        repo: Path, shared: Shared, tmp_path: Path, git, cli, new_issue, daemons, forged: dict[str, str]) -> None:
+    """A collaborator pushes that the issue this machine's agent is working on is finished (or
+    done by an agent of theirs): the agent is stopped (nothing will come back to its work), the
+    target does not move, and what the agent committed stays reachable."""
+    from hive.workspace import attempts
+
+    worked = new_issue("worked on here when the forged end arrives", labels=["slow"])
+    cli("sync", "origin", cwd=repo)
+    script = write_json(tmp_path / "agents.json", {"default": work_steps(), "labels": {"slow": [
+        {"write": "hive-work/{issue}.txt", "content": "work in progress\n"}, {"commit": "{issue}: in progress"},
+        {"sleep": 60}, {"result": "success", "summary": "too late"}]}})
+    log = tmp_path / "daemon.log"
+    # unjailed: a jailed agent's commit is in its private object store until hive takes it in,
+    # and the test reads it in the worktree while the agent works
+    run = daemons.start(repo, daemon_env(script, lease_seconds=600, sandbox="off"), "--remote", "origin",
+                        "--until-idle", "--max-agents", "2", log=log)
+    worktree = repo / ".git" / "hive" / "worktrees" / worked
+    committed = lambda: git("log", "-1", "--format=%H %s", cwd=worktree, check=False).stdout  # noqa: E731
+    assert wait_until(lambda: worktree.is_dir() and f"{worked}: in progress" in committed(), 60), tail(log)
+    work = committed().split()[0]
+    remote_holds_claim = lambda: '"in_progress"' in git(  # noqa: E731
+        "show", f"hive/state:issues/{worked}.md", cwd=shared.remote, check=False).stdout
+    assert wait_until(remote_holds_claim, 30), tail(log)
+
+    def forged_in() -> bool:   # the daemon pushes too (the other issue's landing): as an attacker would, again
+        try:
+            forge(shared, git, worked, **forged)
+            return True
+        except AssertionError:
+            return False
+
+    assert wait_until(forged_in, 30, step=0.2), tail(log)
+
+    why = "finalized" if "finalized" in forged["status"] else "taken over"
+    assert wait_until(lambda: f"{worked} {why}: stopping its agent" in log.read_text(errors="replace")
+                      and not worktree.exists(), 60), tail(log)   # long before the agent's 60 s
+    if why == "finalized":
+        assert run.wait(60) == 0, tail(log)
+    else:   # a shared queue is idle once all is finalized: the forged `done` waits for its machine's merge
+        stop_daemon(run)
+    for target in ("main", "origin/main"):   # (the shared fixture's ordinary issue lands there)
+        assert f"hive-work/{worked}.txt" not in git("ls-tree", "-r", "--name-only", target, cwd=repo).stdout
+    assert not worktree.exists() and git("branch", "--list", f"hive/work/{worked}", cwd=repo).stdout == ""
+    assert work in [kept.commit for kept in attempts.kept(repo / ".git", worked)]
 
 
 def test_an_updated_from_the_future_is_clamped_in_a_merge() -> None:
