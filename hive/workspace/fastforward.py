@@ -18,7 +18,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import CheckoutStrategy, FileStatus
 
-from hive import git
+from hive import git, lines
 from hive.state.layout import leads_outside
 from hive.state.store import cas_update
 from hive.workspace.spares import ADMIN_PREFIX
@@ -187,6 +187,9 @@ def checkout_waiting(paths: git.RepoPaths, repo: pygit2.Repository, target: str,
     return _waiting_message(checkout, target, dirty) if dirty else ""
 
 
+NOTE_BYTES = 1 << 22   # the longest note read back: a path and a blob id per file written
+
+
 class _Begun:
     """The files a fast-forward of `target` from `old` is about to write in a checkout, noted in
     `<hive_dir>/fast-forward.json` before libgit2 writes any, removed once it has moved the ref.
@@ -205,15 +208,9 @@ class _Begun:
     def left(cls, paths: git.RepoPaths, repo: pygit2.Repository, target: str, old: str) -> "_Begun | None":
         """The note an interrupted fast-forward of `target` from `old` left, if any."""
         try:
-            fd = os.open(paths.hive_dir / cls.NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+            note = json.loads(lines.read_regular(paths.hive_dir / cls.NAME, NOTE_BYTES) or b"null")
+        except (OSError, ValueError):   # a link, a folder, too big (lines.NotAFile), no JSON
             return None
-        try:
-            note = json.loads(os.read(fd, 1 << 22))
-        except (OSError, ValueError):
-            return None
-        finally:
-            os.close(fd)
         if not isinstance(note, dict) or note.get("target") != target or note.get("old") != old \
                 or not isinstance(note.get("writing"), dict):
             return None
@@ -245,25 +242,14 @@ class _Begun:
         if path not in self.writing:
             return False
         blob = self.writing[path]
-        try:
-            st = os.lstat(root / path)
-        except FileNotFoundError:
-            return True          # removed, or not made yet
-        except OSError:
-            return False
-        if not blob or not stat.S_ISREG(st.st_mode):
-            return False
+        if not blob:
+            return not os.path.lexists(root / path)   # a removal: done, or not done yet
         try:
             wanted = self.repo[blob].peel(pygit2.Blob).data
-            if st.st_size > len(wanted):
-                return False
-            fd = os.open(root / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            held = lines.read_regular(root / path, len(wanted))   # a link, a folder, longer: NotAFile
         except (OSError, KeyError, ValueError, pygit2.GitError):
             return False
-        try:
-            return os.read(fd, st.st_size + 1) == wanted[:st.st_size]
-        finally:
-            os.close(fd)
+        return held is None or wanted.startswith(held)   # not made yet, or its first bytes
 
 
 def _blob_at(tree: pygit2.Tree, path: str) -> str:
