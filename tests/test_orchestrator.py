@@ -936,6 +936,59 @@ def test_a_slot_is_free_once_the_agent_is_done_not_once_it_has_exited(
     assert done < claimed < moments[f"{first} closed"], (moments, lines)
 
 
+def test_stopping_one_worker_does_not_stop_another_that_switched_agents_meanwhile(
+        repo: Path, tmp_path: Path, project, new_issue, state_log, monkeypatch):
+    """Two workers; one's issue is canceled. While that one is being stopped (its agent may take a
+    while), the other's attempt fails and it goes on with a fresh agent: that worker is not
+    "taken over" — the issue is its new agent's (CI saw an escalated issue's worktree go so)."""
+    from hive.orchestrator.assemble import build_daemon
+    from hive.orchestrator.worker import Worker
+    from hive.project import Project
+
+    flag = tmp_path / "canceled-one-is-stopping"
+    # claimed in this order: the canceled one is looked at first
+    canceled = new_issue("hangs", labels=["hangs"], priority=0)
+    switching = new_issue("switches", labels=["switches"], priority=1)
+    fails_first = {"run": f'while [ ! -e "{flag}" ]; do sleep 0.01; done; exit 1', "must_succeed": True,
+                   "on_attempts": [1]}
+    monkeypatch.setenv("HIVE_SCRIPTED_SCRIPT", str(write_script(tmp_path, {"labels": {
+        "hangs": [{"hang": True}], "switches": work_steps([fails_first])}})))
+    monkeypatch.setenv("HIVE_SANDBOX", "off")
+    monkeypatch.setenv("HIVE_MAX_RETRIES", "0")
+    monkeypatch.setenv("HIVE_MAX_AGENT_SWITCHES", "1")
+    lines: list[str] = []
+    abort = Worker.abort
+
+    async def slow_to_stop(worker, reason):
+        if worker.issue_id == canceled:
+            flag.touch()   # the other's attempt fails now, and it switches agents
+            deadline = time.monotonic() + 30
+            while not any(f"{switching} switched to a fresh agent" in line for line in lines):
+                assert time.monotonic() < deadline, lines
+                await asyncio.sleep(0.01)
+        await abort(worker, reason)
+
+    monkeypatch.setattr(Worker, "abort", slow_to_stop)
+    daemon_project = Project.open(repo)
+    daemon = build_daemon(daemon_project, backend="scripted", max_agents=2, until_idle=True, log=lines.append)
+
+    async def scenario() -> None:
+        run = asyncio.create_task(daemon.run())
+        deadline = time.monotonic() + 30
+        while not all(any(f"{i} claimed" in line for line in lines) for i in (canceled, switching)):
+            assert time.monotonic() < deadline, lines
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(set_status, project, canceled, "canceled")
+        await asyncio.wait_for(run, 60)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        daemon_project.close()
+    assert not any(f"{switching} taken over" in line for line in lines), lines
+    assert events_of(state_log(repo), switching) == ["claimed", "switched", "done", "finalized"], lines
+
+
 # -- 8. the demo ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bytecode", ["written", "not written"])

@@ -104,16 +104,18 @@ class Crew:
         goes, its heads kept (`may_spare`: whether its folder may go back to the pool)."""
         if not self._workers:
             return
+        # every worker is judged against the same reading, before any is stopped: stopping one
+        # awaits, and meanwhile another may move on (switch to a fresh agent) past that reading
         held = self.project.index.assignments(self._workers)
-        for issue_id, worker in list(self._workers.items()):
-            what = taken_from(*held.get(issue_id, ("", "")), worker.agent_id)
-            if what:
-                self.log(f"{issue_id} {what}: stopping its agent")
-                await worker.abort(what)
-                if worker.task is not None:
-                    await asyncio.gather(worker.task, return_exceptions=True)
-                await asyncio.to_thread(worktrees.retire, self.project.paths, issue_id, self.config.target_branch,
-                                        may_spare(issue_id))
+        taken = [(worker, what) for issue_id, worker in list(self._workers.items())
+                 if (what := taken_from(*held.get(issue_id, ("", "")), worker.agent_id))]
+        for worker, what in taken:
+            self.log(f"{worker.issue_id} {what}: stopping its agent")
+            await worker.abort(what)
+            if worker.task is not None:
+                await asyncio.gather(worker.task, return_exceptions=True)
+            await asyncio.to_thread(worktrees.retire, self.project.paths, worker.issue_id, self.config.target_branch,
+                                    may_spare(worker.issue_id))
 
     async def end_stalled(self) -> None:
         """End the turns with no agent activity for `stall_seconds`: each attempt fails."""

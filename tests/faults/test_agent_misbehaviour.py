@@ -154,7 +154,8 @@ def test_misbehaving_agents_cannot_move_the_target_and_leave_nothing_running(
     assert wait_until(lambda: not processes_under(tmp_path), 10), processes_under(tmp_path)
     assert leftovers(git, repo) == {"worktree dirs": [ids["always-pushes"]],
                                     "work branches": [f"hive/work/{ids['always-pushes']}"],
-                                    "registered worktrees": [str(repo / ".git/hive/worktrees" / ids["always-pushes"])]}
+                                    "registered worktrees": [str(repo / ".git/hive/worktrees" / ids["always-pushes"])]}, \
+        tail(tmp_path / "daemon.log", 150)
     assert double_claims(repo) == []
 
 
