@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 from hive.initialize import hook_sources
@@ -93,6 +95,37 @@ def test_hook_reports_ref_updates_made_by_plain_git(repo, git):
     after = events.read_text()
     assert after.startswith(before)
     assert f"{'0' * 40} {head} refs/heads/topic" in after[len(before):]
+
+
+def test_a_workers_commit_is_reported_and_guarded_by_a_hook_that_starts_no_program(repo, git, tmp_path):
+    """The hook runs twice for every commit of every agent: in a worker worktree it reports the
+    branch's move, and refuses a move of `hive/state`, without starting any program — git runs
+    here with nothing on PATH, where a `cat`, `dirname` or `git` in the hook would fail."""
+    worktree = repo / ".git" / "hive" / "worktrees" / "hv-hook01"
+    git("worktree", "add", "-q", str(worktree), "-b", "hive/work/hv-hook01", cwd=repo)
+    events = repo / ".git" / "hive" / "ref-events"
+    before = events.read_text() if events.exists() else ""
+    nothing = tmp_path / "no-programs"
+    nothing.mkdir()
+
+    def bare_git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([shutil.which("git") or "git", *args], cwd=worktree, capture_output=True,
+                              text=True, env={**os.environ, "PATH": str(nothing)}, timeout=30)
+
+    committed = bare_git("commit", "-q", "--allow-empty", "-m", "work")
+    assert committed.returncode == 0, committed.stderr
+    head = git("rev-parse", "HEAD", cwd=worktree).stdout.strip()
+    assert events.read_text().startswith(before)
+    assert f" {head} refs/heads/hive/work/hv-hook01\n" in events.read_text()[len(before):]
+    refused = bare_git("update-ref", "refs/heads/hive/state", "HEAD")
+    assert refused.returncode != 0
+    assert "refused: a worker worktree may not update refs/heads/hive/state" in refused.stderr
+    # the target's name is asked of git (`hive.targetBranch`) only for a branch that might be it
+    git("config", "hive.targetBranch", "trunk", cwd=repo)
+    git("branch", "trunk", cwd=repo)
+    refused = git("update-ref", "refs/heads/trunk", "HEAD", cwd=worktree, check=False)
+    assert "refused: a worker worktree may not update refs/heads/trunk" in refused.stderr
+    assert git("update-ref", "refs/heads/main", "HEAD", cwd=worktree, check=False).returncode == 0
 
 
 def test_second_init_changes_nothing_and_says_so(repo, hive):
