@@ -975,7 +975,8 @@ def test_stopping_one_worker_does_not_stop_another_that_switched_agents_meanwhil
     async def scenario() -> None:
         run = asyncio.create_task(daemon.run())
         deadline = time.monotonic() + 30
-        while not all(any(f"{i} claimed" in line for line in lines) for i in (canceled, switching)):
+        # both agents at work: the canceled one is stopped by the daemon, not before it starts
+        while not (prompts(repo, canceled) and prompts(repo, switching)):
             assert time.monotonic() < deadline, lines
             await asyncio.sleep(0.01)
         await asyncio.to_thread(set_status, project, canceled, "canceled")
