@@ -401,6 +401,44 @@ def test_jail_cgroups_left_over_are_removed_by_a_later_jail_and_busy_ones_kept(m
                 group.rmdir()
 
 
+def test_the_end_of_a_jailed_command_asks_its_cgroup_not_every_process(monkeypatch) -> None:
+    """Whether anything of an ended agent still lives is asked at every agent's end: where its
+    jail has a pids cgroup, the cgroup lists what lives (zombies are not listed) — no process's
+    stat but theirs is read. A child that outlived the jail's first process is still found."""
+    from hive.backends import processes
+    from hive.jail import limits
+
+    cap = limits.ProcessCap.make(8)
+    if cap.cgroup is None:
+        pytest.skip("no pids cgroup hive may make here (not root, or not delegated)")
+    leader = subprocess.Popen(["/bin/sh", "-c", limits.JOIN, "hive-jail", str(cap.cgroup / "cgroup.procs"),
+                               "/bin/sh", "-c", "trap '' TERM; sleep 30 & echo $!; exit 0"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert leader.stdout is not None
+        child = int(leader.stdout.readline())
+        leader.wait(10)                                   # the first process has exited: reaped
+        real_listdir = os.listdir
+
+        def no_scan(path: Any = ".") -> list[str]:
+            assert str(path) != "/proc", "every process's stat was read"
+            return real_listdir(path)
+
+        monkeypatch.setattr(processes.os, "listdir", no_scan)
+        assert cap.members() == [child]
+        assert processes.group_alive(leader.pid, cap.members())          # the child left behind
+        processes.killpg(leader.pid, 9)
+        deadline = time.monotonic() + 10
+        while processes.group_alive(leader.pid, cap.members()):
+            assert time.monotonic() < deadline, cap.members()
+            time.sleep(0.01)
+        assert cap.members() == []
+    finally:
+        processes.killpg(leader.pid, 9)
+        cap.release()
+    assert not cap.cgroup.exists()
+
+
 def test_a_worktree_jail_never_makes_again_the_git_admin_folder_of_a_removed_worktree(tmp_path: Path, git) -> None:
     """Removed meanwhile (another machine took the issue): building its jail fails; it does not
     leave a half admin folder that git would take for a broken worktree."""

@@ -234,8 +234,15 @@ class AgentProcess:
         """`group_gone`, remembered once true: its scan of /proc is asked for twice at every end
         (the exit's watch, then `kill`), and a group without a live process never gets one."""
         if not self._group_ended:
-            self._group_ended = await group_gone(self.pid, self.kill_grace)
+            self._group_ended = await group_gone(self.pid, self.kill_grace, self._members)
         return self._group_ended
+
+    def _members(self) -> list[int] | None:
+        """The processes that can still be in the group: its jail's cgroup lists them once the
+        first process has exited (None: read every process's)."""
+        if self.launch is None or self.returncode is None:
+            return None
+        return self.launch.members()
 
     def terminate_leftovers(self) -> None:
         """SIGTERM what the agent left running in its group (it exited by itself)."""

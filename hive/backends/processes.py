@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import Callable, Iterable
 
 
 def killpg(pgid: int, sig: int) -> bool:
@@ -23,14 +24,18 @@ def killpg(pgid: int, sig: int) -> bool:
         return False
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether a live (not zombie) process is left in the group."""
+def group_alive(pgid: int, among: Iterable[int] | None = None) -> bool:
+    """Whether a live (not zombie) process is left in the group; `among`: the only processes
+    that can be in it (a jail's cgroup lists them), else every process's stat is read."""
     if not killpg(pgid, 0):
         return False   # no process at all, zombies included: no need to read /proc
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return killpg(pgid, 0)
+    if among is not None:
+        entries = [str(pid) for pid in among]
+    else:
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            return killpg(pgid, 0)
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -50,10 +55,11 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-async def group_gone(pgid: int, timeout: float) -> bool:
-    """Wait until no live process is left in the group; False if some still are at the end."""
+async def group_gone(pgid: int, timeout: float, among: Callable[[], Iterable[int] | None] = lambda: None) -> bool:
+    """Wait until no live process is left in the group; False if some still are at the end
+    (`among`: as for `group_alive`, asked at each look)."""
     deadline = time.monotonic() + timeout
-    while group_alive(pgid):
+    while group_alive(pgid, among()):
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(0.02)    # nothing to await: other processes' deaths are not events

@@ -24,6 +24,12 @@ class Launch:
     cap: ProcessCap | None = field(default=None, repr=False)
     gate: Gate | None = field(default=None, repr=False)
 
+    def members(self) -> list[int] | None:
+        """The live processes the command's cgroup holds — once the command's first process has
+        exited, every live one it started, as that process joined the cgroup before it started
+        any (None: no cgroup to ask)."""
+        return self.cap.members() if self.cap is not None else None
+
     def release(self) -> None:
         """After the command and everything it started have ended."""
         if self.cap is not None:

@@ -96,6 +96,15 @@ class ProcessCap:
             return list(line)
         return ["/bin/sh", "-c", JOIN, "hive-jail", str(self.cgroup / "cgroup.procs"), *line]
 
+    def members(self) -> list[int] | None:
+        """The live processes in the cgroup (zombies are not listed), or None without one."""
+        if self.cgroup is None:
+            return None
+        try:
+            return [int(pid) for pid in (self.cgroup / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return None
+
     def release(self) -> None:
         """Remove the cgroup once nothing runs in it (hive killed the jail's processes first)."""
         if self.cgroup is not None:
