@@ -1,4 +1,5 @@
-"""Spare worktrees: a retired issue's worktree reused for the next issue's, never losing what it held."""
+"""Worker worktrees, made fresh or from a spare (a retired issue's worktree reused for the next
+issue's, never losing what it held)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,36 @@ def _commit_in(tree: Path, name: str, text: str) -> str:
 
 def _files(tree: Path) -> set[str]:
     return {str(Path(d, f).relative_to(tree)) for d, _, fs in os.walk(tree) for f in fs if f != ".git"}
+
+
+def test_a_fresh_worktree_is_one_git_knows_detached_at_its_base(repo, git):
+    """Made without libgit2's `add_worktree` (it opens every other worktree first): git lists
+    it, detached at its base with exactly the base's files; git commits in it (through hive's
+    hook) and hive adopts them; it is removed as any other, nothing left for git to prune."""
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    for other in ("hv-other1", "hv-other2"):
+        worktrees.create(paths, other, base)
+    tree = worktrees.create(paths, ISSUE, base).path
+
+    assert f"worktree {tree}\nHEAD {base}\ndetached" in git("worktree", "list", "--porcelain", cwd=repo).stdout
+    assert _files(tree) == set(git("ls-tree", "-r", "--name-only", base, cwd=repo).stdout.split())
+    assert git("status", "--porcelain", "--ignored", cwd=tree).stdout == ""
+    assert git("rev-parse", "--git-common-dir", cwd=tree).stdout.strip() == str(paths.common_dir)
+    assert git("rev-parse", f"hive/work/{ISSUE}", cwd=repo).stdout.strip() == base
+    (tree / "work.txt").write_text("work\n")
+    git("add", "work.txt", cwd=tree)
+    git("commit", "-q", "-m", "work", cwd=tree)
+    made = git("rev-parse", "HEAD", cwd=tree).stdout.strip()
+    assert worktrees.adopt_head(paths, ISSUE) == made
+    assert git("rev-parse", f"hive/work/{ISSUE}", cwd=repo).stdout.strip() == made
+
+    worktrees.retire(paths, ISSUE, "main")
+    assert not tree.exists() and not (paths.common_dir / "worktrees" / ISSUE).exists()
+    pruned = git("worktree", "prune", "--dry-run", "-v", cwd=repo)
+    assert pruned.stdout + pruned.stderr == ""
+    assert [a.commit for a in attempts.kept(paths.common_dir, ISSUE)] == [made]
+    git("fsck", "--no-dangling", cwd=repo)
 
 
 def test_a_retired_worktree_is_the_next_issues_clean_at_its_base_and_its_unlanded_commit_is_kept(repo, git):

@@ -108,13 +108,28 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     path = worktree_path(paths, issue_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     unlock_branch(paths, issue_id)
-    ref = repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit].peel(pygit2.Commit),
-                                     force=True)
+    repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit].peel(pygit2.Commit), force=True)
     if not spares.take(paths, issue_id, path, base_commit):
-        repo.add_worktree(issue_id, str(path), ref)
-        _detached(pygit2.Repository(str(path)))
+        _add_detached(paths, issue_id, path, repo[base_commit].peel(pygit2.Commit))
     init_submodules(paths, path)
     return Worktree(issue_id, path, branch, base_commit)
+
+
+def _add_detached(paths: git.RepoPaths, issue_id: str, path: Path, base: pygit2.Commit) -> None:
+    """A linked worktree at `path`, detached at `base` with its files, made as git makes one: its
+    admin folder `<common>/worktrees/<id>` (HEAD, commondir, gitdir) and `<path>/.git` naming it.
+    Not libgit2's `add_worktree`: given the branch, it opens every worktree of the repository as
+    a repository, to refuse one checked out elsewhere (~0.5 ms each, spares included) — hive's
+    are all detached, and `remove` has just taken away any other of this name."""
+    admin = paths.common_dir / "worktrees" / issue_id
+    admin.mkdir(parents=True)
+    (admin / "commondir").write_text("../..\n", encoding="utf-8")
+    (admin / "gitdir").write_text(f"{path / '.git'}\n", encoding="utf-8")
+    (admin / "HEAD").write_text(f"{base.id}\n", encoding="utf-8")
+    path.mkdir()
+    (path / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
+    work = pygit2.Repository(str(path))
+    work.checkout_tree(work[base.tree_id], strategy=pygit2.enums.CheckoutStrategy.FORCE)
 
 
 _SUBMODULE_NAME = re.compile(r"[A-Za-z0-9._/-]+")
