@@ -891,7 +891,7 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
 
 - **Unblock latency** has no wait on its path: the blocker's `done` commit wakes the loop at
   once, which claims the dependent (a CAS commit), creates its worktree from the blocker's
-  unmerged work (a spare worktree reset there, or libgit2 `add_worktree`), starts the agent
+  unmerged work (a spare worktree reset there, or a fresh one), starts the agent
   process and sends the prompt. Two things made it slow before: the loop re-scanned every live
   file of `.hive/` on each wake-up
   (now only the paths the watcher reported), and the blocker's merge ran beside the dependent's
@@ -921,13 +921,29 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   each scan read every process's `stat`, now with `os.read` and remembered once the group is
   gone), and worktree add + remove where a spare is there (`hive/workspace/spares.py`: a
   retired worktree, its heads kept first, moved aside and reset to the next issue's base, which
-  writes only the files that differ). In this benchmark a spare is there for only ~10 of the 50
-  issues: worktrees are retired after their merge, and every dependent's worktree is made at
-  its blocker's `done`, before the merges that would free one. Next steps, in order of gain:
-  fewer and cheaper state commits per issue in the loop (the index and `.hive/` catch-up after
-  each) — since the merge train the loop, not the merge step, paces finalized/min —, fewer
-  runtime-database round trips per transition (~100 statements an issue), and the `/proc` scan
-  at an agent's end (a pids cgroup, where hive has one, lists its processes directly).
+  writes only the files that differ). In this benchmark a spare is there for about half of
+  the 50 issues (counted: 23 taken, 27 made fresh; 31 put back, 19 removed with the pool full):
+  worktrees are retired after their merge, and every dependent's worktree is made at its
+  blocker's `done`, before the merges that would free one. Since then: a fresh worktree is no
+  longer libgit2's `add_worktree`, which, given the branch, opens every worktree of the
+  repository (spares included) as a repository to refuse one checked out elsewhere — hive's
+  are all detached, so the admin folder and `.git` file are written as git writes them and the
+  base's files checked out (`worktrees._add_detached`: 20.9 → 14.8 ms of CPU a worktree on this
+  repository, most of what is left the files' creation); and where the jail has a pids cgroup
+  (hive runs as root), an agent's end reads the cgroup's list of live processes instead of
+  every process's `stat` (0.64 ms a scan with 72 processes on this machine, far more on a
+  desktop's hundreds). Next steps, in order of gain: fewer and cheaper state commits per issue
+  in the loop (~2 ms of CPU each, a third of it the six new files; the index and `.hive/`
+  catch-up after each) — since the merge train the loop, not the merge step, paces
+  finalized/min —, the jail's spec resolved at every agent start (`os.path.realpath` of ~50
+  paths, one `lstat` per component: ~11 % of the loop's CPU under the profiler) and its pids
+  cgroup made and removed for each, and more spares when the merges lag (the pool holds 8).
+- **The agents' side**: with instant agents on 2 cores their processes compete with the daemon
+  for the cores, and part of their cost is hive's: the `reference-transaction` hook runs twice
+  for every ref update, every commit of every agent included. It started `dirname`, `cat`, a
+  `git config` and a `git rev-parse` each time: +9.3 ms of CPU on a worker's commit (4 ms
+  without the hook); it now starts nothing for a worker's commit (builtins read the input and
+  the common dir; the target's name is asked of git only for a branch that might be it): +2.3 ms.
 - **Finalized per minute: the merge train** (the pipeline rows). The merge step is serial, and
   before the train it paced the pipeline: ~75 ms of wall a landing on a quiet machine (769
   finalized/min against 1,067 done/min), ~27 ms of it the jailed test command (7.7 ms when run
