@@ -937,7 +937,10 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   catch-up after each) — since the merge train the loop, not the merge step, paces
   finalized/min —, the jail's spec resolved at every agent start (`os.path.realpath` of ~50
   paths, one `lstat` per component: ~11 % of the loop's CPU under the profiler) and its pids
-  cgroup made and removed for each, and more spares when the merges lag (the pool holds 8).
+  cgroup made and removed for each. A larger spare pool is no gain: with 16 instead of 8 the
+  same 21-24 spares were taken (what it kept more was put back as the run ended). The
+  worktrees' creation in one DAG run: 632 ms of CPU for the 50 before, 341-425 ms since (runs
+  an hour apart; this machine's speed moved by a third within that hour).
 - **The agents' side**: with instant agents on 2 cores their processes compete with the daemon
   for the cores, and part of their cost is hive's: the `reference-transaction` hook runs twice
   for every ref update, every commit of every agent included. It started `dirname`, `cat`, a
