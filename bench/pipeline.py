@@ -932,15 +932,15 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   repository, most of what is left the files' creation); and where the jail has a pids cgroup
   (hive runs as root), an agent's end reads the cgroup's list of live processes instead of
   every process's `stat` (0.64 ms a scan with 72 processes on this machine, far more on a
-  desktop's hundreds). Next steps, in order of gain: fewer and cheaper state commits per issue
+  desktop's hundreds). The next step: fewer and cheaper state commits per issue
   in the loop (~2 ms of CPU each, a third of it the six new files; the index and `.hive/`
   catch-up after each) — since the merge train the loop, not the merge step, paces
-  finalized/min —, the jail's spec resolved at every agent start (`os.path.realpath` of ~50
-  paths, one `lstat` per component: ~11 % of the loop's CPU under the profiler) and its pids
-  cgroup made and removed for each. A larger spare pool is no gain: with 16 instead of 8 the
-  same 21-24 spares were taken (what it kept more was put back as the run ended). The
-  worktrees' creation in one DAG run: 632 ms of CPU for the 50 before, 341-425 ms since (runs
-  an hour apart; this machine's speed moved by a third within that hour).
+  finalized/min. Smaller than the profilers made them (measured alone): the jail's spec and
+  command line at every agent start, 1.2 ms of CPU (`os.path.realpath` of ~50 paths: 0.55 ms),
+  and its pids cgroup made and removed, 0.14 ms. A larger spare pool is no gain: with 16
+  instead of 8 the same 21-24 spares were taken (what it kept more was put back as the run
+  ended). The worktrees' creation in one DAG run: 632 ms of CPU for the 50 before, 341-425 ms
+  since (runs an hour apart; this machine's speed moved by a third within that hour).
 - **The agents' side**: with instant agents on 2 cores their processes compete with the daemon
   for the cores, and part of their cost is hive's: the `reference-transaction` hook runs twice
   for every ref update, every commit of every agent included. It started `dirname`, `cat`, a
