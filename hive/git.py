@@ -160,6 +160,17 @@ def discover(start: Path | str | None = None) -> RepoPaths:
     raise HiveError(f"not a git repository (or any parent up to /): {here}")
 
 
+def worktree_admin(common_dir: Path, name: str) -> Path:
+    """git's admin folder of the linked worktree `name`: `<common>/worktrees/<name>`."""
+    return common_dir / "worktrees" / name
+
+
+def link_worktree(admin: Path, worktree: Path) -> None:
+    """Make a linked worktree's `.git` file and its admin folder's `gitdir` name each other."""
+    (worktree / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
+    (admin / "gitdir").write_text(f"{worktree / '.git'}\n", encoding="utf-8")
+
+
 def repair_worktree_links(paths: RepoPaths, *, force: bool = False) -> list[Path]:
     """Re-point `.hive/` and the worker worktrees at the repository after its folder moved.
 
@@ -179,11 +190,10 @@ def repair_worktree_links(paths: RepoPaths, *, force: bool = False) -> list[Path
         dot_git = worktree / ".git"
         if not _link_broken(dot_git):
             continue
-        admin = paths.common_dir / "worktrees" / _admin_of(dot_git).name
+        admin = worktree_admin(paths.common_dir, _admin_of(dot_git).name)
         if not (admin / "HEAD").is_file():
             continue   # not one of this repository's worktrees: leave it alone
-        dot_git.write_text(f"gitdir: {admin}\n", encoding="utf-8")
-        (admin / "gitdir").write_text(f"{dot_git}\n", encoding="utf-8")
+        link_worktree(admin, worktree)
         if not common_dir_of(admin).is_dir():   # libgit2 writes it as an absolute path
             (admin / "commondir").write_text(f"{paths.common_dir}\n", encoding="utf-8")
         repaired.append(worktree)
@@ -494,7 +504,7 @@ def private_objects(common_dir: Path, worktree_name: str) -> Path:
     """Where a jailed agent's git writes new objects: inside its worktree's admin folder, so that
     the shared object store stays read-only to it (hive copies them over, re-hashed, afterwards:
     `hive.workspace.worktrees.adopt_head`)."""
-    return common_dir / "worktrees" / worktree_name / "hive-objects"
+    return worktree_admin(common_dir, worktree_name) / "hive-objects"
 
 
 def private_stores_env(common_dir: Path) -> dict[str, str]:

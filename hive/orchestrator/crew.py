@@ -107,7 +107,7 @@ class Crew:
         # every worker is judged against the same reading, before any is stopped: stopping one
         # awaits, and meanwhile another may move on (switch to a fresh agent) past that reading
         held = self.project.index.assignments(self._workers)
-        taken = [(worker, what) for issue_id, worker in list(self._workers.items())
+        taken = [(worker, what) for issue_id, worker in self._workers.items()
                  if (what := taken_from(*held.get(issue_id, ("", "")), worker.agent_id))]
         for worker, what in taken:
             self.log(f"{worker.issue_id} {what}: stopping its agent")

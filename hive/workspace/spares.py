@@ -37,7 +37,7 @@ def spares_dir(paths: git.RepoPaths) -> Path:
 
 
 def _admin(paths: git.RepoPaths, name: str) -> Path:
-    return paths.common_dir / "worktrees" / name
+    return git.worktree_admin(paths.common_dir, name)
 
 
 def _read(path: Path) -> str:

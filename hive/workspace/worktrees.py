@@ -108,9 +108,10 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     path = worktree_path(paths, issue_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     unlock_branch(paths, issue_id)
-    repo.branches.local.create(branch.removeprefix("refs/heads/"), repo[base_commit].peel(pygit2.Commit), force=True)
+    base = repo[base_commit].peel(pygit2.Commit)
+    repo.branches.local.create(branch.removeprefix("refs/heads/"), base, force=True)
     if not spares.take(paths, issue_id, path, base_commit):
-        _add_detached(paths, issue_id, path, repo[base_commit].peel(pygit2.Commit))
+        _add_detached(paths, issue_id, path, base)
     init_submodules(paths, path)
     return Worktree(issue_id, path, branch, base_commit)
 
@@ -121,13 +122,12 @@ def _add_detached(paths: git.RepoPaths, issue_id: str, path: Path, base: pygit2.
     Not libgit2's `add_worktree`: given the branch, it opens every worktree of the repository as
     a repository, to refuse one checked out elsewhere (~0.5 ms each, spares included) — hive's
     are all detached, and `remove` has just taken away any other of this name."""
-    admin = paths.common_dir / "worktrees" / issue_id
+    admin = git.worktree_admin(paths.common_dir, issue_id)
     admin.mkdir(parents=True)
     (admin / "commondir").write_text("../..\n", encoding="utf-8")
-    (admin / "gitdir").write_text(f"{path / '.git'}\n", encoding="utf-8")
     (admin / "HEAD").write_text(f"{base.id}\n", encoding="utf-8")
     path.mkdir()
-    (path / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
+    git.link_worktree(admin, path)
     work = pygit2.Repository(str(path))
     work.checkout_tree(work[base.tree_id], strategy=pygit2.enums.CheckoutStrategy.FORCE)
 
@@ -265,7 +265,7 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
         shutil.rmtree(path, ignore_errors=True)
     # git's admin folder of the worktree, named after it: looked for first, as most calls (a
     # new issue's worktree) find none, and listing the worktrees reads every one of them
-    admin = paths.common_dir / "worktrees" / issue_id
+    admin = git.worktree_admin(paths.common_dir, issue_id)
     if admin.is_dir():
         if issue_id in repo.list_worktrees():
             try:
@@ -336,7 +336,7 @@ def checked_out(paths: git.RepoPaths, ref: str) -> bool:
 def clear_broken_admin(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository) -> None:
     """Remove `<common>/worktrees/<id>` when git does not list it as a worktree: a process killed
     while adding the worktree left it half made, and adding it again would fail on it forever."""
-    admin = paths.common_dir / "worktrees" / issue_id
+    admin = git.worktree_admin(paths.common_dir, issue_id)
     if admin.is_dir() and issue_id not in repo.list_worktrees():
         shutil.rmtree(admin, ignore_errors=True)
 
