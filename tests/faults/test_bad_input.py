@@ -451,6 +451,46 @@ def test_garbage_on_the_hook_from_a_worker_worktree(kind: str, repo: Path, git):
     assert not list(repo.rglob("PWNED"))
 
 
+HOSTILE_NAME = "$(touch PWNED) `touch PWNED`;touch PWNED"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["commondir", "GIT_COMMON_DIR", "gitdir"])
+def test_hostile_dirs_the_hook_is_told_run_nothing(where: str, repo: Path, tmp_path: Path):
+    """The hook takes the common dir from GIT_COMMON_DIR or from the `commondir` file of the
+    GIT_DIR git names, and a receive-pack's worktree from `$PWD/gitdir`: an agent may set or
+    write each. Shell in them stays text; the hook neither fails nor writes anywhere but the
+    `hive/ref-events` of the folder it was told (git itself would use that folder)."""
+    hook = repo / ".git" / "hooks" / "reference-transaction"
+    told = tmp_path / HOSTILE_NAME
+    (told / "hive").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_COMMON_DIR", "HIVE_AGENT_ID")}
+    line = b"0 1 refs/heads/feature\n"
+    if where == "gitdir":   # a git dir that says it is a worker's: the guard reads the input
+        fake = tmp_path / "fake-git-dir"
+        fake.mkdir()
+        (fake / "gitdir").write_text(f"/x/hive/worktrees/{HOSTILE_NAME}\n")
+        (fake / "commondir").write_text(f"{HOSTILE_NAME}\n")
+        proc = subprocess.run([str(hook), "prepared"], cwd=fake, input=line + b"0 1 refs/heads/hive/state\n",
+                              capture_output=True, timeout=30, env=env)
+        assert proc.returncode == 1
+        assert proc.stderr.decode().splitlines() == [
+            "git-hive: refused: a worker worktree may not update refs/heads/hive/state; hive merges finished work"]
+    else:
+        if where == "commondir":
+            git_dir = tmp_path / "worker-git-dir"
+            git_dir.mkdir()
+            (git_dir / "commondir").write_text(f"../{HOSTILE_NAME}\n")
+            env["GIT_DIR"] = str(git_dir)
+        else:
+            env["GIT_COMMON_DIR"] = str(told)
+        proc = subprocess.run([str(hook), "committed"], cwd=repo, input=line, capture_output=True, timeout=30,
+                              env=env)
+        assert (proc.returncode, proc.stderr) == (0, b"")
+        assert (told / "hive" / "ref-events").read_bytes() == line
+    assert not list(tmp_path.rglob("PWNED")) and not list(repo.rglob("PWNED"))
+
+
 # -- the daemon keeps running -------------------------------------------------------------------------
 
 @pytest.mark.slow
