@@ -114,6 +114,38 @@ def test_the_same_is_taken_in_as_by_one_process(repo, project, git, arrived, mon
     assert here == beside
 
 
+def test_new_files_are_created_without_a_look_and_names_already_taken_stay_as_they_are(
+        repo, project, git, arrived, monkeypatch, tmp_path):
+    """A file new on the branch is created at once (O_EXCL): only a name where something already
+    is gets looked at, and then what is there stays — a person's file, a symlink (never
+    followed), a folder."""
+    from hive.state import checkout as checkout_module
+
+    issues = repo / ".hive" / "issues"
+    own, linked, folder = (issues / f"{arrived['ids'][k]}.md" for k in (1, 2, 3))
+    own.write_bytes(b"the person's own notes\n")
+    outside = tmp_path / "outside.md"
+    outside.write_bytes(b"not hive's\n")
+    linked.symlink_to(outside)
+    folder.mkdir()
+    looked: list[str] = []
+    real_read = checkout_module._read_regular
+
+    def read_regular(where: str) -> bytes | None:
+        looked.append(Path(where).name)
+        return real_read(where)
+
+    monkeypatch.setattr(checkout_module, "_read_regular", read_regular)
+    project.sync(warn=False)
+    assert sorted(looked) == sorted(path.name for path in (own, linked, folder))
+    assert own.read_bytes() == b"the person's own notes\n"
+    assert linked.is_symlink() and outside.read_bytes() == b"not hive's\n" and folder.is_dir()
+    taken = {own.name, linked.name, folder.name}
+    files = {p.name: p.read_bytes() for p in issues.glob("*.md") if p.name not in taken}
+    assert files == {name: data for name, data in arrived["files"].items() if name not in taken}
+    assert project.index.indexed_commit == arrived["tip"]
+
+
 def test_a_persons_edit_in_hive_is_committed_on_top_of_the_queue(repo, project, git, arrived, issue_text):
     (repo / ".hive" / "issues" / "hv-old001.md").write_text(issue_text("Edited meanwhile"), encoding="utf-8")
     project.sync(warn=False)

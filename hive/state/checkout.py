@@ -686,6 +686,8 @@ class Checkout:
         if leads_outside(self.root, path, follow.folders_inside, name_itself=False):
             return  # never followed: a fetched state may point one anywhere
         where = f"{self.root}/{path}"   # no pathlib on the way of a new file: ~100k of them at once
+        if old_oid is None and recorded is None and new_oid is not None and self._created(follow, path, where, new_oid):
+            return
         try:
             held = _read_regular(where)
         except OSError:
@@ -722,6 +724,21 @@ class Checkout:
         # the tip's version, never the file's bytes: a person's save that came in after hive's
         # write must not be staged as if git had (absorb takes a staged version for git's own)
         follow.staged[path] = (new_oid, False)
+
+    def _created(self, follow: "_Following", path: str, where: str, new_oid: str) -> bool:
+        """A file new on the branch created at once, with no look first (a queue taken in creates
+        10k of them): True when done, or when the name cannot hold a file; False when something
+        is there already (a person's file, a folder, a symlink): `_follow` looks at it."""
+        data = follow.read_already.get(new_oid)
+        try:
+            written = _create_new(where, data if data is not None else follow.repo.odb.read(new_oid)[1])
+        except OSError:
+            return True   # as `_follow`: a name this file system cannot hold is not in the checkout
+        if written is None:
+            return False
+        self._record(path, new_oid, written)
+        follow.staged[path] = (new_oid, False)
+        return True
 
     def _follow_archived(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,
                          recorded: str | None) -> bool:
