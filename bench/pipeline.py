@@ -941,6 +941,22 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   instead of 8 the same 21-24 spares were taken (what it kept more was put back as the run
   ended). The worktrees' creation in one DAG run: 632 ms of CPU for the 50 before, 341-425 ms
   since (runs an hour apart; this machine's speed moved by a third within that hour).
+  Why the ratio stays near 2 × (measured in one sitting, after all of the above): `perf` on
+  one DAG run put 26 % of the daemon's CPU samples (23 % of its event loop's, 30-40 % of its
+  threads') in the kernel's inode allocation, nearly all of it `recently_deleted`: on ext4
+  without a journal (this machine's root file system) each new file steps over every inode
+  freed in its block group in the last ~30 s whose table block is not yet written back, and a
+  run frees hundreds (the agents' private object stores emptied once absorbed, ~25 objects an
+  issue; retired worktrees; each ref update's old file). The same benchmark on a journaled
+  ext4 (a loop mount, `TMPDIR` there): own 30-39 ms an issue, raw 16-17 (2.0-2.4 ×); on the
+  root file system that hour: own 37-46, raw 16-37. The file system makes the raw side noisy,
+  not the ratio. `py-spy` (on-CPU samples, the journaled run): the daemon's threads (worktree
+  creation ~3 ms an issue, the agent's objects absorbed ~2.6, landing ~1.7, retiring ~1.6 ...)
+  add up to about the raw side; the rest is the event loop's ~12-17 ms an issue, orchestration
+  with no counterpart among the raw operations: the three state commits with their index and
+  `.hive/` catch-up (~2.4 ms), an agent's start (the jail's spec ~0.8, its spawn ~0.7 a
+  process, the test command's too), its pipes and JSON lines, the runtime database, the
+  watchers. 1.2 × of a raw side that starts no process would need that loop near 3 ms an issue.
 - **The agents' side**: with instant agents on 2 cores their processes compete with the daemon
   for the cores, and part of their cost is hive's: the `reference-transaction` hook runs twice
   for every ref update, every commit of every agent included. It started `dirname`, `cat`, a
