@@ -378,6 +378,19 @@ class Workspace:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def file_creation(self, name: str, count: int) -> float:
+        """Seconds to create `count` small files in one new folder here (each written and closed):
+        the floor of any checkout, and on a file system without a journal (this machine's) a
+        measure of how many files were deleted there in the last half minute. The files stay
+        until the workspace goes: deleting them would slow what is measured next."""
+        folder = self.scratch(name)
+        start = time.perf_counter()
+        for k in range(count):
+            fd = os.open(folder / f"f{k}.md", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            os.write(fd, b"+++\n" * 200)
+            os.close(fd)
+        return time.perf_counter() - start
+
     def command_servers(self) -> list[int]:
         """The pids of the command servers started for this workspace's commands, listening now."""
         from hive.cli import served

@@ -52,16 +52,10 @@ FLOOR_FILES = 10_000
 
 
 def _create_floor(ctx: Context, count: int, name: str) -> float:
-    """Seconds to create `count` small files in one new folder here (written and closed): at most
-    FLOOR_FILES are created, the time scaled to `count`. They stay until the workspace goes."""
-    folder = ctx.workspace.scratch(f"floor-{name}")
+    """Seconds to create `count` small files in one new folder here: at most FLOOR_FILES are
+    created, the time scaled to `count`."""
     created = min(count, FLOOR_FILES)
-    start = time.perf_counter()
-    for k in range(created):
-        fd = os.open(folder / f"f{k}.md", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        os.write(fd, b"+++\n" * 200)
-        os.close(fd)
-    return (time.perf_counter() - start) * count / created
+    return ctx.workspace.file_creation(f"floor-{name}", created) * count / created
 
 
 def _fresh_clone(ctx: Context, built: BuiltRepo, skeleton: str, name: str) -> BuiltRepo:

@@ -577,6 +577,9 @@ def _p95(samples: list[float]) -> float:
 
 # -- pipeline throughput and orchestrator overhead ---------------------------------------------
 
+CREATION_PROBE = 1_000   # files created before each run, to tell the file system's state
+
+
 def throughput(ctx: Context) -> list[Result]:
     n_chains, length, independent = (4, 5, 20) if ctx.quick else (10, 5, 50)
     reps = 1 if ctx.quick else 3
@@ -588,6 +591,7 @@ def throughput(ctx: Context) -> list[Result]:
     for shape, chains, chain_length in (("DAG", n_chains, length), ("independent", independent, 1)):
         n = chains * chain_length
         finalized_wall, done_wall, errors = [], [], []
+        creations: list[float] = []   # seconds a new file took just before each run
         for rep in range(reps):
             root = new_repo(ctx, f"pipeline-{shape}-{rep}")
             ids = [i for chain in create_chains(root, chains, chain_length) for i in chain]
@@ -595,6 +599,7 @@ def throughput(ctx: Context) -> list[Result]:
             # after it (on this one), and the two averaged: this machine's file-system work swings
             # several-fold from one minute to the next; only measurements made close together compare.
             before = raw_costs(*previous, raw_reps) if previous is not None else None
+            creations.append(ctx.workspace.file_creation(f"creation-{shape}-{rep}", CREATION_PROBE) / CREATION_PROBE)
             run = run_daemon(root, max_agents=8, timeout=600)
             done, finalized = run.first("done"), run.first("finalized")
             if len(finalized) != n or run.statuses.get("finalized", 0) != n:
@@ -634,7 +639,9 @@ def throughput(ctx: Context) -> list[Result]:
             f"(60 ms = 1,000/min) — {rate:.0f} finalized/min, {done_rate:.0f} done/min",
             finalized_wall, 0.060, error="; ".join(errors[:2]),
             note=f"daemon start → last `finalized` commit, divided by {n}; to the last `done` commit: "
-                 f"{', '.join(fmt(x) for x in done_wall)} per issue"))
+                 f"{', '.join(fmt(x) for x in done_wall)} per issue; a new file took "
+                 f"{', '.join(fmt(x) for x in creations)} to create just before each run (the state of this "
+                 f"machine's file system, which moves these figures by a third: see where the pipeline's time goes)"))
     if ratios:
         results.append(Result(
             "orchestrator's own CPU per issue (daemon + its git subprocesses) over the raw pygit2 cost of "
@@ -950,7 +957,10 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   issue; retired worktrees; each ref update's old file). The same benchmark on a journaled
   ext4 (a loop mount, `TMPDIR` there): own 30-39 ms an issue, raw 16-17 (2.0-2.4 ×); on the
   root file system that hour: own 37-46, raw 16-37. The file system makes the raw side noisy,
-  not the ratio. `py-spy` (on-CPU samples, the journaled run): the daemon's threads (worktree
+  not the ratio, and it moves the wall figures: the same commit gave 56-60 ms an issue at the
+  start of that sitting and 75-85 ms after a full `python -m bench` (whose workspace, deleted at
+  its end, freed ~250,000 inodes); `bench.compare` of the two commits around then: 1.03 and 1.00.
+  Each pipeline row's note therefore gives the time a new file took just before each run. `py-spy` (on-CPU samples, the journaled run): the daemon's threads (worktree
   creation ~3 ms an issue, the agent's objects absorbed ~2.6, landing ~1.7, retiring ~1.6 ...)
   add up to about the raw side; the rest is the event loop's ~12-17 ms an issue, orchestration
   with no counterpart among the raw operations: the three state commits with their index and
