@@ -348,6 +348,26 @@ def test_a_hostile_state_moved_by_git_itself_is_taken_back(repo: Path, shared: S
     assert "refused hive/state" in cli("doctor", cwd=repo, check=False).stdout
 
 
+@pytest.mark.parametrize("points_at", ["secret", "nothing yet outside"])
+def test_a_fetched_states_new_file_is_never_written_through_a_link_at_its_name(
+        points_at: str, repo: Path, shared: Shared, attack: Attack, tmp_path: Path, git, cli):
+    """`.hive/` creates a fetched state's new files without a look first (O_EXCL, no link
+    followed): a symbolic link at one of their names — to a secret, or to a file not there yet
+    outside the repositories — stays as it was, and so does what it points at."""
+    case = next(c for c in CASES if c.name == "broken-toml")   # adopted harmlessly: one new issue file
+    commit = push_hostile(case, shared, attack, git)
+    target = attack.secret if points_at == "secret" else attack.outside / "written-through.md"
+    at_name = repo / ".hive" / "issues" / "hv-brk001.md"
+    at_name.symlink_to(target)
+    secret_before, outside_before = attack.secret.read_bytes(), files_under(attack.outside)
+    cli("sync", "origin", cwd=repo, check=False)
+    cli("list", "--json", cwd=repo)
+    assert git("rev-parse", "hive/state", cwd=repo).stdout.strip() == commit
+    assert at_name.is_symlink() and os.readlink(at_name) == str(target)
+    assert attack.secret.read_bytes() == secret_before and not (attack.outside / "written-through.md").exists()
+    nothing_escaped(attack, tmp_path, outside_before)
+
+
 def _garbled_tree(raw: Raw) -> str:
     """A tree object whose bytes do not parse as entries (an id cut short)."""
     return raw._git("hash-object", "-w", "--literally", "-t", "tree", "--stdin",
