@@ -707,9 +707,7 @@ class Checkout:
                     if clean:
                         _prune_empty_dirs(target.parent, self.root)
                 else:
-                    data = follow.read_already.get(new_oid)
-                    if data is None:
-                        data = follow.repo.odb.read(new_oid)[1]
+                    data = follow.blob(new_oid)
                     # no file there: created in place, refused if one appeared meanwhile (a
                     # person's); one there: swapped in only if it still holds what was read
                     written = _create_new(where, data) if current is None else \
@@ -729,9 +727,8 @@ class Checkout:
         """A file new on the branch created at once, with no look first (a queue taken in creates
         10k of them): True when done, or when the name cannot hold a file; False when something
         is there already (a person's file, a folder, a symlink): `_follow` looks at it."""
-        data = follow.read_already.get(new_oid)
         try:
-            written = _create_new(where, data if data is not None else follow.repo.odb.read(new_oid)[1])
+            written = _create_new(where, follow.blob(new_oid))
         except OSError:
             return True   # as `_follow`: a name this file system cannot hold is not in the checkout
         if written is None:
@@ -948,6 +945,11 @@ class _Following:
     folders_inside: set[str] = field(default_factory=set)   # looked at: no symlink (`leads_outside`)
     # the git index entries it changes: path -> (blob or None: removed, left out of the checkout)
     staged: dict[str, tuple[str | None, bool]] = field(default_factory=dict)
+
+    def blob(self, oid: str) -> bytes:
+        """The bytes of blob `oid`: as read before, else from the object store."""
+        data = self.read_already.get(oid)
+        return data if data is not None else self.repo.odb.read(oid)[1]
 
 
 def _blobs_between(repo: "pygit2.Repository", old: str, new: str, path: str, limit: int = 1000) -> set[str]:
