@@ -4,6 +4,7 @@ status, stdin, directory, Ctrl-C — and only for this user, from this mount nam
 
 from __future__ import annotations
 
+import marshal
 import os
 import shutil
 import signal
@@ -356,6 +357,51 @@ def test_only_short_commands_without_a_terminal_of_their_own_are_served(args: li
     assert served.wanted(args, {"HIVE_COMMAND_SERVER": "0"}) is False
 
 
+def test_a_command_over_before_its_client_looks_again_is_not_run_a_second_time() -> None:
+    """The server's child may run a short command to its end and close the connection while its
+    client, descheduled, has not gone on since it sent the request: the client takes the exit
+    status the child sent, and never runs the command itself as well (a `create` made twice)."""
+    import _socket
+    import socket as sockets
+    import threading
+
+    server_end, client_end = sockets.socketpair(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    over = threading.Event()
+    stand_in = subprocess.Popen(["sleep", "60"])   # the pid the child reports (signals go to it)
+
+    def child() -> None:
+        """What command_server's child does for a command that is over at once."""
+        with server_end:
+            first, fds, _, _ = sockets.recv_fds(server_end, 1 << 16, len(served.FDS))
+            for fd in fds:
+                os.close(fd)
+            size = int.from_bytes(first[:4], "big")
+            request = first[4:] + served.receive(server_end, size - len(first) + 4)
+            assert marshal.loads(request)[1] == ["create", "Once"]
+            server_end.sendall(served.STARTED + stand_in.pid.to_bytes(8, "big"))
+            server_end.sendall(served.EXITED + (3).to_bytes(4, "big", signed=True))
+        over.set()
+
+    class Descheduled(_socket.socket):
+        def sendmsg(self, *args: Any) -> int:
+            sent = super().sendmsg(*args)
+            over.wait(30)   # the client goes on only once the child is gone
+            return sent
+
+    handlers = {signum: signal.getsignal(signum) for signum in (*served.FORWARDED, signal.SIGCONT)}
+    thread = threading.Thread(target=child)
+    thread.start()
+    try:
+        connection = Descheduled(sockets.AF_UNIX, sockets.SOCK_STREAM, 0, client_end.detach())
+        assert served.run(connection, ["create", "Once"]) == 3
+    finally:
+        thread.join(30)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        stand_in.kill()
+        stand_in.wait()
+
+
 def _raw_request(socket_path: Path, payload: bytes, with_fds: bool) -> bytes:
     """What the server answers a hand-made request (its first bytes, then whatever follows)."""
     import socket as sockets
@@ -380,8 +426,6 @@ def test_a_malformed_request_runs_nothing_and_the_server_goes_on(repo: Path, run
     """Hostile input from a peer that passed the checks: no fds, an oversized or short request,
     bytes that are no request, fields of the wrong types — the child ends without running
     anything (no STARTED), and the next command is served as usual."""
-    import marshal
-
     hive("list")
     socket_path, server = _serving(runtime, wait_for)
     wrong_types = marshal.dumps(("git-hive", ["create", 7], str(repo), 0o22, {}))

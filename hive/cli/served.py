@@ -205,7 +205,10 @@ def run(connection: unix_socket, args: list[str]) -> int | None:
             message = len(request).to_bytes(4, "big") + request
             fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in FDS)
             sent = connection.sendmsg([message], [(SOL_SOCKET, SCM_RIGHTS, fds)])
-            connection.sendall(message[sent:])
+            if sent < len(message):
+                # (never an empty send: once all was sent the command may be over and its child
+                # gone, and a send to a closed socket fails — this process would run it again)
+                connection.sendall(message[sent:])
             answer = receive(connection, 9)
         except OSError:
             return None
