@@ -5,8 +5,11 @@ measured — not for a fixed 2 s after every write (which re-read a whole fresh 
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from pathlib import Path
+
+import pytest
 
 from hive.state import racy
 from hive.state.checkout import RACY_MTIME
@@ -69,14 +72,14 @@ def test_a_save_that_came_late_does_not_widen_the_tick(tmp_path: Path, monkeypat
     assert racy.measure_tick(tmp_path) == tick
 
 
-def _written(checkout, path: Path) -> tuple[str, dict[str, tuple[int, int]], list[tuple[str, str, int, int]]]:
+def _written(checkout, path: Path) -> tuple[str, dict[str, tuple[int, int]], list[tuple[str, str, int, int, int]]]:
     """`path` as a refresh leaves it: its record racy, its stat as written."""
     from hive.state.checkout import blob_id
 
     rel = str(path.relative_to(checkout.root))
     st = os.lstat(path)
     blob = blob_id(path.read_bytes())
-    return blob, {rel: (st.st_mtime_ns, st.st_ino)}, [(rel, blob, RACY_MTIME, st.st_size)]
+    return blob, {rel: (st.st_mtime_ns, st.st_ino)}, [(rel, blob, RACY_MTIME, st.st_size, st.st_ino)]
 
 
 def test_a_refresh_settles_the_files_it_wrote_once_older_than_the_window(project, new_issue) -> None:
@@ -88,7 +91,7 @@ def test_a_refresh_settles_the_files_it_wrote_once_older_than_the_window(project
     past = time.time_ns() - 10 * checkout.racy_ns
     os.utime(path, ns=(past, past))                           # written a while ago
     blob, fresh, rows = _written(checkout, path)
-    assert checkout._settled(rows, fresh) == [(rows[0][0], blob, past, rows[0][3])]
+    assert checkout._settled(rows, fresh) == [(rows[0][0], blob, past, *rows[0][3:])]
 
 
 def test_a_save_before_the_settling_read_keeps_the_record_racy(project, new_issue) -> None:
@@ -114,3 +117,51 @@ def test_a_command_waits_out_the_window_of_its_own_few_writes(project, new_issue
     checkout.wait_out_racy = True
     settled = checkout._settled(rows, fresh)
     assert settled[0][2] == os.lstat(path).st_mtime_ns != RACY_MTIME
+
+
+@pytest.mark.parametrize("looked_at", ["live scan", "watcher's paths"])
+def test_a_save_renamed_in_with_the_records_mtime_and_size_is_an_edit(project, new_issue, looked_at: str) -> None:
+    """An editor writes its temp file, is descheduled, and renames it over the file only after
+    hive wrote that file and made its record exact: the temp file's mtime is as old as hive's
+    write (the same tick) and its size the same (a title of the same length). Only the inode
+    tells such a save from hive's file; it is committed like any other."""
+    from hive.state.checkout import blob_id
+
+    checkout = project.checkout
+    issue = new_issue("Title A")
+    path = checkout.root / "issues" / f"{issue}.md"
+    rel = str(path.relative_to(checkout.root))
+    past = time.time_ns() - 10 * checkout.racy_ns
+    os.utime(path, ns=(past, past))
+    held = path.read_bytes()
+    checkout._record(rel, blob_id(held))                     # hive's record of its file: exact
+    assert checkout._records()[rel].mtime_ns == past
+    temp = path.with_name(f".{issue}.md.swp")
+    temp.write_bytes(held.replace(b'title = "Title A"', b'title = "Title B"'))
+    os.utime(temp, ns=(past, past))
+    os.replace(temp, path)
+    absorbed = project.absorb(only={rel} if looked_at == "watcher's paths" else None)
+    assert absorbed.committed == [rel]
+    assert b'title = "Title B"' in project.store.snapshot().read(rel)
+
+
+def test_records_an_older_hive_kept_without_inodes_are_compared_once_then_kept_with_them(project, new_issue) -> None:
+    from hive.project import Project
+
+    issue = new_issue("Recorded by an older hive")
+    rel = f"issues/{issue}.md"
+    project.close()
+    with sqlite3.connect(project.paths.hive_dir / "checkout.db") as older:   # its table, its records
+        older.executescript("CREATE TABLE old_files AS SELECT path, blob, mtime_ns, size FROM files; "
+                            "DROP TABLE files; ALTER TABLE old_files RENAME TO files;")
+    older.close()
+    again = Project.open(project.paths.worktree)
+    try:
+        assert again.checkout._records()[rel].inode == -1
+        path = again.checkout.root / rel
+        past = time.time_ns() - 10 * again.checkout.racy_ns
+        os.utime(path, ns=(past, past))
+        assert again.absorb().committed == []                  # compared by content: hive's, as recorded
+        assert again.checkout._records()[rel].inode == os.lstat(path).st_ino
+    finally:
+        again.close()

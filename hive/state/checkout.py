@@ -77,13 +77,15 @@ class Record:
     blob: str
     mtime_ns: int      # RACY_MTIME: compare the content, not the stat
     size: int
+    inode: int         # a save renamed over the file brings another (its mtime may be as old)
 
 
 RACY_MTIME = -1
 SETTLE_WAIT_FILES = 64   # racy files a refresh waits for (at most racy.FLOOR_NS) rather than leave racy
 RECORDS_BATCH = 5000   # records of changed files looked at together (memory stays flat)
 MTIME_TICK = "mtime_tick"   # meta key: "<st_dev> <ns>", the tick `racy.measure_tick` found
-STORE_RECORD = "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)"
+STORE_RECORD = "INSERT OR REPLACE INTO files (path, blob, mtime_ns, size, inode) VALUES (?, ?, ?, ?, ?)"
+RecordRow = tuple[str, str, int, int, int]   # (path, blob, mtime_ns, size, inode) as stored
 CLEAN_SCAN = "clean_scan"   # meta key: the `live_folder.fingerprint` of the last scan that found no edit
 
 
@@ -146,7 +148,7 @@ class Checkout:
         self._dot_git = os.path.join(self.root, ".git")
         self._db: sqlite3.Connection | None = None
         self._git_index: pygit2.Index | None = None   # the checkout's git index, read at most once per scan
-        self._pending: list[tuple[str, str, int, int]] | None = None   # records batched by a refresh or a scan
+        self._pending: list[RecordRow] | None = None   # records batched by a refresh or a scan
         self._racy_ns: int | None = None
         self._fresh: dict[str, tuple[int, int]] | None = None   # a refresh's racy writes: (mtime_ns, inode)
         # a short-lived process (a CLI command) waits out the racy window of its few writes
@@ -193,7 +195,10 @@ class Checkout:
             # content with the branch again
             db = connect(self.paths.checkout_db, named_rows=False)
             db.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, blob TEXT, "
-                       "mtime_ns INTEGER, size INTEGER)")
+                       "mtime_ns INTEGER, size INTEGER, inode INTEGER NOT NULL DEFAULT -1)")
+            if "inode" not in {row[1] for row in db.execute("PRAGMA table_info(files)")}:
+                # an older hive's records: each file's content is compared once, then its inode kept
+                db.execute("ALTER TABLE files ADD COLUMN inode INTEGER NOT NULL DEFAULT -1")
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             for change in ("INSERT", "UPDATE", "DELETE"):   # any record changed: scan file by file again
                 db.execute(f"CREATE TRIGGER IF NOT EXISTS files_{change.lower()} AFTER {change} ON files "
@@ -212,13 +217,13 @@ class Checkout:
         else:
             rows = self.db.execute("SELECT * FROM files WHERE path IN (SELECT value FROM json_each(?))",
                                    (json.dumps(sorted(only)),))
-        return {r[0]: Record(r[1], r[2], r[3]) for r in rows}
+        return {r[0]: Record(r[1], r[2], r[3], r[4]) for r in rows}
 
-    def _recorded_stats(self, only: Collection[str] | None) -> set[tuple[str, int, int]]:
-        """(path, mtime, size) of every record (of `only`'s when given)."""
+    def _recorded_stats(self, only: Collection[str] | None) -> set[tuple[str, int, int, int]]:
+        """(path, mtime, size, inode) of every record (of `only`'s when given)."""
         if only is None:
-            return set(self.db.execute("SELECT path, mtime_ns, size FROM files"))
-        return set(self.db.execute("SELECT path, mtime_ns, size FROM files WHERE path IN "
+            return set(self.db.execute("SELECT path, mtime_ns, size, inode FROM files"))
+        return set(self.db.execute("SELECT path, mtime_ns, size, inode FROM files WHERE path IN "
                                    "(SELECT value FROM json_each(?))", (json.dumps(sorted(only)),)))
 
     def _record(self, path: str, blob: str | None, st: os.stat_result | None = None) -> None:
@@ -234,7 +239,7 @@ class Checkout:
             # timestamps are coarse) at the same size — the same stat, so an edit no stat check
             # would see. Its record asks for a look at the content next time (as git does).
             racy = time.time_ns() - st.st_mtime_ns < self.racy_ns
-            row = (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size)
+            row = (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size, st.st_ino)
             if racy and self._fresh is not None:
                 self._fresh[path] = (st.st_mtime_ns, st.st_ino)
             if self._pending is not None:
@@ -260,8 +265,8 @@ class Checkout:
             self._racy_ns = racy.racy_window(tick)
         return self._racy_ns
 
-    def _settled(self, rows: list[tuple[str, str, int, int]], fresh: dict[str, tuple[int, int]],
-                 folders_inside: set[str] | None = None) -> list[tuple[str, str, int, int]]:
+    def _settled(self, rows: list[RecordRow], fresh: dict[str, tuple[int, int]],
+                 folders_inside: set[str] | None = None) -> list[RecordRow]:
         """`rows` with the racy records of files this refresh wrote made exact where they can be:
         a file now older than the racy window, its stat still the one written, whose bytes read
         now are still hive's, can change only with another mtime from here on (a save before
@@ -279,13 +284,13 @@ class Checkout:
                 time.sleep(wait_ns / 1e9)
         settled = []
         for row in rows:
-            path, blob, mtime_ns, size = row
+            path, blob, mtime_ns, size, inode = row
             written = fresh.get(path)
             if mtime_ns == RACY_MTIME and written is not None and \
                     not leads_outside(self.root, path, folders_inside, name_itself=False):
                 exact = self._still_written(f"{self.root}/{path}", written, size, blob)
                 if exact is not None:
-                    row = (path, blob, exact, size)
+                    row = (path, blob, exact, size, inode)
             settled.append(row)
         return settled
 
@@ -310,7 +315,7 @@ class Checkout:
         finally:
             os.close(fd)
 
-    def _store_records(self, rows: list[tuple[str, str, int, int]]) -> None:
+    def _store_records(self, rows: list[RecordRow]) -> None:
         """Records batched by `_pending`, in one statement (in a transaction of their own unless
         one is open)."""
         if not rows:
@@ -407,8 +412,8 @@ class Checkout:
         # Stats compared as tuples in sets: only the files found otherwise than recorded, and
         # the records without a file, are looked at one by one (a queue of 10k after one write).
         recorded = self._recorded_stats(only)
-        differ = sorted(path for path, seen in on_disk.items() if (path, seen[0], seen[1]) not in recorded)
-        missing = sorted(path for path, _, _ in recorded if path not in on_disk)
+        differ = sorted(path for path, seen in on_disk.items() if (path, *seen) not in recorded)
+        missing = sorted(path for path, _, _, _ in recorded if path not in on_disk)
         del recorded
         # the records taken on the way wait for the end: one statement for all (after a queue
         # is taken in, each of its young files is looked at again, ~60 µs a statement); their
@@ -673,7 +678,7 @@ class Checkout:
                 continue
             record = records.get(path)
             if (record is None or not stat.S_ISREG(st.st_mode)
-                    or (record.mtime_ns, record.size) != (st.st_mtime_ns, st.st_size)):
+                    or (record.mtime_ns, record.size, record.inode) != (st.st_mtime_ns, st.st_size, st.st_ino)):
                 return None
             predicted[path] = (st.st_mtime_ns, st.st_size, st.st_ino)
         return predicted
