@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from hive import git
+
 if TYPE_CHECKING:   # pygit2 is imported where it is used: `git hive log` lists kept refs without it
     import pygit2
 
@@ -97,6 +99,15 @@ def keep(repo: pygit2.Repository, issue_id: str, heads: Iterable[str | None],
                 break
             except (pygit2.AlreadyExistsError, ValueError):
                 continue   # another process kept one meanwhile: the next number
+            except (pygit2.GitError, OSError):   # (libgit2's "failed to lock" is an OSError)
+                lock = git.ref_lock(common, ref_name(issue_id, number))
+                if not lock.exists():
+                    raise
+                # another process is keeping one under this number, or a killed one left its
+                # lock: the next number (a lock nobody holds any more goes)
+                if git.is_stale_lock(lock):
+                    lock.unlink(missing_ok=True)
+                continue
         have.add(head)
         made.append(Attempt(issue_id, number, head))
     return made
@@ -112,7 +123,7 @@ def prune(repo: pygit2.Repository, older_than_days: float, now: float | None = N
         if committed_at(repo, attempt.commit) < cutoff:
             try:
                 repo.references.delete(attempt.ref)
-            except (KeyError, pygit2.GitError):
+            except (KeyError, pygit2.GitError, OSError):   # locked meanwhile: the next prune
                 continue
             removed.append(attempt)
     return removed

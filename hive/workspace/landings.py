@@ -13,9 +13,11 @@ records its landed commit in its file (`merged`), so whether a blocker is on a g
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pygit2
 
+from hive import git
 from hive.state.issue_file import Issue
 
 ISSUE_TRAILER = "Hive-Issue"
@@ -44,13 +46,21 @@ def carries(commit: pygit2.Commit, issue_id: str) -> bool:
 def record_landing(repo: pygit2.Repository, issue_id: str, commit: str) -> None:
     """Remember, before the target moves, that `commit` is this machine's landing of `issue_id`
     (`refs/hive/landings/<id>`: local, never fetched or pushed, out of any jail's reach)."""
+    _unlock(repo, issue_id)
     repo.references.create(LANDING_REF + issue_id, commit, force=True)
 
 
 def forget_landing(repo: pygit2.Repository, issue_id: str) -> None:
     ref = repo.references.get(LANDING_REF + issue_id)
     if ref is not None:
+        _unlock(repo, issue_id)
         ref.delete()
+
+
+def _unlock(repo: pygit2.Repository, issue_id: str) -> None:
+    """Wait for the landing ref's lock to go; remove it if a killed process left it (every later
+    write of the ref would fail on it)."""
+    git.release_stale_lock(git.ref_lock(git.common_dir_of(Path(repo.path)), LANDING_REF + issue_id))
 
 
 def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, recorded: str = "") -> str:

@@ -200,3 +200,41 @@ class _Listing:
 
     def close(self) -> None:
         return None
+
+
+def _commits(git, repo: Path, count: int) -> list[str]:
+    tree = git("rev-parse", "HEAD^{tree}", cwd=repo).stdout.strip()
+    return [git("commit-tree", tree, "-m", f"work {n}", cwd=repo).stdout.strip() for n in range(count)]
+
+
+def test_a_lock_left_on_a_kept_attempts_number_is_passed_over(repo: Path, git):
+    """A daemon killed while it kept an attempt leaves `<n>.lock`; the next one, restarted at
+    once, keeps heads during its recovery: under the next number, never a failed start (the crash
+    test saw seven daemons in a row end at once on such a lock)."""
+    from hive.workspace import attempts
+
+    common = repo / ".git"
+    first, second = _commits(git, repo, 2)
+    fresh = _plant(common / "refs" / "hive" / "attempts" / "hv-abc123" / "1.lock", age=0)
+    repository = hive_git.repository(common)
+    assert attempts.keep(repository, "hv-abc123", [first]) == [attempts.Attempt("hv-abc123", 2, first)]
+    assert fresh.exists()                                    # maybe another process's: left alone
+    stale = _plant(common / "refs" / "hive" / "attempts" / "hv-abc123" / "3.lock", age=60)
+    assert attempts.keep(repository, "hv-abc123", [second]) == [attempts.Attempt("hv-abc123", 4, second)]
+    assert not stale.exists()
+    assert [(a.number, a.commit) for a in attempts.kept(common, "hv-abc123")] == [(2, first), (4, second)]
+
+
+def test_a_landing_ref_lock_a_killed_process_left_is_cleared_before_the_ref_is_written(repo: Path, git):
+    from hive.workspace import landings
+
+    common = repo / ".git"
+    (commit,) = _commits(git, repo, 1)
+    repository = hive_git.repository(common)
+    lock = _plant(common / "refs" / "hive" / "landings" / "hv-abc123.lock", age=60)
+    landings.record_landing(repository, "hv-abc123", commit)
+    assert str(repository.references.get(landings.LANDING_REF + "hv-abc123").target) == commit
+    _plant(lock, age=60)
+    landings.forget_landing(repository, "hv-abc123")
+    assert repository.references.get(landings.LANDING_REF + "hv-abc123") is None
+    assert not lock.exists()
