@@ -165,3 +165,36 @@ def test_records_an_older_hive_kept_without_inodes_are_compared_once_then_kept_w
         assert again.checkout._records()[rel].inode == os.lstat(path).st_ino
     finally:
         again.close()
+
+
+def test_two_commands_upgrading_an_older_hives_records_at_once_both_go_on(project, new_issue, monkeypatch) -> None:
+    """The other command adds the column between this one's look and its own change: this one
+    looks again under the write lock and adds nothing (no "duplicate column" error)."""
+    from hive.project import Project
+    from hive.state import checkout as checkout_module
+
+    issue = new_issue("Recorded by an older hive")
+    project.close()
+    db_path = project.paths.hive_dir / "checkout.db"
+    with sqlite3.connect(db_path) as older:
+        older.executescript("CREATE TABLE old_files AS SELECT path, blob, mtime_ns, size FROM files; "
+                            "DROP TABLE files; ALTER TABLE old_files RENAME TO files;")
+    older.close()
+    real_columns, looks = checkout_module._columns, []
+
+    def other_command_meanwhile(db, table: str) -> set[str]:
+        found = real_columns(db, table)
+        looks.append(found)
+        if len(looks) == 1:
+            with sqlite3.connect(db_path) as other:
+                other.execute("ALTER TABLE files ADD COLUMN inode INTEGER NOT NULL DEFAULT -1")
+            other.close()
+        return found
+
+    monkeypatch.setattr(checkout_module, "_columns", other_command_meanwhile)
+    again = Project.open(project.paths.worktree)
+    try:
+        assert again.checkout._records()[f"issues/{issue}.md"].inode == -1
+        assert "inode" not in looks[0]
+    finally:
+        again.close()

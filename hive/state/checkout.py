@@ -60,6 +60,10 @@ if TYPE_CHECKING:
     from hive.state.store import Snapshot, StateStore
 
 
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
 def _hashlib() -> ModuleType:
     """hashlib, loaded when first used: `git hive list` starts without it."""
     import hashlib
@@ -196,9 +200,12 @@ class Checkout:
             db = connect(self.paths.checkout_db, named_rows=False)
             db.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, blob TEXT, "
                        "mtime_ns INTEGER, size INTEGER, inode INTEGER NOT NULL DEFAULT -1)")
-            if "inode" not in {row[1] for row in db.execute("PRAGMA table_info(files)")}:
-                # an older hive's records: each file's content is compared once, then its inode kept
-                db.execute("ALTER TABLE files ADD COLUMN inode INTEGER NOT NULL DEFAULT -1")
+            if "inode" not in _columns(db, "files"):
+                # an older hive's records: each file's content is compared once, then its inode
+                # kept; looked at again under the write lock (another command may be adding it)
+                with transaction(db):
+                    if "inode" not in _columns(db, "files"):
+                        db.execute("ALTER TABLE files ADD COLUMN inode INTEGER NOT NULL DEFAULT -1")
             db.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
             for change in ("INSERT", "UPDATE", "DELETE"):   # any record changed: scan file by file again
                 db.execute(f"CREATE TRIGGER IF NOT EXISTS files_{change.lower()} AFTER {change} ON files "
