@@ -27,9 +27,9 @@ from tests.daemon_helpers import start_daemon, stop_daemon
 from .helpers import daemon_env, wait_until
 
 
-def _plant(path: Path, age: float) -> Path:
+def _plant(path: Path, age: float, holding: str = "0" * 40) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("0" * 40 + "\n", encoding="ascii")
+    path.write_text(holding + "\n", encoding="ascii")
     then = time.time() - age
     os.utime(path, (then, then))
     return path
@@ -219,7 +219,8 @@ def test_a_lock_left_on_a_kept_attempts_number_is_passed_over(repo: Path, git):
     repository = hive_git.repository(common)
     assert attempts.keep(repository, "hv-abc123", [first]) == [attempts.Attempt("hv-abc123", 2, first)]
     assert fresh.exists()                                    # maybe another process's: left alone
-    stale = _plant(common / "refs" / "hive" / "attempts" / "hv-abc123" / "3.lock", age=60)
+    # a killed keep's lock holds the head it was keeping: that head is kept again, and the lock goes
+    stale = _plant(common / "refs" / "hive" / "attempts" / "hv-abc123" / "3.lock", age=60, holding=second)
     assert attempts.keep(repository, "hv-abc123", [second]) == [attempts.Attempt("hv-abc123", 4, second)]
     assert not stale.exists()
     assert [(a.number, a.commit) for a in attempts.kept(common, "hv-abc123")] == [(2, first), (4, second)]
@@ -231,7 +232,7 @@ def test_a_landing_ref_lock_a_killed_process_left_is_cleared_before_the_ref_is_w
     common = repo / ".git"
     (commit,) = _commits(git, repo, 1)
     repository = hive_git.repository(common)
-    lock = _plant(common / "refs" / "hive" / "landings" / "hv-abc123.lock", age=60)
+    lock = _plant(common / "refs" / "hive" / "landings" / "hv-abc123.lock", age=60, holding=commit)
     landings.record_landing(repository, "hv-abc123", commit)
     assert str(repository.references.get(landings.LANDING_REF + "hv-abc123").target) == commit
     _plant(lock, age=60)
