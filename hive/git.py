@@ -455,11 +455,12 @@ def release_stale_lock(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> b
         except (FileNotFoundError, NotADirectoryError):
             return False
         if age >= stale_after:
-            return _remove_if_stale(lock, stale_after)
+            return remove_if_stale(lock, stale_after)
         time.sleep(min(0.02, stale_after - age + 0.001))
 
 
-def _remove_if_stale(lock: Path, stale_after: float) -> bool:
+def remove_if_stale(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> bool:
+    """Remove `lock` now if it is stale (`is_stale_lock`), without waiting; whether it was."""
     if not is_stale_lock(lock, stale_after):
         return False
     try:
@@ -489,7 +490,7 @@ def clear_stale_locks(common_dir: Path, log: Callable[[str], None] = lambda _: N
         candidates.extend(Path(e.path) for e in _entries(admin.path) if e.name.endswith(".lock"))
     for folder, _, names in os.walk(common_dir / "refs"):
         candidates.extend(Path(folder, name) for name in names if name.endswith(".lock"))
-    removed = [lock for lock in candidates if _remove_if_stale(lock, stale_after)]
+    removed = [lock for lock in candidates if remove_if_stale(lock, stale_after)]
     for lock in removed:
         log(f"removed a stale git lock left by a killed process: {lock}")
     return removed
@@ -498,6 +499,12 @@ def clear_stale_locks(common_dir: Path, log: Callable[[str], None] = lambda _: N
 def ref_lock(common_dir: Path, ref: str) -> Path:
     """The lock file git and libgit2 take to update `ref` (a loose ref)."""
     return common_dir / (ref + ".lock")
+
+
+def release_stale_ref_lock(git_dir: str, ref: str) -> bool:
+    """`release_stale_lock` of `ref`'s lock, for a repository opened at `git_dir` (a worktree's
+    admin folder or the common one: `pygit2.Repository.path`)."""
+    return release_stale_lock(ref_lock(common_dir_of(Path(git_dir)), ref))
 
 
 def private_objects(common_dir: Path, worktree_name: str) -> Path:

@@ -145,16 +145,21 @@ def test_a_save_renamed_in_with_the_records_mtime_and_size_is_an_edit(project, n
     assert b'title = "Title B"' in project.store.snapshot().read(rel)
 
 
+def _as_an_older_hive_kept_them(db_path: Path) -> None:
+    """checkout.db's records as an older hive kept them: the table without the inode column."""
+    with sqlite3.connect(db_path) as older:
+        older.executescript("CREATE TABLE old_files AS SELECT path, blob, mtime_ns, size FROM files; "
+                            "DROP TABLE files; ALTER TABLE old_files RENAME TO files;")
+    older.close()
+
+
 def test_records_an_older_hive_kept_without_inodes_are_compared_once_then_kept_with_them(project, new_issue) -> None:
     from hive.project import Project
 
     issue = new_issue("Recorded by an older hive")
     rel = f"issues/{issue}.md"
     project.close()
-    with sqlite3.connect(project.paths.hive_dir / "checkout.db") as older:   # its table, its records
-        older.executescript("CREATE TABLE old_files AS SELECT path, blob, mtime_ns, size FROM files; "
-                            "DROP TABLE files; ALTER TABLE old_files RENAME TO files;")
-    older.close()
+    _as_an_older_hive_kept_them(project.paths.hive_dir / "checkout.db")
     again = Project.open(project.paths.worktree)
     try:
         assert again.checkout._records()[rel].inode == -1
@@ -176,10 +181,7 @@ def test_two_commands_upgrading_an_older_hives_records_at_once_both_go_on(projec
     issue = new_issue("Recorded by an older hive")
     project.close()
     db_path = project.paths.hive_dir / "checkout.db"
-    with sqlite3.connect(db_path) as older:
-        older.executescript("CREATE TABLE old_files AS SELECT path, blob, mtime_ns, size FROM files; "
-                            "DROP TABLE files; ALTER TABLE old_files RENAME TO files;")
-    older.close()
+    _as_an_older_hive_kept_them(db_path)
     real_columns, looks = checkout_module._columns, []
 
     def other_command_meanwhile(db, table: str) -> set[str]:

@@ -683,11 +683,10 @@ class Checkout:
                     return None
                 predicted.pop(path, None)
                 continue
-            record = records.get(path)
-            if (record is None or not stat.S_ISREG(st.st_mode)
-                    or (record.mtime_ns, record.size, record.inode) != (st.st_mtime_ns, st.st_size, st.st_ino)):
+            record, seen = records.get(path), (st.st_mtime_ns, st.st_size, st.st_ino)
+            if record is None or not stat.S_ISREG(st.st_mode) or (record.mtime_ns, record.size, record.inode) != seen:
                 return None
-            predicted[path] = (st.st_mtime_ns, st.st_size, st.st_ino)
+            predicted[path] = seen
         return predicted
 
     def _follow(self, follow: "_Following", path: str, old_oid: str | None, new_oid: str | None,

@@ -19,7 +19,6 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pygit2
@@ -332,7 +331,7 @@ def cas_update(repo: pygit2.Repository, ref: str, old: str | None, new: str, mes
     except pygit2.GitError:
         # the ref is locked by another writer: re-read and retry — once it is released, or once
         # it is stale (left by a writer killed mid-update, it would block every write forever)
-        git.release_stale_lock(git.ref_lock(git.common_dir_of(Path(repo.path)), ref))
+        git.release_stale_ref_lock(repo.path, ref)
         return False
 
 

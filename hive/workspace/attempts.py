@@ -105,8 +105,7 @@ def keep(repo: pygit2.Repository, issue_id: str, heads: Iterable[str | None],
                     raise
                 # another process is keeping one under this number, or a killed one left its
                 # lock: the next number (a lock nobody holds any more goes)
-                if git.is_stale_lock(lock):
-                    lock.unlink(missing_ok=True)
+                git.remove_if_stale(lock)
                 continue
         have.add(head)
         made.append(Attempt(issue_id, number, head))

@@ -13,7 +13,6 @@ records its landed commit in its file (`merged`), so whether a blocker is on a g
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pygit2
 
@@ -60,7 +59,7 @@ def forget_landing(repo: pygit2.Repository, issue_id: str) -> None:
 def _unlock(repo: pygit2.Repository, issue_id: str) -> None:
     """Wait for the landing ref's lock to go; remove it if a killed process left it (every later
     write of the ref would fail on it)."""
-    git.release_stale_lock(git.ref_lock(git.common_dir_of(Path(repo.path)), LANDING_REF + issue_id))
+    git.release_stale_ref_lock(repo.path, LANDING_REF + issue_id)
 
 
 def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, recorded: str = "") -> str:
