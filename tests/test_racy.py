@@ -72,51 +72,55 @@ def test_a_save_that_came_late_does_not_widen_the_tick(tmp_path: Path, monkeypat
     assert racy.measure_tick(tmp_path) == tick
 
 
-def _written(checkout, path: Path) -> tuple[str, dict[str, tuple[int, int]], list[tuple[str, str, int, int, int]]]:
-    """`path` as a refresh leaves it: its record racy, its stat as written."""
-    from hive.state.checkout import blob_id
-
-    rel = str(path.relative_to(checkout.root))
-    st = os.lstat(path)
-    blob = blob_id(path.read_bytes())
-    return blob, {rel: (st.st_mtime_ns, st.st_ino)}, [(rel, blob, RACY_MTIME, st.st_size, st.st_ino)]
-
-
-def test_a_refresh_settles_the_files_it_wrote_once_older_than_the_window(project, new_issue) -> None:
-    """A queue taken in writes every file less than a tick before its record: all were racy, and
-    the next command read 10,000 files again (1.1-1.8 s). Older than the window, with the stat
-    and the bytes still hive's, a file can only change with another mtime: its record is exact."""
+def test_a_file_hive_writes_has_an_exact_record_at_once(project, new_issue) -> None:
+    """A queue taken in writes every file less than a tick before its record: those records were
+    racy, and each file was read again (by a settling pass, or by the next command). Backdated
+    by a nanosecond and read back, a file hive wrote proves its bytes by its stat at once."""
     checkout = project.checkout
-    path = checkout.root / "issues" / f"{new_issue('Taken in')}.md"
-    past = time.time_ns() - 10 * checkout.racy_ns
-    os.utime(path, ns=(past, past))                           # written a while ago
-    blob, fresh, rows = _written(checkout, path)
-    assert checkout._settled(rows, fresh) == [(rows[0][0], blob, past, *rows[0][3:])]
+    rel = f"issues/{new_issue('Written just now')}.md"
+    st = os.lstat(checkout.root / rel)
+    assert time.time_ns() - st.st_mtime_ns < checkout.racy_ns      # younger than the window
+    record = checkout._records()[rel]
+    assert (record.mtime_ns, record.size, record.inode) == (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def test_a_save_before_the_settling_read_keeps_the_record_racy(project, new_issue) -> None:
-    """The same size and mtime as hive's write (a save within its tick): only the bytes tell."""
-    checkout = project.checkout
-    path = checkout.root / "issues" / f"{new_issue('Saved over at once')}.md"
-    past = time.time_ns() - 10 * checkout.racy_ns
-    os.utime(path, ns=(past, past))
-    _, fresh, rows = _written(checkout, path)
-    text = path.read_bytes()
-    with open(path, "r+b") as handle:                         # in place: the inode stays
-        handle.write(text.replace(b"Saved over at once", b"Saved OVER at once"))
-    os.utime(path, ns=(past, past))
-    assert checkout._settled(rows, fresh) == rows
+def _written_then(folder: Path, meanwhile) -> racy.Written:
+    """`racy.backdate` of a new file in `folder` written with b"hive's bytes", `meanwhile(path)`
+    run before it."""
+    folder.mkdir()
+    path = folder / "file.md"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        os.write(fd, b"hive's bytes")
+        meanwhile(path)
+        return racy.backdate(fd, b"hive's bytes")
+    finally:
+        os.close(fd)
 
 
-def test_a_command_waits_out_the_window_of_its_own_few_writes(project, new_issue) -> None:
-    checkout = project.checkout
-    path = checkout.root / "issues" / f"{new_issue('Written just now')}.md"
-    path.write_bytes(path.read_bytes())                       # younger than the window
-    _, fresh, rows = _written(checkout, path)
-    assert checkout._settled(rows, fresh) == rows             # a long-lived process never sleeps for it
-    checkout.wait_out_racy = True
-    settled = checkout._settled(rows, fresh)
-    assert settled[0][2] == os.lstat(path).st_mtime_ns != RACY_MTIME
+def test_a_save_between_hives_write_and_its_backdating_keeps_the_record_racy(project, tmp_path: Path) -> None:
+    def saved_over(path: Path) -> None:
+        with open(path, "r+b") as other:
+            other.write(b"their  bytes")                          # the same size, in place
+
+    assert _written_then(tmp_path / "alone", lambda path: None).exact
+    written = _written_then(tmp_path / "saved over", saved_over)
+    assert not written.exact
+    rel = "issues/hv-racy.md"
+    project.checkout._record(rel, "0" * 40, written)
+    assert project.checkout._records()[rel].mtime_ns == RACY_MTIME
+
+
+@pytest.mark.parametrize("file_system", ["keeps no mtime set", "refuses to set one"])
+def test_a_file_system_that_keeps_no_earlier_mtime_leaves_the_record_racy(tmp_path: Path, monkeypatch,
+                                                                          file_system: str) -> None:
+    def utime(target, *args, **kwargs):
+        if file_system == "refuses to set one":
+            raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "utime", utime)
+    written = _written_then(tmp_path / "folder", lambda path: None)
+    assert not written.exact and written.stat.st_size == len(b"hive's bytes")
 
 
 @pytest.mark.parametrize("looked_at", ["live scan", "watcher's paths"])

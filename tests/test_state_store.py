@@ -248,17 +248,19 @@ def test_what_a_person_staged_in_the_checkout_survives_hives_refreshes(repo, pro
 
 
 def test_a_save_in_the_same_clock_tick_as_hives_write_is_not_missed(repo, project, git, new_issue):
-    """File times are coarse: a person's save right after hive wrote a file can have the very
-    mtime and size hive recorded. Records of files that young make the next look read the content."""
+    """File times are coarse: a person's save right after hive wrote a file can get the very
+    stamp hive's write got, at the same size. Hive's record holds a nanosecond before that stamp
+    (`racy.backdate`): the stat tells, with no window to wait out."""
     import os
 
-    project.checkout._racy_ns = 3600 * 10**9     # hive's write stays "just now" however loaded the machine
+    project.checkout._racy_ns = 3600 * 10**9     # any file is "just now" however loaded the machine
     issue = new_issue("twelve chars")
     path = repo / ".hive" / "issues" / f"{issue}.md"
     hive_wrote = os.stat(path)                   # hive's refresh wrote it just now and recorded it
+    stamp = hive_wrote.st_mtime_ns + 1           # what its write was stamped, before the backdating
     path.write_text(path.read_text().replace("twelve chars", "twelve CHARS"))
-    os.utime(path, ns=(hive_wrote.st_atime_ns, hive_wrote.st_mtime_ns))
-    assert (os.stat(path).st_mtime_ns, os.stat(path).st_size) == (hive_wrote.st_mtime_ns, hive_wrote.st_size)
+    os.utime(path, ns=(hive_wrote.st_atime_ns, stamp))
+    assert (os.stat(path).st_ino, os.stat(path).st_size) == (hive_wrote.st_ino, hive_wrote.st_size)
 
     assert project.absorb(only={f"issues/{issue}.md"}).committed == [f"issues/{issue}.md"]
     assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
@@ -275,10 +277,10 @@ def test_a_clean_scan_is_remembered_until_a_file_or_a_record_changes(repo, proje
     path = repo / ".hive" / "issues" / f"{issue}.md"
     hive_wrote = os.stat(path)
     checkout = project.checkout
-    assert project.absorb().committed == []      # hive's own file, too young: not remembered clean
-    assert checkout._meta("clean_scan") == ""
+    assert project.absorb().committed == []      # hive's own file: its record exact however young
+    assert checkout._meta("clean_scan") != ""
     path.write_text(path.read_text().replace("twelve chars", "twelve CHARS"))   # saved in the same tick
-    os.utime(path, ns=(hive_wrote.st_atime_ns, hive_wrote.st_mtime_ns))
+    os.utime(path, ns=(hive_wrote.st_atime_ns, hive_wrote.st_mtime_ns + 1))   # as hive's write was stamped
     assert project.absorb().committed == [f"issues/{issue}.md"]
     assert 'title = "twelve CHARS"' in on_branch(git, repo, f"issues/{issue}.md")
 
@@ -302,21 +304,21 @@ def test_a_clean_scan_is_remembered_until_a_file_or_a_record_changes(repo, proje
 
 def _a_remembered_clean_look(repo, project) -> None:
     """Every file older than a tick and recorded as it is, and a look that found no edit: what a
-    command that found the checkout clean holds (`wait_out_racy`: one command, then it ends)."""
+    command that found the checkout clean holds (`predict_next_scan`: one command, then it ends)."""
     import os
 
     old = os.stat(repo / ".hive" / "context.md").st_mtime_ns - 10_000_000_000
     for file in [*(repo / ".hive" / "issues").glob("*.md"), repo / ".hive" / "context.md"]:
         os.utime(file, ns=(old, old))
     project.absorb()
-    project.checkout.wait_out_racy = True
+    project.checkout.predict_next_scan = True
     assert project.absorb().committed == [] and project.checkout._meta("clean_scan") != ""
 
 
 def test_a_command_leaves_the_next_the_clean_scan_it_will_find_after_its_own_write(repo, project, new_issue,
                                                                                    monkeypatch):
-    """A command whose look found no edit, and whose own write's files end with exact records (it
-    waits out their racy window), tells the next command the scan it will find: that one reads no
+    """A command whose look found no edit, and whose own write's files end with exact records
+    (backdated: `racy.backdate`), tells the next command the scan it will find: that one reads no
     record. Two or more writes of one command chain (each refresh starts from the last)."""
     from hive.project import Project
     from hive.state.checkout import Checkout

@@ -24,7 +24,7 @@ def open_project(path: Path | str | None = None) -> Project:
     """The hive of the repository at `path` (default: the current directory), caught up with the
     person's saved `.hive/` edits and the branch, as every command starts; `Hive(project)` wraps it."""
     project = Project.open(path)
-    project.checkout.wait_out_racy = True   # one command, then the process ends
+    project.checkout.predict_next_scan = True   # one command, then the process ends
     project.sync()
     return project
 

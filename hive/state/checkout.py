@@ -85,7 +85,6 @@ class Record:
 
 
 RACY_MTIME = -1
-SETTLE_WAIT_FILES = 64   # racy files a refresh waits for (at most racy.FLOOR_NS) rather than leave racy
 RECORDS_BATCH = 5000   # records of changed files looked at together (memory stays flat)
 MTIME_TICK = "mtime_tick"   # meta key: "<st_dev> <ns>", the tick `racy.measure_tick` found
 STORE_RECORD = "INSERT OR REPLACE INTO files (path, blob, mtime_ns, size, inode) VALUES (?, ?, ?, ?, ?)"
@@ -154,11 +153,9 @@ class Checkout:
         self._git_index: pygit2.Index | None = None   # the checkout's git index, read at most once per scan
         self._pending: list[RecordRow] | None = None   # records batched by a refresh or a scan
         self._racy_ns: int | None = None
-        self._fresh: dict[str, tuple[int, int]] | None = None   # a refresh's racy writes: (mtime_ns, inode)
-        # a short-lived process (a CLI command) waits out the racy window of its few writes
-        # (`_settled`), and tells the next command the live scan it will find (`_predicted_scan`);
-        # a long-lived one (the daemon's loop) does neither
-        self.wait_out_racy = False
+        # a short-lived process (a CLI command) tells the next command the live scan it will find
+        # (`_predicted_scan`); a long-lived one (the daemon's loop) does not
+        self.predict_next_scan = False
         self._clean_scan: dict[str, Seen] | None = None   # this process's last live scan, when it found no edit
 
     @property
@@ -233,7 +230,7 @@ class Checkout:
         return set(self.db.execute("SELECT path, mtime_ns, size, inode FROM files WHERE path IN "
                                    "(SELECT value FROM json_each(?))", (json.dumps(sorted(only)),)))
 
-    def _record(self, path: str, blob: str | None, st: os.stat_result | None = None) -> None:
+    def _record(self, path: str, blob: str | None, st: "os.stat_result | racy.Written | None" = None) -> None:
         """Remember `path` as holding `blob`. `st` is the stat of the very bytes that are `blob`
         (taken before reading them, or of the file hive wrote): a stat taken now could be of a
         newer save, which would then look unchanged forever — a lost edit."""
@@ -241,14 +238,13 @@ class Checkout:
             self.db.execute("DELETE FROM files WHERE path = ?", (path,))
             return
         try:
-            st = st or os.stat(self.root / path)
+            exact = isinstance(st, racy.Written) and st.exact
+            st = st.stat if isinstance(st, racy.Written) else st or os.stat(self.root / path)
             # Racy: a file this young may be saved again within its mtime's tick (the kernel's
             # timestamps are coarse) at the same size — the same stat, so an edit no stat check
             # would see. Its record asks for a look at the content next time (as git does).
-            racy = time.time_ns() - st.st_mtime_ns < self.racy_ns
-            row = (path, blob, RACY_MTIME if racy else st.st_mtime_ns, st.st_size, st.st_ino)
-            if racy and self._fresh is not None:
-                self._fresh[path] = (st.st_mtime_ns, st.st_ino)
+            young = not exact and time.time_ns() - st.st_mtime_ns < self.racy_ns
+            row = (path, blob, RACY_MTIME if young else st.st_mtime_ns, st.st_size, st.st_ino)
             if self._pending is not None:
                 self._pending.append(row)
             else:
@@ -271,56 +267,6 @@ class Checkout:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (MTIME_TICK, f"{device} {tick}"))
             self._racy_ns = racy.racy_window(tick)
         return self._racy_ns
-
-    def _settled(self, rows: list[RecordRow], fresh: dict[str, tuple[int, int]],
-                 folders_inside: set[str] | None = None) -> list[RecordRow]:
-        """`rows` with the racy records of files this refresh wrote made exact where they can be:
-        a file now older than the racy window, its stat still the one written, whose bytes read
-        now are still hive's, can change only with another mtime from here on (a save before
-        this read shows in the bytes). Every file of a queue taken in is written less than a
-        tick before its record: without this, the next command read them all again. When only
-        a few are still too young (a command's own write) and `wait_out_racy`, the window (at
-        most racy.FLOOR_NS) is waited out: the next command needs no look at them (nor pygit2).
-        `folders_inside`: the refresh's, as `leads_outside` takes it."""
-        if not fresh:
-            return rows
-        young = [fresh[row[0]][0] for row in rows if row[2] == RACY_MTIME and row[0] in fresh]
-        if self.wait_out_racy and young and len(young) <= SETTLE_WAIT_FILES:
-            wait_ns = max(young) + self.racy_ns - time.time_ns()
-            if 0 < wait_ns <= racy.FLOOR_NS:
-                time.sleep(wait_ns / 1e9)
-        settled = []
-        for row in rows:
-            path, blob, mtime_ns, size, inode = row
-            written = fresh.get(path)
-            if mtime_ns == RACY_MTIME and written is not None and \
-                    not leads_outside(self.root, path, folders_inside, name_itself=False):
-                exact = self._still_written(f"{self.root}/{path}", written, size, blob)
-                if exact is not None:
-                    row = (path, blob, exact, size, inode)
-            settled.append(row)
-        return settled
-
-    def _still_written(self, where: str, written: tuple[int, int], size: int, blob: str) -> int | None:
-        """The mtime of the file at `where` when it is still the one this refresh wrote (its
-        mtime and inode `written`, `size`), older than the racy window and holding `blob`; None
-        otherwise (gone, a symlink now, saved since, too young): its record stays racy, and the
-        next scan looks."""
-        try:
-            fd = os.open(where, READ_REGULAR)
-        except OSError:
-            return None
-        try:
-            st = os.fstat(fd)
-            if ((st.st_mtime_ns, st.st_ino, st.st_size) == (*written, size) and stat.S_ISREG(st.st_mode)
-                    and time.time_ns() - st.st_mtime_ns >= self.racy_ns   # before the read
-                    and blob_id(_read_fd(fd, size + 1)) == blob):
-                return st.st_mtime_ns
-            return None
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
 
     def _store_records(self, rows: list[RecordRow]) -> None:
         """Records batched by `_pending`, in one statement (in a transaction of their own unless
@@ -586,7 +532,8 @@ class Checkout:
                     result.committed.append(committed.path)
                     continue
                 merged = committed.data
-                st, blob = edit.stat, blob_id(merged) if merged is not None else None
+                blob = blob_id(merged) if merged is not None else None
+                st: "os.stat_result | racy.Written | None" = edit.stat
                 if merged is not None and edit.data is not None and merged != edit.data:
                     # their edit merged with what changed meanwhile: show them the result — unless
                     # they saved again since, then that save is an edit of the bytes they had
@@ -647,17 +594,15 @@ class Checkout:
         with transaction(self.db):
             records = self._records([path for path, _, _ in changes])
             # each path changes once: its record may wait for the end (one statement for all)
-            self._pending, self._fresh = [], {}
+            self._pending = []
             try:
                 for path, old_oid, new_oid in changes:
                     record = records.get(path)
                     self._follow(follow, path, old_oid, new_oid, record.blob if record else None)
-                # before the records: a command's own writes grow older than the racy window
-                # while git's index is written, instead of in a sleep (`_settled`)
                 self._stage_all(follow.staged, follow.bulk)
-                self._store_records(self._settled(self._pending, self._fresh, follow.folders_inside))
+                self._store_records(self._pending)
             finally:
-                self._pending, self._fresh = None, None
+                self._pending = None
             self._clean_scan = self._predicted_scan([path for path, _, _ in changes])
             if self._clean_scan is not None:   # after the records: changing one forgets the clean scan
                 self._set_meta(CLEAN_SCAN, live_folder.fingerprint(self._clean_scan))
@@ -665,12 +610,12 @@ class Checkout:
 
     def _predicted_scan(self, changed: list[str]) -> dict[str, Seen] | None:
         """The live scan the next command will find, for a command whose own look found no edit
-        (`wait_out_racy`): that look, with each file this refresh changed there as it now is —
+        (`predict_next_scan`): that look, with each file this refresh changed there as it now is —
         provided each has the exact record of what it holds (racy ones do not). Stored as the
         clean scan, it spares that command the file-by-file comparison. Any file changed by
         anyone since, a record changed: the scans differ, and it compares as before. None when
         nothing can be foretold."""
-        if not self.wait_out_racy or self._clean_scan is None:
+        if not self.predict_next_scan or self._clean_scan is None:
             return None
         predicted = dict(self._clean_scan)
         touched = [path for path in changed if in_live_scan(path)]
@@ -850,7 +795,7 @@ class Checkout:
             if target.is_file():
                 if self._recorded_blob(path) is not None or blob_id(target.read_bytes()) != tip_oid:
                     return target   # hive's already, or a person's own: as it is
-                written: os.stat_result | None = target.stat()   # a copy git wrote: hive's from now on
+                written: "os.stat_result | racy.Written | None" = target.stat()   # a copy git wrote: hive's from now on
             else:
                 try:
                     written = _create_new(str(target), tip.read(path) or b"")
@@ -1060,14 +1005,25 @@ def _temp_beside(target: Path) -> Path:
     return target.with_name(f".hive-tmp-{os.getpid()}-{os.urandom(4).hex()}")
 
 
-def _write_temp(target: Path, data: bytes) -> tuple[Path, os.stat_result]:
+def _write_temp(target: Path, data: bytes) -> tuple[Path, racy.Written]:
     """`data` in a new file beside `target` (folders made), and the stat of what was written."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_beside(target)
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        return tmp, os.fstat(out.fileno())
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        _write_all(fd, data)
+        return tmp, racy.backdate(fd, data)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # a file of `.hive/` opened to be read: never through a symlink at its name, never waiting on a FIFO
@@ -1102,11 +1058,11 @@ def _read_fd(fd: int, limit: int = -1) -> bytes:
     return b"".join(chunks)
 
 
-def _create_new(target: str, data: bytes) -> os.stat_result | None:
+def _create_new(target: str, data: bytes) -> racy.Written | None:
     """Write `data` to a new file `target` (folders made) unless a file (or a symlink) appeared
     there meanwhile: then None, the file is left to the person. One file created, no rename: a
     pull of 10k issues creates 10k files, and each creation is most of the cost."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         try:
             fd = os.open(target, flags, 0o666)
@@ -1116,10 +1072,8 @@ def _create_new(target: str, data: bytes) -> os.stat_result | None:
     except FileExistsError:
         return None
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        return os.fstat(fd)
+        _write_all(fd, data)
+        return racy.backdate(fd, data)
     except OSError:
         os.unlink(target)   # a half-written file (disk full) would look like a person's edit
         raise
@@ -1127,7 +1081,7 @@ def _create_new(target: str, data: bytes) -> os.stat_result | None:
         os.close(fd)
 
 
-def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os.stat_result | None:
+def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> racy.Written | None:
     """Write `data` to `target` only if it still holds the blob `expected` (None: no file).
 
     A person's editor may save the file at any moment, also between hive's look at it and hive's
@@ -1145,8 +1099,8 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> os
             return written
         if _exchange(tmp, target):
             if blob_id(tmp.read_bytes()) != expected:
-                _give_back(tmp, target, written.st_ino)
-                if os.lstat(tmp).st_ino != written.st_ino:
+                _give_back(tmp, target, written.stat.st_ino)
+                if os.lstat(tmp).st_ino != written.stat.st_ino:
                     _keep_superseded(tmp, target)   # a save of theirs a newer one replaced
                 return None
             return written
