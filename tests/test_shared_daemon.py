@@ -307,6 +307,60 @@ def test_remote_unreachable_for_a_while_then_back(clones, cli, git, state_log, w
     assert state_tip(git, b) == state_tip(git, remote)
 
 
+@pytest.mark.timeout(150)
+def test_a_lease_that_lapsed_while_the_machine_was_cut_off_is_claimed_again_for_the_agent_at_work(
+        clones, cli, git, state_log, wait_for, daemons, tmp_path: Path):
+    """A is cut off while its agent works; B sees the lease lapse on the remote and reopens the
+    issue. Back online, A merges the reopen while its agent still works: it claims the issue
+    again for that agent (no second worker, no wasted work) and lands the work once."""
+    from hive import lifecycle
+    from hive.project import Project
+
+    lease = 4
+    remote, (a, b) = clones("A", "B")
+    (issue,) = create_issues(a, [("slow", {"labels": ["slow"]})])
+    cli("sync", cwd=a)
+    gate = tmp_path / "go-on"
+    script = write_script(tmp_path, {"labels": {"slow": [
+        {"run": f"while [ ! -e {gate} ]; do sleep 0.1; done", "timeout": 120},
+        {"write": "hive-work/{issue}.txt", "content": "A's work\n"},
+        {"commit": "{issue}: work"}, {"result": "success", "summary": "slow work"}]}})
+    # unjailed: the agent waits for a file of the test's
+    run = daemons.start(a, daemon_env(script, lease_seconds=lease, sandbox="off"), "--until-idle",
+                        "--max-agents", "2")
+    wait_for(lambda: (hive_dir(a) / "scripted" / f"{issue}.sessions.jsonl").exists(), "A's agent at work", timeout=30)
+    url = git("config", "remote.origin.url", cwd=a).stdout.strip()
+    git("config", "remote.origin.url", str(tmp_path / "nowhere.git"), cwd=a)
+    wait_for(lambda: "working locally" in daemons.log_of(run), "A to notice it is cut off", timeout=20)
+
+    # B, as any machine would: the lease it sees has lapsed, the issue is reopened and pushed
+    cli("sync", cwd=b)
+    project = Project.open(b)
+    try:
+        held = project.index.get(issue)
+        assert held is not None and held.status == "in_progress"
+        wait_for(lambda: lifecycle.lease_expired(held, lease), "the lease to lapse on B's copy", timeout=3 * lease)
+        lifecycle.expire_lease(project, issue, held.assignee, str(held.extra["lease_expires"]), lease)
+    finally:
+        project.close()
+    git("push", "-q", "origin", "hive/state", cwd=b)
+
+    git("config", "remote.origin.url", url, cwd=a)
+    wait_for(lambda: "claimed again" in daemons.log_of(run), "A to claim it again", timeout=60)
+    gate.touch()
+    daemons.wait(run, 60)
+
+    events = [c for c in state_log(a) if c.issue == issue]
+    names = [c.event for c in events]
+    # (A's extensions made while cut off are concurrent with the expiry: either order)
+    after = [name for name in names[names.index("lease-expired"):] if name not in ("lease-extended", "synced")]
+    assert after[:2] == ["lease-expired", "claimed"] and after.count("finalized") == 1, names
+    assert [c.trailers.get("Hive-Agent") for c in events if c.event == "claimed"] == [held.assignee] * 2
+    assert double_claims(a) == []
+    assert work_commits(git, remote) == Counter({issue: 1})
+    assert "A's work" in git("show", f"main:hive-work/{issue}.txt", cwd=remote).stdout
+
+
 # -- 3. one clone killed with SIGKILL: its claims are taken over after the lease -------------------
 
 @pytest.mark.timeout(150)

@@ -237,7 +237,7 @@ class Daemon:
                 last_sweep = now
             await self.crew.end_stalled()
             if self.shared is not None:
-                self.shared.renew_leases(self.crew.holdings(), self.config.lease_seconds)
+                await self.shared.renew_leases(self.crew.holdings(), self.config.lease_seconds)
             self.wake.set()
 
     # -- what the run did -----------------------------------------------------------------------

@@ -33,7 +33,7 @@ from hive.orchestrator.orphans import claimed_on, machine_name
 from hive.project import Project
 from hive.remote import FetchResult, PushResult, Remote
 from hive.runtime import Runtime
-from hive.state import trust
+from hive.state import history, trust
 from hive.state.issue_file import Issue
 from hive.state.store import Draft
 from hive.workspace import landings
@@ -309,12 +309,21 @@ class SharedQueue:
     def request_push(self) -> None:
         self.push_needed.set()
 
-    def renew_leases(self, working: Iterable[tuple[str, str]], seconds: int) -> None:
+    async def renew_leases(self, working: Iterable[tuple[str, str]], seconds: int) -> None:
         """Renew the leases of the issues (issue id, agent id) this machine's agents still work
-        on, once half of one has passed."""
+        on, once half of one has passed. An issue another machine reopened because its lease
+        lapsed while this one was cut off is claimed again for the agent still at work on it
+        (pushed as any claim: if another machine claimed it first, that claim stands and the
+        worker is stopped as taken over)."""
         horizon = lifecycle.lease_until(seconds // 2)
         for issue_id, agent_id in working:
             issue = self.host.project.index.get(issue_id)
+            if issue is not None and issue.status == "open" and not issue.assignee and \
+                    await asyncio.to_thread(self._lapsed_while_away, issue_id, agent_id):
+                if await self.claim(issue_id, agent_id, seconds):
+                    self.host.log(f"{issue_id} claimed again for {agent_id}, still at work on it: "
+                                  f"its lease lapsed while this machine was cut off")
+                continue
             if issue is None or issue.assignee != agent_id or str(issue.extra.get("lease_expires", "")) >= horizon:
                 continue
             try:
@@ -322,6 +331,17 @@ class SharedQueue:
             except TransitionRefused:
                 pass   # not ours any more
             self.push_needed.set()
+
+    def _lapsed_while_away(self, issue_id: str, agent_id: str) -> bool:
+        """Whether the last claim or release of `issue_id` is the expiry of `agent_id`'s lease (a
+        person's reopen, or a claim after it, is left as it is). Extensions this machine made
+        while cut off, and the sync that merged the expiry, hold nobody and release nobody."""
+        last = None
+        for event in history.events(self.project.paths, issue_id):
+            if event.event == "claimed" or event.event in history.RELEASING_EVENTS:
+                last = event
+        return last is not None and last.event == "lease-expired" and \
+            last.trailers.get("Hive-Previous-Agent") == agent_id
 
     # -- branches ---------------------------------------------------------------------------
 
