@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -442,3 +443,54 @@ def test_a_malformed_request_runs_nothing_and_the_server_goes_on(repo: Path, run
     assert _servers(runtime.parent) == [server]
     created = hive("create", "After the garbage").stdout.strip()
     assert [line.split()[0] for line in hive("list").stdout.splitlines()[1:]] == [created]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_a_burst_of_writes_in_a_kept_checkout_is_read_in_batches_and_fingerprinted_once_it_stops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command writing thousands of files into a checkout the server keeps (a queue taken in)
+    had the server wake for every few of their events and fingerprint the whole scan each time,
+    on the CPU the command needed (~0.3 s of it at 10,000 files). The events are read in
+    batches at least `BATCH_SECONDS` apart, the fingerprint made once they stop, and the kept
+    scan is still the scan."""
+    import select
+
+    from hive.cli import command_server
+    from hive.state import live_folder
+
+    skip_unless_watchable(tmp_path)
+    root = tmp_path / "hive"
+    (root / "issues").mkdir(parents=True)
+    (root / "context.md").write_text("context\n")
+    kept = command_server._KeptScans()
+    watcher = kept._watcher
+    assert watcher is not None and watcher.watch(str(root)) == ""
+    calls = {"catch_up": 0, "prepare": 0}
+    for name in calls:
+        def counted(real=getattr(watcher, name), name=name) -> None:
+            calls[name] += 1
+            real()
+        monkeypatch.setattr(watcher, name, counted)
+
+    files = 3000
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sys\n"
+        f"for k in range({files}):\n"
+        f"    open(sys.argv[1] + f'/issues/hv-{{k:06d}}.md', 'w').write('+++\\ntitle = \"x\"\\n+++\\n')\n"),
+        str(root)])
+    began = time.monotonic()
+    ended = None   # then the server's loop runs on a while: what is queued is read, the scan fingerprinted
+    while ended is None or time.monotonic() - ended < 20 * command_server.BATCH_SECONDS:
+        readable, _, _ = select.select(kept.fds(), [], [], kept.timeout(0.05))
+        kept.wake(readable)
+        if ended is None and writer.poll() is not None:
+            ended = time.monotonic()
+        assert time.monotonic() - began < 60, "the burst never ended"
+    elapsed = time.monotonic() - began
+    assert writer.returncode == 0
+    assert calls["catch_up"] <= 2 + elapsed / command_server.BATCH_SECONDS, (calls, elapsed)
+    assert 1 <= calls["prepare"] <= calls["catch_up"]
+    fresh = live_folder.scan(root, full=False)
+    assert len(fresh) == files + 1
+    assert watcher.kept(root) == (fresh, live_folder.fingerprint(fresh))
+    watcher.close()
