@@ -118,8 +118,9 @@ class _KeptScans:
         self._prepare_at: float | None = None   # read, and none came since: fingerprints then
 
     def fds(self) -> list[int]:
-        waiting = self._watcher is not None and self._read_at is None
-        return [self._reports] + ([self._watcher.fileno()] if self._watcher and waiting else [])
+        if self._watcher is None or self._read_at is not None:   # events queued are read when due
+            return [self._reports]
+        return [self._reports, self._watcher.fileno()]
 
     def timeout(self, otherwise: float) -> float:
         due = [at for at in (self._verify_at, self._read_at, self._prepare_at) if at is not None]

@@ -319,7 +319,7 @@ class SharedQueue:
         for issue_id, agent_id in working:
             issue = self.host.project.index.get(issue_id)
             if issue is not None and issue.status == "open" and not issue.assignee and \
-                    await asyncio.to_thread(self._lapsed_while_away, issue_id, agent_id):
+                    await asyncio.to_thread(history.lapsed_while_away, self.project.paths, issue_id, agent_id):
                 if await self.claim(issue_id, agent_id, seconds):
                     self.host.log(f"{issue_id} claimed again for {agent_id}, still at work on it: "
                                   f"its lease lapsed while this machine was cut off")
@@ -331,17 +331,6 @@ class SharedQueue:
             except TransitionRefused:
                 pass   # not ours any more
             self.push_needed.set()
-
-    def _lapsed_while_away(self, issue_id: str, agent_id: str) -> bool:
-        """Whether the last claim or release of `issue_id` is the expiry of `agent_id`'s lease (a
-        person's reopen, or a claim after it, is left as it is). Extensions this machine made
-        while cut off, and the sync that merged the expiry, hold nobody and release nobody."""
-        last = None
-        for event in history.events(self.project.paths, issue_id):
-            if event.event == "claimed" or event.event in history.RELEASING_EVENTS:
-                last = event
-        return last is not None and last.event == "lease-expired" and \
-            last.trailers.get("Hive-Previous-Agent") == agent_id
 
     # -- branches ---------------------------------------------------------------------------
 

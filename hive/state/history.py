@@ -108,6 +108,19 @@ def last_event(paths: git.RepoPaths, issue_id: str, event: str) -> StateEvent | 
     return found
 
 
+def lapsed_while_away(paths: git.RepoPaths, issue_id: str, agent_id: str) -> bool:
+    """Whether the last claim or release of `issue_id` is the expiry of `agent_id`'s lease (the
+    trailer names exactly that agent); a person's reopen, or a claim after it, is not. Lease
+    extensions and syncs hold nobody and release nobody (a machine cut off extends its leases
+    beside the expiry another pushed)."""
+    last = None
+    for event in events(paths, issue_id):
+        if event.event == "claimed" or event.event in RELEASING_EVENTS:
+            last = event
+    return last is not None and last.event == "lease-expired" and \
+        last.trailers.get("Hive-Previous-Agent") == agent_id
+
+
 def double_claims(paths: git.RepoPaths) -> list[str]:
     """Issues claimed while another agent still held them, as one-line descriptions."""
     holder: dict[str, str] = {}

@@ -8,7 +8,9 @@ that was not done, or hold an issue forever (docs/SECURITY.md, "Forged records")
 - a forged `done` does not queue this machine's escalated work for a merge, and an `updated`
   from the future does not win every merge;
 - a forged `finalized` (or `done` by another agent) of an issue this machine's agent works on
-  stops that agent and lands nothing: its work is kept under refs/hive/attempts.
+  stops that agent and lands nothing: its work is kept under refs/hive/attempts;
+- a forged or garbled `lease-expired`, or one naming another agent, gets no issue claimed again
+  for an agent of this machine (only its own lease's expiry, last, does: `history.lapsed_while_away`).
 """
 
 from __future__ import annotations
@@ -225,3 +227,32 @@ def test_a_landing_recorded_on_hive_state_counts_on_any_machine(repo: Path, git)
     assert landings.landed_commit(pygit2_repo, landed, "hv-lnd001", landings.recorded_of(
         Issue(id="hv-lnd001", title="t"))) == ""
     assert landings.issue_of_landing(pygit2_repo[landed]) == "hv-lnd001"
+
+
+def test_only_an_expiry_naming_the_agent_exactly_and_last_gets_its_issue_claimed_again(project, new_issue) -> None:
+    """A machine cut off claims again an issue reopened because its agent's lease lapsed
+    (`history.lapsed_while_away`, read from fetched history): a forged or garbled expiry, one
+    naming another agent, or a reopen or claim after it gets nothing claimed."""
+    from hive import issues, lifecycle
+    from hive.state import history
+
+    agent, paths = "w-aaaaaa", project.paths
+    issue = new_issue("worked on while cut off")
+    assert lifecycle.claim(project, issue, agent, lease_seconds=60)
+    assert not history.lapsed_while_away(paths, issue, agent)              # held: nothing lapsed
+    # the reopen as another machine pushes it (`lifecycle.expire_lease` there, its lease lapsed)
+    issues.update(project, issue, {"status": "open", "lease_expires": None, "machine": None},
+                  event="lease-expired", summary="reopen", trailers={"Hive-Previous-Agent": agent})
+    assert history.lapsed_while_away(paths, issue, agent)
+    assert not history.lapsed_while_away(paths, issue, "w-bbbbbb")
+    for forged in (agent.upper(), f"{agent}\x1b[2J", f"{agent}-evil", "", "w-bbbbbb"):
+        issues.update(project, issue, {"title": f"forged {forged!r}"}, event="lease-expired",
+                      summary="forged", trailers={"Hive-Previous-Agent": forged})
+        assert not history.lapsed_while_away(paths, issue, agent), repr(forged)
+    issues.update(project, issue, {"title": "again"}, event="lease-expired", summary="expiry",
+                  trailers={"Hive-Previous-Agent": agent})
+    assert history.lapsed_while_away(paths, issue, agent)
+    issues.update(project, issue, {"title": "theirs now", "status": "open"}, event="open", summary="a person reopens it")
+    assert not history.lapsed_while_away(paths, issue, agent)
+    assert lifecycle.claim(project, issue, "w-bbbbbb", lease_seconds=60)       # claimed by another since
+    assert not history.lapsed_while_away(paths, issue, agent)
