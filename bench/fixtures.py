@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import py_compile
 import random
 import shutil
 import signal
@@ -40,6 +41,7 @@ from pathlib import Path
 import pygit2
 
 from hive import git
+from hive.backends import scripted
 from hive.state import issue_file, layout
 from hive.state.issue_file import ID_ALPHABET, Issue
 
@@ -348,9 +350,12 @@ class Workspace:
         self.dir = Path(tempfile.mkdtemp(prefix="hive-bench-"))
         # Commands start from bytecode, as in any installed copy: compiled once into the
         # workspace (a sandbox's PYTHONDONTWRITEBYTECODE made every command compile hive's
-        # sources again, ~0.2 s), nothing written beside the sources.
+        # sources again, ~0.2 s), nothing written beside the sources but the scripted agent's
+        # bytecode: its processes run with `-I`, which ignores the prefix, and an installed copy
+        # has that file (hive/backends/scripted.py).
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(self.dir / "pycache")
+        py_compile.compile(scripted.AGENT_PATH, cfile=scripted.AGENT_BYTECODE, doraise=True)
         # the command servers the benchmarks start (hive/cli/served.py) listen in here, and are
         # stopped when the workspace closes
         self.runtime = self.dir / "run"

@@ -132,7 +132,6 @@ the Queen's `{spec}` and `{prefix}` (its `Plan this spec: ` / `id prefix: ` line
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -487,8 +486,8 @@ class Agent:
                       "prompt": self.prompt, "prompt_first_line": first,
                       "last_exit": str(self.last_exit), "worktree": self.cwd, "target": "",
                       "spec": "", "prefix": "hv", **self.fields}
-            values["new_id"] = self.new_id(values["prefix"])
-            return _PLACEHOLDER.sub(lambda m: values[m.group(1)], value)
+            return _PLACEHOLDER.sub(lambda m: self.new_id(values["prefix"]) if m.group(1) == "new_id"
+                                    else values[m.group(1)], value)
         if isinstance(value, list):
             return [self.expand(v) for v in value]
         if isinstance(value, dict):
@@ -497,6 +496,8 @@ class Agent:
 
     def new_id(self, prefix: str) -> str:
         """An issue id of this session's own, the same for all of one turn's steps."""
+        import hashlib   # here: most turns need no id, and each agent start pays for its imports
+
         digest = hashlib.sha256(f"{self.session}:{self.attempt}".encode()).digest()
         return prefix + "-" + "".join(_ID_ALPHABET[b % 32] for b in digest[:6])
 
@@ -644,12 +645,13 @@ class Agent:
         if not allow_empty and self._git("diff", "--cached", "--quiet").returncode == 0:
             self.say("Nothing to commit.")
             return
-        have = self._git("config", "--get-regexp", r"^user\.(name|email)$").stdout
         ident: list[str] = []
-        if "user.name " not in have and not os.environ.get("GIT_AUTHOR_NAME"):
-            ident += ["-c", "user.name=hive scripted agent"]
-        if "user.email " not in have and not os.environ.get("GIT_AUTHOR_EMAIL"):
-            ident += ["-c", "user.email=scripted-agent@hive.invalid"]
+        if not (os.environ.get("GIT_AUTHOR_NAME") and os.environ.get("GIT_AUTHOR_EMAIL")):   # a jail sets both
+            have = self._git("config", "--get-regexp", r"^user\.(name|email)$").stdout
+            if "user.name " not in have and not os.environ.get("GIT_AUTHOR_NAME"):
+                ident += ["-c", "user.name=hive scripted agent"]
+            if "user.email " not in have and not os.environ.get("GIT_AUTHOR_EMAIL"):
+                ident += ["-c", "user.email=scripted-agent@hive.invalid"]
         args = [*ident, "-c", "commit.gpgsign=false", "commit", "-q", "-m", value or "scripted work"]
         if allow_empty:
             args.append("--allow-empty")
