@@ -4,6 +4,7 @@ issue's, never losing what it held)."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pygit2
@@ -188,3 +189,50 @@ def test_an_issue_retired_by_two_threads_at_once_is_no_error(repo, git, monkeypa
     assert git("branch", "--list", f"hive/work/{ISSUE}", cwd=repo).stdout == ""
     assert not worktrees.worktree_path(paths, ISSUE).exists()
     assert attempts.holding(paths.common_dir, ISSUE, unlanded) is not None   # kept first
+
+
+def _jailed_add_writes(paths: hive_git.RepoPaths, issue: str, tree: Path, git) -> set[str]:
+    """The objects a jailed agent's `git add -A` of one new file writes into its own store."""
+    from hive.jail import prepare, roles
+
+    worktrees.absorb_objects(paths, issue)                               # its store emptied first
+    launch = prepare(["sh", "-c", f"echo {tree.name} > new.txt && git add -A"], cwd=str(tree),
+                     env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
+    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    launch.release()
+    assert done.returncode == 0, done.stderr
+    return {p.parent.name + p.name for p in hive_git.private_objects(paths.common_dir, issue).glob("[0-9a-f][0-9a-f]/*")}
+
+
+def test_an_agents_git_add_in_a_new_spare_or_remade_worktree_writes_only_what_it_changed(repo, git):
+    """git compares timestamps to the second: a file checked out in the second its index was
+    written is read again by the agent's `git add -A`, which in the jail (the shared object store
+    read-only, so the copy there cannot be freshened) writes it anew into the agent's own store,
+    for hive to read back. No worktree hive makes for an agent has such files, fresh, a spare or
+    made again for the refinery: the agent's store gets only its own new file. A change made at
+    once, in that second and of the same size, is still seen."""
+    from tests.hostile import require_jail
+
+    require_jail()
+    for k in range(12):
+        (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "modules", cwd=repo)
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+
+    def only_the_new_file(issue: str, tree: Path) -> None:
+        assert _jailed_add_writes(paths, issue, tree, git) == {git("hash-object", "new.txt", cwd=tree).stdout.strip()}
+
+    only_the_new_file(ISSUE, worktrees.create(paths, ISSUE, base).path)
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+    assert len(list(spares.spares_dir(paths).glob("[0-9]*"))) == 1
+    only_the_new_file(NEXT, worktrees.create(paths, NEXT, base).path)
+    assert not any(spares.spares_dir(paths).glob("[0-9]*"))            # the spare was taken
+    worktrees.remove(paths, NEXT, delete_branch=False)
+    worktrees.recreate(paths, NEXT)
+    only_the_new_file(NEXT, worktrees.worktree_path(paths, NEXT))
+
+    seen = worktrees.create(paths, "hv-spare3", base).path
+    (seen / "module_1.py").write_text("VALUE = 7\n")                    # same size, at once
+    assert git("status", "--porcelain", cwd=seen).stdout == " M module_1.py\n"

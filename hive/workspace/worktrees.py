@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,8 +113,39 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     repo.branches.local.create(branch.removeprefix("refs/heads/"), base, force=True)
     if not spares.take(paths, issue_id, path, base_commit):
         _add_detached(paths, issue_id, path, base)
+    settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
     init_submodules(paths, path)
     return Worktree(issue_id, path, branch, base_commit)
+
+
+_SECOND = 1_000_000_000
+
+
+def settle_index(worktree: Path, admin: Path) -> int:
+    """Leave none of the worktree's files racily clean for git, which compares timestamps to the
+    second: a file checked out in the second its index is written is read again by the agent's
+    git, and `git add` then writes it anew as an object. In a jail that is a copy of every such
+    file into the agent's own store (freshening the shared store's copy fails there: read-only),
+    for hive to read back (`absorb_objects`). Each such file, which no one but hive has seen yet,
+    is dated a second back, and git's `update-index --refresh` records it so (it compares the
+    contents, writing no object, unlike libgit2's `Index.add`). Returns how many."""
+    now = time.time_ns() // _SECOND
+    index = pygit2.Index(str(admin / "index"))
+    racy = 0
+    for entry in index:
+        if entry.mode == pygit2.enums.FileMode.COMMIT:
+            continue                    # a submodule: its own checkout, made later
+        path = os.path.join(worktree, entry.path)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_mtime_ns // _SECOND >= now:
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
+            racy += 1
+    if racy:
+        git.run([*git.NO_HOOKS, "update-index", "-q", "--refresh"], worktree, check=False)
+    return racy
 
 
 def _add_detached(paths: git.RepoPaths, issue_id: str, path: Path, base: pygit2.Commit) -> None:
@@ -424,6 +456,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
     else:
         repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
         _detached(pygit2.Repository(str(path)))
+    settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
     init_submodules(paths, path)
 
 
