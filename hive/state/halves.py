@@ -37,11 +37,12 @@ def batches(items: Iterable[Item], size: Callable[[Item], int], max_bytes: int =
     batch: list[Item] = []
     held = 0
     for item in items:
-        if batch and (held + size(item) > max_bytes or len(batch) >= max_items):
+        measured = size(item)
+        if batch and (held + measured > max_bytes or len(batch) >= max_items):
             yield batch
             batch, held = [], 0
         batch.append(item)
-        held += size(item)
+        held += measured
     if batch:
         yield batch
 

@@ -127,8 +127,8 @@ def settle_index(worktree: Path, admin: Path) -> int:
     git, and `git add` then writes it anew as an object. In a jail that is a copy of every such
     file into the agent's own store (freshening the shared store's copy fails there: read-only),
     for hive to read back (`absorb_objects`). Each such file, which no one but hive has seen yet,
-    is dated a second back, and git's `update-index --refresh` records it so (it compares the
-    contents, writing no object, unlike libgit2's `Index.add`). Returns how many."""
+    is dated a second back, and git's own refresh records it so (it compares the contents,
+    writing no object, unlike libgit2's `Index.add`). Returns how many."""
     now = time.time_ns() // _SECOND
     index = pygit2.Index(str(admin / "index"))
     racy = 0
@@ -144,7 +144,7 @@ def settle_index(worktree: Path, admin: Path) -> int:
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
             racy += 1
     if racy:
-        git.run([*git.NO_HOOKS, "update-index", "-q", "--refresh"], worktree, check=False)
+        git.refresh_worktree_index(worktree)
     return racy
 
 
