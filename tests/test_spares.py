@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pygit2
@@ -236,3 +237,25 @@ def test_an_agents_git_add_in_a_new_spare_or_remade_worktree_writes_only_what_it
     seen = worktrees.create(paths, "hv-spare3", base).path
     (seen / "module_1.py").write_text("VALUE = 7\n")                    # same size, at once
     assert git("status", "--porcelain", cwd=seen).stdout == " M module_1.py\n"
+
+
+def test_files_checked_out_in_the_second_before_now_are_settled_too(repo, git):
+    """A checkout whose files and index were written in one second that is over by the time hive
+    looks: still racily clean (git compares to the second), so those files are dated back as well,
+    and the agent's `git add` writes only what it changed."""
+    from tests.hostile import require_jail
+
+    require_jail()
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    admin = paths.common_dir / "worktrees" / ISSUE
+    second = (time.time_ns() // 1_000_000_000 - 5) * 1_000_000_000
+    files = [tree / path for path in git("ls-files", cwd=tree).stdout.split()]
+    for n, path in enumerate(files):
+        os.utime(path, ns=(second + n, second + n))
+    git("update-index", "-q", "--refresh", cwd=tree)                       # the index records those times
+    os.utime(admin / "index", ns=(second + 999, second + 999))           # written in that second too
+
+    assert worktrees.settle_index(tree, admin) == len(files) > 0
+    assert _jailed_add_writes(paths, ISSUE, tree, git) == {git("hash-object", "new.txt", cwd=tree).stdout.strip()}

@@ -123,16 +123,18 @@ _SECOND = 1_000_000_000
 
 def settle_index(worktree: Path, admin: Path) -> int:
     """Leave none of the worktree's files racily clean for git, which compares timestamps to the
-    second: a file checked out in the second its index is written is read again by the agent's
-    git, and `git add` then writes it anew as an object. In a jail that is a copy of every such
-    file into the agent's own store (freshening the shared store's copy fails there: read-only),
-    for hive to read back (`absorb_objects`). Each such file, which no one but hive has seen yet,
-    is dated a second back, and git's own refresh records it so (it compares the contents,
-    writing no object, unlike libgit2's `Index.add`). Returns how many."""
-    now = time.time_ns() // _SECOND
-    index = pygit2.Index(str(admin / "index"))
+    second: a file changed in the second its index was written is read again by the agent's git,
+    and `git add` then writes it anew as an object. In a jail that is a copy of every such file
+    into the agent's own store (freshening the shared store's copy fails there: read-only), for
+    hive to read back (`absorb_objects`). Each such file, which no one but hive has seen yet, is
+    dated a second back, and git's own refresh records it so in an index written now (it
+    compares the contents, writing no object, unlike libgit2's `Index.add`). Returns how many."""
+    try:
+        written = os.stat(admin / "index").st_mtime_ns // _SECOND
+    except OSError:
+        return 0
     racy = 0
-    for entry in index:
+    for entry in pygit2.Index(str(admin / "index")):
         if entry.mode == pygit2.enums.FileMode.COMMIT:
             continue                    # a submodule: its own checkout, made later
         path = os.path.join(worktree, entry.path)
@@ -140,11 +142,14 @@ def settle_index(worktree: Path, admin: Path) -> int:
             st = os.lstat(path)
         except OSError:
             continue
-        if st.st_mtime_ns // _SECOND >= now:
+        if st.st_mtime_ns // _SECOND >= written:
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
             racy += 1
     if racy:
-        git.refresh_worktree_index(worktree)
+        try:
+            git.refresh_worktree_index(worktree)
+        except HiveError:
+            return 0                    # git compares those files' contents, as it would have
     return racy
 
 
