@@ -954,7 +954,7 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   without a journal (this machine's root file system) each new file steps over every inode
   freed in its block group in the last ~30 s whose table block is not yet written back, and a
   run frees hundreds (the agents' private object stores emptied once absorbed, ~25 objects an
-  issue then, ~5 since `settle_index`; retired worktrees; each ref update's old file). The same benchmark on a journaled
+  issue; retired worktrees; each ref update's old file). The same benchmark on a journaled
   ext4 (a loop mount, `TMPDIR` there): own 30-39 ms an issue, raw 16-17 (2.0-2.4 ×); on the
   root file system that hour: own 37-46, raw 16-37. The file system makes the raw side noisy,
   not the ratio, and it moves the wall figures: the same commit gave 56-60 ms an issue at the
@@ -973,16 +973,19 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   `git config` and a `git rev-parse` each time: +9.3 ms of CPU on a worker's commit (4 ms
   without the hook); it now starts nothing for a worker's commit (builtins read the input and
   the common dir; the target's name is asked of git only for a branch that might be it): +2.3 ms.
-  Two more of hive's, found with `strace` counting file creations: git compares timestamps to
-  the second, so every file of a worktree checked out in the second its index was written was
-  read again by the agent's first `git add`, which in the jail (the shared store read-only: the
-  copy there cannot be freshened) wrote each one anew into the agent's private store, for hive to
-  delete at the hand-off — 14 objects an issue here where 4 are the agent's work, every file of
-  the checkout on a real repository; `worktrees.settle_index` now dates such files a second back
-  before the agent starts and has git record them so. And the scripted agent was a program named
-  by path, compiled at every start (~6 ms of CPU); it is now imported from its bytecode. Both:
-  machine CPU an issue 100 → 87 ms, wall per finalized issue 50-51 → 45-46 ms (three
-  interleaved DAG runs each, in one sitting).
+  Two more of hive's, found with `strace` counting file creations. The scripted agent was a
+  program named by path, compiled at every start (~6 ms of CPU); it is now imported from its
+  bytecode (user CPU of the machine per issue 59 → 49 ms, three interleaved DAG runs each). And
+  git compares timestamps to the second: every file of a worktree checked out in the second its
+  index was written is read again by the agent's first `git add`, which in the jail (the shared
+  store read-only: the copy there cannot be freshened) writes each one anew into the agent's
+  private store, for hive to delete at the hand-off — 14 objects an issue here where 4 are the
+  agent's work. `worktrees.settle_index` dates such files a second back before the agent starts
+  and has git record them so, but only for a checkout of 200 files or more (`SETTLE_MIN_FILES`):
+  on a fresh 2,000-file worktree it took creation from ~100 to 180-280 ms (2,000 `utime` calls
+  and a git refresh) and the agent's `git add -A` from 230 to 27 ms and 2,001 objects to 1, the
+  absorb from 53 to 1 ms; on this benchmark's 11-61-file checkouts the git process cost what it
+  saved (three interleaved DAG runs each: no gain), and on the unblock path it added 1.2 ×.
 - **Finalized per minute: the merge train** (the pipeline rows). The merge step is serial, and
   before the train it paced the pipeline: ~75 ms of wall a landing on a quiet machine (769
   finalized/min against 1,067 done/min), ~27 ms of it the jailed test command (7.7 ms when run

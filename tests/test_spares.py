@@ -209,13 +209,14 @@ def test_an_agents_git_add_in_a_new_spare_or_remade_worktree_writes_only_what_it
     """git compares timestamps to the second: a file checked out in the second its index was
     written is read again by the agent's `git add -A`, which in the jail (the shared object store
     read-only, so the copy there cannot be freshened) writes it anew into the agent's own store,
-    for hive to read back. No worktree hive makes for an agent has such files, fresh, a spare or
-    made again for the refinery: the agent's store gets only its own new file. A change made at
-    once, in that second and of the same size, is still seen."""
+    for hive to read back. No worktree hive makes for an agent of a checkout that big
+    (`SETTLE_MIN_FILES` files or more) has such files, fresh, a spare or made again for the
+    refinery: the agent's store gets only its own new file. A change made at once, in that
+    second and of the same size, is still seen."""
     from tests.hostile import require_jail
 
     require_jail()
-    for k in range(12):
+    for k in range(worktrees.SETTLE_MIN_FILES):
         (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
     git("add", "-A", cwd=repo)
     git("commit", "-q", "-m", "modules", cwd=repo)
@@ -246,6 +247,10 @@ def test_files_checked_out_in_the_second_before_now_are_settled_too(repo, git):
     from tests.hostile import require_jail
 
     require_jail()
+    for k in range(worktrees.SETTLE_MIN_FILES):
+        (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "modules", cwd=repo)
     paths = hive_git.discover(repo)
     base = git("rev-parse", "main", cwd=repo).stdout.strip()
     tree = worktrees.create(paths, ISSUE, base).path

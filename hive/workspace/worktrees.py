@@ -119,6 +119,10 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
 
 
 _SECOND = 1_000_000_000
+# Fewer racily clean files than this are left as they are: the agent's git writing them again
+# costs less than dating them back and the git process that records their times (measured in
+# docs/PERFORMANCE.md, "The agents' side").
+SETTLE_MIN_FILES = 200
 
 
 def settle_index(worktree: Path, admin: Path) -> int:
@@ -126,14 +130,15 @@ def settle_index(worktree: Path, admin: Path) -> int:
     second: a file changed in the second its index was written is read again by the agent's git,
     and `git add` then writes it anew as an object. In a jail that is a copy of every such file
     into the agent's own store (freshening the shared store's copy fails there: read-only), for
-    hive to read back (`absorb_objects`). Each such file, which no one but hive has seen yet, is
-    dated a second back, and git's own refresh records it so in an index written now (it
-    compares the contents, writing no object, unlike libgit2's `Index.add`). Returns how many."""
+    hive to read back (`absorb_objects`): every file of a fresh checkout. Each such file, which
+    no one but hive has seen yet, is dated a second back, and git's own refresh records it so in
+    an index written now (it compares the contents, writing no object, unlike libgit2's
+    `Index.add`); a later change gets a later time, so git still sees it. Returns how many."""
     try:
         written = os.stat(admin / "index").st_mtime_ns // _SECOND
     except OSError:
         return 0
-    racy = 0
+    racy: list[tuple[str, os.stat_result]] = []
     for entry in pygit2.Index(str(admin / "index")):
         if entry.mode == pygit2.enums.FileMode.COMMIT:
             continue                    # a submodule: its own checkout, made later
@@ -143,14 +148,16 @@ def settle_index(worktree: Path, admin: Path) -> int:
         except OSError:
             continue
         if st.st_mtime_ns // _SECOND >= written:
-            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
-            racy += 1
-    if racy:
-        try:
-            git.refresh_worktree_index(worktree)
-        except HiveError:
-            return 0                    # git compares those files' contents, as it would have
-    return racy
+            racy.append((path, st))
+    if len(racy) < SETTLE_MIN_FILES:
+        return 0
+    for path, st in racy:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
+    try:
+        git.refresh_worktree_index(worktree)
+    except HiveError:
+        return 0                        # git compares those files' contents, as it would have
+    return len(racy)
 
 
 def _add_detached(paths: git.RepoPaths, issue_id: str, path: Path, base: pygit2.Commit) -> None:
