@@ -192,6 +192,15 @@ def test_an_issue_retired_by_two_threads_at_once_is_no_error(repo, git, monkeypa
     assert attempts.holding(paths.common_dir, ISSUE, unlanded) is not None   # kept first
 
 
+def _big_checkout(repo: Path, git) -> tuple[hive_git.RepoPaths, str]:
+    """`repo` with `SETTLE_MIN_FILES` more files committed on main: its paths and main's commit."""
+    for k in range(worktrees.SETTLE_MIN_FILES):
+        (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "modules", cwd=repo)
+    return hive_git.discover(repo), git("rev-parse", "main", cwd=repo).stdout.strip()
+
+
 def _jailed_add_writes(paths: hive_git.RepoPaths, issue: str, tree: Path, git) -> set[str]:
     """The objects a jailed agent's `git add -A` of one new file writes into its own store."""
     from hive.jail import prepare, roles
@@ -216,12 +225,7 @@ def test_an_agents_git_add_in_a_new_spare_or_remade_worktree_writes_only_what_it
     from tests.hostile import require_jail
 
     require_jail()
-    for k in range(worktrees.SETTLE_MIN_FILES):
-        (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
-    git("add", "-A", cwd=repo)
-    git("commit", "-q", "-m", "modules", cwd=repo)
-    paths = hive_git.discover(repo)
-    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    paths, base = _big_checkout(repo, git)
 
     def only_the_new_file(issue: str, tree: Path) -> None:
         assert _jailed_add_writes(paths, issue, tree, git) == {git("hash-object", "new.txt", cwd=tree).stdout.strip()}
@@ -247,12 +251,7 @@ def test_files_checked_out_in_the_second_before_now_are_settled_too(repo, git):
     from tests.hostile import require_jail
 
     require_jail()
-    for k in range(worktrees.SETTLE_MIN_FILES):
-        (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
-    git("add", "-A", cwd=repo)
-    git("commit", "-q", "-m", "modules", cwd=repo)
-    paths = hive_git.discover(repo)
-    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    paths, base = _big_checkout(repo, git)
     tree = worktrees.create(paths, ISSUE, base).path
     admin = paths.common_dir / "worktrees" / ISSUE
     second = (time.time_ns() // 1_000_000_000 - 5) * 1_000_000_000
@@ -264,3 +263,27 @@ def test_files_checked_out_in_the_second_before_now_are_settled_too(repo, git):
 
     assert worktrees.settle_index(tree, admin) == len(files) > 0
     assert _jailed_add_writes(paths, ISSUE, tree, git) == {git("hash-object", "new.txt", cwd=tree).stdout.strip()}
+
+
+def test_through_the_daemon_the_agents_first_git_add_writes_only_its_own_file(repo, tmp_path, git, new_issue,
+                                                                                state_log):
+    """The daemon's workers get settled worktrees: in a checkout of `SETTLE_MIN_FILES` files, a
+    jailed agent's first `git add -A` writes into its store only the file it made (the turn fails
+    otherwise, and with no retry the issue would not be finalized)."""
+    from tests.daemon_helpers import RUN, write_script
+    from tests.hostile import require_jail
+
+    require_jail()
+    _big_checkout(repo, git)
+    first = new_issue("first")
+    second = new_issue("second", depends_on=[first])
+    counted = 'test "$(find "$GIT_OBJECT_DIRECTORY" -type f | wc -l)" -eq 1'
+    steps = [{"write": "{issue}.txt", "content": "{issue}\n"},
+             {"run": f"git add -A && {counted}", "must_succeed": True},
+             {"commit": "{issue}: its file"}, {"result": "success", "summary": "one file"}]
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(write_script(tmp_path, {"default": steps})),
+           "HIVE_MAX_RETRIES": "0", "HIVE_MAX_AGENT_SWITCHES": "0"}
+    daemon = subprocess.run([*RUN, "--until-idle", "--max-agents", "2"], cwd=repo, capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert daemon.returncode == 0, daemon.stdout + daemon.stderr
+    assert {c.issue for c in state_log(repo) if c.event == "finalized"} == {first, second}

@@ -119,9 +119,10 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
 
 
 _SECOND = 1_000_000_000
-# Fewer racily clean files than this are left as they are: the agent's git writing them again
-# costs less than dating them back and the git process that records their times (measured in
-# docs/PERFORMANCE.md, "The agents' side").
+# A checkout that wrote fewer files than this (in the index's second and the one before) is left
+# as it is: the agent's git writing its racily clean ones again costs less than dating them back
+# and the git process that records their times (measured in docs/PERFORMANCE.md, "The agents'
+# side"). A spare reset to a near base writes a few.
 SETTLE_MIN_FILES = 200
 
 
@@ -139,6 +140,7 @@ def settle_index(worktree: Path, admin: Path) -> int:
     except OSError:
         return 0
     racy: list[tuple[str, os.stat_result]] = []
+    checked_out = 0                     # files of this checkout: a second may have ended amid it
     for entry in pygit2.Index(str(admin / "index")):
         if entry.mode == pygit2.enums.FileMode.COMMIT:
             continue                    # a submodule: its own checkout, made later
@@ -147,9 +149,11 @@ def settle_index(worktree: Path, admin: Path) -> int:
             st = os.lstat(path)
         except OSError:
             continue
-        if st.st_mtime_ns // _SECOND >= written:
-            racy.append((path, st))
-    if len(racy) < SETTLE_MIN_FILES:
+        if st.st_mtime_ns // _SECOND >= written - 1:
+            checked_out += 1
+            if st.st_mtime_ns // _SECOND >= written:
+                racy.append((path, st))
+    if checked_out < SETTLE_MIN_FILES or not racy:
         return 0
     for path, st in racy:
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
