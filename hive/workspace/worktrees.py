@@ -139,9 +139,12 @@ def settle_index(worktree: Path, admin: Path) -> int:
         written = os.stat(admin / "index").st_mtime_ns // _SECOND
     except OSError:
         return 0
+    index = pygit2.Index(str(admin / "index"))
+    if len(index) < SETTLE_MIN_FILES:
+        return 0                        # no checkout of it can be that big: nothing looked at
     racy: list[tuple[str, os.stat_result]] = []
     checked_out = 0                     # files of this checkout: a second may have ended amid it
-    for entry in pygit2.Index(str(admin / "index")):
+    for entry in index:
         if entry.mode == pygit2.enums.FileMode.COMMIT:
             continue                    # a submodule: its own checkout, made later
         path = os.path.join(worktree, entry.path)
