@@ -181,3 +181,35 @@ def test_what_an_agent_says_reaches_the_runs_output_without_control_characters(r
         assert quoted in said, said
         assert "\x1b" not in said and "\x07" not in said
         assert not any(line.startswith("12:00:00 hv-forged0") for line in said.splitlines())
+
+
+def test_links_an_agent_landed_leave_settling_a_new_worktree_at_the_worktree(repo: Path, git) -> None:
+    """The target's files are agents' work: a link landed there pointing outside the repository
+    (at a file, at a folder) is checked out as a link in a worktree big enough to be settled
+    (`worktrees.settle_index` dates files back), and only the link is touched, never what it
+    names."""
+    import os
+    import time
+
+    from hive import git as hive_git
+    from hive.workspace import worktrees
+
+    outside = repo.parent / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep my time\n")
+    old = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    for target in (outside / "victim.txt", outside):
+        os.utime(target, ns=(old, old))
+    for k in range(worktrees.SETTLE_MIN_FILES):
+        (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
+    os.symlink(outside / "victim.txt", repo / "to-file")
+    os.symlink(outside, repo / "to-folder")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "an agent's links", cwd=repo)
+    paths = hive_git.discover(repo)
+    tree = worktrees.create(paths, "hv-l1nk5x", git("rev-parse", "main", cwd=repo).stdout.strip()).path
+
+    assert os.readlink(tree / "to-file") == str(outside / "victim.txt")
+    for target in (outside / "victim.txt", outside):
+        assert os.stat(target).st_mtime_ns == old
+    assert git("status", "--porcelain", cwd=tree).stdout == ""
