@@ -312,20 +312,23 @@ def state_log(git: Callable[..., subprocess.CompletedProcess[str]]) -> Callable[
 
 @pytest.fixture
 def wait_for() -> Callable[..., Any]:
-    """`wait_for(predicate, what, timeout=15.0)`: poll `predicate()` until truthy; return its value.
+    """`wait_for(predicate, what, timeout=15.0, explain=None)`: poll `predicate()` until truthy;
+    return its value.
 
-    Fails the test naming `what` when the deadline passes. Polls every 20 ms: it waits for a
-    state, never for a fixed time.
+    Fails the test naming `what` when the deadline passes, with what `explain()` tells then (a
+    daemon's log, say). Polls every 20 ms: it waits for a state, never for a fixed time.
     """
 
-    def wait(predicate: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    def wait(predicate: Callable[[], Any], what: str, timeout: float = 15.0,
+             explain: Callable[[], str] | None = None) -> Any:
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+                told = f"\n{explain()}" if explain is not None else ""
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}{told}")
             time.sleep(0.02)
 
     return wait

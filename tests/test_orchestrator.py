@@ -20,6 +20,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, Callable
 
 import pytest
 
+from hive.agents.protocol import NOTES_FILE
 from tests.daemon_helpers import RUN, all_agent_pids, alive, hive_dir, jsonl, start_daemon, stop_daemon, write_script
 from tests.state_helpers import set_status
 
@@ -525,6 +527,52 @@ def test_cancel_mid_run_kills_the_agent_and_the_daemon_goes_on(repo: Path, tmp_p
     assert events_of(log, after) == ["claimed", "done", "finalized"]
     assert work_branches(git, repo) == []
     assert leftover_worktrees(repo) == []
+
+
+def test_a_note_no_watcher_saw_is_taken_in_at_the_safety_tick(repo: Path, tmp_path: Path, new_issue, git,
+                                                               state_log, wait_for, procs):
+    # the agent appends its note through a second name of the notes file, in a folder of its
+    # worktree that the worktree's (non-recursive) watcher does not see: as if the watcher had
+    # missed the write, or could not be set up (the user's inotify instances all taken)
+    aside = new_issue("writes its notes aside", labels=["aside"])
+    note = json.dumps({"category": "context", "content": "written through another name"})
+    script = {"labels": {"aside": [
+        {"run": f"mkdir aside && : > aside/notes && ln aside/notes {NOTES_FILE}", "must_succeed": True},
+        {"sleep": 1.0},   # the link's creation, which the watcher does see, is harvested first
+        {"run": f"printf '%s\\n' '{note}' >> aside/notes", "must_succeed": True},
+        {"hang": True}]}}
+    procs.start(repo, daemon_env(write_script(tmp_path, script)), "--max-agents", "1",
+                log=tmp_path / "daemon.log")
+
+    wait_for(lambda: "noted" in events_of(state_log(repo), aside), "the note written aside")
+    harvested = git("show", f"hive/state:notes/{aside}.jsonl", cwd=repo).stdout
+    assert "written through another name" in harvested
+
+
+WATCH_WITHOUT_FREE_DESCRIPTORS = """
+import asyncio, json, os, resource, sys
+from pathlib import Path
+from hive.orchestrator.watchers import watch_worker_files
+
+said = []
+async def main():
+    folder = Path(sys.argv[1])
+    await watch_worker_files(folder / "gone", print, print, lambda why: said.append(("gone", why)))
+    lowest_free = os.dup(0)
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    await watch_worker_files(folder, print, print, said.append)
+asyncio.run(main())
+print(json.dumps(said))
+"""
+
+
+def test_a_worktree_that_cannot_be_watched_is_said_and_one_that_went_away_is_not(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", WATCH_WITHOUT_FREE_DESCRIPTORS, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    [why] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "Too many open files" in why
 
 
 # -- 4. SIGKILL, then restart ---------------------------------------------------------------------

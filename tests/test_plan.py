@@ -711,8 +711,10 @@ def test_headless_run_starts_a_daemon_that_works_the_approved_plan(repo: Path, t
         done = plan(hive, env, "--run")
         assert "approved: 2 issue(s)" in done.stdout
         assert "running in the background" in done.stdout
+        daemon_log = common_dir(repo) / "hive" / "daemon.log"
         finished = wait_for(lambda: {i["id"]: i["status"] for i in list_json()} == {a: "finalized", b: "finalized"},
-                            "the daemon started by --run to finalize the plan", timeout=60)
+                            "the daemon started by --run to finalize the plan", timeout=60,
+                            explain=lambda: f"{list_json()}\ndaemon.log:\n{daemon_log.read_text()}")
         assert finished
     finally:
         hive("stop", env=env, check=False)

@@ -126,6 +126,12 @@ class Crew:
                 self.log(f"{worker.issue_id} stalled: no activity for {stall}s")
                 await worker.abort_turn(f"stalled: no agent activity for {stall}s")
 
+    def harvest_unseen_notes(self) -> None:
+        """Harvest the notes a worker's watcher did not report (the safety tick's net)."""
+        for worker in self:
+            if worker.notes_unseen():
+                worker.notes_changed()
+
     def holdings(self) -> list[tuple[str, str]]:
         """(issue, agent) of every worker: the leases this machine renews."""
         return [(worker.issue_id, worker.agent_id) for worker in self._workers.values()]

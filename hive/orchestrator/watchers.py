@@ -28,8 +28,10 @@ async def watch_state(project: Project, stop: asyncio.Event, on_wake: Callable[[
         log(f"warning: state watcher stopped: {exc}")
 
 
-async def watch_worker_files(root: Path, on_notes: Callable[[], None], on_result: Callable[[], None]) -> None:
-    """Calls back when a worker's notes file, or its result file, changes."""
+async def watch_worker_files(root: Path, on_notes: Callable[[], None], on_result: Callable[[], None],
+                             on_failure: Callable[[str], None]) -> None:
+    """Calls back when a worker's notes file, or its result file, changes; `on_failure(why)`
+    when the worktree cannot be watched (the user's inotify instances all taken, say)."""
     names = (protocol.NOTES_FILE, protocol.RESULT_FILE)
     try:
         # awatch sets its stop event when it ends: give it one of its own. Its thread takes
@@ -45,5 +47,6 @@ async def watch_worker_files(root: Path, on_notes: Callable[[], None], on_result
                 on_result()
     except asyncio.CancelledError:
         raise
-    except Exception:  # noqa: BLE001 - the worktree went away
-        return
+    except Exception as exc:  # noqa: BLE001 - the worktree went away, or cannot be watched
+        if root.is_dir():
+            on_failure(str(exc))

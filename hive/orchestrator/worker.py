@@ -11,9 +11,12 @@ the issue's budget.
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, ContextManager, Protocol
 
 from hive import cost, git, lifecycle
@@ -262,10 +265,7 @@ class Worker:
         self.notes_offset = 0
         self.host.runtime.update_agent(self.agent_id, worktree=str(self.worktree.path),
                                          branch=self.worktree.branch, base_commit=self.worktree.base_commit)
-        if self.watch is not None:
-            self.watch.cancel()
-        self.watch = asyncio.create_task(
-            watch_worker_files(self.worktree.path, self.notes_changed, self.on_activity))
+        self._watch(self.worktree.path)
 
     async def _attempt(self, previous_failure: str, resume: bool) -> Outcome:
         landed = self._landed_already()
@@ -496,7 +496,7 @@ class Worker:
             self.notes_offset = 0
         self.host.runtime.update_agent(self.agent_id, worktree=str(path), branch=self.worktree.branch,
                                        base_commit=self.worktree.base_commit)
-        self.watch = asyncio.create_task(watch_worker_files(path, self.notes_changed, self.on_activity))
+        self._watch(path)
         return True
 
     async def _close_session(self) -> None:
@@ -516,6 +516,26 @@ class Worker:
 
     def on_activity(self) -> None:
         self.last_activity = time.monotonic()
+
+    def _watch(self, worktree: Path) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+        self.watch = asyncio.create_task(watch_worker_files(
+            worktree, self.notes_changed, self.on_activity,
+            lambda why: self._log(f"warning: its worktree cannot be watched ({why}): its notes are taken "
+                                  "in at the daemon's safety tick")))
+
+    def notes_unseen(self) -> bool:
+        """Whether its notes file (a regular one) holds more than was harvested: the daemon's
+        safety tick asks, for a write the watcher missed or could not see (no watcher, a write
+        through another name of the file)."""
+        if self.worktree is None:
+            return False
+        try:
+            found = os.lstat(self.worktree.path / protocol.NOTES_FILE)
+        except OSError:
+            return False
+        return stat.S_ISREG(found.st_mode) and found.st_size > self.notes_offset
 
     async def send_fyi(self, text: str) -> None:
         """Relay a sibling's note; it is queued behind the turn in progress (its result unread)."""
