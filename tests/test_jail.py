@@ -157,6 +157,30 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
         detect.support.cache_clear()
 
 
+def test_the_network_relay_starts_from_its_modules_bytecode_in_the_jail(tmp_path: Path) -> None:
+    """The relay runs before every real agent: imported from the bytecode beside its module, not
+    compiled anew as a program named by path would be (hive.module_process)."""
+    import py_compile
+
+    from hive import module_process
+    from hive.jail import network
+
+    require_jail()
+    bytecode = module_process.bytecode(network.RELAY)
+    py_compile.compile(network.RELAY, cfile=bytecode, doraise=True)
+    launch = prepare(["/bin/echo", "relayed"], cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"},
+                     jail=JailSpec(writable=(str(tmp_path),), endpoints=("http://127.0.0.1:9999",)))
+    try:
+        python = launch.argv.index("-I") - 1
+        assert launch.argv[python] == sys.executable and "relay.py" not in launch.argv[python + 3]
+        verbose = [*launch.argv[:python + 1], "-v", *launch.argv[python + 1:]]
+        done = subprocess.run(verbose, env=launch.env, capture_output=True, text=True, timeout=30)
+    finally:
+        launch.release()
+    assert done.returncode == 0 and done.stdout == "relayed\n", done.stderr[-2000:]
+    assert f"code object from '{bytecode}'" in done.stderr
+
+
 def test_the_mechanisms_registry_decides_the_jail_and_names_the_fix_when_it_cannot(tmp_path: Path,
                                                                                  monkeypatch) -> None:
     """`sandbox = "on"` takes the first mechanism that works here; a named one is that one or a

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hive import module_process
 from hive.backends import scripted_agent
 from hive.backends.agent_process import AgentProcess
 from hive.backends.base import (
@@ -57,13 +58,7 @@ from hive.errors import BadInput
 from hive.jail import JailSpec
 
 AGENT_PATH = str(Path(scripted_agent.__file__).resolve())
-# Imported, not run by path: a script is compiled anew at every start, a module comes from its
-# bytecode beside it (where an installed copy has it; `-I` leaves any PYTHONPYCACHEPREFIX out).
-# Its folder goes last on sys.path, after the standard library it imports.
-AGENT_BYTECODE = os.path.join(os.path.dirname(AGENT_PATH), "__pycache__",
-                              f"scripted_agent.{sys.implementation.cache_tag}.pyc")
-AGENT_LAUNCH = (f"import sys; sys.path.append({os.path.dirname(AGENT_PATH)!r}); import scripted_agent; "
-                "sys.exit(scripted_agent.main())")
+AGENT_BYTECODE = module_process.bytecode(AGENT_PATH)
 LINE_LIMIT = 2 * 1024 * 1024      # longest stdout line kept; longer ones are discarded
 MAX_MESSAGES = 500                # message history kept per session
 MAX_MESSAGE_CHARS = 64 * 1024     # longest message text kept
@@ -172,7 +167,7 @@ class ScriptedBackend(SessionBackend):
 
     def _argv(self, sid: str, spec: SessionSpec) -> list[str]:
         # `--opt=value` throughout: a label or prompt starting with "-" stays a value
-        argv = [self.python, "-I", "-S", "-c", AGENT_LAUNCH, f"--session-id={sid}",
+        argv = [*module_process.argv(AGENT_PATH, self.python), f"--session-id={sid}",
                 f"--role={spec.role or 'worker'}"]
         if spec.issue_id:
             argv.append(f"--issue={spec.issue_id}")

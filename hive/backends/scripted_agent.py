@@ -8,7 +8,7 @@ test suite.
     python -m hive.backends.scripted_agent --session-id S [--issue ID] [--role R] [--label L]...
         [--hive-dir DIR] [--script FILE] [--model M] [--system-prompt TEXT]
 
-(the backend imports it as a top-level module with `python -I -S -c` (`scripted.AGENT_LAUNCH`),
+(the backend imports it as a top-level module with `python -I -S -c` (`hive.module_process`),
 so it needs nothing but the stdlib).
 
 Protocol (JSON lines, modelled on Claude Code's stream-json mode)

@@ -87,7 +87,10 @@ class ProcessCap:
     def bounded(self, argv: list[str]) -> list[str]:
         """`argv` under RLIMIT_NPROC (soft and hard): a `/bin/sh` that sets it, then execs `argv`,
         run inside the jail. A shell and not a `preexec_fn`: Python forks (no vfork) for one,
-        which costs more than the whole jail (bench/jail.py)."""
+        which costs more than the whole jail (bench/jail.py). With a cgroup (root, whom the
+        kernel does not hold to RLIMIT_NPROC) `argv` as it is: the cgroup bounds it."""
+        if self.cgroup is not None:
+            return list(argv)
         return ["/bin/sh", "-c", BOUND, "hive-jail", str(self.max_processes), *argv]
 
     def joined(self, line: list[str]) -> list[str]:

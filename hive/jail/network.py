@@ -26,12 +26,12 @@ import os
 import selectors
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
 
+from hive import module_process
 from hive.errors import HiveError
 from hive.jail.relay import pump
 
@@ -255,7 +255,7 @@ def open_gate(urls: tuple[str, ...], env: dict[str, str]) -> Gate:
             listener.close()
         shutil.rmtree(folder, ignore_errors=True)
         raise NoNetwork(f"cannot open the jail's network relay in {folder}: {e.strerror}") from None
-    relay = [sys.executable, "-I", "-S", RELAY, *specs, "--"]
+    relay = [*module_process.argv(RELAY), *specs, "--"]
     gate = Gate(folder, relay, proxy_env, listeners, frozenset((e.host, e.port) for e in remote),
                 _upstream_proxy(env, [e.host for e in remote]))
     gate.start()

@@ -2,6 +2,8 @@
 
     python -I -S relay.py [?]HOST:PORT=SOCKET [...] -- COMMAND...
 
+(hive imports it as a top-level module with `python -I -S -c`: `hive.module_process`).
+
 A jail has a network namespace of its own, in which nothing but its loopback exists: no route
 out, no host service, no abstract socket of the host. For each `HOST:PORT=SOCKET` this script
 listens on HOST:PORT there (`?`: where it can) and carries every connection to the UNIX socket SOCKET, which hive
