@@ -157,7 +157,7 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
         detect.support.cache_clear()
 
 
-def test_the_network_relay_starts_from_its_modules_bytecode_in_the_jail(tmp_path: Path) -> None:
+def test_the_network_relay_starts_from_its_modules_bytecode_and_execs_the_command(tmp_path: Path) -> None:
     """The relay runs before every real agent: imported from the bytecode beside its module, not
     compiled anew as a program named by path would be (hive.module_process)."""
     import py_compile
@@ -179,6 +179,16 @@ def test_the_network_relay_starts_from_its_modules_bytecode_in_the_jail(tmp_path
         launch.release()
     assert done.returncode == 0 and done.stdout == "relayed\n", done.stderr[-2000:]
     assert f"code object from '{bytecode}'" in done.stderr
+    # it execs the command as execvp does: found on PATH by name, or it says why not
+    for command, code, said in ((["echo", "by name"], 0, "by name\n"), (["no-such-agent"], 127, "")):
+        launch = prepare(command, cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"},
+                         jail=JailSpec(writable=(str(tmp_path),), endpoints=("http://127.0.0.1:9999",)))
+        try:
+            done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True, timeout=30)
+        finally:
+            launch.release()
+        assert (done.returncode, done.stdout) == (code, said), done.stderr
+    assert done.stderr == "hive jail: cannot run no-such-agent: No such file or directory\n"
 
 
 def test_the_mechanisms_registry_decides_the_jail_and_names_the_fix_when_it_cannot(tmp_path: Path,

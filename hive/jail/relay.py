@@ -13,15 +13,13 @@ listening, and serves from a grandchild that ends with the jail's PID namespace.
 not a guard: an agent that kills it or talks to SOCKET itself reaches nothing more, since hive's
 end decides where a connection may go.
 
-It runs before every real agent starts, so it imports only built-in modules (`_socket`,
-`_thread`: `socket` and `threading` would double its start-up).
+It runs before every real agent starts, so it imports only the interpreter's own modules
+(`_socket`, `_thread`, `posix`: `socket`, `threading` and `os` would double its start-up).
 """
-
-from __future__ import annotations
 
 import _socket
 import _thread
-import os
+import posix
 import select
 import sys
 
@@ -100,13 +98,28 @@ def _serve(listeners: list[tuple[_socket.socket, str]]) -> None:
 
 def _detach_and_serve(listeners: list[tuple[_socket.socket, str]]) -> None:
     """In the grandchild: stdio to /dev/null, then serve until the jail ends."""
-    null = os.open(os.devnull, os.O_RDWR)
+    null = posix.open("/dev/null", posix.O_RDWR)
     for fd in (0, 1, 2):
-        os.dup2(null, fd)
+        posix.dup2(null, fd)
     try:
         _serve(listeners)
     finally:
-        os._exit(0)
+        posix._exit(0)
+
+
+def _exec(command: list[str]) -> None:
+    """`os.execvp`: the command named by path, else found on PATH; returns only by raising."""
+    if "/" in command[0]:
+        posix.execv(command[0], command)
+    path = posix.environ.get(b"PATH", b"/usr/bin:/bin").decode("utf-8", "surrogateescape")
+    error: OSError = FileNotFoundError(2, "No such file or directory")
+    for folder in path.split(":"):
+        try:
+            posix.execv(f"{folder or '.'}/{command[0]}", command)
+        except OSError as e:
+            if not isinstance(error, PermissionError):   # as execvp: a found but refused file is said
+                error = e
+    raise error
 
 
 def main(argv: list[str]) -> int:
@@ -119,20 +132,20 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"hive jail: cannot open the jail's network ({e})", file=sys.stderr)
         return 126
-    child = os.fork()
+    child = posix.fork()
     if child == 0:
-        if os.fork() == 0:             # the grandchild: reparented to the jail's first process
+        if posix.fork() == 0:          # the grandchild: reparented to the jail's first process
             _detach_and_serve(listeners)
-        os._exit(0)
-    os.waitpid(child, 0)
+        posix._exit(0)
+    posix.waitpid(child, 0)
     for listener, _ in listeners:
         listener.close()
     command = argv[split + 1:]
     try:
-        os.execvp(command[0], command)
+        _exec(command)
     except OSError as e:
         print(f"hive jail: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
-        return 127
+    return 127
 
 
 if __name__ == "__main__":
