@@ -445,8 +445,7 @@ def test_the_end_of_a_jailed_command_asks_its_cgroup_not_every_process(monkeypat
     cap = limits.ProcessCap.make(8)
     if cap.cgroup is None:
         pytest.skip("no pids cgroup hive may make here (not root, or not delegated)")
-    leader = subprocess.Popen(["/bin/sh", "-c", limits.JOIN, "hive-jail", str(cap.cgroup / "cgroup.procs"),
-                               "/bin/sh", "-c", "trap '' TERM; sleep 30 & echo $!; exit 0"],
+    leader = subprocess.Popen(cap.joined(["/bin/sh", "-c", "trap '' TERM; sleep 30 & echo $!; exit 0"]),
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert leader.stdout is not None

@@ -25,8 +25,12 @@ _last_sweep: dict[Path, float] = {}
 # inside the jail: $1 the process bound, then the command; a lower limit already in force stays
 # (only root may raise one)
 BOUND = 'n=$1; shift; ulimit -u "$n" 2>/dev/null || ulimit -p "$n" 2>/dev/null; exec "$@"'
-# outside: $1 the cgroup.procs to join, then the jail's command line
-JOIN = 'echo $$ > "$1" || { echo "hive jail: cannot enter $1" >&2; exit 126; }; shift; exec "$@"'
+# outside: $1 the cgroup file to join by, then the jail's command line. This shell has one thread:
+# where the cgroup has a `tasks` file (cgroup v1) it joins as the writing thread (`0`), a move
+# without the lock a whole process's move takes (and the RCU grace period that lock waits for);
+# cgroup v2 has its `cgroup.procs` alone.
+JOIN_THREAD = 'echo 0 > "$1" || { echo "hive jail: cannot enter $1" >&2; exit 126; }; shift; exec "$@"'
+JOIN_PROCESS = 'echo $$ > "$1" || { echo "hive jail: cannot enter $1" >&2; exit 126; }; shift; exec "$@"'
 
 
 def _own_cgroup_dirs() -> list[Path]:
@@ -97,7 +101,10 @@ class ProcessCap:
         """The jail's command `line` started in the cgroup, when there is one."""
         if self.cgroup is None:
             return list(line)
-        return ["/bin/sh", "-c", JOIN, "hive-jail", str(self.cgroup / "cgroup.procs"), *line]
+        tasks = self.cgroup / "tasks"
+        if tasks.exists():
+            return ["/bin/sh", "-c", JOIN_THREAD, "hive-jail", str(tasks), *line]
+        return ["/bin/sh", "-c", JOIN_PROCESS, "hive-jail", str(self.cgroup / "cgroup.procs"), *line]
 
     def members(self) -> list[int] | None:
         """The live processes in the cgroup (zombies are not listed), or None without one."""
