@@ -4,8 +4,9 @@ Wake sources: watchfiles on the `.hive/` checkout and on the `ref-events` file t
 processes and the `reference-transaction` hook append to; a worker finishing. Each worker watches
 its own worktree's notes/result files and waits for its own turns; the backend's events go, by
 session id, to the `AgentSession` they belong to (`hive/agents/session.py`). A slow safety tick
-checks leases and stalls, and takes in notes no watcher reported. On each wake the loop brings the state up to date, stops workers whose
-issue was canceled, and claims ready issues for new workers while below `max_agents`.
+checks leases and stalls, and takes in notes no watcher reported. On each wake the loop brings the
+state up to date, stops workers whose issue was canceled, and claims ready issues for new workers
+while below `max_agents`.
 
 The daemon only runs that loop; each of its other jobs is a module of its own: the workers
 (crew.py), `.hive/` following the branch (checkout.py), what may start (schedule.py), the run's
