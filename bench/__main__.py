@@ -198,7 +198,15 @@ METHOD = """## How it is measured
   through `hive.jail.prepare` with and without a worker's jail in a real worktree, timed to its
   first output (the jail's spec, bwrap's namespaces and mounts, the process bound; its teardown
   after the agent has ended is not counted), interleaved; the figure is each jailed start minus
-  the unjailed median.
+  the unjailed median. Where it goes (issue 33, as root on this machine's cgroup v1, each part
+  timed to first output in 20-60 starts): bwrap's namespaces and mounts ~6 ms; joining the jail's
+  pids cgroup ~8 ms while the jail's first process joined by `cgroup.procs` (the kernel's
+  threadgroup lock waits for an RCU grace period unless another move just took it; back to back
+  ~0), ~1 ms since it joins as a thread by `tasks`; the `/bin/sh` that set RLIMIT_NPROC, which
+  bounds nothing for root, ~1 ms until it was left out where a cgroup bounds the jail; the relay
+  of a real agent ~9 ms, of which Python's own start ~6 ms (this interpreter links libpython
+  dynamically) and the relay's imports ~1 ms once it imports `posix` rather than `os` and comes
+  from its bytecode (1 ms more when compiled at every start).
 """
 
 
