@@ -111,3 +111,25 @@ def test_a_restart_after_an_agent_left_a_fifo_result_recovers(repo: Path, tmp_pa
     assert code == 0, tail(log)
     assert {i["id"]: i["status"] for i in json.loads(cli("list", "--json", cwd=repo).stdout)}[
         issue_id] == "finalized", tail(log)
+
+
+@pytest.mark.timeout(180)
+def test_an_oversized_notes_file_grown_where_no_watcher_sees_is_refused_at_the_safety_tick(
+        repo: Path, tmp_path: Path, new_issue, state_log, daemons) -> None:
+    """The safety tick reads a notes file that grew through another name of it (a hard link in a
+    subfolder the worktree's watcher does not see) as the watcher's harvest does: bounded, and
+    past `MAX_NOTES_BYTES` the attempt fails with the reason (it does not hang on for good)."""
+    grow = [            {"run": f"mkdir aside && : > aside/n && ln aside/n {protocol.NOTES_FILE}", "on_attempts": FIRST},
+            {"sleep": 1, "on_attempts": FIRST},    # the link's creation, which the watcher sees, harvested first
+            {"run": f"truncate -s {protocol.MAX_NOTES_BYTES + 1} aside/n", "on_attempts": FIRST},
+            {"hang": True, "on_attempts": FIRST}]
+    issue_id = new_issue("agent grows its notes aside", labels=["aside"])
+    script = write_json(tmp_path / "agents.json", {"labels": {"aside": [*grow, *work_steps()]}})
+    env = daemon_env(script, max_retries=0, max_agent_switches=1, test_command="true")   # a clean start
+    code = daemons.run_until_idle(repo, env, max_agents=1, timeout=120, log=tmp_path / "daemon.log")
+    assert code == 0, tail(tmp_path / "daemon.log")
+    log = state_log(repo)
+    events = [c.event for c in log if c.issue == issue_id and c.event not in ("created", "noted")]
+    assert events == ["claimed", "switched", "done", "finalized"], (events, tail(tmp_path / "daemon.log"))
+    reason = next(c.trailers.get("Hive-Reason", "") for c in log if c.issue == issue_id and c.event == "switched")
+    assert "more than" in reason, reason
