@@ -25,12 +25,11 @@ _last_sweep: dict[Path, float] = {}
 # inside the jail: $1 the process bound, then the command; a lower limit already in force stays
 # (only root may raise one)
 BOUND = 'n=$1; shift; ulimit -u "$n" 2>/dev/null || ulimit -p "$n" 2>/dev/null; exec "$@"'
-# outside: $1 the cgroup file to join by, then the jail's command line. This shell has one thread:
-# where the cgroup has a `tasks` file (cgroup v1) it joins as the writing thread (`0`), a move
+# outside: $1 the cgroup file to join by (`0`: the writer), then the jail's command line. This shell
+# has one thread: where the cgroup has a `tasks` file (cgroup v1) it joins as that thread, a move
 # without the lock a whole process's move takes (and the RCU grace period that lock waits for);
 # cgroup v2 has its `cgroup.procs` alone.
-JOIN_THREAD = 'echo 0 > "$1" || { echo "hive jail: cannot enter $1" >&2; exit 126; }; shift; exec "$@"'
-JOIN_PROCESS = 'echo $$ > "$1" || { echo "hive jail: cannot enter $1" >&2; exit 126; }; shift; exec "$@"'
+JOIN = 'echo 0 > "$1" || { echo "hive jail: cannot enter $1" >&2; exit 126; }; shift; exec "$@"'
 
 
 def _own_cgroup_dirs() -> list[Path]:
@@ -102,9 +101,8 @@ class ProcessCap:
         if self.cgroup is None:
             return list(line)
         tasks = self.cgroup / "tasks"
-        if tasks.exists():
-            return ["/bin/sh", "-c", JOIN_THREAD, "hive-jail", str(tasks), *line]
-        return ["/bin/sh", "-c", JOIN_PROCESS, "hive-jail", str(self.cgroup / "cgroup.procs"), *line]
+        by = tasks if tasks.exists() else self.cgroup / "cgroup.procs"
+        return ["/bin/sh", "-c", JOIN, "hive-jail", str(by), *line]
 
     def members(self) -> list[int] | None:
         """The live processes in the cgroup (zombies are not listed), or None without one."""
