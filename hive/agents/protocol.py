@@ -7,6 +7,7 @@ Neither is ever committed (`git hive init` excludes them).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,8 +76,14 @@ class NoteBatch:
 def read_new_notes(worktree: Path, offset: int) -> NoteBatch:
     """The notes appended since `offset`. Opened without blocking or following a link
     (`lines.open_regular`); a file that is not a regular one, or past `MAX_NOTES_BYTES`, is
-    `refused`."""
+    `refused`. A file shorter than `offset` (or gone) was removed or cut short since: what it
+    holds now is all new, and it is read from its start."""
     notes, problems = [], []
+    try:
+        if os.lstat(worktree / NOTES_FILE).st_size < offset:
+            offset = 0
+    except OSError:
+        offset = 0
     end = offset
     line_no = 0
     try:

@@ -53,6 +53,46 @@ def test_every_kind_of_file_but_a_regular_one_is_refused_at_once(tmp_path: Path)
         list(lines.iter_lines(tmp_path / protocol.NOTES_FILE))
 
 
+def test_a_notes_file_removed_or_cut_short_since_the_last_read_is_read_from_its_start(tmp_path: Path) -> None:
+    notes = tmp_path / protocol.NOTES_FILE
+    with open(notes, "wb") as handle:
+        handle.truncate(protocol.MAX_NOTES_BYTES + 1)
+    too_big = protocol.read_new_notes(tmp_path, 0)
+    assert "more than" in too_big.refused and too_big.offset >= protocol.MAX_NOTES_BYTES
+    notes.unlink()
+    gone = protocol.read_new_notes(tmp_path, too_big.offset)
+    assert (gone.refused, gone.offset, gone.notes) == ("", 0, [])
+    notes.write_text('{"content": "written anew"}\n')
+    anew = protocol.read_new_notes(tmp_path, too_big.offset)
+    assert (anew.refused, [n["content"] for n in anew.notes]) == ("", ["written anew"])
+    with open(notes, "ab") as handle:
+        handle.write(b'{"content": "appended"}\n')
+    assert [n["content"] for n in protocol.read_new_notes(tmp_path, anew.offset).notes] == ["appended"]
+    notes.write_text('{"content": "cut short"}\n')
+    assert [n["content"] for n in protocol.read_new_notes(tmp_path, too_big.offset).notes] == ["cut short"]
+
+
+@pytest.mark.timeout(180)
+def test_a_retry_after_an_oversized_notes_file_goes_on_once_the_agent_removed_it(
+        repo: Path, tmp_path: Path, new_issue, state_log, daemons) -> None:
+    """The retry resumes in the worktree whose notes file was refused as too big; the agent
+    removes it and notes again: the attempt is not refused for what it no longer holds."""
+    issue_id = new_issue("agent overfills its notes, then starts them again", labels=["big"])
+    steps = [{"run": f"truncate -s {protocol.MAX_NOTES_BYTES + 1} {protocol.NOTES_FILE}", "on_attempts": FIRST},
+             {"hang": True, "on_attempts": FIRST},
+             {"run": f"rm {protocol.NOTES_FILE}", "on_attempts": [2]},
+             {"note": "the second attempt's note", "category": "discovery", "on_attempts": [2]}]
+    script = write_json(tmp_path / "agents.json", {"labels": {"big": work_steps(steps)}})
+    env = daemon_env(script, max_retries=1, max_agent_switches=0, test_command="true")
+    code = daemons.run_until_idle(repo, env, max_agents=1, timeout=120, log=tmp_path / "daemon.log")
+    assert code == 0, tail(tmp_path / "daemon.log")
+    log = state_log(repo)
+    events = [c.event for c in log if c.issue == issue_id and c.event != "created"]
+    assert events == ["claimed", "retry", "noted", "done", "finalized"], (events, tail(tmp_path / "daemon.log"))
+    reason = next(c.trailers.get("Hive-Reason", "") for c in log if c.issue == issue_id and c.event == "retry")
+    assert "more than" in reason, reason
+
+
 @pytest.mark.timeout(180)
 def test_fifos_for_protocol_files_fail_the_attempt_and_the_run_goes_on(repo: Path, tmp_path: Path, new_issue,
                                                                        state_log, daemons) -> None:
