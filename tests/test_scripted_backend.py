@@ -540,6 +540,28 @@ def test_file_steps_notes_run_and_usage(repo, tmp_path, hive_dir):
         "?? .hive-notes.jsonl", "?? .hive-result.jsonl"]
 
 
+def test_a_commit_step_leaves_the_protocol_files_out_even_when_a_step_staged_one(repo, tmp_path, hive_dir):
+    script = write_script(tmp_path, {"default": [
+        {"write": "src/work.py", "content": "WORK = 1\n"},
+        {"note": "a note"},
+        {"run": "git add -f .hive-notes.jsonl"},
+        {"commit": "work"},
+        {"run": "git ls-tree -r --name-only HEAD > ../tree.txt"},
+        {"commit": "again"},
+        {"result": "success", "summary": "ok"},
+    ]})
+    backend = ScriptedBackend(script, hive_dir=str(hive_dir))
+    rec = Recorder(backend)
+
+    async def body():
+        sid = await backend.create_session(spec(repo))
+        assert (await rec.turn(backend, sid, "go")).ok
+        assert "Nothing to commit." in [e.data["text"] for e in rec.of(sid, MESSAGE)]
+    run(body, backend)
+    assert (tmp_path / "tree.txt").read_text().split() == ["README.md", "src/work.py"]
+    assert git(repo, "log", "--format=%s").split() == ["work", "initial"]
+
+
 def test_must_succeed_and_turn_errors(repo, tmp_path, hive_dir):
     script = write_script(tmp_path, {
         "issues": {

@@ -642,10 +642,6 @@ class Agent:
             raise StepFailed(f"git add: {added.stderr.strip()[-500:]}")
         # never commit the protocol files, whether or not an exclude rule already hides them
         self._git("rm", "-q", "--cached", "--ignore-unmatch", "--", RESULT_FILE, NOTES_FILE)
-        allow_empty = bool(step.get("allow_empty"))
-        if not allow_empty and self._git("diff", "--cached", "--quiet").returncode == 0:
-            self.say("Nothing to commit.")
-            return
         ident: list[str] = []
         if not (os.environ.get("GIT_AUTHOR_NAME") and os.environ.get("GIT_AUTHOR_EMAIL")):   # a jail sets both
             have = self._git("config", "--get-regexp", r"^user\.(name|email)$").stdout
@@ -653,12 +649,18 @@ class Agent:
                 ident += ["-c", "user.name=hive scripted agent"]
             if "user.email " not in have and not os.environ.get("GIT_AUTHOR_EMAIL"):
                 ident += ["-c", "user.email=scripted-agent@hive.invalid"]
+        allow_empty = bool(step.get("allow_empty"))
         args = [*ident, "-c", "commit.gpgsign=false", "commit", "-q", "-m", value or "scripted work"]
         if allow_empty:
             args.append("--allow-empty")
         done = self._git(*args)
-        if done.returncode != 0:
-            raise StepFailed(f"git commit: {(done.stderr or done.stdout).strip()[-500:]}")
+        if done.returncode == 0:
+            return
+        # asked only now: most commit steps have something to commit
+        if not allow_empty and self._git("diff", "--cached", "--quiet").returncode == 0:
+            self.say("Nothing to commit.")
+            return
+        raise StepFailed(f"git commit: {(done.stderr or done.stdout).strip()[-500:]}")
 
     def do_tokens(self, value, step):
         self.emit({"type": "usage", "input_tokens": int(value.get("input", 0)),
