@@ -137,6 +137,19 @@ def run_daemon(root: Path, max_agents: int, *, timeout: float, profile: bool = F
                      data.get("thread_cpu", {}))
 
 
+def git_subcommand(argv: Any) -> str:
+    """The subcommand of a `git` command line (`git -C DIR -c K=V update-index ...`), else ""."""
+    if not isinstance(argv, (list, tuple)) or not argv or argv[0] != "git":
+        return ""
+    words = iter(argv[1:])
+    for word in words:
+        if word in ("-C", "-c"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return str(word)
+    return ""
+
+
 def _child(argv: list[str]) -> int:
     """`python -m bench.pipeline daemon REPO`: `git hive run --backend scripted --until-idle`, with hooks."""
     import asyncio
@@ -150,7 +163,6 @@ def _child(argv: list[str]) -> int:
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
 
-    from hive import git
     from hive.orchestrator.assemble import build_daemon
     from hive.merge import mechanical
     from hive.project import Project
@@ -221,37 +233,26 @@ def _child(argv: list[str]) -> int:
     Worker._prepare_worktree = prepare  # type: ignore[method-assign]
     Worker._ensure_session = ensure_session  # type: ignore[method-assign]
 
-    def git_run(args_: list[str], cwd: Any, *, check: bool = True, input: str | None = None,
-                env: dict[str, str] | None = None, timeout: float | None = None) -> Any:
-        # `hive.git.run` as it is, but reaped with wait4 so that the git process's own CPU time
-        # is known exactly (RUSAGE_CHILDREN also holds the agents and the test commands).
-        import tempfile
+    class ReapedWithUsage(subprocess.Popen):  # type: ignore[type-arg]
+        """`subprocess.Popen` as it is, but reaped with wait4: the own CPU time of each git process
+        the daemon runs (`hive.git.run`, `git update-index`...) is known exactly, where
+        RUSAGE_CHILDREN also holds the agents and the test commands."""
 
-        from hive.errors import HiveError
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            self.started = time.perf_counter()
+            super().__init__(*a, **kw)
 
-        t = time.perf_counter()
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(["git", *args_], cwd=cwd, stdout=out, stderr=err,
-                                    stdin=subprocess.PIPE if input is not None else None,
-                                    env={**os.environ, **env} if env else None)
-            if input is not None:
-                assert proc.stdin is not None
-                proc.stdin.write(input.encode())
-                proc.stdin.close()
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            out.seek(0)
-            err.seek(0)
-            done = subprocess.CompletedProcess(["git", *args_], proc.returncode,
-                                               out.read().decode("utf-8", "replace"),
-                                               err.read().decode("utf-8", "replace"))
-        git_calls.append((args_[0], time.perf_counter() - t, usage.ru_utime + usage.ru_stime))
-        if check and done.returncode != 0:
-            reason = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            raise HiveError(f"git {args_[0]} failed: {reason[-1] if reason else 'exit code ' + str(done.returncode)}")
-        return done
+        def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+            try:
+                pid, status, usage = os.wait4(self.pid, wait_flags)
+            except ChildProcessError:     # as Popen's own: reaped already, its status lost
+                return self.pid, 0
+            if pid == self.pid and git_subcommand(self.args):
+                git_calls.append((git_subcommand(self.args), time.perf_counter() - self.started,
+                                  usage.ru_utime + usage.ru_stime))
+            return pid, status
 
-    git.run = git_run  # type: ignore[assignment]
+    subprocess.Popen = ReapedWithUsage  # type: ignore[misc]
     original_test = mechanical.run_test
 
     def run_test(*a: Any, **kw: Any) -> Any:
