@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
-from hive.jail.network import NoNetwork, endpoint_of, open_gate
+from hive.jail.network import SWEEP_AFTER_SECONDS, NoNetwork, endpoint_of, open_gate, sweep_gates
+from tests.daemon_helpers import start_daemon
 
 
 class FakeProxy:
@@ -91,3 +96,81 @@ def test_local_endpoints_are_mapped_at_their_own_port() -> None:
     assert endpoint_of("http://localhost:8080/v1").local and endpoint_of("http://[::1]:8080").local
     assert not endpoint_of("https://api.anthropic.com").local
     assert endpoint_of("https://api.anthropic.com").port == 443
+
+
+# A gate in a process of its own: it prints its folder, then is killed at once ("die") or serves
+# until its stdin closes.
+GATE_HOLDER = """
+import os, signal, sys
+from hive.jail.network import open_gate
+gate = open_gate(("http://127.0.0.1:9999",), {})
+print(gate.folder, flush=True)
+if sys.argv[1] == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.stdin.read()
+gate.close()
+"""
+
+
+def _gate_in_process(tmp: Path, how: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", GATE_HOLDER, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "TMPDIR": str(tmp)})
+    assert proc.stdout is not None
+    folder = proc.stdout.readline().strip()
+    assert folder.startswith(str(tmp)), folder
+    if how == "die":
+        assert proc.wait(10) == -9
+    return proc, folder
+
+
+def _age(*paths: str | Path) -> None:
+    then = time.time() - 2 * SWEEP_AFTER_SECONDS
+    for path in paths:
+        os.utime(path, (then, then), follow_symlinks=False)
+
+
+def test_the_folder_of_a_killed_processs_gate_is_swept_and_nothing_else(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    _, killed = _gate_in_process(tmp, "die")
+    _, just_killed = _gate_in_process(tmp, "die")        # as young as a gate whose lock is being taken
+    live, serving = _gate_in_process(tmp, "serve")
+    older_hive = tmp / "hive-net-older"                     # no gate.lock: an older hive's, maybe serving
+    older_hive.mkdir()
+    elsewhere = tmp_path / "elsewhere"                      # reached only through a link
+    elsewhere.mkdir()
+    (elsewhere / "gate.lock").touch()
+    (tmp / "hive-net-link").symlink_to(elsewhere)
+    kept: list[Path | str] = [just_killed, serving, older_hive, tmp / "hive-net-link", elsewhere / "gate.lock"]
+    if os.getuid() == 0:                                   # another user's gate, dead
+        theirs = tmp / "hive-net-theirs"
+        theirs.mkdir()
+        (theirs / "gate.lock").touch()
+        os.chown(theirs, 65534, 65534)
+        _age(theirs)
+        kept.append(theirs)
+    _age(killed, serving, older_hive, elsewhere, tmp / "hive-net-link")
+    try:
+        assert sweep_gates(str(tmp)) == [killed]
+        assert not os.path.lexists(killed)
+        assert all(os.path.lexists(path) for path in kept), [p for p in kept if not os.path.lexists(p)]
+        client = socket.socket(socket.AF_UNIX)               # the live gate still listens
+        client.connect(os.path.join(serving, "0.sock"))
+        client.close()
+    finally:
+        assert live.stdin is not None
+        live.stdin.close()
+        live.wait(10)
+    assert not os.path.lexists(serving)
+
+
+@pytest.mark.timeout(120)
+def test_a_daemons_start_sweeps_the_gates_a_killed_daemon_left(repo: Path, tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    _, killed = _gate_in_process(tmp, "die")
+    _age(killed)
+    log = tmp_path / "daemon.log"
+    proc = start_daemon(repo, {"TMPDIR": str(tmp)}, "--until-idle", log=log)
+    assert proc.wait(60) == 0, log.read_text(errors="replace")
+    assert not os.path.lexists(killed), os.listdir(tmp)

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hive.jail.launch import Launch, NoJail, prepare
     from hive.jail.mechanisms import Support, support
+    from hive.jail.network import sweep_gates
     from hive.jail.spec import JailSpec
 
 _HOME = {"JailSpec": "hive.jail.spec", "Launch": "hive.jail.launch", "NoJail": "hive.jail.launch",
-         "prepare": "hive.jail.launch", "Support": "hive.jail.mechanisms", "support": "hive.jail.mechanisms"}
+         "prepare": "hive.jail.launch", "Support": "hive.jail.mechanisms", "support": "hive.jail.mechanisms",
+         "sweep_gates": "hive.jail.network"}
 
-__all__ = ["JailSpec", "Launch", "NoJail", "Support", "prepare", "support"]
+__all__ = ["JailSpec", "Launch", "NoJail", "Support", "prepare", "support", "sweep_gates"]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,11 +16,17 @@ What hive listens on decides where a connection goes; nothing the jail sends can
 jailed agent reaches its provider and nothing else: no service on the host's 127.0.0.1, no
 link-local metadata address, no abstract socket of the host (those belong to the host's network
 namespace).
+
+A gate's folder lives in the temporary folder, where its sockets' paths stay short. A daemon
+killed without closing its gates (SIGKILL, a power cut) leaves their folders behind; the next
+daemon's start removes them (`sweep_gates`): a live gate holds an flock on its folder's
+`gate.lock` for as long as it serves, and the kernel lets go of it when its process ends.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import ipaddress
 import os
 import selectors
@@ -28,6 +34,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -41,6 +48,9 @@ HEAD_LIMIT = 16384                        # bytes of a CONNECT request (or a pro
 CONNECT_TIMEOUT = 30.0
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 NO_PROXY = "localhost,127.0.0.1,::1"
+GATE_PREFIX = "hive-net-"                 # a gate's folder in the temporary folder
+GATE_LOCK = "gate.lock"                   # held (flock) by the gate's process while it serves
+SWEEP_AFTER_SECONDS = 60                  # a folder younger than this may be one whose lock is still being taken
 
 
 class NoNetwork(HiveError):
@@ -95,6 +105,7 @@ class Gate:
     _upstream: str = ""
     _selector: selectors.BaseSelector | None = field(default=None, repr=False)
     _wake: tuple[int, int] | None = field(default=None, repr=False)
+    _held: int = field(default=-1, repr=False)     # the flock on the folder's GATE_LOCK
     _closed: bool = False
 
     def start(self) -> None:
@@ -114,6 +125,7 @@ class Gate:
         if self._wake is not None:
             os.write(self._wake[1], b"x")
         shutil.rmtree(self.folder, ignore_errors=True)
+        _let_go(self._held)
 
     def _serve(self) -> None:
         assert self._selector is not None and self._wake is not None
@@ -230,10 +242,12 @@ def open_gate(urls: tuple[str, ...], env: dict[str, str]) -> Gate:
     endpoints = list(dict.fromkeys(endpoint_of(url) for url in urls))
     local = [e for e in endpoints if e.local]
     remote = [e for e in endpoints if not e.local]
-    folder = tempfile.mkdtemp(prefix="hive-net-")
+    folder = tempfile.mkdtemp(prefix=GATE_PREFIX)
     listeners: list[tuple[socket.socket, Endpoint | None]] = []
     specs: list[str] = []
+    held = -1
     try:
+        held = _hold(folder)
         for n, endpoint in enumerate(local):
             path = os.path.join(folder, f"{n}.sock")
             listeners.append((_unix_listener(path), endpoint))
@@ -254,12 +268,69 @@ def open_gate(urls: tuple[str, ...], env: dict[str, str]) -> Gate:
         for listener, _ in listeners:
             listener.close()
         shutil.rmtree(folder, ignore_errors=True)
+        _let_go(held)
         raise NoNetwork(f"cannot open the jail's network relay in {folder}: {e.strerror}") from None
     relay = [*module_process.argv(RELAY), *specs, "--"]
     gate = Gate(folder, relay, proxy_env, listeners, frozenset((e.host, e.port) for e in remote),
-                _upstream_proxy(env, [e.host for e in remote]))
+                _upstream_proxy(env, [e.host for e in remote]), _held=held)
     gate.start()
     return gate
+
+
+def _hold(folder: str) -> int:
+    """The gate's lock in `folder`, taken: its descriptor (never inherited by the jail)."""
+    fd = os.open(os.path.join(folder, GATE_LOCK), os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o400)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _let_go(held: int) -> None:
+    if held >= 0:
+        os.close(held)
+
+
+def sweep_gates(base: str | None = None) -> list[str]:
+    """Remove the gate folders a killed daemon left (in `base`, the temporary folder by default):
+    this user's `hive-net-*` folders whose `gate.lock` no process holds, older than
+    `SWEEP_AFTER_SECONDS`. A folder without that lock (made by an older hive, whose gate may still
+    be serving) or anything else of that name (a link, another user's) is left alone. The paths
+    removed."""
+    base = base or tempfile.gettempdir()
+    try:
+        names = [name for name in os.listdir(base) if name.startswith(GATE_PREFIX)]
+    except OSError:
+        return []
+    return [path for path in (os.path.join(base, name) for name in names) if _sweep_if_left(path)]
+
+
+def _sweep_if_left(path: str) -> bool:
+    """Remove `path` if it is a gate folder of this user's that no live gate holds."""
+    try:
+        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False                    # gone, a link, not a folder
+    try:
+        info = os.fstat(folder)
+        if info.st_uid != os.getuid() or time.time() - info.st_mtime < SWEEP_AFTER_SECONDS:
+            return False
+        lock = os.open(GATE_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False                # a live gate's
+        finally:
+            os.close(lock)
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    except OSError:
+        return False                    # no lock in it: not a gate of this hive's
+    finally:
+        os.close(folder)
 
 
 def _unix_listener(path: str) -> socket.socket:

@@ -16,6 +16,7 @@ from hive.agents import protocol
 from hive.agents.ids import is_agent_id
 from hive.backends.processes import group_alive, killpg
 from hive.config import Config
+from hive.jail import sweep_gates
 from hive.lifecycle import TransitionRefused
 from hive.project import Project
 from hive.orchestrator.orphans import claimed_on, machine_name, orphaned_issues
@@ -114,8 +115,10 @@ def _finish_if_finished(project: Project, runtime: Runtime, issue_id: str, agent
 def clean_leftovers(project: Project, running: Collection[str], runtime: Runtime) -> None:
     """Remove worktrees no issue needs any more (a done issue's branch is kept for its merge; the
     heads of the others under refs/hive/attempts), and the transcripts past their retention. The
-    copy of an issue another machine's agent finished (it took the issue over) is stale here."""
+    copy of an issue another machine's agent finished (it took the issue over) is stale here.
+    Also the jails' network folders a killed daemon of this user's left in the temporary folder."""
     spares.clear(project.paths)   # a killed run's: what they held was kept before they were made
+    sweep_gates()
     here = machine_name(project.paths)
     keep = {issue.id for issue in project.index.list(["done", "escalated", "failed"]) if claimed_on(issue, here)}
     target = project.config.target_branch
