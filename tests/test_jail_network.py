@@ -92,6 +92,22 @@ def test_an_endpoint_the_jail_cannot_relay_is_refused_naming_why(url: str, why: 
         endpoint_of(url)
 
 
+def test_a_relay_folder_that_cannot_be_made_or_bound_is_refused_naming_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    (tmp_path / "a-file").touch()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a-file" / "tmp"))
+    with pytest.raises(NoNetwork, match="cannot make the jail's network relay folder in .*a-file/tmp: Not a directory"):
+        open_gate(("http://127.0.0.1:9999",), {})
+    deep = tmp_path / ("d" * 100)           # a socket path past the 108 bytes AF_UNIX takes
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with pytest.raises(NoNetwork, match="cannot open the jail's network relay in .*: AF_UNIX path too long"):
+        open_gate(("http://127.0.0.1:9999",), {})
+    assert os.listdir(deep) == []            # nothing left behind
+
+
 def test_local_endpoints_are_mapped_at_their_own_port() -> None:
     assert endpoint_of("http://localhost:8080/v1").local and endpoint_of("http://[::1]:8080").local
     assert not endpoint_of("https://api.anthropic.com").local

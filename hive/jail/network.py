@@ -242,7 +242,11 @@ def open_gate(urls: tuple[str, ...], env: dict[str, str]) -> Gate:
     endpoints = list(dict.fromkeys(endpoint_of(url) for url in urls))
     local = [e for e in endpoints if e.local]
     remote = [e for e in endpoints if not e.local]
-    folder = tempfile.mkdtemp(prefix=GATE_PREFIX)
+    try:
+        folder = tempfile.mkdtemp(prefix=GATE_PREFIX)
+    except OSError as e:
+        raise NoNetwork(f"cannot make the jail's network relay folder in {tempfile.gettempdir()}: "
+                        f"{e.strerror or e}") from None
     listeners: list[tuple[socket.socket, Endpoint | None]] = []
     specs: list[str] = []
     held = -1
@@ -269,7 +273,7 @@ def open_gate(urls: tuple[str, ...], env: dict[str, str]) -> Gate:
             listener.close()
         shutil.rmtree(folder, ignore_errors=True)
         _let_go(held)
-        raise NoNetwork(f"cannot open the jail's network relay in {folder}: {e.strerror}") from None
+        raise NoNetwork(f"cannot open the jail's network relay in {folder}: {e.strerror or e}") from None
     relay = [*module_process.argv(RELAY), *specs, "--"]
     gate = Gate(folder, relay, proxy_env, listeners, frozenset((e.host, e.port) for e in remote),
                 _upstream_proxy(env, [e.host for e in remote]), _held=held)
