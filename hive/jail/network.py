@@ -246,7 +246,7 @@ def open_gate(urls: tuple[str, ...], env: dict[str, str]) -> Gate:
         folder = tempfile.mkdtemp(prefix=GATE_PREFIX)
     except OSError as e:
         raise NoNetwork(f"cannot make the jail's network relay folder in {tempfile.gettempdir()}: "
-                        f"{e.strerror or e}") from None
+                        f"{e.strerror or e} (set TMPDIR to a folder you can write)") from None
     listeners: list[tuple[socket.socket, Endpoint | None]] = []
     specs: list[str] = []
     held = -1
@@ -273,7 +273,10 @@ def open_gate(urls: tuple[str, ...], env: dict[str, str]) -> Gate:
             listener.close()
         shutil.rmtree(folder, ignore_errors=True)
         _let_go(held)
-        raise NoNetwork(f"cannot open the jail's network relay in {folder}: {e.strerror or e}") from None
+        fix = ""
+        if "path too long" in str(e):
+            fix = " (set TMPDIR to a shorter folder: a socket's path holds at most 107 bytes)"
+        raise NoNetwork(f"cannot open the jail's network relay in {folder}: {e.strerror or e}{fix}") from None
     relay = [*module_process.argv(RELAY), *specs, "--"]
     gate = Gate(folder, relay, proxy_env, listeners, frozenset((e.host, e.port) for e in remote),
                 _upstream_proxy(env, [e.host for e in remote]), _held=held)
