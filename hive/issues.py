@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from hive import lines
 from hive.errors import BadInput, HiveError
 from hive.project import Project
-from hive.state import edits, issue_file, layout, note_record
+from hive.state import edits, issue_file, layout, note_record, trust
 from hive.state.issue_file import Issue
 from hive.state.store import Change, Refused, Snapshot
 
@@ -122,7 +122,7 @@ def update(project: Project, issue_id: str,
         files: dict[str, bytes | None] = {new_path: text.encode()}
         if new_path != path:
             files[path] = None
-        if notes:
+        if notes:   # hive's own (a rejection's): one that does not fit is left out
             files.update(notes_appended(snap, issue_id, notes)[0])
         result[:] = [new]
         return Change(files, summary=summary or f"{event} {issue_id}", event=event, issue=issue_id,
@@ -164,31 +164,46 @@ def note_line(content: str, category: str, issue: str = "", agent: str = "", at:
 
 
 def add_notes(project: Project, notes: list[dict[str, Any]], *, file_id: str, agent: str = "",
-              event: str = "noted") -> str | None:
-    """Append notes to `notes/<file_id>.jsonl` (de-duplicated), as one commit."""
+              event: str = "noted") -> int:
+    """Append notes to `notes/<file_id>.jsonl` (de-duplicated), as one commit; how many did not
+    fit (`notes_appended`)."""
+    dropped = [0]
+
     def build(snap: Snapshot) -> Change | None:
-        files, fresh = notes_appended(snap, file_id, notes)
+        files, fresh, dropped[0] = notes_appended(snap, file_id, notes)
         if not fresh:
             return None
         label = file_id if file_id != PROJECT_NOTES else "the project"
         return Change(files, summary=f"{fresh} note(s) for {label}",
                       event=event, issue=file_id if file_id != PROJECT_NOTES else "", agent=agent)
 
-    return _commit(project, build)
+    _commit(project, build)
+    return dropped[0]
 
 
-def notes_appended(snap: Snapshot, file_id: str, notes: list[dict[str, Any]]) -> tuple[dict[str, bytes | None], int]:
-    """The notes file of `file_id` on `snap` with those of `notes` it lacks appended, and how many."""
+def notes_appended(snap: Snapshot, file_id: str,
+                   notes: list[dict[str, Any]]) -> tuple[dict[str, bytes | None], int, int]:
+    """The notes file of `file_id` on `snap` with those of `notes` it lacks appended; how many were
+    appended, and how many were left out because the file would pass `trust.MAX_NOTES_BYTES`:
+    another machine refuses a `hive/state` holding a bigger one, so a flood of notes (an agent's)
+    must never make it."""
     path = layout.notes_path(file_id)
     existing = snap.read(path) or b""
     seen = {_canonical(line) for line in existing.split(b"\n") if line.strip()}
     fresh = [n for n in notes if _canonical(json.dumps(n).encode()) not in seen]
-    if not fresh:
-        return {}, 0
-    addition = "".join(json.dumps(n, ensure_ascii=False) + "\n" for n in fresh).encode()
     if existing and not existing.endswith(b"\n"):
         existing += b"\n"
-    return {path: existing + addition}, len(fresh)
+    room = trust.MAX_NOTES_BYTES - len(existing)
+    lines_added: list[bytes] = []
+    for note in fresh:
+        line = (json.dumps(note, ensure_ascii=False) + "\n").encode()
+        if len(line) > room:
+            break                       # the oldest kept, in order: the rest left out
+        lines_added.append(line)
+        room -= len(line)
+    if not lines_added:
+        return {}, 0, len(fresh)
+    return {path: existing + b"".join(lines_added)}, len(lines_added), len(fresh) - len(lines_added)
 
 
 def _canonical(line: bytes) -> str:
@@ -236,6 +251,9 @@ def _move_notes(project: Project, keys: dict[str, str], *, archive: bool,
             files[source] = staying
             files[target] = existing + b"".join(json.dumps(mark(n), ensure_ascii=False).encode() + b"\n"
                                                 for n in going)
+            if len(files[target]) > trust.MAX_NOTES_BYTES:
+                raise BadInput(f"{target} would hold more than {trust.MAX_NOTES_BYTES} bytes, the most another "
+                               f"machine takes in: move fewer notes")
             moved += len(going)
         if not files:
             return None

@@ -409,6 +409,29 @@ def test_notes_appended_on_both_sides_are_a_union(tmp_path: Path) -> None:
     assert first_bytes.endswith(b"\n")
 
 
+def test_a_union_of_notes_stops_where_the_file_would_pass_what_another_machine_takes_in(tmp_path: Path) -> None:
+    """Two machines each append ~5 MB of notes to one issue: the union would be a notes file
+    another machine's trust check refuses (and with it all of `hive/state`). It keeps the base
+    and the additions in their merge order up to `trust.MAX_NOTES_BYTES`, the same both ways."""
+    from hive.state import trust
+
+    def notes(side: str, count: int) -> str:
+        return "".join(json.dumps({"category": "discovery", "content": f"{side} {n:05d} " + "x" * 2000,
+                                   "issue": ID, "at": f"2026-11-30T10:{n % 60:02d}:00Z"}) + "\n"
+                       for n in range(count))
+
+    base = notes("base", 10)
+    each = trust.MAX_NOTES_BYTES * 5 // 8 // 2100
+    repo = make_repo(tmp_path, {NOTES: base}, {NOTES: base + notes("ours", each)},
+                     {NOTES: base + notes("theirs", each)})
+    first, first_bytes, second, second_bytes = merge_both_ways(repo, NOTES)
+    assert first.returncode == 0 and second.returncode == 0, first.output + second.output
+    assert first_bytes == second_bytes and first_bytes.startswith(base.encode())
+    assert trust.MAX_NOTES_BYTES - 2200 < len(first_bytes) <= trust.MAX_NOTES_BYTES
+    kept = first_bytes.decode().splitlines()
+    assert len(kept) < 10 + 2 * each and all(json.loads(line)["content"] for line in kept)
+
+
 def test_a_broken_side_leaves_a_conflict_and_loses_nothing(tmp_path: Path) -> None:
     ours = edit(BASE, status="in_progress", updated="2026-11-30T11:00:00Z")
     theirs = BASE.replace('status = "open"', 'status = "done').replace(

@@ -193,6 +193,22 @@ def test_notes_lines_are_validated(repo, hive, git, new_issue):
     assert [n["content"] for n in json.loads(hive("notes", "--json").stdout)] == ["good note"]
 
 
+def test_a_notes_file_edited_past_what_another_machine_takes_in_is_refused(repo, hive, git, new_issue):
+    from hive.state import trust
+
+    issue = new_issue("noted by hand")
+    hive("note", "good note", "--issue", issue)
+    path = repo / ".hive" / "notes" / f"{issue}.jsonl"
+    line = json.dumps({"category": "context", "content": "y" * 2000}) + "\n"
+    path.write_text(path.read_text() + line * (trust.MAX_NOTES_BYTES // len(line) + 1))
+    before = tip(git, repo)
+    proc = hive("doctor", check=False)
+    assert proc.returncode == 2
+    assert f".hive/notes/{issue}.jsonl:1: {path.stat().st_size} bytes, more than {trust.MAX_NOTES_BYTES}" in proc.stdout
+    assert tip(git, repo) == before
+    assert path.stat().st_size > trust.MAX_NOTES_BYTES      # the person's file is left as they wrote it
+
+
 # -- checks run against the branch, not a stale index ---------------------------------------------
 
 def commit_by_hand(git, repo, issue_id: str, old: str, new: str) -> None:

@@ -34,6 +34,7 @@ from hive.merge.lander import Lander, done_base
 from hive.project import Project
 from hive.runtime import DaemonLock, Runtime
 from hive.runtime import watch as runtime_watch
+from hive.state import layout, trust
 from hive.state.index import Problem
 from hive.state.issue_file import TERMINAL_STATUSES, Issue
 from hive.state.store import notify
@@ -270,8 +271,10 @@ class Hive:
         if category not in NOTE_CATEGORIES:
             raise BadInput(f"bad category {category!r} (one of: {', '.join(NOTE_CATEGORIES)})")
         issue_id = self.resolve(issue_id) if issue_id else ""
-        issues.add_notes(self.project, [issues.note_line(text, category, issue=issue_id)],
-                         file_id=issue_id or issues.PROJECT_NOTES)
+        file_id = issue_id or issues.PROJECT_NOTES
+        if issues.add_notes(self.project, [issues.note_line(text, category, issue=issue_id)], file_id=file_id):
+            raise BadInput(f"{layout.notes_path(file_id)} is full: {trust.MAX_NOTES_BYTES} bytes, the most another "
+                           "machine takes in (`git hive notes prune` archives old notes)")
         return issue_id
 
     def notes(self, issue_id: str = "", archived: bool = False) -> list[dict[str, Any]]:

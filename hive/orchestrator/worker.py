@@ -37,6 +37,7 @@ from hive.runtime import Runtime, handover
 from hive.runtime.attempt_log import Seen
 from hive.runtime.tells import Tell
 from hive import issues
+from hive.state import trust
 from hive.state.issue_file import Issue
 from hive.workspace import attempts, landings, worktrees
 
@@ -572,8 +573,11 @@ class Worker:
             if batch.notes:
                 stamped = [issues.note_line(n["content"], n["category"], issue=self.issue_id, agent=self.agent_id,
                                             attempt=self.attempt_number) for n in batch.notes]
-                issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
+                dropped = issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
                 self._log(f"{len(stamped)} note(s) harvested")
+                if dropped:
+                    self._log(f"{dropped} of them left out: the issue's notes file on {git.STATE_BRANCH} is full "
+                              f"({trust.MAX_NOTES_BYTES} bytes, the most another machine takes in)")
                 self.host.relay_notes(self, stamped)
         if batch.refused and self.in_turn:
             await self.abort_turn(batch.refused)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from hive.errors import BadInput
-from hive.state import issue_file, layout, validate
+from hive.state import issue_file, layout, trust, validate
 from hive.state.checkout import Committed, Edit
 from hive.state.index import Index, parse_notes
 from hive.state.merge_driver import merge_issue, merge_jsonl
@@ -142,6 +142,9 @@ def _check(store: StateStore, index: Index, path: str, data: bytes, snap: Snapsh
                     f"{where}:{issue_file.line_of(data, 'depends_on')}",
                     f"{where}:{issue_file.line_of(data, 'parent')}")
     elif path.endswith(".jsonl"):
+        if len(data) > trust.MAX_NOTES_BYTES:
+            raise BadInput(f"{len(data)} bytes, more than {trust.MAX_NOTES_BYTES}: another machine would refuse "
+                           "the whole of hive/state (`git hive notes prune` archives old notes)", f"{where}:1")
         _, problems = parse_notes(data, where)
         if problems:
             raise BadInput(problems[0].message, problems[0].location)

@@ -43,6 +43,7 @@ from typing import Any
 from hive import lines
 from hive.errors import BadInput
 from hive.state import issue_file
+from hive.state.trust import MAX_NOTES_BYTES
 
 __all__ = ["main", "merge_issue", "merge_jsonl", "merge_text", "merge_file", "path_kind"]
 
@@ -418,13 +419,15 @@ def _git_merge_file(base: bytes | None, ours: bytes, theirs: bytes) -> tuple[byt
 # JSONL (notes)
 
 
-def merge_jsonl(base: bytes | None, ours: bytes, theirs: bytes) -> bytes:
+def merge_jsonl(base: bytes | None, ours: bytes, theirs: bytes, limit: int = MAX_NOTES_BYTES) -> bytes:
     """A de-duplicated union of JSON lines; never a conflict.
 
     Lines equal as JSON (compared as canonical JSON, sorted keys) are kept once. The base's lines
     keep base order; lines added on either side follow, sorted by their `at` then canonical JSON
     (so both merge directions give the same bytes). Unparseable lines are kept verbatim
-    (de-duplicated as text), after the parseable additions. Blank lines are dropped.
+    (de-duplicated as text), after the parseable additions. Blank lines are dropped. The additions
+    stop where the file would pass `limit` bytes (a notes file another machine still takes in:
+    `trust.MAX_NOTES_BYTES`); those left out stay in the two sides' commits.
     """
     if ours == theirs:
         return ours
@@ -446,7 +449,12 @@ def merge_jsonl(base: bytes | None, ours: bytes, theirs: bytes) -> bytes:
             continue
         if key not in added or raw < added[key][1]:  # same object written two ways: pick one
             added[key] = (sort_key, raw)
-    out.extend(raw for _, raw in sorted(added.values()))
+    size = sum(len(raw) + 1 for raw in out)
+    for _, raw in sorted(added.values()):
+        if size + len(raw) + 1 > limit:
+            break
+        out.append(raw)
+        size += len(raw) + 1
     return b"".join(line + b"\n" for line in out)
 
 

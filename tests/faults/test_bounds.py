@@ -201,3 +201,41 @@ def test_many_small_issue_files_sharing_one_blob_stay_within_memory(shared: Shar
     listed = subprocess.run([sys.executable, "-m", "hive", "list", "--json"], cwd=fresh, capture_output=True,
                             check=True).stdout
     assert listed.count(b'"id":') == SMALL_ISSUE_FILES
+
+
+def _notes_of(issue_id: str, count: int, size: int = 2000) -> list[dict]:
+    from hive import issues
+
+    return [issues.note_line(f"{n:05d} " + "x" * (size - 6), "context", issue=issue_id) for n in range(count)]
+
+
+def test_hives_own_notes_never_make_a_file_another_machine_refuses(repo: Path, project, hive, new_issue) -> None:
+    """However many notes come (an agent's flood), a notes file on `hive/state` stays within
+    `trust.MAX_NOTES_BYTES`: past it, every machine taking in the state would refuse all of it.
+    The oldest are kept, in order; the rest are counted as left out, and a person's note or an
+    archiving that would not fit is refused naming the file."""
+    from hive import issues
+    from hive.errors import BadInput
+    from hive.state import layout
+
+    issue_id = new_issue("noted a great deal")
+    flood = _notes_of(issue_id, trust.MAX_NOTES_BYTES // 2000 + 500)
+    dropped = issues.add_notes(project, flood, file_id=issue_id)
+    repo_ = hive_git.repository(project.paths.common_dir)
+    tip = repo_.revparse_single("refs/heads/hive/state")
+    blob = tip.tree[layout.notes_path(issue_id)]
+    kept = blob.data.splitlines()
+    assert 0 < dropped < 1000 and len(kept) + dropped == len(flood)
+    assert blob.size <= trust.MAX_NOTES_BYTES
+    assert [json.loads(line)["content"] for line in kept] == [n["content"] for n in flood[:len(kept)]]
+    trust.check_tree(repo_, str(tip.tree.id))                 # what a fresh clone checks: passes
+
+    assert issues.add_notes(project, _notes_of(issue_id, 1, size=3000), file_id=issue_id) == 1
+    assert repo_.revparse_single("refs/heads/hive/state").id == tip.id   # nothing committed
+    person = hive("note", "--issue", issue_id, "one more " + "y" * 3000, check=False)
+    assert (person.returncode, person.stderr.count("\n")) == (2, 1), person.stderr
+    assert f"notes/{issue_id}.jsonl is full" in person.stderr and "git hive notes prune" in person.stderr
+    keys = {row["key"]: issue_id for row in json.loads(hive("notes", "--issue", issue_id, "--json").stdout)}
+    with pytest.raises(BadInput, match=f"notes/archive/{issue_id}.jsonl would hold more than"):
+        issues.archive_notes(project, keys, "all of them")   # each line gains its stamps: too big
+    assert repo_.revparse_single("refs/heads/hive/state").id == tip.id

@@ -12,12 +12,14 @@ import json
 import os
 import signal
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 
-from hive import lines
+from hive import git as hive_git, lines
 from hive.agents import protocol
+from hive.state import layout, trust
 
 from .helpers import daemon_env, tail, wait_until, work_steps, write_json
 
@@ -173,3 +175,33 @@ def test_an_oversized_notes_file_grown_where_no_watcher_sees_is_refused_at_the_s
     assert events == ["claimed", "switched", "done", "finalized"], (events, tail(tmp_path / "daemon.log"))
     reason = next(c.trailers.get("Hive-Reason", "") for c in log if c.issue == issue_id and c.event == "switched")
     assert "more than" in reason, reason
+
+
+FLOOD = """import json
+for n in range(COUNT):
+    print(json.dumps({"content": "%05d " % n + "x" * 1994, "category": "discovery"}))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_an_agent_flooding_its_notes_leaves_a_state_every_machine_takes_in(
+        repo: Path, tmp_path: Path, new_issue, state_log, daemons) -> None:
+    """Valid notes, more than a notes file on `hive/state` may hold (`trust.MAX_NOTES_BYTES`, what
+    another machine takes in): those that fit are kept, the rest are said to be left out, the
+    issue goes on, and the state passes the trust check a fresh clone runs."""
+    issue_id = new_issue("floods its notes with valid ones", labels=["flood"])
+    count = trust.MAX_NOTES_BYTES // 2000 + 500
+    steps = [{"write": "flood.py", "content": FLOOD.replace("COUNT", str(count))},
+             {"run": f'"{sys.executable}" flood.py >> {protocol.NOTES_FILE} && rm flood.py', "must_succeed": True}]
+    script = write_json(tmp_path / "agents.json", {"labels": {"flood": work_steps(steps)}})
+    code = daemons.run_until_idle(repo, daemon_env(script, test_command="true"), max_agents=1, timeout=150,
+                                  log=tmp_path / "daemon.log")
+    assert code == 0, tail(tmp_path / "daemon.log")
+    assert "of them left out: the issue's notes file on hive/state is full" in (tmp_path / "daemon.log").read_text()
+    events = [c.event for c in state_log(repo) if c.issue == issue_id]
+    assert events[:2] == ["created", "claimed"] and events[-2:] == ["done", "finalized"] and "noted" in events, events
+    store = hive_git.repository(repo / ".git")
+    tree = store.revparse_single("refs/heads/hive/state").tree
+    notes = tree[layout.notes_path(issue_id)]
+    assert 0 < len(notes.data.splitlines()) < count and notes.size <= trust.MAX_NOTES_BYTES
+    trust.check_tree(store, str(tree.id))
