@@ -708,6 +708,28 @@ def test_notes_of_worker_1_reach_the_prompt_of_worker_3(repo: Path, tmp_path: Pa
     assert note in turn["text"] and "## Part of epic" not in turn["text"]
 
 
+def test_a_flood_of_notes_reaches_a_running_sibling_as_a_few_fyis_only(repo: Path, tmp_path: Path, new_issue, git,
+                                                                      list_json):
+    """Each relayed note is a message the sibling's session pays for: the first
+    `MAX_RELAYED_NOTES` of a worker are relayed, all are kept on hive/state."""
+    from hive.orchestrator.worker import MAX_RELAYED_NOTES
+
+    epic = new_issue("the epic", type="epic")
+    a = new_issue("A notes a great deal", parent=epic, labels=["noter"])
+    b = new_issue("B runs alongside", parent=epic, labels=["slow"])
+    flood = [{"note": f"gotcha number {n}", "category": "gotcha"} for n in range(3 * MAX_RELAYED_NOTES)]
+    script = {"labels": {"noter": work_steps([{"sleep": 1.0}, *flood]),
+                         "slow": work_steps([{"sleep": 4.0}])}}
+    out = run_until_idle(repo, daemon_env(write_script(tmp_path, script)), max_agents=2)
+
+    assert set(statuses(list_json, repo).values()) == {"finalized"}, out.stdout
+    stored = git("show", f"hive/state:notes/{a}.jsonl", cwd=repo).stdout.splitlines()
+    assert len(stored) == 3 * MAX_RELAYED_NOTES
+    relayed = [t["text"] for t in prompts(repo, b, fyi=True) if "gotcha number" in t["text"]]
+    assert len(relayed) == MAX_RELAYED_NOTES, relayed
+    assert "gotcha number 0" in relayed[0]
+
+
 # -- 6. one daemon per repo; detach / stop; status ------------------------------------------------
 
 def test_one_daemon_detach_status_stop(repo: Path, tmp_path: Path, new_issue, hive, state_log, list_json,

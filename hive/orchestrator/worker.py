@@ -42,6 +42,11 @@ from hive.state.issue_file import Issue
 from hive.workspace import attempts, landings, worktrees
 
 
+# A worker's notes relayed to its running siblings (as FYIs, each a message their sessions pay
+# for): the first ones. A flood of notes stays in its file on hive/state.
+MAX_RELAYED_NOTES = 10
+
+
 @dataclass
 class Outcome:
     ok: bool
@@ -124,6 +129,7 @@ class Worker:
         self.worktree: worktrees.Worktree | None = None
         self.watch: asyncio.Task[None] | None = None   # the worktree's notes and result files
         self.notes_offset = 0
+        self.notes_relayed = 0         # of MAX_RELAYED_NOTES
         self.notes_lock = asyncio.Lock()   # one harvest at a time: each starts where the last ended
         self.harvests: set[asyncio.Task[str]] = set()
         self.last_activity = time.monotonic()
@@ -578,7 +584,10 @@ class Worker:
                 if dropped:
                     self._log(f"{dropped} of them left out: the issue's notes file on {git.STATE_BRANCH} is full "
                               f"({trust.MAX_NOTES_BYTES} bytes, the most another machine takes in)")
-                self.host.relay_notes(self, stamped)
+                relayed = stamped[:len(stamped) - dropped][:max(0, MAX_RELAYED_NOTES - self.notes_relayed)]
+                self.notes_relayed += len(relayed)
+                if relayed:
+                    self.host.relay_notes(self, relayed)
         if batch.refused and self.in_turn:
             await self.abort_turn(batch.refused)
         return batch.refused
