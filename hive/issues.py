@@ -184,16 +184,21 @@ def add_notes(project: Project, notes: list[dict[str, Any]], *, file_id: str, ag
 def notes_appended(snap: Snapshot, file_id: str,
                    notes: list[dict[str, Any]]) -> tuple[dict[str, bytes | None], int, int]:
     """The notes file of `file_id` on `snap` with those of `notes` it lacks appended; how many were
-    appended, and how many were left out because the file would pass `trust.MAX_NOTES_BYTES`:
-    another machine refuses a `hive/state` holding a bigger one, so a flood of notes (an agent's)
-    must never make it."""
+    appended, and how many were left out because the file would pass `trust.MAX_NOTES_BYTES`, or
+    all the notes files together `trust.MAX_INCOMING_NOTES_BYTES`: another machine (a fresh clone
+    takes everything in at once) refuses a `hive/state` past either, so a flood of notes (an
+    agent's) must never make it."""
     path = layout.notes_path(file_id)
     existing = snap.read(path) or b""
     seen = {_canonical(line) for line in existing.split(b"\n") if line.strip()}
     fresh = [n for n in notes if _canonical(json.dumps(n).encode()) not in seen]
+    if not fresh:
+        return {}, 0, 0
+    room = trust.MAX_INCOMING_NOTES_BYTES - snap.bytes_under(layout.NOTES_DIR)
     if existing and not existing.endswith(b"\n"):
         existing += b"\n"
-    room = trust.MAX_NOTES_BYTES - len(existing)
+        room -= 1
+    room = min(room, trust.MAX_NOTES_BYTES - len(existing))
     lines_added: list[bytes] = []
     for note in fresh:
         line = (json.dumps(note, ensure_ascii=False) + "\n").encode()

@@ -25,9 +25,9 @@ import pygit2
 
 from hive import git
 from hive.errors import HiveError
-from hive.state import layout
+from hive.state import layout, raw_trees
 from hive.state.merging import merge_states
-from hive.state.trees import Changes, Entry, FolderCache, walk_changes, write_tree
+from hive.state.trees import TREE_MODE, Changes, Entry, FolderCache, walk_changes, write_tree
 
 MAX_ATTEMPTS = 200
 WRITTEN_KEPT = 64   # own commits remembered: enough for the writes between two `.hive/` refreshes
@@ -109,6 +109,22 @@ class Snapshot:
         entry = self._entry(path)
         return str(entry.id) if entry is not None else None
 
+    def bytes_under(self, folder: str) -> int:
+        """The sizes of all the files under `folder` added up, each as often as it appears (as
+        the trust check counts them), read from object headers."""
+        entry = self._entry(folder)
+        if entry is None or entry.filemode != pygit2.GIT_FILEMODE_TREE:
+            return 0
+        total, folders = 0, [entry.id]
+        while folders:
+            for record in raw_trees.parse(self.repo.odb.read(folders.pop())[1]):
+                oid = pygit2.Oid(raw=record[-20:])
+                if record[:record.index(b" ")] == TREE_MODE:
+                    folders.append(oid)
+                else:
+                    total += _blob_size(self.repo, oid)
+        return total
+
     def issue_path(self, issue_id: str) -> str | None:
         """Where the issue's file is in this snapshot (live or archived), if anywhere."""
         for path in layout.candidate_paths(issue_id):
@@ -122,6 +138,18 @@ class Snapshot:
             return None
         data = self.read(path)
         return (path, data) if data is not None else None
+
+
+_SIZES: dict[pygit2.Oid, int] = {}   # a blob's size never changes: read once per process
+
+
+def _blob_size(repo: pygit2.Repository, oid: pygit2.Oid) -> int:
+    size = _SIZES.get(oid)
+    if size is None:
+        if len(_SIZES) > 100_000:
+            _SIZES.clear()
+        size = _SIZES[oid] = repo.odb.read_header(oid)[1]
+    return size
 
 
 def signature_for(repo: pygit2.Repository, name: str | None = None, email: str | None = None) -> pygit2.Signature:

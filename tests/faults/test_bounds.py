@@ -234,8 +234,31 @@ def test_hives_own_notes_never_make_a_file_another_machine_refuses(repo: Path, p
     assert repo_.revparse_single("refs/heads/hive/state").id == tip.id   # nothing committed
     person = hive("note", "--issue", issue_id, "one more " + "y" * 3000, check=False)
     assert (person.returncode, person.stderr.count("\n")) == (2, 1), person.stderr
-    assert f"notes/{issue_id}.jsonl is full" in person.stderr and "git hive notes prune" in person.stderr
+    assert f"no room for the note in notes/{issue_id}.jsonl" in person.stderr, person.stderr
     keys = {row["key"]: issue_id for row in json.loads(hive("notes", "--issue", issue_id, "--json").stdout)}
     with pytest.raises(BadInput, match=f"notes/archive/{issue_id}.jsonl would hold more than"):
         issues.archive_notes(project, keys, "all of them")   # each line gains its stamps: too big
     assert repo_.revparse_single("refs/heads/hive/state").id == tip.id
+
+
+def test_hives_own_notes_never_make_a_state_a_fresh_clone_refuses(repo: Path, project, new_issue) -> None:
+    """A fresh clone takes in every notes file at once, at most `trust.MAX_INCOMING_NOTES_BYTES`
+    together: notes appended to a state near that total stop at it."""
+    from hive import issues
+    from hive.state import layout
+    from hive.state.store import Change
+
+    ids = [new_issue(f"noted {n}") for n in range(9)]
+    line = json.dumps({"category": "context", "content": "z" * 2000}) + "\n"
+    full = (line * (trust.MAX_NOTES_BYTES // len(line) - 3)).encode()  # one blob for eight files
+    project.store.commit(lambda snap: Change({layout.notes_path(i): full for i in ids[:8]},
+                                             summary="notes by the kilo", event="noted"))
+    project.after_write()
+    left = trust.MAX_INCOMING_NOTES_BYTES - 8 * len(full)
+    notes = _notes_of(ids[8], left // 2000 + 5)
+    dropped = issues.add_notes(project, notes, file_id=ids[8])
+    assert 0 < dropped < len(notes)
+    store = hive_git.repository(project.paths.common_dir)
+    tree = store.revparse_single("refs/heads/hive/state").tree
+    assert 8 * len(full) + tree[layout.notes_path(ids[8])].size <= trust.MAX_INCOMING_NOTES_BYTES
+    trust.check_tree(store, str(tree.id))                       # what a fresh clone checks: passes

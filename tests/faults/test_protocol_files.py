@@ -197,7 +197,7 @@ def test_an_agent_flooding_its_notes_leaves_a_state_every_machine_takes_in(
     code = daemons.run_until_idle(repo, daemon_env(script, test_command="true"), max_agents=1, timeout=150,
                                   log=tmp_path / "daemon.log")
     assert code == 0, tail(tmp_path / "daemon.log")
-    assert "of them left out: the issue's notes file on hive/state is full" in (tmp_path / "daemon.log").read_text()
+    assert "of them left out: the notes on hive/state are full" in (tmp_path / "daemon.log").read_text()
     events = [c.event for c in state_log(repo) if c.issue == issue_id]
     assert events[:2] == ["created", "claimed"] and events[-2:] == ["done", "finalized"] and "noted" in events, events
     store = hive_git.repository(repo / ".git")
