@@ -262,3 +262,23 @@ def test_hives_own_notes_never_make_a_state_a_fresh_clone_refuses(repo: Path, pr
     tree = store.revparse_single("refs/heads/hive/state").tree
     assert 8 * len(full) + tree[layout.notes_path(ids[8])].size <= trust.MAX_INCOMING_NOTES_BYTES
     trust.check_tree(store, str(tree.id))                       # what a fresh clone checks: passes
+
+
+def test_a_hand_edit_of_notes_past_what_a_fresh_clone_takes_in_is_refused(repo: Path, project, new_issue,
+                                                                           hive) -> None:
+    from hive.state import layout
+    from hive.state.store import Change
+
+    ids = [new_issue(f"noted {n}") for n in range(9)]
+    line = json.dumps({"category": "context", "content": "z" * 2000}) + "\n"
+    full = (line * (trust.MAX_NOTES_BYTES // len(line) - 3)).encode()
+    project.store.commit(lambda snap: Change({layout.notes_path(i): full for i in ids[:8]},
+                                             summary="notes by the kilo", event="noted"))
+    project.after_write()
+    tip = hive_git.read_ref(project.paths.common_dir, hive_git.STATE_REF)
+    path = repo / ".hive" / layout.notes_path(ids[8])
+    path.write_text(line * 40)                              # 80 KB: within its file's bound, not the total's
+    proc = hive("doctor", check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f".hive/{layout.notes_path(ids[8])}:1: the notes files would hold" in proc.stdout, proc.stdout
+    assert hive_git.read_ref(project.paths.common_dir, hive_git.STATE_REF) == tip
