@@ -63,6 +63,8 @@ def _mounts(spec: JailSpec, gate_folder: str = "") -> list[tuple[int, int, str]]
                 chosen[(kind, os.path.realpath(path))] = None
     shown = [p for kind, p in chosen if kind in (READABLE, WRITABLE)]
     for secret in spec.credentials():       # a credential inside something shown is hidden again
+        if not os.path.lexists(secret):
+            continue
         real = os.path.realpath(secret)
         if os.path.lexists(real) and any(_inside(real, p) for p in shown):
             chosen[(HIDDEN, real)] = None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 from hive import git
@@ -29,9 +30,15 @@ def _system_readable() -> tuple[str, ...]:
     """What commands need that may lie in the hidden home, shown again read-only: hive's own
     Python (a venv in ~) and the tool folders on PATH (`~/.pyenv/shims` → `~/.pyenv`, a shim
     needs its whole tree; the credentials inside stay hidden, see `JailSpec.credentials`)."""
-    home = os.path.realpath(os.path.expanduser("~"))
+    return _readable_for(os.environ.get("PATH", ""), os.path.expanduser("~"))
+
+
+@lru_cache(maxsize=4)
+def _readable_for(search_path: str, home: str) -> tuple[str, ...]:
+    """`_system_readable` for one PATH and home: worked out once (each agent start asks)."""
+    home = os.path.realpath(home)
     tools = []
-    for entry in os.environ.get("PATH", "").split(os.pathsep):
+    for entry in search_path.split(os.pathsep):
         real = os.path.realpath(entry) if entry else ""
         if real.startswith(home + os.sep):
             tools.append(os.path.join(home, real[len(home) + 1:].split(os.sep)[0]))
