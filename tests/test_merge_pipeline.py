@@ -996,3 +996,40 @@ def test_a_daemon_killed_mid_train_lands_and_finalizes_each_issue_once_on_restar
         assert_finalized_once(git, state_log, issue_id)
         assert len(commits_touching(git, f"hive-work/{issue_id}.txt")) == 1, git("log", "--oneline", "main").stdout
         assert_cleaned_up(git, paths, issue_id)
+
+
+def test_a_trains_next_finalize_commit_is_made_while_the_car_before_it_is_retired(
+        repo, paths, new_issue, script, run_hive, git, state_log, status_of, tmp_path):
+    ids, path = _three_done(new_issue, script, run_hive, status_of)
+    seen = tmp_path / "retires"
+    # the n-th retire (in a thread) waits until the n+1-th car is finalized: made only if the
+    # event loop goes on to the next car's commit without waiting for this retire to end
+    patch = ("import subprocess, time\n"
+             "from hive.workspace import worktrees\n"
+             "retire, calls = worktrees.retire, []\n"
+             "def finalized():\n"
+             "    log = subprocess.run(['git', 'log', '--format=%(trailers:key=Hive-Event,valueonly)', 'hive/state'],\n"
+             "                         capture_output=True, text=True, check=True).stdout\n"
+             "    return log.split().count('finalized')\n"
+             "def waiting_retire(paths, issue_id, *args, **kwargs):\n"
+             "    calls.append(issue_id)\n"
+             "    wanted, deadline = min(len(calls) + 1, 3), time.monotonic() + 15\n"
+             "    while finalized() < wanted and time.monotonic() < deadline:\n"
+             "        time.sleep(0.01)\n"
+             f"    with open({str(seen)!r}, 'a') as out:\n"
+             "        out.write(f'{issue_id} {wanted} {finalized()}\\n')\n"
+             "    return retire(paths, issue_id, *args, **kwargs)\n"
+             "worktrees.retire = waiting_retire\n")
+    daemon = _start_daemon(path, {"HIVE_MERGE_MODE": "auto"}, patch)
+    out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    assert daemon.returncode == 0, out
+
+    assert " land together (tested once" in out, out
+    retires = [line.split() for line in seen.read_text().splitlines()]
+    assert [r[0] for r in retires] == [line.split()[1] for line in out.splitlines()
+                                       if line.endswith(" and finalized")], out   # in the train's order
+    assert [(int(wanted), int(found)) for _, wanted, found in retires] == [(2, 2), (3, 3), (3, 3)], retires
+    for issue_id in ids:
+        assert status_of(issue_id) == "finalized", out
+        assert_finalized_once(git, state_log, issue_id)
+        assert_cleaned_up(git, paths, issue_id)

@@ -17,7 +17,7 @@ checkout of the target) is retried when anything wakes the daemon.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine
 
 import pygit2
 
@@ -313,9 +313,22 @@ class MergeProcessor:
             return False
         last = list(landed.values())[-1].commit
         self.host.log(f"{', '.join(landed)} land together (tested once, on {last[:10]})")
-        for issue, entry, _ in cars:
-            if issue.id in landed:
-                await self._finalize(issue, entry, landed[issue.id].commit)
+        # each car's finalize commit is made while the car before it is retired in a thread
+        retiring: asyncio.Future[None] | None = None
+        try:
+            for issue, entry, _ in cars:
+                if issue.id in landed:
+                    after = self._finalize(issue, entry, landed[issue.id].commit)
+                    before, retiring = retiring, None
+                    try:
+                        if before is not None:
+                            await before
+                    finally:
+                        retiring = asyncio.ensure_future(after)
+                    await asyncio.sleep(0)   # its thread starts before the next car's commit
+        finally:
+            if retiring is not None:
+                await retiring
         return cars[0][0].id in landed
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
@@ -403,12 +416,16 @@ class MergeProcessor:
         self._drop(entry)
         self.host.log(f"{entry.issue_id} left the merge queue: {refusal}")
 
-    async def _finalize(self, issue: Issue, entry: Entry, merged: str) -> None:
+    def _finalize(self, issue: Issue, entry: Entry, merged: str) -> Coroutine[Any, Any, None]:
+        """Make the `finalized` commit now; what follows it (the worktree retired...) is returned
+        to be awaited."""
+        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged,
+                           self.config.target_branch, self.refinery.take_usage(issue.id)):
+            return self._retire_if_finished(issue.id)   # finalized meanwhile by another machine
+        return self._after_finalize(issue, merged)
+
+    async def _after_finalize(self, issue: Issue, merged: str) -> None:
         target = self.config.target_branch
-        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged, target,
-                           self.refinery.take_usage(issue.id)):
-            await self._retire_if_finished(issue.id)   # finalized meanwhile by another machine
-            return
         # in a thread: removing files and the branch takes milliseconds the event loop needs to
         # start the dependents this issue just unblocked (the entry stays busy meanwhile)
         await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target, self.may_spare(issue.id))
