@@ -998,7 +998,7 @@ def test_a_daemon_killed_mid_train_lands_and_finalizes_each_issue_once_on_restar
         assert_cleaned_up(git, paths, issue_id)
 
 
-def test_a_trains_next_finalize_commit_is_made_while_the_car_before_it_is_retired(
+def test_a_trains_finalize_commits_do_not_wait_for_the_cars_before_them_to_be_retired(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of, tmp_path):
     ids, path = _three_done(new_issue, script, run_hive, status_of)
     seen = tmp_path / "retires"
@@ -1028,7 +1028,30 @@ def test_a_trains_next_finalize_commit_is_made_while_the_car_before_it_is_retire
     retires = [line.split() for line in seen.read_text().splitlines()]
     assert [r[0] for r in retires] == [line.split()[1] for line in out.splitlines()
                                        if line.endswith(" and finalized")], out   # in the train's order
-    assert [(int(wanted), int(found)) for _, wanted, found in retires] == [(2, 2), (3, 3), (3, 3)], retires
+    assert all(int(found) >= int(wanted) for _, wanted, found in retires), retires
+    for issue_id in ids:
+        assert status_of(issue_id) == "finalized", out
+        assert_finalized_once(git, state_log, issue_id)
+        assert_cleaned_up(git, paths, issue_id)
+
+
+def test_a_retire_that_fails_mid_train_leaves_every_car_finalized_and_cleaned_up_by_the_end(
+        repo, paths, new_issue, script, run_hive, git, state_log, status_of):
+    ids, path = _three_done(new_issue, script, run_hive, status_of)
+    patch = ("from hive.workspace import worktrees\n"
+             "retire, calls = worktrees.retire, []\n"
+             "def failing_once(*args, **kwargs):\n"
+             "    calls.append(args)\n"
+             "    if len(calls) == 1:\n"
+             "        raise OSError('disk trouble')\n"
+             "    return retire(*args, **kwargs)\n"
+             "worktrees.retire = failing_once\n")
+    daemon = _start_daemon(path, {"HIVE_MERGE_MODE": "auto"}, patch)
+    out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    assert daemon.returncode == 0, out
+
+    assert " land together (tested once" in out, out
+    assert "merge error: disk trouble" in out, out
     for issue_id in ids:
         assert status_of(issue_id) == "finalized", out
         assert_finalized_once(git, state_log, issue_id)

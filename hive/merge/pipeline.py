@@ -17,7 +17,8 @@ checkout of the target) is retried when anything wakes the daemon.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Coroutine
+import queue
+from typing import Any, Callable
 
 import pygit2
 
@@ -240,12 +241,12 @@ class MergeProcessor:
             self._update(entry, state="waiting", detail=f"target branch {target} does not exist")
             return False
         if entry.merged_commit and _contains(repo, str(target_ref.target), entry.merged_commit):
-            await self._finalize(issue, entry, entry.merged_commit)
+            await self._finalize_all([(issue, entry, entry.merged_commit)])
             return True
         landed = landings.landed_commit(repo, str(target_ref.target), issue.id, landings.recorded_of(issue))
         if landed:   # landed before (another machine, or before a crash): finalized, never landed twice
             self.host.log(f"{issue.id} already on {target} ({landed[:10]}): finalized, not landed again")
-            await self._finalize(issue, entry, landed)
+            await self._finalize_all([(issue, entry, landed)])
             return True
         head = worktrees.head_of(paths, entry.issue_id)
         if head is None:
@@ -313,22 +314,8 @@ class MergeProcessor:
             return False
         last = list(landed.values())[-1].commit
         self.host.log(f"{', '.join(landed)} land together (tested once, on {last[:10]})")
-        # each car's finalize commit is made while the car before it is retired in a thread
-        retiring: asyncio.Future[None] | None = None
-        try:
-            for issue, entry, _ in cars:
-                if issue.id in landed:
-                    after = self._finalize(issue, entry, landed[issue.id].commit)
-                    before, retiring = retiring, None
-                    try:
-                        if before is not None:
-                            await before
-                    finally:
-                        retiring = asyncio.ensure_future(after)
-                    await asyncio.sleep(0)   # its thread starts before the next car's commit
-        finally:
-            if retiring is not None:
-                await retiring
+        await self._finalize_all([(issue, entry, landed[issue.id].commit) for issue, entry, _ in cars
+                                  if issue.id in landed])
         return cars[0][0].id in landed
 
     async def _merge(self, issue: Issue, entry: Entry, repo: pygit2.Repository, head: str,
@@ -350,7 +337,7 @@ class MergeProcessor:
         if landing.status == "merged":
             if landing.detail:
                 self.host.log(f"{issue.id} {landing.detail}: finalized, not landed again")
-            await self._finalize(issue, entry, landing.commit)
+            await self._finalize_all([(issue, entry, landing.commit)])
             return True
         if landing.status == "waiting":
             if self._told.get(issue.id) != landing.detail:   # said once, not on every retry
@@ -416,25 +403,46 @@ class MergeProcessor:
         self._drop(entry)
         self.host.log(f"{entry.issue_id} left the merge queue: {refusal}")
 
-    def _finalize(self, issue: Issue, entry: Entry, merged: str) -> Coroutine[Any, Any, None]:
-        """Make the `finalized` commit now; what follows it (the worktree retired...) is returned
-        to be awaited."""
-        if not self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged,
-                           self.config.target_branch, self.refinery.take_usage(issue.id)):
-            return self._retire_if_finished(issue.id)   # finalized meanwhile by another machine
-        return self._after_finalize(issue, merged)
+    def _finalize(self, issue: Issue, entry: Entry, merged: str) -> bool:
+        """The `finalized` commit (`_finalize_all` around it); False when it was refused."""
+        return self._moved(entry, lifecycle.finalize, self.project, self.runtime, issue.id, merged,
+                           self.config.target_branch, self.refinery.take_usage(issue.id))
 
-    async def _after_finalize(self, issue: Issue, merged: str) -> None:
-        target = self.config.target_branch
-        # in a thread: removing files and the branch takes milliseconds the event loop needs to
-        # start the dependents this issue just unblocked (the entry stays busy meanwhile)
-        await asyncio.to_thread(worktrees.retire, self.project.paths, issue.id, target, self.may_spare(issue.id))
+    async def _finalize_all(self, landed: list[tuple[Issue, Entry, str]]) -> None:
+        """The finalize commits of `landed` (issue, entry, landed commit) one after the other, each
+        after one turn of the event loop for the rest of the daemon. Meanwhile a thread retires
+        the worktree and branch of each one finalized, in that order: removing files takes
+        milliseconds the event loop needs to start the dependents these issues unblocked."""
+        target, paths = self.config.target_branch, self.project.paths
+        to_retire: queue.SimpleQueue[tuple[str, bool] | None] = queue.SimpleQueue()
+
+        def retire_each() -> None:
+            while (job := to_retire.get()) is not None:
+                worktrees.retire(paths, job[0], target, job[1])
+
+        retiring = asyncio.ensure_future(asyncio.to_thread(retire_each))
+        finished: list[tuple[Issue, str]] = []
+        refused: list[str] = []
+        try:
+            for issue, entry, merged in landed:
+                if self._finalize(issue, entry, merged):
+                    finished.append((issue, merged))
+                    to_retire.put((issue.id, self.may_spare(issue.id)))
+                else:
+                    refused.append(issue.id)
+                await asyncio.sleep(0)
+        finally:
+            to_retire.put(None)
+            await retiring
+        for issue_id in refused:
+            await self._retire_if_finished(issue_id)   # finalized meanwhile by another machine
         shared = self.host.shared_target
-        if shared is not None:
-            shared.request_push()   # here: its event is the event loop's, not a thread's to set
-            await asyncio.to_thread(shared.finalized, issue.id)
-        self.merged += 1
-        self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
+        for issue, merged in finished:
+            if shared is not None:
+                shared.request_push()   # here: its event is the event loop's, not a thread's to set
+                await asyncio.to_thread(shared.finalized, issue.id)
+            self.merged += 1
+            self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
 
     async def _retire_if_finished(self, issue_id: str) -> None:
         """An issue finished elsewhere (another machine landed its own agent's work, or a person
