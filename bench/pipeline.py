@@ -944,8 +944,9 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   in the loop (~2 ms of CPU each, a third of it the six new files; the index and `.hive/`
   catch-up after each) — since the merge train the loop, not the merge step, paces
   finalized/min. Smaller than the profilers made them (measured alone): the jail's spec and
-  command line at every agent start, 1.2 ms of CPU (`os.path.realpath` of ~50 paths: 0.55 ms),
-  and its pids cgroup made and removed, 0.14 ms. A larger spare pool is no gain: with 16
+  command line at every agent start, 1.2 ms of CPU (`os.path.realpath` of ~50 paths: 0.55 ms;
+  since 2026-12-06 0.55 ms in all: the home's tool folders worked out once per PATH, and only
+  the credentials that exist resolved), and its pids cgroup made and removed, 0.14 ms. A larger spare pool is no gain: with 16
   instead of 8 the same 21-24 spares were taken (what it kept more was put back as the run
   ended). The worktrees' creation in one DAG run: 632 ms of CPU for the 50 before, 341-425 ms
   since (runs an hour apart; this machine's speed moved by a third within that hour).
@@ -968,6 +969,18 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   `.hive/` catch-up (~2.4 ms), an agent's start (the jail's spec ~0.8, its spawn ~0.7 a
   process, the test command's too), its pipes and JSON lines, the runtime database, the
   watchers. 1.2 × of a raw side that starts no process would need that loop near 3 ms an issue.
+- **The merge step's tail**: the wall figures end at the last `finalized` commit, and what the
+  merge step still had queued at the last `done` is landed with no agent beside it, on one core
+  at a time (land a train in a thread, then its cars' finalize commits on the loop). While agents
+  are being started a merge waits for them (at most 0.5 s each time), so at the end of the DAG
+  ~20-26 issues were still queued: 400-520 ms from the last `done` to the last `finalized`, ~8
+  ms of every issue's 60. Each car took ~10 ms there: its finalize commit, then its worktree
+  retired in a thread, then a turn of the event loop before the next car's commit. Since
+  2026-12-06 a train's finalize commits follow one another (a turn of the loop between them,
+  no thread in between) while one thread retires the finalized cars' worktrees in order
+  (`MergeProcessor._finalize_all`): 180-390 ms from the last `done` to the last `finalized`
+  in 4 runs interleaved with the commit before (400-520 there), wall per finalized issue
+  59.5-65 against 64-71 ms, in a slow hour of the machine.
 - **The agents' side**: with instant agents on 2 cores their processes compete with the daemon
   for the cores, and part of their cost is hive's: the `reference-transaction` hook runs twice
   for every ref update, every commit of every agent included. It started `dirname`, `cat`, a
