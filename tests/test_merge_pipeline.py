@@ -998,6 +998,25 @@ def test_a_daemon_killed_mid_train_lands_and_finalizes_each_issue_once_on_restar
         assert_cleaned_up(git, paths, issue_id)
 
 
+def _train_landed_with(script_path: str, patch: str) -> str:
+    """The three done issues of `_three_done` landed as one train by a daemon with `patch` run
+    first (`_start_daemon`); its output."""
+    daemon = _start_daemon(script_path, {"HIVE_MERGE_MODE": "auto"}, patch)
+    out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    assert daemon.returncode == 0, out
+    assert " land together (tested once" in out, out
+    return out
+
+
+def _each_finalized_once_and_cleaned_up(ids: list[str], out: str, status_of: Callable[[str], str],
+                                        git: Callable[..., Any], state_log: Callable[..., list],
+                                        paths: Any) -> None:
+    for issue_id in ids:
+        assert status_of(issue_id) == "finalized", out
+        assert_finalized_once(git, state_log, issue_id)
+        assert_cleaned_up(git, paths, issue_id)
+
+
 def test_a_trains_finalize_commits_do_not_wait_for_the_cars_before_them_to_be_retired(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of, tmp_path):
     ids, path = _three_done(new_issue, script, run_hive, status_of)
@@ -1020,19 +1039,12 @@ def test_a_trains_finalize_commits_do_not_wait_for_the_cars_before_them_to_be_re
              "        out.write(f'{issue_id} {wanted} {finalized()}\\n')\n"
              "    return retire(paths, issue_id, *args, **kwargs)\n"
              "worktrees.retire = waiting_retire\n")
-    daemon = _start_daemon(path, {"HIVE_MERGE_MODE": "auto"}, patch)
-    out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
-    assert daemon.returncode == 0, out
-
-    assert " land together (tested once" in out, out
+    out = _train_landed_with(path, patch)
     retires = [line.split() for line in seen.read_text().splitlines()]
     assert [r[0] for r in retires] == [line.split()[1] for line in out.splitlines()
                                        if line.endswith(" and finalized")], out   # in the train's order
     assert all(int(found) >= int(wanted) for _, wanted, found in retires), retires
-    for issue_id in ids:
-        assert status_of(issue_id) == "finalized", out
-        assert_finalized_once(git, state_log, issue_id)
-        assert_cleaned_up(git, paths, issue_id)
+    _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths)
 
 
 def test_a_retire_that_fails_mid_train_leaves_every_car_finalized_and_cleaned_up_by_the_end(
@@ -1046,13 +1058,6 @@ def test_a_retire_that_fails_mid_train_leaves_every_car_finalized_and_cleaned_up
              "        raise OSError('disk trouble')\n"
              "    return retire(*args, **kwargs)\n"
              "worktrees.retire = failing_once\n")
-    daemon = _start_daemon(path, {"HIVE_MERGE_MODE": "auto"}, patch)
-    out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
-    assert daemon.returncode == 0, out
-
-    assert " land together (tested once" in out, out
+    out = _train_landed_with(path, patch)
     assert "merge error: disk trouble" in out, out
-    for issue_id in ids:
-        assert status_of(issue_id) == "finalized", out
-        assert_finalized_once(git, state_log, issue_id)
-        assert_cleaned_up(git, paths, issue_id)
+    _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths)
