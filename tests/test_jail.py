@@ -123,6 +123,29 @@ def test_a_test_command_runs_in_the_jail_with_the_jails_environment(tmp_path: Pa
     assert (work / "here").read_text() == "made\n" and not (git_env / "x").exists()
 
 
+def test_a_credential_inside_a_folder_shown_again_is_hidden_again_through_a_link_too(tmp_path: Path,
+                                                                                      git_env: Path) -> None:
+    """A tool folder in the hidden home is shown again (`~/.cargo` for `~/.cargo/bin` on PATH);
+    the credentials in it stay hidden, and so does a file a credential's name links to there."""
+    require_jail()
+    from hive.merge.mechanical import run_test
+
+    cargo = git_env / ".cargo"
+    (cargo / "bin").mkdir(parents=True)
+    (cargo / "bin" / "tool").write_text("the tool runs\n")
+    (cargo / "credentials.toml").write_text("SECRET-CARGO-5d1e")
+    (cargo / "npm-token").write_text("SECRET-NPM-8a2b")
+    (git_env / ".npmrc").symlink_to(cargo / "npm-token")
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = JailSpec(writable=(str(work),), readable=(str(cargo),), hidden=(str(git_env),), scratch=("/tmp",),
+                    home=str(git_env))
+    result = run_test(f"cat {cargo}/bin/tool {cargo}/credentials.toml {cargo}/npm-token {git_env}/.npmrc",
+                      work, 30, jail)
+    assert "the tool runs" in result.output
+    assert "SECRET" not in result.output, result.output
+
+
 def test_the_environment_is_an_allowlist_and_a_providers_keys_reach_only_its_own_cli() -> None:
     host = {"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "u",
             "HTTPS_PROXY": "p", "https_proxy": "p", "LC_ALL": "C", "HIVE_MAX_AGENTS": "3", "GIT_DIR": "/x",
