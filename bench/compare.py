@@ -2,7 +2,9 @@
 
 Absolute figures only compare within one run: this machine's speed changes from one hour (and one
 host) to the next. This checks each revision out into a temporary worktree, runs
-`python -m bench --only ...` of each in turn, A B A B ..., so both see the same load, and prints
+`python -m bench --only ...` of each in turn, A B then B A ..., so both see the same load and
+neither always runs right after the other (a run's deleted files slow the next one's file
+creation on a journal-less ext4: see docs/PERFORMANCE.md), and prints
 per figure the median over the rounds of each one's median, and B / A: of those medians, and of
 each round (their spread tells a change from noise).
 """
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict[str, tuple[float, str]]]] = {"A": [], "B": []}
         try:
             for round_ in range(args.rounds):
-                for label, tree in trees.items():
+                for label, tree in (trees.items() if round_ % 2 == 0 else reversed(trees.items())):
                     runs[label].append(_run(tree, args.only, Path(scratch) / f"{label}-{round_}.md"))
                     print(f"round {round_ + 1}/{args.rounds}: {label} done", file=sys.stderr)
         finally:
