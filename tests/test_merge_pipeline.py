@@ -1008,18 +1008,27 @@ def _train_landed_with(script_path: str, patch: str) -> str:
     return out
 
 
+def _work_heads(git: Callable[..., Any], ids: list[str]) -> list[str]:
+    return [git("rev-parse", f"refs/heads/hive/work/{issue_id}").stdout.strip() for issue_id in ids]
+
+
 def _each_finalized_once_and_cleaned_up(ids: list[str], out: str, status_of: Callable[[str], str],
                                         git: Callable[..., Any], state_log: Callable[..., list],
-                                        paths: Any) -> None:
+                                        paths: Any, heads: list[str]) -> None:
+    """Each issue finalized once, its worktree and branch gone, and the work its branch held
+    (`heads`, read before the run) still reachable from a ref."""
     for issue_id in ids:
         assert status_of(issue_id) == "finalized", out
         assert_finalized_once(git, state_log, issue_id)
         assert_cleaned_up(git, paths, issue_id)
+    reachable = set(git("rev-list", "--all").stdout.split())
+    assert set(heads) <= reachable, (heads, git("for-each-ref").stdout)
 
 
 def test_a_trains_finalize_commits_do_not_wait_for_the_cars_before_them_to_be_retired(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of, tmp_path):
     ids, path = _three_done(new_issue, script, run_hive, status_of)
+    heads = _work_heads(git, ids)
     seen = tmp_path / "retires"
     # the n-th retire (in a thread) waits until the n+1-th car is finalized: made only if the
     # event loop goes on to the next car's commit without waiting for this retire to end
@@ -1044,12 +1053,13 @@ def test_a_trains_finalize_commits_do_not_wait_for_the_cars_before_them_to_be_re
     assert [r[0] for r in retires] == [line.split()[1] for line in out.splitlines()
                                        if line.endswith(" and finalized")], out   # in the train's order
     assert all(int(found) >= int(wanted) for _, wanted, found in retires), retires
-    _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths)
+    _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths, heads)
 
 
 def test_a_retire_that_fails_mid_train_leaves_every_car_finalized_and_cleaned_up_by_the_end(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of):
     ids, path = _three_done(new_issue, script, run_hive, status_of)
+    heads = _work_heads(git, ids)
     patch = ("from hive.workspace import worktrees\n"
              "retire, calls = worktrees.retire, []\n"
              "def failing_once(*args, **kwargs):\n"
@@ -1060,4 +1070,4 @@ def test_a_retire_that_fails_mid_train_leaves_every_car_finalized_and_cleaned_up
              "worktrees.retire = failing_once\n")
     out = _train_landed_with(path, patch)
     assert "merge error: disk trouble" in out, out
-    _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths)
+    _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths, heads)
