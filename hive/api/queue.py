@@ -273,9 +273,8 @@ class Hive:
         issue_id = self.resolve(issue_id) if issue_id else ""
         file_id = issue_id or issues.PROJECT_NOTES
         if issues.add_notes(self.project, [issues.note_line(text, category, issue=issue_id)], file_id=file_id):
-            raise BadInput(f"no room for the note in {layout.notes_path(file_id)}: a notes file holds at most "
-                           f"{trust.MAX_NOTES_BYTES} bytes and all of them {trust.MAX_INCOMING_NOTES_BYTES}, the most "
-                           "another machine takes in (remove notes no one needs from .hive/notes/)")
+            raise BadInput(f"no room for the note in {layout.notes_path(file_id)}: {trust.NOTES_BOUNDS} "
+                           "(remove notes no one needs from .hive/notes/)")
         return issue_id
 
     def notes(self, issue_id: str = "", archived: bool = False) -> list[dict[str, Any]]:

@@ -420,7 +420,7 @@ class MergeProcessor:
             while (job := to_retire.get()) is not None:
                 worktrees.retire(paths, job[0], target, job[1])
 
-        retiring = asyncio.ensure_future(asyncio.to_thread(retire_each))
+        retiring = asyncio.create_task(asyncio.to_thread(retire_each))
         finished: list[tuple[Issue, str]] = []
         refused: list[str] = []
         try:

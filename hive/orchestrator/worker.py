@@ -582,9 +582,8 @@ class Worker:
                 dropped = issues.add_notes(self.project, stamped, file_id=self.issue_id, agent=self.agent_id)
                 self._log(f"{len(stamped)} note(s) harvested")
                 if dropped:
-                    self._log(f"{dropped} of them left out: the notes on {git.STATE_BRANCH} are full (a file "
-                              f"{trust.MAX_NOTES_BYTES} bytes, all of them {trust.MAX_INCOMING_NOTES_BYTES}: "
-                              "the most another machine takes in)")
+                    self._log(f"{dropped} of them left out: the notes on {git.STATE_BRANCH} are full "
+                              f"({trust.NOTES_BOUNDS})")
                 relayed = stamped[:len(stamped) - dropped][:max(0, MAX_RELAYED_NOTES - self.notes_relayed)]
                 self.notes_relayed += len(relayed)
                 if relayed:

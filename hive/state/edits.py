@@ -145,7 +145,7 @@ def _check(store: StateStore, index: Index, path: str, data: bytes, snap: Snapsh
         if len(data) > trust.MAX_NOTES_BYTES:
             raise BadInput(f"{len(data)} bytes, more than {trust.MAX_NOTES_BYTES}: another machine would refuse "
                            "the whole of hive/state (`git hive notes prune` archives old notes)", f"{where}:1")
-        total = snap.bytes_under(layout.NOTES_DIR) - len(snap.read(path) or b"") + len(data)
+        total = snap.bytes_under(layout.NOTES_DIR) - snap.size(path) + len(data)
         if total > trust.MAX_INCOMING_NOTES_BYTES:
             raise BadInput(f"the notes files would hold {total} bytes together, more than "
                            f"{trust.MAX_INCOMING_NOTES_BYTES}: a fresh clone would refuse the whole of hive/state",

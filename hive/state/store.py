@@ -109,6 +109,13 @@ class Snapshot:
         entry = self._entry(path)
         return str(entry.id) if entry is not None else None
 
+    def size(self, path: str) -> int:
+        """The size of the file at `path` (0 if there is none), from its object header."""
+        entry = self._entry(path)
+        if entry is None or entry.filemode == pygit2.GIT_FILEMODE_TREE:
+            return 0
+        return _blob_size(self.repo, entry.id)
+
     def bytes_under(self, folder: str) -> int:
         """The sizes of all the files under `folder` added up, each as often as it appears (as
         the trust check counts them), read from object headers."""

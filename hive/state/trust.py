@@ -46,6 +46,8 @@ MAX_NOTES_BYTES = 8 << 20
 MAX_CONTEXT_BYTES = 1 << 20
 MAX_INCOMING_BYTES = 256 << 20        # issue files and context: the bench's 100k-issue queue is over 64 MiB
 MAX_INCOMING_NOTES_BYTES = 64 << 20   # notes (each line a row in index.db: files may share one blob)
+NOTES_BOUNDS = (f"a notes file holds at most {MAX_NOTES_BYTES} bytes and all of them {MAX_INCOMING_NOTES_BYTES}, "
+                "the most another machine takes in")
 MAX_ENTRIES = 125_000   # a real 100k-issue queue is ~100,300; memory is tested at this (docs/SECURITY.md)
 MAX_NAME_BYTES = 255
 MAX_COMMIT_BYTES = 64 << 10       # one commit's headers and message (hive writes a few hundred bytes)
