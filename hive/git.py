@@ -251,6 +251,18 @@ PACK_WINDOW_BYTES = 4 << 20
 PACK_MAPPED_BYTES = 16 << 20
 
 
+def open_worktree(path: Path | str) -> "pygit2.Repository":
+    """The repository of the worktree at `path` itself, never one found in a folder above it.
+
+    Hive's worktrees lie inside the main repository's `.git`: one whose `.git` file is gone (an
+    agent outside the jail, a removal half done by another thread) would otherwise open the main
+    repository, and a HEAD detached or a reset meant for the worktree would land on a person's
+    checkout. Missing, it is a `pygit2.GitError`, as any repository not found."""
+    import pygit2
+
+    return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+
+
 def repository(path: Path | str) -> "pygit2.Repository":
     """The pygit2 Repository at `path`, opened once per thread and kept (the last few).
 

@@ -308,7 +308,7 @@ def commit_plan(project: Project, slug: str, directory: Path, spec: str, issues:
         raise HiveError(f"{ref} moved while the plan was being committed; run the command again") from None
     if new is None:
         return str(tip)
-    pygit2.Repository(str(directory)).reset(pygit2.Oid(hex=new), pygit2.enums.ResetMode.HARD)
+    git.open_worktree(directory).reset(pygit2.Oid(hex=new), pygit2.enums.ResetMode.HARD)
     return new
 
 

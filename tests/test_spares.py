@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from hive import git as hive_git
 from hive.workspace import attempts, spares, worktrees
@@ -190,6 +192,68 @@ def test_an_issue_retired_by_two_threads_at_once_is_no_error(repo, git, monkeypa
     assert git("branch", "--list", f"hive/work/{ISSUE}", cwd=repo).stdout == ""
     assert not worktrees.worktree_path(paths, ISSUE).exists()
     assert attempts.holding(paths.common_dir, ISSUE, unlanded) is not None   # kept first
+
+
+def test_an_issue_retired_into_the_pool_while_another_thread_removes_it_is_no_error(repo, git, monkeypatch):
+    """The daemon's loop stops the agent of an issue just finalized and retires its worktree into
+    the pool while the merge step, which saw the agent still running, removes it outright: the
+    folder went from under the spare being made (a crash of the daemon). The second waits."""
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    unlanded = _commit_in(tree, "work.txt", "the agent's work\n")
+    real_rename, errors = os.rename, []
+
+    def remove_outright() -> None:
+        try:
+            worktrees.retire(paths, ISSUE, "main", spare=False)
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    other = threading.Thread(target=remove_outright)
+
+    def the_other_removes_it_meanwhile(source: object, destination: object) -> None:
+        real_rename(source, destination)
+        if other.ident is None and str(source).endswith(f"worktrees/{ISSUE}"):   # the admin folder moved
+            other.start()
+            other.join(0.5)   # done at once unless it waits for this removal to end
+
+    monkeypatch.setattr(spares.os, "rename", the_other_removes_it_meanwhile)
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+    other.join()
+    assert errors == []
+    assert not worktrees.worktree_path(paths, ISSUE).exists()
+    assert git("branch", "--list", f"hive/work/{ISSUE}", cwd=repo).stdout == ""
+    assert attempts.holding(paths.common_dir, ISSUE, unlanded) is not None   # kept first
+    [spare] = spares.spares_dir(paths).glob("[0-9]*")                         # one spare, whole
+    assert worktrees.create(paths, NEXT, base).path.joinpath(".git").is_file()
+    assert not spare.exists()                                                 # taken by the next issue
+
+
+def test_a_worktree_whose_git_file_is_gone_is_never_taken_for_the_main_repository(repo, git):
+    """Hive's worktrees lie inside the main repository's `.git`: opened with git's search upward,
+    one without its `.git` file was the main repository — `prepare_for_merge` detached a person's
+    HEAD and reset their checkout hard to the agent's work."""
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    unlanded = _commit_in(tree, "work.txt", "the agent's work\n")
+    (tree / ".git").unlink()                                    # an agent outside the jail, say
+    (repo / "mine.txt").write_text("a person's change, not committed\n")
+    git("add", "mine.txt", cwd=repo)
+
+    with pytest.raises(pygit2.GitError):
+        worktrees.prepare_for_merge(paths, ISSUE, unlanded)
+    assert worktrees.worktree_head(paths, ISSUE) is None
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+
+    assert git("symbolic-ref", "HEAD", cwd=repo).stdout.strip() == "refs/heads/main"
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == base
+    assert (repo / "mine.txt").read_text() == "a person's change, not committed\n"
+    assert "A  mine.txt" in git("status", "--porcelain", cwd=repo).stdout
+    assert not tree.exists()
+    assert list(spares.spares_dir(paths).glob("[0-9]*")) == []   # no spare made of it
+    assert attempts.holding(paths.common_dir, ISSUE, unlanded) is not None   # the work is kept
 
 
 def _big_checkout(repo: Path, git) -> tuple[hive_git.RepoPaths, str]:

@@ -43,7 +43,7 @@ def changed_files(paths: git.RepoPaths, issue_id: str, target_ref: str) -> list[
 
 
 def _in_worktree(path: Path, base: pygit2.Oid, private: Path) -> list[str]:
-    work = pygit2.Repository(str(path))
+    work = git.open_worktree(path)
     if private.is_dir():
         work.odb.add_disk_alternate(str(private))
     committed = _paths_of(work[base].peel(pygit2.Commit).tree.diff_to_index(work.index))

@@ -98,7 +98,7 @@ def put(paths: git.RepoPaths, name: str, path: Path) -> bool:
     if not (path / ".git").is_file() or (path / ".gitmodules").exists() or not admin.is_dir():
         return False
     try:
-        work = pygit2.Repository(str(path))
+        work = git.open_worktree(path)
         if work.state() != pygit2.enums.RepositoryState.NONE:
             return False
         if not work.head_is_detached:
@@ -177,7 +177,7 @@ def _clean_at(path: Path, base: str) -> bool:
     """Reset the worktree at `path` to `base` (files, index, detached HEAD), everything untracked
     or ignored removed; whether it is clean after it."""
     try:
-        work = pygit2.Repository(str(path))
+        work = git.open_worktree(path)
         commit = work[base].peel(pygit2.Commit)
         work.checkout_tree(commit.tree, strategy=_CLEAN)
         work.set_head(commit.id)

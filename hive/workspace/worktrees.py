@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pygit2
 
-from hive import git
+from hive import git, lines
 from hive.errors import HiveError
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
@@ -179,7 +180,7 @@ def _add_detached(paths: git.RepoPaths, issue_id: str, path: Path, base: pygit2.
     (admin / "HEAD").write_text(f"{base.id}\n", encoding="utf-8")
     path.mkdir()
     git.link_worktree(admin, path)
-    work = pygit2.Repository(str(path))
+    work = git.open_worktree(path)
     work.checkout_tree(work[base.tree_id], strategy=pygit2.enums.CheckoutStrategy.FORCE)
 
 
@@ -276,7 +277,7 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
         return head_of(paths, issue_id)
     absorb_objects(paths, issue_id)
     try:
-        head = str(_detached(pygit2.Repository(str(path))).head.target)
+        head = str(_detached(git.open_worktree(path)).head.target)
     except (pygit2.GitError, KeyError, ValueError):
         return head_of(paths, issue_id)
     if checkout_of(paths, branch_name(issue_id)) is None:
@@ -294,7 +295,7 @@ def follow_worktree(paths: git.RepoPaths, issue_id: str) -> str | None:
     path = worktree_path(paths, issue_id)
     if (path / ".git").is_file():
         try:
-            idle = pygit2.Repository(str(path)).state() == pygit2.enums.RepositoryState.NONE
+            idle = git.open_worktree(path).state() == pygit2.enums.RepositoryState.NONE
         except pygit2.GitError:
             idle = False
         if idle:
@@ -302,12 +303,26 @@ def follow_worktree(paths: git.RepoPaths, issue_id: str) -> str | None:
     return head_of(paths, issue_id)
 
 
+_OID = re.compile(r"[0-9a-f]{40}")
+
+# one removal of an issue's worktree at a time in this process: the merge step and the daemon's
+# loop (an agent stopped) may both retire a finished issue, and a spare half made by one while the
+# other deletes the folder under it would be neither a spare nor removed
+_REMOVING = [threading.Lock() for _ in range(32)]
+
+
 def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
            repo: pygit2.Repository | None = None, target: str = "", spare: bool = False) -> None:
     """Remove the issue's worktree (files, git admin dir) and, unless told not to, its branch;
     the heads they held are kept first (unless on the `target` branch, or on the branch kept).
-    With `spare`, the worktree is moved aside for the next issue's (`spares`) if it can be."""
-    repo = repo or open_repo(paths)
+    With `spare`, the worktree is moved aside for the next issue's (`spares`) if it can be.
+    A second removal of the same issue waits for the first, then finds nothing left to do."""
+    with _REMOVING[hash(issue_id) % len(_REMOVING)]:
+        _remove(paths, issue_id, delete_branch, repo or open_repo(paths), target, spare)
+
+
+def _remove(paths: git.RepoPaths, issue_id: str, delete_branch: bool, repo: pygit2.Repository,
+            target: str, spare: bool) -> None:
     path = worktree_path(paths, issue_id)
     keep_discarded(paths, issue_id, repo, delete_branch=delete_branch, target=target)
     if spare and spares.put(paths, issue_id, path):
@@ -348,9 +363,23 @@ def keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository,
                    delete_branch: bool = True, target: str = "") -> list[attempts.Attempt]:
     """Keep the worktree's HEAD and (when it goes) the branch's head, before they are removed."""
     branch = head_of(paths, issue_id)
-    heads = [worktree_head(paths, issue_id)] + ([branch] if delete_branch else [])
+    heads = [worktree_head(paths, issue_id) or _admin_head(paths, issue_id)] + ([branch] if delete_branch else [])
     anchors = [git.read_ref(paths.common_dir, git.branch_ref(target)) if target else None]
     return attempts.keep(repo, issue_id, heads, reachable_from=anchors + ([] if delete_branch else [branch]))
+
+
+def _admin_head(paths: git.RepoPaths, issue_id: str) -> str | None:
+    """The commit git's admin folder records as the worktree's detached HEAD, read without the
+    worktree (its `.git` file gone); the agent may write that file: only a commit id counts."""
+    try:
+        text = lines.read_regular(git.worktree_admin(paths.common_dir, issue_id) / "HEAD", 128)
+    except OSError:
+        return None
+    head = (text or b"").decode("ascii", "replace").strip()
+    if not _OID.fullmatch(head):
+        return None
+    absorb_objects(paths, issue_id)   # a jailed agent's commits are in its private store
+    return head
 
 
 def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
@@ -361,7 +390,7 @@ def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
         return None
     absorb_objects(paths, issue_id)
     try:
-        return str(pygit2.Repository(str(path)).head.target)
+        return str(git.open_worktree(path).head.target)
     except (pygit2.GitError, KeyError, ValueError):
         return None
 
@@ -442,7 +471,7 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     # else: a person's own checkout of the branch: never move it under them (hive's worktree is
     # detached then, see `recreate`)
     if worktree.exists():
-        work = _detached(pygit2.Repository(str(worktree)))
+        work = _detached(git.open_worktree(worktree))
         work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)
 
 
@@ -453,7 +482,7 @@ def check_out_for_tests(paths: git.RepoPaths, issue_id: str, commit: str, *, als
     command made there is kept)."""
     attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)],
                   reachable_from=[commit, also_held or None, head_of(paths, issue_id)])
-    work = _detached(pygit2.Repository(str(worktree_path(paths, issue_id))))
+    work = _detached(git.open_worktree(worktree_path(paths, issue_id)))
     if str(work.head.target) != commit:
         work.reset(pygit2.Oid(hex=commit), pygit2.enums.ResetMode.HARD)
 
@@ -474,7 +503,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
         git.run([*git.NO_HOOKS, "worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
     else:
         repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
-        _detached(pygit2.Repository(str(path)))
+        _detached(git.open_worktree(path))
     settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
     init_submodules(paths, path)
 
@@ -486,7 +515,7 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
         recreate(paths, issue_id)
         return
     attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)], reachable_from=[head])
-    work = _detached(pygit2.Repository(str(path)))
+    work = _detached(git.open_worktree(path))
     if work.state() != pygit2.enums.RepositoryState.NONE:
         # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
         # hive's own worktree, so start again from the work (`head`)
