@@ -1008,6 +1008,20 @@ def _train_landed_with(script_path: str, patch: str) -> str:
     return out
 
 
+def _fails_once(package: str, target: str) -> str:
+    """A patch for `_start_daemon`: `target` (`module.name`, the module in `package`) raises
+    OSError('disk trouble') on its first call and works from then on."""
+    module = target.split(".")[0]
+    return (f"from {package} import {module}\n"
+            f"real, calls = {target}, []\n"
+            "def failing_once(*args, **kwargs):\n"
+            "    calls.append(args)\n"
+            "    if len(calls) == 1:\n"
+            "        raise OSError('disk trouble')\n"
+            "    return real(*args, **kwargs)\n"
+            f"{target} = failing_once\n")
+
+
 def _work_heads(git: Callable[..., Any], ids: list[str]) -> list[str]:
     return [git("rev-parse", f"refs/heads/hive/work/{issue_id}").stdout.strip() for issue_id in ids]
 
@@ -1056,18 +1070,40 @@ def test_a_trains_finalize_commits_do_not_wait_for_the_cars_before_them_to_be_re
     _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths, heads)
 
 
+def test_a_dependent_queued_behind_its_blocker_rides_the_same_train(
+        repo, paths, new_issue, script, run_hive, git, state_log, status_of):
+    path = script({})
+    blocker = new_issue("Blocker", priority=1)   # first in the merge queue
+    dependent = new_issue("Dependent", priority=3, depends_on=[blocker])
+    run_hive(path, max_agents=2, HIVE_MERGE_MODE="manual")   # the dependent starts from the blocker's work
+    heads = _work_heads(git, [blocker, dependent])
+    both = f"test -f hive-work/{blocker}.txt && test -f hive-work/{dependent}.txt"
+
+    out = run_hive(path, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND=both)
+
+    assert f"{blocker}, {dependent} land together (tested once, on " in out, out
+    main_log = git("log", "--format=%(trailers:key=Hive-Issue,valueonly)", "main").stdout.split()
+    assert main_log[:2] == [dependent, blocker], main_log   # each landed once, the blocker first
+    finalized = [line.split()[1] for line in out.splitlines() if line.endswith(" and finalized")]
+    assert finalized == [blocker, dependent], out
+    _each_finalized_once_and_cleaned_up([blocker, dependent], out, status_of, git, state_log, paths, heads)
+
+
+def test_a_finalize_commit_that_fails_mid_train_is_made_again_and_the_cars_after_it_too(
+        repo, paths, new_issue, script, run_hive, git, state_log, status_of):
+    ids, path = _three_done(new_issue, script, run_hive, status_of)
+    heads = _work_heads(git, ids)
+    out = _train_landed_with(path, _fails_once("hive.merge", "pipeline.MergeProcessor._finalize"))
+    first = next(line.split()[1].rstrip(",") for line in out.splitlines() if " land together" in line)
+    assert f"{first} merge error: disk trouble" in out, out
+    _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths, heads)
+
+
 def test_a_retire_that_fails_mid_train_leaves_every_car_finalized_and_cleaned_up_by_the_end(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of):
     ids, path = _three_done(new_issue, script, run_hive, status_of)
     heads = _work_heads(git, ids)
-    patch = ("from hive.workspace import worktrees\n"
-             "retire, calls = worktrees.retire, []\n"
-             "def failing_once(*args, **kwargs):\n"
-             "    calls.append(args)\n"
-             "    if len(calls) == 1:\n"
-             "        raise OSError('disk trouble')\n"
-             "    return retire(*args, **kwargs)\n"
-             "worktrees.retire = failing_once\n")
-    out = _train_landed_with(path, patch)
-    assert "merge error: disk trouble" in out, out
+    out = _train_landed_with(path, _fails_once("hive.workspace", "worktrees.retire"))
+    first = next(line.split()[1] for line in out.splitlines() if line.endswith(" and finalized"))
+    assert f"warning: {first}'s worktree and branch were not retired (disk trouble)" in out, out
     _each_finalized_once_and_cleaned_up(ids, out, status_of, git, state_log, paths, heads)

@@ -221,11 +221,11 @@ def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Seq
     the commits between the target's old and new tip were tested together, not one by one.
 
     The train takes `plans` in order (`events[i]` hears of `plans[i]`), leaving out each that
-    `land` would not land now: landed already, a blocker not on the target, a file only a person
-    lands, or a conflict with the ones before it — each of those lands alone (`land`), which says
-    why. Returns the landings by issue id — or none, and nothing moved, when fewer than two make
-    the train, or (`Train.stopped` says which) its tests fail, a person's checkout is in the way
-    or the target moved: then each lands alone.
+    `land` would not land now: landed already, a blocker neither on the target nor in the train
+    before it, a file only a person lands, or a conflict with the ones before it — each of those
+    lands alone (`land`), which says why. Returns the landings by issue id — or none, and nothing
+    moved, when fewer than two make the train, or (`Train.stopped` says which) its tests fail, a
+    person's checkout is in the way or the target moved: then each lands alone.
 
     Each agent's own test command runs in its own worktree (DESIGN §7), the project's once, in the
     last one's; the worktrees are at the last candidate for it and back at their heads after a
@@ -272,12 +272,14 @@ class _Car:
 
 def _coupled(repo: pygit2.Repository, paths: git.RepoPaths, tip: str,
              plans: list[tuple[Plan, LandingEvents]]) -> list[_Car]:
-    """The cars of the train: each plan that `land` would land now, replayed onto the one before."""
+    """The cars of the train: each plan that `land` would land now, replayed onto the one before
+    — a blocker among those before counts as landed (at its candidate: the train lands all or none)."""
     cars: list[_Car] = []
     at = tip
     for plan, heard in plans:
+        landed_before = {car.plan.issue_id: car.candidate for car in cars}
         if (plan.by_person or plan.head == at or landings.landed_commit(repo, tip, plan.issue_id, plan.recorded)
-                or landings.blockers_off_target(repo, tip, dict(plan.blockers))):
+                or landings.blockers_off_target(repo, at, dict(plan.blockers), landed_before)):
             continue
         replayed = replay(repo, plan.head, _replay_start(repo, plan.head, plan.base, at, plan.trust_head),
                           at, plan.issue_id)

@@ -240,7 +240,7 @@ class MergeProcessor:
         if target_ref is None:
             self._update(entry, state="waiting", detail=f"target branch {target} does not exist")
             return False
-        if entry.merged_commit and _contains(repo, str(target_ref.target), entry.merged_commit):
+        if entry.merged_commit and landings.contains(repo, str(target_ref.target), entry.merged_commit):
             await self._finalize_all([(issue, entry, entry.merged_commit)])
             return True
         landed = landings.landed_commit(repo, str(target_ref.target), issue.id, landings.recorded_of(issue))
@@ -412,17 +412,24 @@ class MergeProcessor:
         """The finalize commits of `landed` (issue, entry, landed commit) one after the other, each
         after one turn of the event loop for the rest of the daemon. Meanwhile a thread retires
         the worktree and branch of each one finalized, in that order: removing files takes
-        milliseconds the event loop needs to start the dependents these issues unblocked."""
+        milliseconds the event loop needs to start the dependents these issues unblocked. A retire
+        that fails is a warning (the leftover sweep, `retire_finished`, retires it); a finalize
+        commit that fails is raised once those before it are told (the queue makes it again)."""
         target, paths = self.config.target_branch, self.project.paths
         to_retire: queue.SimpleQueue[tuple[str, bool] | None] = queue.SimpleQueue()
+        not_retired: list[tuple[str, Exception]] = []
 
         def retire_each() -> None:
             while (job := to_retire.get()) is not None:
-                worktrees.retire(paths, job[0], target, job[1])
+                try:
+                    worktrees.retire(paths, job[0], target, job[1])
+                except Exception as exc:  # noqa: BLE001 - finalized all the same: the leftover sweep retires it
+                    not_retired.append((job[0], exc))
 
         retiring = asyncio.create_task(asyncio.to_thread(retire_each))
         finished: list[tuple[Issue, str]] = []
         refused: list[str] = []
+        error: Exception | None = None
         try:
             for issue, entry, merged in landed:
                 if self._finalize(issue, entry, merged):
@@ -431,6 +438,8 @@ class MergeProcessor:
                 else:
                     refused.append(issue.id)
                 await asyncio.sleep(0)
+        except Exception as exc:  # noqa: BLE001 - raised once those finalized are told
+            error = exc
         finally:
             to_retire.put(None)
             await retiring
@@ -443,6 +452,11 @@ class MergeProcessor:
                 await asyncio.to_thread(shared.finalized, issue.id)
             self.merged += 1
             self.host.log(f"{issue.id} merged into {target} ({merged[:10]}) and finalized")
+        for issue_id, why in not_retired:
+            self.host.log(f"warning: {issue_id}'s worktree and branch were not retired ({why}): "
+                          "the next leftover sweep retires them")
+        if error is not None:
+            raise error
 
     async def _retire_if_finished(self, issue_id: str) -> None:
         """An issue finished elsewhere (another machine landed its own agent's work, or a person
@@ -541,13 +555,3 @@ class _EntryEvents:
     def tests_ended(self) -> None:
         if self.tested:
             self.processor.host.runtime.remove_agent(self.test_agent)
-
-
-def _contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
-    try:
-        return tip == commit or repo.descendant_of(tip, commit)
-    except (pygit2.GitError, ValueError, KeyError):
-        return False
-
-
-

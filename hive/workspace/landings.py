@@ -13,6 +13,7 @@ records its landed commit in its file (`merged`), so whether a blocker is on a g
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 import pygit2
 
@@ -107,14 +108,23 @@ def on_target(repo: pygit2.Repository, tip: str, blocker: Issue) -> bool:
     if blocker.status != "finalized":
         return False
     merged = merged_of(blocker)
-    if not merged:
-        return True
+    return not merged or contains(repo, tip, merged)
+
+
+def contains(repo: pygit2.Repository, tip: str, commit: str) -> bool:
+    """Whether `commit` is `tip` or one of its ancestors (False when either is not here)."""
     try:
-        return merged == tip or repo.descendant_of(tip, merged)
+        return commit == tip or repo.descendant_of(tip, commit)
     except (pygit2.GitError, KeyError, ValueError):
         return False   # not fetched here yet
 
 
-def blockers_off_target(repo: pygit2.Repository, tip: str, blockers: dict[str, Issue | None]) -> list[str]:
-    """The ids of the blockers not on the target at `tip` (unknown ones included)."""
-    return [i for i, blocker in blockers.items() if blocker is None or not on_target(repo, tip, blocker)]
+def blockers_off_target(repo: pygit2.Repository, tip: str, blockers: dict[str, Issue | None],
+                        landed: Mapping[str, str] | None = None) -> list[str]:
+    """The ids of the blockers not on the target at `tip` (unknown ones included). `landed`:
+    commits that land blockers not finalized yet (a merge train's cars before the one asking) —
+    such a blocker is on the target wherever `tip` holds its commit."""
+    landed = landed or {}
+    return [i for i, blocker in blockers.items()
+            if not (i in landed and contains(repo, tip, landed[i]))
+            and (blocker is None or not on_target(repo, tip, blocker))]

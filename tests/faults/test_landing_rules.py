@@ -75,6 +75,28 @@ def test_a_dependent_never_lands_before_its_blocker(repo, new_issue, hive, git):
     assert _trailers(git, repo) == [dependent, blocker]   # newest first: the blocker landed first
 
 
+def test_a_blocker_landing_in_the_same_train_is_on_the_target_only_where_its_landing_is(
+        repo, new_issue, project, git):
+    """In a merge train a dependent may ride behind its blocker: the blocker, not finalized yet,
+    counts as on the target at the commit that lands it — on a tip that holds that commit, and on
+    no other."""
+    import pygit2
+
+    from hive.workspace import landings
+
+    blocker = new_issue("the blocker", status="done")
+    before = git("rev-parse", "main", cwd=repo).stdout.strip()
+    git("commit", "-q", "--allow-empty", "-m", f"blocker work\n\nHive-Issue: {blocker}", cwd=repo)
+    landed = git("rev-parse", "HEAD", cwd=repo).stdout.strip()
+    pygit2_repo = pygit2.Repository(str(repo))
+    blockers = {blocker: project.index.get(blocker)}   # `done`: not on any target by itself
+    assert landings.blockers_off_target(pygit2_repo, landed, blockers) == [blocker]
+    assert landings.blockers_off_target(pygit2_repo, landed, blockers, {blocker: landed}) == []
+    assert landings.blockers_off_target(pygit2_repo, before, blockers, {blocker: landed}) == [blocker]
+    assert landings.blockers_off_target(pygit2_repo, landed, blockers, {blocker: "0" * 40}) == [blocker]
+    assert landings.blockers_off_target(pygit2_repo, landed, {"hv-zzz999": None}, {blocker: landed}) == ["hv-zzz999"]
+
+
 def test_a_landing_counts_only_as_hive_recorded_it(repo, git):
     """`landed_commit` answers only with a recorded commit (this machine's `refs/hive/landings/<id>`
     or the issue's `merged`) that is in the target's history and carries the trailer."""
