@@ -256,6 +256,30 @@ def test_a_worktree_whose_git_file_is_gone_is_never_taken_for_the_main_repositor
     assert attempts.holding(paths.common_dir, ISSUE, unlanded) is not None   # the work is kept
 
 
+@pytest.mark.parametrize("forged", ["link", "blob", "ref", "long"])
+def test_the_admin_head_of_a_worktree_without_its_git_file_is_kept_only_as_a_commit(repo, git, forged):
+    """The agent may write its worktree's admin `HEAD`: read in place of the worktree, only a
+    commit id there is kept (never a link followed, a blob, a ref name, a file too long)."""
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    (tree / ".git").unlink()
+    head = hive_git.worktree_admin(paths.common_dir, ISSUE) / "HEAD"
+    head.unlink()
+    if forged == "link":   # to a file holding a commit that nothing else holds
+        tree_id = git("rev-parse", "main^{tree}", cwd=repo).stdout.strip()
+        dangling = git("commit-tree", tree_id, "-m", "elsewhere", cwd=repo).stdout.strip()
+        (repo.parent / "elsewhere").write_text(dangling + "\n")
+        head.symlink_to(repo.parent / "elsewhere")
+    else:
+        blob = git("hash-object", "-w", "--stdin", cwd=repo, input="not a commit\n").stdout.strip()
+        head.write_text({"blob": blob, "ref": "ref: refs/heads/main", "long": base * 1000}[forged] + "\n")
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+    assert not tree.exists()
+    assert git("for-each-ref", "refs/hive/attempts", cwd=repo).stdout == ""   # nothing kept of it
+    assert git("symbolic-ref", "HEAD", cwd=repo).stdout.strip() == "refs/heads/main"
+
+
 def _big_checkout(repo: Path, git) -> tuple[hive_git.RepoPaths, str]:
     """`repo` with `SETTLE_MIN_FILES` more files committed on main: its paths and main's commit."""
     for k in range(worktrees.SETTLE_MIN_FILES):
