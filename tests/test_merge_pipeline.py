@@ -1089,6 +1089,29 @@ def test_a_dependent_queued_behind_its_blocker_rides_the_same_train(
     _each_finalized_once_and_cleaned_up([blocker, dependent], out, status_of, git, state_log, paths, heads)
 
 
+def test_an_issue_finalized_while_its_agent_still_closes_is_no_agent_stopped(
+        repo, paths, new_issue, script, git, status_of):
+    """The merge step may finalize an issue before its worker has closed its agent's session:
+    that worker is not stopped as one whose issue was taken (it said "finalized: stopping its
+    agent" and retired the worktree a second time); its session closes as usual."""
+    path = script({})
+    issue_id = new_issue("Trivial")
+    patch = ("import asyncio\n"
+             "from hive.orchestrator import worker\n"
+             "close = worker.Worker._close_session\n"
+             "async def slow_close(self):\n"
+             "    await asyncio.sleep(1.0)\n"
+             "    await close(self)\n"
+             "worker.Worker._close_session = slow_close\n")
+    daemon = _start_daemon(path, {"HIVE_MERGE_MODE": "auto"}, patch)
+    out, _ = daemon.communicate(timeout=RUN_TIMEOUT)
+    assert daemon.returncode == 0, out
+    assert f"{issue_id} merged into main" in out, out
+    assert "stopping its agent" not in out, out
+    assert status_of(issue_id) == "finalized"
+    assert_cleaned_up(git, paths, issue_id)
+
+
 def test_a_finalize_commit_that_fails_mid_train_is_made_again_and_the_cars_after_it_too(
         repo, paths, new_issue, script, run_hive, git, state_log, status_of):
     ids, path = _three_done(new_issue, script, run_hive, status_of)

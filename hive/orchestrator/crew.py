@@ -101,14 +101,17 @@ class Crew:
 
     async def stop_taken(self, may_spare: Callable[[str], bool]) -> None:
         """Stop the workers whose issue is no longer theirs (canceled, taken over); each worktree
-        goes, its heads kept (`may_spare`: whether its folder may go back to the pool)."""
+        goes, its heads kept (`may_spare`: whether its folder may go back to the pool). A worker
+        closing its session after its hand-off whose issue is finalized is left to close: its
+        work landed, and the merge step (or the leftover sweep) retires its worktree."""
         if not self._workers:
             return
         # every worker is judged against the same reading, before any is stopped: stopping one
         # awaits, and meanwhile another may move on (switch to a fresh agent) past that reading
         held = self.project.index.assignments(self._workers)
         taken = [(worker, what) for issue_id, worker in self._workers.items()
-                 if (what := taken_from(*held.get(issue_id, ("", "")), worker.agent_id))]
+                 if (what := taken_from(*held.get(issue_id, ("", "")), worker.agent_id))
+                 and not (worker.closing and what == "finalized")]
         for worker, what in taken:
             self.log(f"{worker.issue_id} {what}: stopping its agent")
             await worker.abort(what)

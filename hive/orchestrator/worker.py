@@ -65,7 +65,7 @@ def taken_from(status: str, assignee: str, agent_id: str) -> str:
     if not status or status == "canceled":
         return "canceled"
     if status == "finalized":
-        return "finalized"   # landed without this agent's work: another machine's, or a person's
+        return "finalized"   # landed: another machine's work, a person's, or this agent's already handed off
     if status == "in_progress" and assignee not in ("", agent_id):
         return "taken over"
     if status == "done" and assignee != agent_id and is_agent_id(assignee):
