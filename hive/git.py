@@ -263,12 +263,19 @@ def open_worktree(path: Path | str) -> "pygit2.Repository":
     return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
 
 
+def _no_search_above(worktree: Path | str) -> dict[str, str]:
+    """The environment that keeps the git CLI run in `worktree` from taking a repository above
+    it for its own (as `open_worktree` does for pygit2)."""
+    return {"GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(worktree))}
+
+
 def repository(path: Path | str) -> "pygit2.Repository":
     """The pygit2 Repository at `path`, opened once per thread and kept (the last few).
 
     Opening one reads its config and sets up its ref and object stores (~0.2 ms), and a daemon
     needs the same repository several times per issue. Refs and objects are read from disk on
-    each lookup; an index is not: re-read it (`index.read(False)`) before relying on it.
+    each lookup; an index is not: re-read it (`index.read(False)`) before relying on it. `path`
+    is the repository itself (a git dir, or a worktree with its `.git`): never searched above.
     """
     import pygit2
 
@@ -281,7 +288,7 @@ def repository(path: Path | str) -> "pygit2.Repository":
     key = str(path)
     repo = cache.get(key)
     if repo is None:
-        repo = cache[key] = pygit2.Repository(key)
+        repo = cache[key] = pygit2.Repository(key, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         while len(cache) > OPENED_PER_THREAD:
             cache.popitem(last=False)
     else:
@@ -373,6 +380,7 @@ def _update_index(worktree: Path, args: list[str]) -> None:
     import subprocess
 
     env = {name: value for name, value in os.environ.items() if name not in LOCATION_VARIABLES}
+    env.update(_no_search_above(worktree))
     try:
         proc = subprocess.run(["git", "-C", str(worktree), "-c", "core.splitIndex=false", "-c", "index.skipHash=false",
                                "-c", "core.fsmonitor=false", "update-index", *args],

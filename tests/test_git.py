@@ -22,3 +22,28 @@ def test_a_repository_is_opened_once_per_thread_and_the_last_few_are_kept(repo, 
     for other in others:
         git.repository(other / ".git")
     assert git.repository(repo / ".git") is not first   # the oldest was let go
+
+
+def test_a_worktree_without_its_git_file_is_never_taken_for_the_repository_above_it(repo, git):
+    """`.hive/` and the agents' worktrees lie inside another repository's folders: with their
+    `.git` file gone, pygit2's and git's search upward would find the person's repository, and
+    hive would write its index entries there."""
+    import pygit2
+    import pytest
+
+    from hive import git as hive_git
+    from hive.errors import HiveError
+
+    git("worktree", "add", "-q", "--detach", "nested", cwd=repo)
+    nested = repo / "nested"
+    (nested / ".git").unlink()
+    staged_before = git("ls-files", "--stage", cwd=repo).stdout
+    blob = git("hash-object", "-w", "--stdin", cwd=repo, input="hive's\n").stdout.strip()
+
+    with pytest.raises(pygit2.GitError):
+        hive_git.repository(nested)
+    with pytest.raises(HiveError):
+        hive_git.update_worktree_index(nested, {"issues/hv-aaa001.md": blob}, [])
+    with pytest.raises(HiveError):
+        hive_git.unsplit_worktree_index(nested)
+    assert git("ls-files", "--stage", cwd=repo).stdout == staged_before   # the person's index untouched
