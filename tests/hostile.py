@@ -90,6 +90,8 @@ def attempts(home: Path, main: Path, other: Path, runtime: Path, victim: str) ->
         ("runtime-write", f"touch {runtime}/pwned", READ_ONLY),
         ("runtime-db", f"rm {runtime}/runtime.db", GONE),
         ("dotgit-rewrite", f'echo "gitdir: {main}/.git" > .git', READ_ONLY),
+        # without it, git and hive searching upward from the worktree would find the main repository
+        ("dotgit-remove", "rm -f .git && git commit -q --allow-empty -m evil", READ_ONLY + "|Device or resource busy"),
         ("admin-gitdir", f'echo "{main}/.git" > "$(git rev-parse --git-dir)/gitdir"', READ_ONLY),
         ("objects-delete", f"rm -rf {common}/objects/pack {common}/objects/info", READ_ONLY),
         ("state-checkout", f"echo evil >> {main}/.hive/config.toml", GONE + "|" + READ_ONLY),
