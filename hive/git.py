@@ -251,6 +251,14 @@ PACK_WINDOW_BYTES = 4 << 20
 PACK_MAPPED_BYTES = 16 << 20
 
 
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}")
+
+
+def is_object_id(text: str) -> bool:
+    """Whether `text` is a full SHA-1 object id as git writes it (40 lowercase hex digits)."""
+    return _OBJECT_ID.fullmatch(text) is not None
+
+
 def open_worktree(path: Path | str) -> "pygit2.Repository":
     """The repository of the worktree at `path` itself, never one found in a folder above it.
 

@@ -26,7 +26,6 @@ LANDING_REF = "refs/hive/landings/"   # this machine's landings, recorded before
 LANDING_FIELD = "landing"             # a shared daemon's landing, in the issue's file before the target push
 
 _TRAILER_LINE = re.compile(rf"^{ISSUE_TRAILER}:.*$\n?", re.MULTILINE | re.IGNORECASE)
-_OID = re.compile(r"\A[0-9a-f]{40}\Z")
 _TRAILER_ID = re.compile(rf"^{ISSUE_TRAILER}: (.+)$", re.MULTILINE)
 
 
@@ -84,13 +83,13 @@ def landed_commit(repo: pygit2.Repository, tip: str, issue_id: str, recorded: st
 def merged_of(issue: Issue) -> str:
     """The landed commit a finalized issue's file records ('' if none, or not a commit id)."""
     merged = str(issue.extra.get(MERGED_FIELD, ""))
-    return merged if _OID.match(merged) else ""
+    return merged if git.is_object_id(merged) else ""
 
 
 def recorded_of(issue: Issue) -> str:
     """The landings the issue's file records, space-separated: `merged` and `landing`."""
     found = [str(issue.extra.get(key, "")) for key in (MERGED_FIELD, LANDING_FIELD)]
-    return " ".join(c for c in found if _OID.match(c))
+    return " ".join(c for c in found if git.is_object_id(c))
 
 
 def issue_of_landing(commit: pygit2.Commit) -> str:

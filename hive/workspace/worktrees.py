@@ -303,8 +303,6 @@ def follow_worktree(paths: git.RepoPaths, issue_id: str) -> str | None:
     return head_of(paths, issue_id)
 
 
-_OID = re.compile(r"[0-9a-f]{40}")
-
 # one removal of an issue's worktree at a time in this process: the merge step and the daemon's
 # loop (an agent stopped) may both retire a finished issue, and a spare half made by one while the
 # other deletes the folder under it would be neither a spare nor removed
@@ -376,7 +374,7 @@ def _admin_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     except OSError:
         return None
     head = (text or b"").decode("ascii", "replace").strip()
-    if not _OID.fullmatch(head):
+    if not git.is_object_id(head):
         return None
     absorb_objects(paths, issue_id)   # a jailed agent's commits are in its private store
     return head
