@@ -993,13 +993,17 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   git compares timestamps to the second: every file of a worktree checked out in the second its
   index was written is read again by the agent's first `git add`, which in the jail (the shared
   store read-only: the copy there cannot be freshened) writes each one anew into the agent's
-  private store, for hive to delete at the hand-off — 14 objects an issue here where 4 are the
-  agent's work. `worktrees.settle_index` dates such files a second back before the agent starts
-  and has git record them so, but only for a checkout of 200 files or more (`SETTLE_MIN_FILES`):
-  on a fresh 2,000-file worktree it took creation from ~100 to 180-280 ms (2,000 `utime` calls
-  and a git refresh) and the agent's `git add -A` from 230 to 27 ms and 2,001 objects to 1, the
-  absorb from 53 to 1 ms; on this benchmark's 11-61-file checkouts the git process cost what it
-  saved (three interleaved DAG runs each: no gain), and on the unblock path it added 1.2 ×.
+  private store, for hive to delete at the hand-off — 10-84 objects an issue here (median 36,
+  counted with `strace`) where 4 are the agent's work. `worktrees.settle_index` dates such
+  files a second back before the agent starts and records their new times in the index itself
+  (read and written with dulwich, each file's content compared with its entry first, as git's
+  refresh does): ~34 µs a file (68 ms on a fresh 2,000-file worktree, whose creation took
+  ~580 ms on this machine that hour; a `git update-index --refresh` process in its place cost
+  80-180 ms, which is why it was kept for checkouts of 200 files or more). On this benchmark's
+  12-61-file checkouts, interleaved with the commit before (two sittings of 5 and 3 DAG runs,
+  4 independent ones): the machine's busy CPU per issue 127 → 115 ms and 118 → 108 ms, the wall
+  per finalized issue 62.8 → 58.4 ms and 58.5 → 55.0 ms (DAG); independent: 109 → 101 ms busy,
+  51.6 → 50.6 ms of wall.
 - **Finalized per minute: the merge train** (the pipeline rows). The merge step is serial, and
   before the train it paced the pipeline: ~75 ms of wall a landing on a quiet machine (769
   finalized/min against 1,067 done/min), ~27 ms of it the jailed test command (7.7 ms when run

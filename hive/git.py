@@ -369,12 +369,6 @@ def update_worktree_index(worktree: Path, blobs: dict[str, str | None], left_out
     _update_index(worktree, args)
 
 
-def refresh_worktree_index(worktree: Path) -> None:
-    """Record in `worktree`'s git index the stat data of files whose content is what it holds
-    (`git update-index -q --refresh`: git's own comparison, no object written)."""
-    _update_index(worktree, ["-q", "--refresh"])
-
-
 def unsplit_worktree_index(worktree: Path) -> None:
     """The git index of `worktree` in one file again, after a person's git split it
     (`core.splitIndex`): libgit2 reads no split index."""

@@ -281,8 +281,8 @@ def test_the_admin_head_of_a_worktree_without_its_git_file_is_kept_only_as_a_com
 
 
 def _big_checkout(repo: Path, git) -> tuple[hive_git.RepoPaths, str]:
-    """`repo` with `SETTLE_MIN_FILES` more files committed on main: its paths and main's commit."""
-    for k in range(worktrees.SETTLE_MIN_FILES):
+    """`repo` with 30 more files committed on main: its paths and main's commit."""
+    for k in range(30):
         (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
     git("add", "-A", cwd=repo)
     git("commit", "-q", "-m", "modules", cwd=repo)
@@ -306,9 +306,8 @@ def test_an_agents_git_add_in_a_new_spare_or_remade_worktree_writes_only_what_it
     """git compares timestamps to the second: a file checked out in the second its index was
     written is read again by the agent's `git add -A`, which in the jail (the shared object store
     read-only, so the copy there cannot be freshened) writes it anew into the agent's own store,
-    for hive to read back. No worktree hive makes for an agent of a checkout that big
-    (`SETTLE_MIN_FILES` files or more) has such files, fresh, a spare or made again for the
-    refinery: the agent's store gets only its own new file. A change made at once, in that
+    for hive to read back. No worktree hive makes for an agent has such files, fresh, a spare or
+    made again for the refinery: the agent's store gets only its own new file. A change made at once, in that
     second and of the same size, is still seen."""
     from tests.hostile import require_jail
 
@@ -353,10 +352,63 @@ def test_files_checked_out_in_the_second_before_now_are_settled_too(repo, git):
     assert _jailed_add_writes(paths, ISSUE, tree, git) == {git("hash-object", "new.txt", cwd=tree).stdout.strip()}
 
 
+def test_settling_dates_back_only_files_that_hold_what_the_index_says_and_follows_no_link(repo, git):
+    """Settling compares before it records: a file changed since the checkout (same size, same
+    second) keeps its time and git still sees the change; a folder that became a link out of the
+    worktree is not followed (what it names keeps its times), nor is a file that became one."""
+    paths, base = _big_checkout(repo, git)
+    tree = worktrees.create(paths, ISSUE, base).path
+    admin = paths.common_dir / "worktrees" / ISSUE
+    outside = repo.parent / "outside"
+    outside.mkdir()
+    for k in range(30):                                    # the same files, outside
+        (outside / f"module_{k}.py").write_text(f"VALUE = {k}\n")
+    (tree / "module_1.py").write_text("VALUE = 7\n")          # changed: same size
+    os.unlink(tree / "module_2.py")
+    os.symlink(outside / "module_2.py", tree / "module_2.py")  # a file become a link
+    tracked = git("ls-files", cwd=tree).stdout.split()
+    now = time.time_ns()
+    for path in [*(tree / name for name in tracked), *outside.iterdir()]:
+        os.utime(path, ns=(now, now), follow_symlinks=False)
+    os.utime(admin / "index", ns=(now, now))                  # all of them racily clean
+
+    settled = worktrees.settle_index(tree, admin)
+
+    assert settled == len(tracked) - 2                     # all but the changed one and the link
+    assert os.lstat(tree / "module_1.py").st_mtime_ns == now
+    assert os.lstat(tree / "module_2.py").st_mtime_ns == now
+    assert all(path.stat().st_mtime_ns == now for path in outside.iterdir())
+    assert git("status", "--porcelain", cwd=tree).stdout == " M module_1.py\n T module_2.py\n"
+
+
+def test_settling_follows_no_folder_become_a_link(repo, git):
+    """An index entry under a folder that is now a link out of the worktree: nothing it names
+    is read or dated back."""
+    (repo / "src").mkdir()
+    for k in range(5):
+        (repo / "src" / f"m{k}.py").write_text(f"V = {k}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "src", cwd=repo)
+    paths = hive_git.discover(repo)
+    tree = worktrees.create(paths, ISSUE, git("rev-parse", "main", cwd=repo).stdout.strip()).path
+    admin = paths.common_dir / "worktrees" / ISSUE
+    outside = repo.parent / "outside"
+    os.rename(tree / "src", outside)
+    os.symlink(outside, tree / "src")
+    now = time.time_ns()
+    for path in [*outside.iterdir(), *tree.iterdir()]:
+        os.utime(path, ns=(now, now), follow_symlinks=False)
+    os.utime(admin / "index", ns=(now, now))
+
+    worktrees.settle_index(tree, admin)
+
+    assert all(path.stat().st_mtime_ns == now for path in outside.iterdir())
+
+
 def test_through_the_daemon_the_agents_first_git_add_writes_only_its_own_file(repo, tmp_path, git, new_issue,
                                                                                 state_log):
-    """The daemon's workers get settled worktrees: in a checkout of `SETTLE_MIN_FILES` files, a
-    jailed agent's first `git add -A` writes into its store only the file it made (the turn fails
+    """The daemon's workers get settled worktrees: in a checkout of 30 files, a jailed
+    agent's first `git add -A` writes into its store only the file it made (the turn fails
     otherwise, and with no retry the issue would not be finalized)."""
     from tests.daemon_helpers import RUN, write_script
     from tests.hostile import require_jail

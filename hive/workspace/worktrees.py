@@ -16,14 +16,18 @@ branch first keeps the heads it would lose under `refs/hive/attempts/<id>/<n>` (
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dulwich.file
+import dulwich.index
 import pygit2
 
 from hive import git, lines
@@ -120,11 +124,6 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
 
 
 _SECOND = 1_000_000_000
-# A checkout that wrote fewer files than this (in the index's second and the one before) is left
-# as it is: the agent's git writing its racily clean ones again costs less than dating them back
-# and the git process that records their times (measured in docs/PERFORMANCE.md, "The agents'
-# side"). A spare reset to a near base writes a few.
-SETTLE_MIN_FILES = 200
 
 
 def settle_index(worktree: Path, admin: Path) -> int:
@@ -132,40 +131,83 @@ def settle_index(worktree: Path, admin: Path) -> int:
     second: a file changed in the second its index was written is read again by the agent's git,
     and `git add` then writes it anew as an object. In a jail that is a copy of every such file
     into the agent's own store (freshening the shared store's copy fails there: read-only), for
-    hive to read back (`absorb_objects`): every file of a fresh checkout. Each such file, which
-    no one but hive has seen yet, is dated a second back, and git's own refresh records it so in
-    an index written now (it compares the contents, writing no object, unlike libgit2's
-    `Index.add`); a later change gets a later time, so git still sees it. Returns how many."""
+    hive to read back and delete (`absorb_objects`): every file of a fresh checkout. Each such
+    file whose content is still what the index says (compared, as git's own refresh would) is
+    dated a second back, and its new times are recorded in the index, written now; a later change
+    gets a later time, so git still sees it. Returns how many."""
+    index_file = admin / "index"
     try:
-        written = os.stat(admin / "index").st_mtime_ns // _SECOND
-    except OSError:
+        written = os.stat(index_file).st_mtime_ns // _SECOND
+        with open(index_file, "rb") as f:
+            reader = dulwich.index.IndexChecksumReader(f)
+            entries, version, extensions = dulwich.index.read_index_dict_with_version(reader)
+            reader.check_checksum()
+    except Exception:                   # none, or not one this dulwich reads: git compares the contents
         return 0
-    index = pygit2.Index(str(admin / "index"))
-    if len(index) < SETTLE_MIN_FILES:
-        return 0                        # no checkout of it can be that big: nothing looked at
-    racy: list[tuple[str, os.stat_result]] = []
-    checked_out = 0                     # files of this checkout: a second may have ended amid it
-    for entry in index:
-        if entry.mode == pygit2.enums.FileMode.COMMIT:
-            continue                    # a submodule: its own checkout, made later
-        path = os.path.join(worktree, entry.path)
+    settled = 0
+    folders: dict[bytes, bool] = {b"": True}    # whether a folder of the worktree is one, not a link
+    for name, entry in entries.items():
+        if not isinstance(entry, dulwich.index.IndexEntry) or entry.mode == _GITLINK:
+            continue                    # a conflict (none in a checkout hive made), a submodule
+        if not _plain_folder(worktree, name.rpartition(b"/")[0], folders) or _UNSAFE_PART & set(name.split(b"/")):
+            continue
+        path = os.path.join(worktree, os.fsdecode(name))
         try:
+            st = os.lstat(path)
+            if st.st_mtime_ns // _SECOND < written or _blob_id(path, st) != entry.sha:
+                continue
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
             st = os.lstat(path)
         except OSError:
             continue
-        if st.st_mtime_ns // _SECOND >= written - 1:
-            checked_out += 1
-            if st.st_mtime_ns // _SECOND >= written:
-                racy.append((path, st))
-    if checked_out < SETTLE_MIN_FILES or not racy:
-        return 0
-    for path, st in racy:
-        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
+        entries[name] = dulwich.index.index_entry_from_stat(st, entry.sha, mode=entry.mode, flags=entry.flags,
+                                                            extended_flags=entry.extended_flags)
+        settled += 1
+    if settled:
+        try:    # no fsync: like libgit2's own, this index is only a cache of the worktree's state
+            with dulwich.file.GitFile(index_file, "wb", fsync=False) as out:
+                writer = dulwich.index.IndexChecksumWriter(out)
+                dulwich.index.write_index_dict(writer, entries, version=version, extensions=extensions)
+                writer.write_checksum()
+        except OSError:
+            return 0
+    return settled
+
+
+_GITLINK = 0o160000
+_UNSAFE_PART = frozenset({b"", b".", b"..", b".git"})
+
+
+def _plain_folder(worktree: Path, folder: bytes, seen: dict[bytes, bool]) -> bool:
+    """Whether `folder` (relative, `/`-separated) and every folder above it in `worktree` is a
+    real folder, not a link out of it; `seen` remembers the answers."""
+    if folder not in seen:
+        parent = folder.rpartition(b"/")[0]
+        try:
+            real = stat.S_ISDIR(os.lstat(os.path.join(worktree, os.fsdecode(folder))).st_mode)
+        except OSError:
+            real = False
+        seen[folder] = real and _plain_folder(worktree, parent, seen)
+    return seen[folder]
+
+
+def _blob_id(path: str, st: os.stat_result) -> bytes | None:
+    """The hex id of the blob git would make of the file or link at `path` (`st` its lstat);
+    None for anything else, or a file that changed while it was read."""
+    if stat.S_ISLNK(st.st_mode):
+        return hashlib.sha1(b"blob %d\0%s" % (len(link := os.fsencode(os.readlink(path))), link)).hexdigest().encode()
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    digest = hashlib.sha1(b"blob %d\0" % st.st_size)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        git.refresh_worktree_index(worktree)
-    except HiveError:
-        return 0                        # git compares those files' contents, as it would have
-    return len(racy)
+        read = 0
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+            read += len(chunk)
+    finally:
+        os.close(fd)
+    return digest.hexdigest().encode() if read == st.st_size else None
 
 
 def _add_detached(paths: git.RepoPaths, issue_id: str, path: Path, base: pygit2.Commit) -> None:

@@ -185,7 +185,7 @@ def test_what_an_agent_says_reaches_the_runs_output_without_control_characters(r
 
 def test_links_an_agent_landed_leave_settling_a_new_worktree_at_the_worktree(repo: Path, git) -> None:
     """The target's files are agents' work: a link landed there pointing outside the repository
-    (at a file, at a folder) is checked out as a link in a worktree big enough to be settled
+    (at a file, at a folder) is checked out as a link in a worktree, settled
     (`worktrees.settle_index` dates files back), and only the link is touched, never what it
     names."""
     import os
@@ -200,7 +200,7 @@ def test_links_an_agent_landed_leave_settling_a_new_worktree_at_the_worktree(rep
     old = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
     for target in (outside / "victim.txt", outside):
         os.utime(target, ns=(old, old))
-    for k in range(worktrees.SETTLE_MIN_FILES):
+    for k in range(30):
         (repo / f"module_{k}.py").write_text(f"VALUE = {k}\n")
     os.symlink(outside / "victim.txt", repo / "to-file")
     os.symlink(outside, repo / "to-folder")
