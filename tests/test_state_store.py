@@ -1186,3 +1186,33 @@ def test_doctor_lists_the_saves_kept_beside_their_file_and_fix_removes_only_thos
 
     never_committed.unlink()                                # a person compared, and deleted it
     assert "ok  .hive/ kept saves: none" in hive("doctor", cwd=repo, check=False).stdout.splitlines()
+
+
+def test_a_loose_object_is_written_past_a_temp_file_a_dead_process_left(tmp_path, monkeypatch):
+    """`write_loose` names its temp file by process id and a counter: one a dead process of the
+    same id left behind is neither reused nor lost, and the object is written all the same (into
+    a fan-out folder made for it), read back by libgit2 as git wrote it."""
+    import itertools
+
+    import pygit2
+
+    from hive.state import trees
+
+    repo = pygit2.init_repository(str(tmp_path / "r.git"), bare=True)
+    objects = tmp_path / "r.git" / "objects"
+    expected = str(repo.create_blob(b"left behind\n"))      # its id, written here and taken out
+    (objects / expected[:2] / expected[2:]).unlink()
+    (objects / expected[:2]).rmdir()
+    monkeypatch.setattr(trees, "_temp_numbers", itertools.count(7))
+    (objects / expected[:2]).mkdir()
+    stale = objects / expected[:2] / f"tmp_obj_{os.getpid()}_7"
+    stale.write_bytes(b"a dead process's half-written object")
+
+    assert str(trees.write_loose(str(objects), b"blob", b"left behind\n")) == expected
+    assert stale.read_bytes() == b"a dead process's half-written object"
+    assert pygit2.Repository(str(tmp_path / "r.git"))[expected].data == b"left behind\n"
+    assert oct(os.stat(objects / expected[:2] / expected[2:]).st_mode & 0o777) == "0o444"
+
+    data = next(d for k in range(100) if not (objects / str(pygit2.hash(d := b"%d\n" % k))[:2]).exists())
+    other = trees.write_loose(str(objects), b"blob", data)       # its fan-out folder made
+    assert pygit2.Repository(str(tmp_path / "r.git"))[other].data == data

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import tempfile
 import zlib
@@ -107,21 +108,39 @@ def write_loose(objects_dir: str, kind: bytes, body: bytes) -> pygit2.Oid:
     folder = os.path.join(objects_dir, hexsha[:2])
     target = os.path.join(folder, hexsha[2:])
     if not os.path.exists(target):
-        try:
-            fd, temp = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
-        except FileNotFoundError:   # the first object of its fan-out folder
-            os.makedirs(folder, exist_ok=True)
-            fd, temp = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
+        fd, temp = _temp_object(folder)
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(zlib.compress(data, 0))
-            os.chmod(temp, 0o444)
             os.replace(temp, target)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp)
             raise
     return pygit2.Oid(hex=hexsha)
+
+
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_temp_numbers = itertools.count()
+
+
+def _temp_object(folder: str) -> tuple[int, str]:
+    """A new read-only file in `folder` (made if missing) to write an object into, and its path:
+    named by process and a counter (`tempfile`'s random names cost a third of a small object's
+    write); a name left by a process of the same id that died gets a random one instead."""
+    temp = os.path.join(folder, f"tmp_obj_{os.getpid()}_{next(_temp_numbers)}")
+    for attempt in range(2):
+        try:
+            return os.open(temp, _TEMP_FLAGS, 0o444), temp
+        except FileNotFoundError:       # the first object of its fan-out folder
+            if attempt:
+                raise
+            os.makedirs(folder, exist_ok=True)
+        except FileExistsError:
+            break
+    fd, temp = tempfile.mkstemp(dir=folder, prefix="tmp_obj_")
+    os.fchmod(fd, 0o444)
+    return fd, temp
 
 
 def _sort_key(record: bytes) -> bytes:
