@@ -381,6 +381,27 @@ def test_settling_dates_back_only_files_that_hold_what_the_index_says_and_follow
     assert git("status", "--porcelain", cwd=tree).stdout == " M module_1.py\n T module_2.py\n"
 
 
+def test_settling_past_a_lock_a_dead_git_left_leaves_the_index_and_the_files_as_they_are(repo, git):
+    """An `index.lock` in the worktree's admin folder (a git that died): settling writes nothing
+    and dates nothing back (the lock is taken before anything is); git compares the contents."""
+    paths, base = _big_checkout(repo, git)
+    tree = worktrees.create(paths, ISSUE, base).path
+    admin = paths.common_dir / "worktrees" / ISSUE
+    (admin / "index.lock").write_bytes(b"")
+    index_before = (admin / "index").read_bytes()
+    tracked = git("ls-files", cwd=tree).stdout.split()
+    now = time.time_ns()
+    for name in tracked:
+        os.utime(tree / name, ns=(now, now))
+    os.utime(admin / "index", ns=(now, now))
+
+    assert worktrees.settle_index(tree, admin) == 0
+    assert (admin / "index").read_bytes() == index_before
+    assert all(os.lstat(tree / name).st_mtime_ns == now for name in tracked)
+    (admin / "index.lock").unlink()
+    assert git("status", "--porcelain", cwd=tree).stdout == ""
+
+
 def test_settling_follows_no_folder_become_a_link(repo, git):
     """An index entry under a folder that is now a link out of the worktree: nothing it names
     is read or dated back."""

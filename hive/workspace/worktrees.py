@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dulwich.file
 import dulwich.index
@@ -136,14 +137,37 @@ def settle_index(worktree: Path, admin: Path) -> int:
     dated a second back, and its new times are recorded in the index, written now; a later change
     gets a later time, so git still sees it. Returns how many."""
     index_file = admin / "index"
-    try:
-        written = os.stat(index_file).st_mtime_ns // _SECOND
-        with open(index_file, "rb") as f:
-            reader = dulwich.index.IndexChecksumReader(f)
-            entries, version, extensions = dulwich.index.read_index_dict_with_version(reader)
-            reader.check_checksum()
-    except Exception:                   # none, or not one this dulwich reads: git compares the contents
+    try:    # no fsync: like libgit2's own, this index is only a cache of the worktree's state
+        out = dulwich.file.GitFile(index_file, "wb", fsync=False)
+    except (OSError, dulwich.file.FileLocked):   # an `index.lock` left by a git that died
         return 0
+    with out:                           # the lock held from the read to the write; aborted on error
+        try:
+            written = os.stat(index_file).st_mtime_ns // _SECOND
+            with open(index_file, "rb") as f:
+                reader = dulwich.index.IndexChecksumReader(f)
+                entries, version, extensions = dulwich.index.read_index_dict_with_version(reader)
+                reader.check_checksum()
+        except Exception:               # none, or not one this dulwich reads: git compares the contents
+            out.abort()
+            return 0
+        settled = _date_back(worktree, entries, written)
+        if not settled:
+            out.abort()
+            return 0
+        writer = dulwich.index.IndexChecksumWriter(out)
+        dulwich.index.write_index_dict(writer, entries, version=version, extensions=extensions)
+        writer.write_checksum()
+        try:
+            out.close()                 # renamed over the index
+        except OSError:
+            return 0
+    return settled
+
+
+def _date_back(worktree: Path, entries: dict[bytes, Any], written: int) -> int:
+    """Date back a second each file of `entries` written in the second `written` or later whose
+    content is its entry's, its new stat put in its entry; how many."""
     settled = 0
     folders: dict[bytes, bool] = {b"": True}    # whether a folder of the worktree is one, not a link
     for name, entry in entries.items():
@@ -163,14 +187,6 @@ def settle_index(worktree: Path, admin: Path) -> int:
         entries[name] = dulwich.index.index_entry_from_stat(st, entry.sha, mode=entry.mode, flags=entry.flags,
                                                             extended_flags=entry.extended_flags)
         settled += 1
-    if settled:
-        try:    # no fsync: like libgit2's own, this index is only a cache of the worktree's state
-            with dulwich.file.GitFile(index_file, "wb", fsync=False) as out:
-                writer = dulwich.index.IndexChecksumWriter(out)
-                dulwich.index.write_index_dict(writer, entries, version=version, extensions=extensions)
-                writer.write_checksum()
-        except OSError:
-            return 0
     return settled
 
 
