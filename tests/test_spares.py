@@ -402,6 +402,30 @@ def test_settling_past_a_lock_a_dead_git_left_leaves_the_index_and_the_files_as_
     assert git("status", "--porcelain", cwd=tree).stdout == ""
 
 
+def test_settling_on_a_full_disk_leaves_the_index_as_it_was_and_no_lock(repo, git, monkeypatch):
+    """The index cannot be written (a full disk): settling says none, the index is as it was, its
+    lock is gone, and git (comparing contents) still sees a clean worktree."""
+    import dulwich.index
+
+    paths, base = _big_checkout(repo, git)
+    tree = worktrees.create(paths, ISSUE, base).path
+    admin = paths.common_dir / "worktrees" / ISSUE
+    index_before = (admin / "index").read_bytes()
+    now = time.time_ns()
+    for name in git("ls-files", cwd=tree).stdout.split():
+        os.utime(tree / name, ns=(now, now))
+    os.utime(admin / "index", ns=(now, now))
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dulwich.index, "write_index_dict", full_disk)
+    assert worktrees.settle_index(tree, admin) == 0
+    assert (admin / "index").read_bytes() == index_before
+    assert not (admin / "index.lock").exists()
+    assert git("status", "--porcelain", cwd=tree).stdout == ""
+
+
 def test_settling_follows_no_folder_become_a_link(repo, git):
     """An index entry under a folder that is now a link out of the worktree: nothing it names
     is read or dated back."""

@@ -155,12 +155,13 @@ def settle_index(worktree: Path, admin: Path) -> int:
         if not settled:
             out.abort()
             return 0
-        writer = dulwich.index.IndexChecksumWriter(out)
-        dulwich.index.write_index_dict(writer, entries, version=version, extensions=extensions)
-        writer.write_checksum()
         try:
+            writer = dulwich.index.IndexChecksumWriter(out)
+            dulwich.index.write_index_dict(writer, entries, version=version, extensions=extensions)
+            writer.write_checksum()
             out.close()                 # renamed over the index
-        except OSError:
+        except OSError:                 # a full disk: the index as it was (git compares contents)
+            out.abort()
             return 0
     return settled
 
