@@ -4,6 +4,7 @@ issue's, never losing what it held)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -448,6 +449,42 @@ def test_settling_follows_no_folder_become_a_link(repo, git):
     worktrees.settle_index(tree, admin)
 
     assert all(path.stat().st_mtime_ns == now for path in outside.iterdir())
+
+
+def test_a_spare_an_agent_left_links_and_a_fifo_in_is_settled_without_following_or_reading_them(repo, git):
+    """Hostile leftovers: the agent of a retired worktree replaced a tracked folder by a link out
+    of it and a tracked file by a FIFO. The next issue's worktree, made from that spare and
+    settled, follows neither (what the link names keeps its times, no read blocks on the FIFO),
+    and comes clean, every tracked file in place."""
+    import stat as stat_module
+
+    paths, base = _big_checkout(repo, git)
+    (repo / "src").mkdir()
+    for k in range(3):
+        (repo / "src" / f"m{k}.py").write_text(f"V = {k}\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "src", cwd=repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    outside = repo.parent / "outside"
+    outside.mkdir()
+    for k in range(3):
+        (outside / f"m{k}.py").write_text(f"V = {k}\n")           # what the link names: the same files
+    old = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    for path in outside.iterdir():
+        os.utime(path, ns=(old, old))
+    shutil.rmtree(tree / "src")
+    os.symlink(outside, tree / "src")
+    os.unlink(tree / "module_3.py")
+    os.mkfifo(tree / "module_3.py")
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+
+    made = worktrees.create(paths, NEXT, base).path
+
+    assert all(path.stat().st_mtime_ns == old for path in outside.iterdir())
+    assert stat_module.S_ISDIR(os.lstat(made / "src").st_mode)
+    assert stat_module.S_ISREG(os.lstat(made / "module_3.py").st_mode)
+    assert git("status", "--porcelain", "--ignored", cwd=made).stdout == ""
 
 
 def test_through_the_daemon_the_agents_first_git_add_writes_only_its_own_file(repo, tmp_path, git, new_issue,
