@@ -16,7 +16,6 @@ branch first keeps the heads it would lose under `refs/hive/attempts/<id>/<n>` (
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -33,6 +32,7 @@ import pygit2
 
 from hive import git, lines
 from hive.errors import HiveError
+from hive.state.checkout import blob_id
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
 from hive.workspace import attempts, spares
@@ -210,21 +210,12 @@ def _plain_folder(worktree: Path, folder: bytes, seen: dict[bytes, bool]) -> boo
 
 def _blob_id(path: str, st: os.stat_result) -> bytes | None:
     """The hex id of the blob git would make of the file or link at `path` (`st` its lstat);
-    None for anything else, or a file that changed while it was read."""
+    None for anything else."""
     if stat.S_ISLNK(st.st_mode):
-        return hashlib.sha1(b"blob %d\0%s" % (len(link := os.fsencode(os.readlink(path))), link)).hexdigest().encode()
-    if not stat.S_ISREG(st.st_mode):
-        return None
-    digest = hashlib.sha1(b"blob %d\0" % st.st_size)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        read = 0
-        while chunk := os.read(fd, 1 << 20):
-            digest.update(chunk)
-            read += len(chunk)
-    finally:
-        os.close(fd)
-    return digest.hexdigest().encode() if read == st.st_size else None
+        return blob_id(os.fsencode(os.readlink(path))).encode()
+    if stat.S_ISREG(st.st_mode):
+        return str(pygit2.hashfile(path)).encode()
+    return None
 
 
 def _add_detached(paths: git.RepoPaths, issue_id: str, path: Path, base: pygit2.Commit) -> None:
