@@ -3,8 +3,7 @@
 While its agent works: hive's worktree against where the work forked from the target — what is
 committed, staged, changed on disk or new (ignored files not). Read through the worktree's index
 and its stat cache (`git status`'s way: ~15 ms for 10k files, where hashing every file to compare
-it with a tree took ~180 ms), with the agent's private object store as an alternate: a jailed
-agent's commits are only there until hive absorbs them (`worktrees.absorb_objects`). Once the
+it with a tree took ~180 ms), never reading an object the agent wrote. Once the
 work is done and its worktree gone: the work branch against its fork point. Used by the touches
 rule (`hive/touches.py`).
 """
@@ -14,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pygit2
+from pygit2.enums import DiffOption
 
 from hive import git
 from hive.workspace import worktrees
@@ -34,7 +34,7 @@ def changed_files(paths: git.RepoPaths, issue_id: str, target_ref: str) -> list[
         base = repo.merge_base(pygit2.Oid(hex=head), target.target) or pygit2.Oid(hex=head)
         path = worktrees.worktree_path(paths, issue_id)
         if path.is_dir():
-            found = _in_worktree(path, base, git.private_objects(paths.common_dir, issue_id))
+            found = _in_worktree(path, base)
         else:
             found = _paths_of(repo[base].peel(pygit2.Commit).tree.diff_to_tree(repo[head].peel(pygit2.Commit).tree))
     except (pygit2.GitError, KeyError, ValueError, OSError):
@@ -42,12 +42,15 @@ def changed_files(paths: git.RepoPaths, issue_id: str, target_ref: str) -> list[
     return [name for name in dict.fromkeys(found) if name not in PROTOCOL_FILES][:MAX_FILES]
 
 
-def _in_worktree(path: Path, base: pygit2.Oid, private: Path) -> list[str]:
+def _in_worktree(path: Path, base: pygit2.Oid) -> list[str]:
+    """Committed or staged (the fork point's tree against the index), then changed on disk or
+    new (the index against the files). Neither reads an object the agent wrote: its private
+    store, where its commits are until hive absorbs them, is not opened while it works (a FIFO
+    there, named as an object hive reads, would block hive for good)."""
     work = git.open_worktree(path)
-    if private.is_dir():
-        work.odb.add_disk_alternate(str(private))
     committed = _paths_of(work[base].peel(pygit2.Commit).tree.diff_to_index(work.index))
-    return committed + list(work.status(untracked_files="all"))
+    unstaged = work.diff(flags=DiffOption.INCLUDE_UNTRACKED | DiffOption.RECURSE_UNTRACKED_DIRS)
+    return committed + _paths_of(unstaged)
 
 
 def _paths_of(diff: pygit2.Diff) -> list[str]:
