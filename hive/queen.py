@@ -34,6 +34,7 @@ from hive.state import issue_file, layout, trust, validate
 from hive.state.issue_file import Issue
 from hive.state.store import Change, Refused, Snapshot
 from hive.state.trees import walk_changes
+from hive.workspace import rewrite
 
 PLAN_FILE = "PLAN.md"
 MAX_ROUNDS = 3
@@ -308,7 +309,7 @@ def commit_plan(project: Project, slug: str, directory: Path, spec: str, issues:
         raise HiveError(f"{ref} moved while the plan was being committed; run the command again") from None
     if new is None:
         return str(tip)
-    git.open_worktree(directory).reset(pygit2.Oid(hex=new), pygit2.enums.ResetMode.HARD)
+    rewrite.reset(git.open_worktree(directory), new, remove="nothing")   # the Queen's links: never followed
     return new
 
 

@@ -324,18 +324,23 @@ def test_only_the_agent_session_subscribes_to_a_session() -> None:
     assert any(m == "hive.agents.session" for m, _ in calls), "the check sees no subscription where there is one"
 
 
-def test_only_worktrees_resets_a_worktree() -> None:
-    """Nothing but `hive/workspace/` resets or overwrites a worktree's files: `worktrees` (it
-    keeps the heads first), `spares` (only a worktree `worktrees` handed over after keeping its
-    heads), `fastforward` (the target's checkout, only files the person has not changed); and the
-    Queen, its plan worktree onto the commit it has just made of the plan's files."""
-    allowed = {"hive.workspace.worktrees", "hive.workspace.spares", "hive.workspace.fastforward", "hive.queen"}
-    resets = [(m, c) for m, p in MODULES.items() for c in _calls(p) if isinstance(c.func, ast.Attribute) and (
-              (c.func.attr == "reset" and any(mode in ast.unparse(a) for a in c.args for mode in ("GIT_RESET", "ResetMode")))
-              or c.func.attr == "checkout_tree")]
-    elsewhere = [_where(m, c) for m, c in resets if m not in allowed]
-    assert not elsewhere, "a worktree reset outside hive/workspace/:\n    " + "\n    ".join(elsewhere)
-    assert {m for m, _ in resets} == allowed, "the check sees no reset where there are some"
+def test_only_rewrite_resets_a_worktree_an_agent_wrote() -> None:
+    """libgit2's reset and checkout are called only by `rewrite` (after it removed the links and
+    special files an agent left: libgit2 would write through the one, wait on the other),
+    `fastforward` (a person's checkout of the target, only files the person has not changed) and
+    `worktrees` (a folder it has just made, empty). `rewrite.reset` itself only by `worktrees`
+    (it keeps the heads first), `spares` (a worktree `worktrees` handed over after keeping its
+    heads) and the Queen (its plan directory, onto the commit it has just made of its files)."""
+    calls = [(m, c) for m, p in MODULES.items() for c in _calls(p) if isinstance(c.func, ast.Attribute)]
+    raw = [(m, c) for m, c in calls if c.func.attr == "checkout_tree" or (
+           c.func.attr == "reset" and any(mode in ast.unparse(a) for a in c.args
+                                          for mode in ("GIT_RESET", "ResetMode")))]
+    allowed = {"hive.workspace.rewrite", "hive.workspace.fastforward", "hive.workspace.worktrees"}
+    elsewhere = [_where(m, c) for m, c in raw if m not in allowed]
+    assert not elsewhere, "a worktree reset outside hive/workspace/rewrite.py:\n    " + "\n    ".join(elsewhere)
+    assert {m for m, _ in raw} == allowed, "the check sees no reset where there are some"
+    through = {m for m, c in calls if c.func.attr == "reset" and ast.unparse(c.func.value) == "rewrite"}
+    assert through == {"hive.workspace.worktrees", "hive.workspace.spares", "hive.queen"}
 
 
 def test_the_api_only_contract_forbids_every_module_but_the_api() -> None:

@@ -910,6 +910,50 @@ def test_what_a_failing_train_test_committed_in_a_worktree_is_kept_before_the_wo
     assert "made by the test run" in messages, (messages, log)
 
 
+def test_a_merges_checkouts_write_nothing_through_a_link_an_agent_left_nor_read_its_fifo(
+        repo, tmp_path, new_issue, script, run_hive, git, status_of):
+    """Each agent commits `pkg/<id>.txt`, then replaces `pkg` by a link out of its worktree and
+    its own tracked file by a FIFO. The tests run on exactly each candidate: its files are
+    written into the worktree, not through the link into what it names, no read waits on the
+    FIFO, and the tests see the committed folder. All three land."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("a file of the user's\n")
+    worker = [{"write": "hive-work/{issue}.txt", "content": "work\n"},
+              {"write": "pkg/{issue}.txt", "content": "the agent's\n"}, {"commit": "{issue}: work"},
+              {"run": f"rm -r pkg && ln -s {outside} pkg && rm hive-work/{{issue}}.txt && mkfifo hive-work/{{issue}}.txt",
+               "must_succeed": True},
+              {"result": "success", "summary": "work"}]
+    path = script({"roles": {"worker": worker}})
+    ids = [new_issue(f"Trivial {n}") for n in range(3)]
+
+    log = run_hive(path, max_agents=3, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND="test ! -L pkg && ls pkg/hv-*.txt")
+
+    assert [status_of(i) for i in ids] == ["finalized"] * 3, log
+    assert os.listdir(outside) == ["keep.txt"], log
+    assert sorted(git("ls-tree", "--name-only", "main", "pkg/").stdout.split()) == sorted(f"pkg/{i}.txt" for i in ids)
+
+
+def test_the_tests_run_on_what_the_agent_committed_not_on_what_it_left_uncommitted(
+        repo, new_issue, script, run_hive, git, status_of):
+    """The agent commits its work but leaves the file its test needs uncommitted: the tests run
+    on the commit alone, fail, and nothing lands; the file is kept (an attempt) before it goes."""
+    worker = [{"write": "hive-work/{issue}.txt", "content": "work\n"}, {"commit": "{issue}: work"},
+              {"write": "generated.txt", "content": "only on the agent's disk\n"},
+              {"result": "success", "summary": "work"}]
+    refinery = [{"cd": "{worktree}"}, {"result": {"status": "needs_human", "summary": "its tests fail"}}]
+    path = script({"roles": {"worker": worker, "refinery": refinery}})
+    issue = new_issue("Trivial")
+    main_before = git("rev-parse", "main").stdout.strip()
+
+    log = run_hive(path, expect=3, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND="test -f generated.txt")
+
+    assert status_of(issue) == "escalated", log
+    assert git("rev-parse", "main").stdout.strip() == main_before
+    kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{issue}/").stdout.split()
+    assert any(git("show", f"{c}:generated.txt", check=False).stdout == "only on the agent's disk\n" for c in kept), kept
+
+
 def test_a_train_leaves_out_a_branch_that_does_not_replay_onto_the_ones_before_it(repo, paths, git):
     from hive.merge import mechanical
 

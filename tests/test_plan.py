@@ -770,6 +770,35 @@ def test_symlinks_the_queen_leaves_in_the_plan_directory_are_never_followed(repo
             assert "BEGIN SECRET" not in git("cat-file", "-p", line.split()[2], cwd=repo).stdout
 
 
+def test_committing_a_plan_writes_nothing_through_a_folder_the_queen_made_a_link(project, tmp_path: Path) -> None:
+    """The plan holds `issues/hv-lnk001.md`; the Queen then replaces the `issues` folder by a
+    link out of its plan directory. Committing the plan again (its PLAN.md changed) puts the
+    directory back at the new commit without writing the issue file through the link."""
+    from hive import git as hive_git
+    from hive.queen import commit_plan, create_plan_branch, proposed_issues
+
+    slug = "links"
+    directory = create_plan_branch(project, slug)
+    (directory / "issues").mkdir(exist_ok=True)
+    (directory / "issues" / "hv-lnk001.md").write_text(queen_issue("A planned issue"))
+    issues, errors = proposed_issues(project, slug, directory)
+    assert not errors and issues
+    commit_plan(project, slug, directory, "the spec", issues, "first round")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in os.listdir(directory / "issues"):
+        os.unlink(directory / "issues" / name)
+    os.rmdir(directory / "issues")
+    os.symlink(outside, directory / "issues")
+
+    new = commit_plan(project, slug, directory, "the spec, revised", issues, "second round")
+
+    assert os.listdir(outside) == []
+    assert (directory / "issues").is_dir() and not (directory / "issues").is_symlink()
+    work = hive_git.open_worktree(directory)
+    assert str(work.head.target) == new and "issues/hv-lnk001.md" in work.index
+
+
 # -- 8. nothing left behind: failed and interrupted plans, plans rm / prune, empty plans ---------------------
 
 def plan_folders(repo: Path) -> list[str]:

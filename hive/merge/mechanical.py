@@ -179,9 +179,10 @@ def land(paths: git.RepoPaths, target: Target, plan: Plan, events: LandingEvents
             waiting = checkout_waiting(paths, repo, target.branch, tip, candidate)
             if waiting:
                 return Landing("waiting", detail=waiting)
-        if candidate != head and plan.test_commands:
-            # the tests run in the worker's worktree, on the replayed commit; without tests nothing
-            # reads that worktree again (finalize removes it), so it is not rewritten for nothing
+        if plan.test_commands:
+            # the tests run in the worker's worktree, on exactly the candidate (what the agent
+            # left uncommitted removed); without tests nothing reads that worktree again
+            # (finalize removes it), so it is not rewritten for nothing
             worktrees.sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)
         for command in plan.test_commands:

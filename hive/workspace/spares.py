@@ -18,19 +18,17 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pygit2
-from pygit2.enums import CheckoutStrategy
 
 from hive import git
+from hive.workspace import rewrite
 
 MAX_SPARES = 8          # a pool for as many agents as usually run at once; more are removed
 ADMIN_PREFIX = "hive-spare-"
-_CLEAN = CheckoutStrategy.FORCE | CheckoutStrategy.REMOVE_UNTRACKED | CheckoutStrategy.REMOVE_IGNORED
 
 
 def spares_dir(paths: git.RepoPaths) -> Path:
@@ -178,26 +176,11 @@ def _clean_at(path: Path, base: str) -> bool:
     """Reset the worktree at `path` to `base` (files, index, detached HEAD), everything untracked
     or ignored removed; whether it is clean after it."""
     try:
-        _remove_links_and_special_files(path)
         work = git.open_worktree(path)
-        commit = work[base].peel(pygit2.Commit)
-        work.checkout_tree(commit.tree, strategy=_CLEAN)
-        work.set_head(commit.id)
+        rewrite.reset(work, base, remove="untracked and ignored")
         return not work.status(untracked_files="all", ignored=True)
     except (pygit2.GitError, KeyError, ValueError, OSError):
         return False
-
-
-def _remove_links_and_special_files(root: Path) -> None:
-    """Remove every link, FIFO, socket and device in a spare before its reset (links not
-    followed; the checkout makes again the links git tracks). The reset's checkout writes
-    through a folder its last agent replaced by a link (outside the worktree), and reads a
-    tracked path's file to compare it, which would wait forever on a FIFO."""
-    for folder, folders, names in os.walk(root):
-        for name in [*names, *(f for f in folders if os.path.islink(os.path.join(folder, f)))]:
-            path = os.path.join(folder, name)
-            if not stat.S_ISREG(os.lstat(path).st_mode):
-                os.unlink(path)
 
 
 def clear(paths: git.RepoPaths) -> None:

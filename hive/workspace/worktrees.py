@@ -8,7 +8,9 @@ recorded so that the merge pipeline later replays only the worker's own commits.
 Hive's worktree is on a *detached* HEAD at the branch's commit: an agent in it (jailed, see
 `hive.jail.roles`) can commit without being able to write any ref, and hive itself moves
 `hive/work/<id>` to what the agent committed (`adopt_head`). Before hive resets a worktree it
-detaches its HEAD again (`_detached`): an agent may have written `ref: refs/heads/main` into it.
+detaches its HEAD again (`_detached`): an agent may have written `ref: refs/heads/main` into it;
+it rewrites the files only through `rewrite`, which follows no link the agent left there, and
+keeps first what the worktree held uncommitted (`_reset`).
 
 Nothing is discarded unkept: every function here that deletes or resets a worktree or a work
 branch first keeps the heads it would lose under `refs/hive/attempts/<id>/<n>` (`attempts.keep`).
@@ -35,7 +37,7 @@ from hive.errors import HiveError
 from hive.state.checkout import blob_id
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
-from hive.workspace import attempts, spares
+from hive.workspace import attempts, rewrite, spares
 from hive.workspace.fastforward import checkout_of
 
 
@@ -281,6 +283,7 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
         return 0                      # emptied by the last call (most calls: an agent commits once)
     added = 0
     try:
+        rewrite.remove_links_and_special_files(private)   # libgit2 would follow a link, wait on a FIFO
         own = pygit2.Odb(str(private))
         oids = list(own)
     except (pygit2.GitError, ValueError, KeyError, OSError):
@@ -506,7 +509,8 @@ def leftover_worktrees(paths: git.RepoPaths) -> list[str]:
 
 
 def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
-    """Point the work branch at `head` and make its worktree match (a hard reset of hive's own tree)."""
+    """Point the work branch at `head` and make its worktree exactly that (`_reset`: the tests
+    run on the commit alone, not on what was left there uncommitted, which is kept)."""
     worktree = worktree_path(paths, issue_id)
     repo = open_repo(paths)
     branch = branch_name(issue_id)
@@ -519,20 +523,17 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     # else: a person's own checkout of the branch: never move it under them (hive's worktree is
     # detached then, see `recreate`)
     if worktree.exists():
-        work = _detached(git.open_worktree(worktree))
-        work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)
+        _reset(paths, issue_id, _detached(git.open_worktree(worktree)), head)
 
 
 def check_out_for_tests(paths: git.RepoPaths, issue_id: str, commit: str, *, also_held: str = "") -> None:
-    """Hive's worktree of the issue at `commit` (detached), its branch left where it is: a merge
-    train's tests run on its last candidate, which holds other issues' work too. What the
-    worktree was at is kept unless the branch, `commit` or `also_held` holds it (a commit a test
-    command made there is kept)."""
+    """Hive's worktree of the issue exactly at `commit` (detached, `_reset`), its branch left
+    where it is: a merge train's tests run on its last candidate, which holds other issues' work
+    too. What the worktree was at is kept unless the branch, `commit` or `also_held` holds it (a
+    commit a test command made there is kept)."""
     attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)],
                   reachable_from=[commit, also_held or None, head_of(paths, issue_id)])
-    work = _detached(git.open_worktree(worktree_path(paths, issue_id)))
-    if str(work.head.target) != commit:
-        work.reset(pygit2.Oid(hex=commit), pygit2.enums.ResetMode.HARD)
+    _reset(paths, issue_id, _detached(git.open_worktree(worktree_path(paths, issue_id))), commit)
 
 
 def recreate(paths: git.RepoPaths, issue_id: str) -> None:
@@ -568,8 +569,38 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
         # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
         # hive's own worktree, so start again from the work (`head`)
         work.state_cleanup()
-        work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)
+        _reset(paths, issue_id, work, head)
         return
     if work.head_is_detached and str(work.head.target) != head:
-        work.reset(pygit2.Oid(hex=head), pygit2.enums.ResetMode.HARD)   # the person committed more
+        _reset(paths, issue_id, work, head)   # the person committed more
+
+
+def _reset(paths: git.RepoPaths, issue_id: str, work: pygit2.Repository, commit: str) -> None:
+    """Hive's worktree of the issue exactly at `commit` (`rewrite.reset`), what it held
+    uncommitted (an agent's leftovers, or a person's, who fixes an issue in it by hand) kept
+    first as an attempt: a commit of its HEAD with every changed and untracked file."""
+    rewrite.remove_links_and_special_files(Path(work.workdir))   # before any file is read
+    absorb_objects(paths, issue_id)          # what a jailed git staged there: into the shared store
+    repo = open_repo(paths)
+    uncommitted = _commit_uncommitted(repo, work)
+    if uncommitted:
+        attempts.keep(repo, issue_id, [uncommitted])
+    rewrite.reset(work, commit)
+
+
+def _commit_uncommitted(repo: pygit2.Repository, work: pygit2.Repository) -> str | None:
+    """A commit (on no branch) of the worktree's HEAD plus its changed and untracked files
+    (ignored ones not); None when it holds nothing uncommitted. Its index is left as it was."""
+    if not any(flags & ~(pygit2.enums.FileStatus.WT_DELETED | pygit2.enums.FileStatus.INDEX_DELETED)
+               for flags in work.status(untracked_files="all").values()):
+        return None
+    index = work.index
+    try:
+        index.add_all()
+        tree = index.write_tree(repo)
+    finally:
+        index.read(True)
+    signature = signature_for(repo)
+    return str(repo.create_commit(None, signature, signature, "uncommitted changes left in hive's worktree\n",
+                                  tree, [work.head.target]))
 

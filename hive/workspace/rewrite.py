@@ -1,0 +1,69 @@
+"""Rewriting a worktree an agent wrote, the one way hive does it; and clearing what libgit2 must
+not meet in anything else an agent wrote before hive reads it (its private object store).
+
+libgit2's forced checkout (and so `reset --hard`) does not look at what stands in a tracked
+path's place the way git does: it writes a tracked folder's files *through* a link the agent put
+at the folder's place (into whatever the link names: a jailed agent's commit would then be
+written by hive, unjailed, anywhere the user can write), and it reads a tracked path to compare
+it, which waits forever on a FIFO. So every link, FIFO, socket and device in the worktree is
+removed first, links not followed; the checkout makes again the links git tracks. What goes is
+uncommitted, as everything else a reset here removes: hive keeps commits (`attempts.keep`), never
+what an agent left uncommitted (the work is what it committed; tests run on exactly that).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Literal
+
+import pygit2
+from pygit2.enums import CheckoutStrategy
+
+
+Removed = Literal["nothing", "untracked", "untracked and ignored"]
+_REMOVES: dict[Removed, CheckoutStrategy] = {
+    "nothing": CheckoutStrategy.FORCE,
+    "untracked": CheckoutStrategy.FORCE | CheckoutStrategy.REMOVE_UNTRACKED,
+    "untracked and ignored": CheckoutStrategy.FORCE | CheckoutStrategy.REMOVE_UNTRACKED | CheckoutStrategy.REMOVE_IGNORED,
+}
+
+
+def reset(work: pygit2.Repository, commit: str, *, remove: Removed = "untracked") -> None:
+    """`git reset --hard <commit>` in the worktree `work` (opened on the worktree itself): its
+    tracked files, index and detached HEAD; then what `remove` names goes too (`git clean`):
+    "untracked" files (the default: ignored build caches stay), "untracked and ignored" ones,
+    or "nothing"."""
+    remove_links_and_special_files(Path(work.workdir))
+    target = work[commit].peel(pygit2.Commit)
+    work.checkout_tree(target.tree, strategy=_REMOVES[remove])
+    work.set_head(target.id)
+
+
+def remove_links_and_special_files(root: Path) -> None:
+    """Remove every link, FIFO, socket and device under `root`, a folder an agent wrote (its
+    worktree, its private object store), links not followed. A folder the agent made unreadable
+    is made readable again (it is the user's own): a link in it must not stay unseen. `OSError`
+    when one still cannot be read: then nothing may be rewritten there."""
+    pending = [os.fspath(root)]
+    while pending:
+        folder = pending.pop()
+        for entry in _entries(folder):
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif not entry.is_file(follow_symlinks=False):
+                try:
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    pass
+
+
+def _entries(folder: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except PermissionError:
+        os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) | stat.S_IRWXU)
+        with os.scandir(folder) as entries:
+            return list(entries)

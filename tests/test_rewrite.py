@@ -1,0 +1,197 @@
+"""Hive reads and rewrites what an agent wrote (its worktree: the merge's resets, the train's
+test checkouts; its private object store) without following a link it left or reading a FIFO."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from hive import git as hive_git
+from hive.workspace import worktrees
+
+ISSUE = "hv-reset1"
+
+
+def _resets() -> dict[str, Callable[[hive_git.RepoPaths, str], None]]:
+    return {
+        "sync_worktree": lambda paths, commit: worktrees.sync_worktree(paths, ISSUE, commit),
+        "check_out_for_tests": lambda paths, commit: worktrees.check_out_for_tests(paths, ISSUE, commit),
+        "prepare_for_merge": lambda paths, commit: worktrees.prepare_for_merge(paths, ISSUE, commit),
+    }
+
+
+def _finishes(action: Callable[[], None], fifo: Path) -> bool:
+    """Whether `action`, run in a forked child, ends by itself (a child blocked on `fifo` holds
+    the interpreter's lock: it is killed instead, so that the test fails rather than hangs)."""
+    child = multiprocessing.get_context("fork").Process(target=action)
+    child.start()
+    child.join(20)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return False
+    assert child.exitcode == 0, f"the reset failed (exit {child.exitcode})"
+    return True
+
+
+@pytest.mark.parametrize("reset", sorted(_resets()))
+def test_a_reset_of_an_agents_worktree_writes_nothing_through_its_links_and_reads_no_fifo(repo, git, reset):
+    """The agent committed `pkg/evil.txt` and `src/inner/evil.txt`, then replaced the folders
+    `pkg` and `src/inner` by links out of its worktree (`src` made unreadable around the second),
+    a tracked file by a FIFO, and left files staged and untracked. Each reset hive makes of its
+    worktree writes the commit's files into the worktree itself: nothing outside it is written,
+    none of its reads waits on the FIFO, and the worktree is exactly the commit after it, what it
+    held uncommitted kept first."""
+    for folder in ("pkg", "src/inner"):
+        (repo / folder).mkdir(parents=True)
+        (repo / folder / "keep.txt").write_text("kept\n")
+    (repo / "a.py").write_text("A = 1\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "folders", cwd=repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    paths = hive_git.discover(repo)
+    tree = worktrees.create(paths, ISSUE, base).path
+    for folder in ("pkg", "src/inner"):
+        (repo / folder / "evil.txt").write_text("the agent's content\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "what the agent committed", cwd=repo)
+    commit = git("rev-parse", "main", cwd=repo).stdout.strip()
+
+    outsides = [repo.parent / "outside-pkg", repo.parent / "outside-inner"]
+    old = (time.time_ns() // 1_000_000_000 - 3600) * 1_000_000_000
+    for outside, folder in zip(outsides, ("pkg", "src/inner")):
+        outside.mkdir()
+        (outside / "keep.txt").write_text("a file of the user's\n")
+        os.utime(outside / "keep.txt", ns=(old, old))
+        for name in os.listdir(tree / folder):
+            os.unlink(tree / folder / name)
+        os.rmdir(tree / folder)
+        os.symlink(outside, tree / folder)
+    os.chmod(tree / "src", 0o100)
+    os.unlink(tree / "a.py")
+    os.mkfifo(tree / "a.py")
+    (tree / "staged.py").write_text("S = 1\n")
+    git("add", "staged.py", cwd=tree)
+    (tree / "untracked.py").write_text("U = 1\n")
+    (tree / "cache.pyc").write_text("ignored\n")
+    with open(paths.common_dir / "info" / "exclude", "a") as exclude:
+        exclude.write("*.pyc\n")
+
+    assert _finishes(lambda: _resets()[reset](paths, commit), tree / "a.py"), "the reset read the FIFO"
+
+    for outside in outsides:
+        assert sorted(os.listdir(outside)) == ["keep.txt"]
+        assert (outside / "keep.txt").read_text() == "a file of the user's\n"
+        assert (outside / "keep.txt").stat().st_mtime_ns == old
+    for folder in ("pkg", "src/inner"):
+        assert stat.S_ISDIR(os.lstat(tree / folder).st_mode)
+        assert (tree / folder / "evil.txt").read_text() == "the agent's content\n"
+    assert stat.S_ISREG(os.lstat(tree / "a.py").st_mode)
+    assert git("rev-parse", "HEAD", cwd=tree).stdout.strip() == commit
+    # exactly the commit: what the agent left uncommitted is gone, ignored files (caches) stay
+    assert git("status", "--porcelain", "--ignored", cwd=tree).stdout == "!! cache.pyc\n"
+    # what it left uncommitted is kept first, as an attempt: its HEAD and the files
+    kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{ISSUE}/").stdout.split()
+    uncommitted = [c for c in kept if git("show", "-s", "--format=%s", c).stdout.startswith("uncommitted")]
+    assert len(uncommitted) == 1, kept
+    assert git("rev-parse", f"{uncommitted[0]}^", cwd=repo).stdout.strip() == base
+    assert git("show", f"{uncommitted[0]}:staged.py").stdout == "S = 1\n"
+    assert git("show", f"{uncommitted[0]}:untracked.py").stdout == "U = 1\n"
+    assert git("cat-file", "-e", f"{uncommitted[0]}:cache.pyc", check=False).returncode != 0
+
+
+def test_a_link_in_a_folder_the_agent_made_unreadable_is_removed_all_the_same(tmp_path):
+    """An agent (the user, or nobody under a root daemon) may take a folder's read bit away:
+    a link in it would stay unseen by a walk and be followed by the reset. The folder is made
+    readable again (it is the user's own) and the link goes; its regular files stay."""
+    from hive.workspace import rewrite
+
+    root = tmp_path / "worktree"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "kept.py").write_text("K = 1\n")
+    os.symlink(tmp_path, root / "src" / "inner")
+    os.chmod(root / "src", 0o100)
+
+    def as_the_folders_owner() -> None:
+        os.chdir(root)                        # nobody cannot pass pytest's own 0700 folders
+        if os.geteuid() == 0:                 # root reads any folder: the mode binds nobody
+            for folder, _, names in os.walk("."):
+                for name in [folder, *(os.path.join(folder, n) for n in names)]:
+                    os.chown(name, 65534, 65534, follow_symlinks=False)
+            os.setgid(65534)
+            os.setuid(65534)
+        rewrite.remove_links_and_special_files(Path("."))
+
+    child = multiprocessing.get_context("fork").Process(target=as_the_folders_owner)
+    child.start()
+    child.join(20)
+    assert child.exitcode == 0
+    assert not os.path.lexists(root / "src" / "inner")
+    assert (root / "src" / "kept.py").read_text() == "K = 1\n"
+
+
+def _agent_commit(paths: hive_git.RepoPaths, tree: Path, private: Path) -> str:
+    """A commit of one new file made as a jailed agent makes it: its objects in its private store
+    only, the worktree's index and detached HEAD at it."""
+    import pygit2
+
+    work = hive_git.open_worktree(tree)
+    (private / "pack").mkdir(parents=True, exist_ok=True)
+    own = pygit2.Odb(str(private))
+    work.odb.add_disk_alternate(str(private))       # as the agent's git sees its objects
+    (tree / "work.txt").write_text("the agent's work\n")
+    blob = own.write(pygit2.enums.ObjectType.BLOB, b"the agent's work\n")
+    work.index.add(pygit2.IndexEntry("work.txt", blob, pygit2.enums.FileMode.BLOB))
+    work.index.write()
+    entries = sorted([(e.path.encode(), e.id, e.mode) for e in work.index], key=lambda e: e[0])
+    body = b"".join(b"%o %s\0" % (mode, name) + oid.raw for name, oid, mode in entries)
+    tree_id = own.write(pygit2.enums.ObjectType.TREE, body)
+    parent = str(work.head.target)
+    text = (f"tree {tree_id}\nparent {parent}\nauthor A <a@example.com> 0 +0000\n"
+            f"committer A <a@example.com> 0 +0000\n\nwork\n")
+    commit = str(own.write(pygit2.enums.ObjectType.COMMIT, text.encode()))
+    hive_git.worktree_admin(paths.common_dir, ISSUE).joinpath("HEAD").write_text(commit + "\n")
+    return commit
+
+
+def test_a_fifo_and_a_link_in_an_agents_object_store_block_nothing_and_are_not_followed(repo, git, tmp_path):
+    """While the agent works, the files its work changed are read without its private store (a
+    FIFO named as its commit blocks nothing); once it is done, its objects are taken in with every
+    link and FIFO there removed first, the one named by a link left as it was."""
+    from hive.workspace.changes import changed_files
+
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    private = hive_git.private_objects(paths.common_dir, ISSUE)
+    commit = _agent_commit(paths, tree, private)
+    loose = private / commit[:2] / commit[2:]
+    real = loose.read_bytes()
+    os.unlink(loose)
+    os.mkfifo(loose)
+
+    def changes_are_the_agents() -> None:
+        assert changed_files(paths, ISSUE, "refs/heads/main") == ["work.txt"]
+
+    assert _finishes(changes_are_the_agents, loose), "reading the changes waited on the FIFO"
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("a file of the user's\n")
+    os.unlink(loose)
+    loose.write_bytes(real)
+    (private / "ab").mkdir()
+    os.symlink(elsewhere, private / "ab" / ("c" * 38))
+    (private / "ef").mkdir()
+    os.mkfifo(private / "ef" / ("f" * 38))
+    os.mkfifo(private / "pack" / ("pack-" + "d" * 40 + ".idx"))
+    (private / "pack" / ("pack-" + "d" * 40 + ".pack")).write_bytes(b"")
+    assert _finishes(lambda: worktrees.absorb_objects(paths, ISSUE), loose), "taking the objects in waited on a FIFO"
+    assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
+    assert elsewhere.read_text() == "a file of the user's\n"
+    assert [p.name for p in private.iterdir()] == ["pack"] and not any((private / "pack").iterdir())
