@@ -183,7 +183,7 @@ def test_a_fifo_and_a_link_in_an_agents_object_store_block_nothing_and_are_not_f
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("a file of the user's\n")
-    os.unlink(loose)
+    loose.unlink(missing_ok=True)                  # the reader may have removed it
     loose.write_bytes(real)
     (private / "ab").mkdir()
     os.symlink(elsewhere, private / "ab" / ("c" * 38))
@@ -195,3 +195,27 @@ def test_a_fifo_and_a_link_in_an_agents_object_store_block_nothing_and_are_not_f
     assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
     assert elsewhere.read_text() == "a file of the user's\n"
     assert [p.name for p in private.iterdir()] == ["pack"] and not any((private / "pack").iterdir())
+
+
+def test_a_fifo_and_a_link_in_the_worktrees_git_dir_block_nothing_and_are_not_followed(repo, git, tmp_path):
+    """The worktree's admin folder is the agent's to write (its HEAD, its index): a FIFO at its
+    index and a link at its ORIG_HEAD neither block nor lead hive anywhere, while the agent works
+    (the files its work changed) or once it is done (its head adopted)."""
+    from hive.workspace.changes import changed_files
+
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    admin = hive_git.worktree_admin(paths.common_dir, ISSUE)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("a file of the user's\n")
+    os.symlink(elsewhere, admin / "ORIG_HEAD")
+    os.unlink(admin / "index")
+    os.mkfifo(admin / "index")
+
+    assert _finishes(lambda: changed_files(paths, ISSUE, "refs/heads/main"), admin / "index"), \
+        "reading the changes waited on the FIFO"
+    os.mkfifo(admin / "index")                     # again: the first reader removed it
+    assert _finishes(lambda: worktrees.adopt_head(paths, ISSUE), admin / "index"), "adopting the head waited on the FIFO"
+    assert elsewhere.read_text() == "a file of the user's\n"
+    assert git("rev-parse", "HEAD", cwd=tree).stdout.strip() == base

@@ -34,6 +34,7 @@ def changed_files(paths: git.RepoPaths, issue_id: str, target_ref: str) -> list[
         base = repo.merge_base(pygit2.Oid(hex=head), target.target) or pygit2.Oid(hex=head)
         path = worktrees.worktree_path(paths, issue_id)
         if path.is_dir():
+            worktrees.clear_agent_git_dir(paths, issue_id)   # its HEAD and index: the agent's to write
             found = _in_worktree(path, base)
         else:
             found = _paths_of(repo[base].peel(pygit2.Commit).tree.diff_to_tree(repo[head].peel(pygit2.Commit).tree))

@@ -271,7 +271,9 @@ def _detached(work: pygit2.Repository) -> pygit2.Repository:
 def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
     """Copy the objects a jailed agent wrote (`git.private_objects`) into the shared store, each
     read and written again (so hashed again: a forged file name cannot plant a wrong object);
-    empty its private store. How many were new."""
+    empty its private store. How many were new. (Its links and special files go first:
+    `clear_agent_git_dir`.)"""
+    clear_agent_git_dir(paths, issue_id)
     private = git.private_objects(paths.common_dir, issue_id)
     try:
         entries = list(os.scandir(private))
@@ -283,7 +285,6 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
         return 0                      # emptied by the last call (most calls: an agent commits once)
     added = 0
     try:
-        rewrite.remove_links_and_special_files(private)   # libgit2 would follow a link, wait on a FIFO
         own = pygit2.Odb(str(private))
         oids = list(own)
     except (pygit2.GitError, ValueError, KeyError, OSError):
@@ -307,6 +308,16 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
             Path(entry.path).unlink(missing_ok=True)
     (private / "pack").mkdir(exist_ok=True)
     return added
+
+
+def clear_agent_git_dir(paths: git.RepoPaths, issue_id: str) -> None:
+    """Remove the links and special files in the worktree's admin folder (its HEAD, its index, the
+    agent's private object store: a jailed agent writes there) before libgit2 reads any of it: it
+    would follow a link, and wait for good on a FIFO."""
+    try:
+        rewrite.remove_links_and_special_files(git.worktree_admin(paths.common_dir, issue_id))
+    except FileNotFoundError:
+        pass
 
 
 def _empty_pack(entry: os.DirEntry[str]) -> bool:
