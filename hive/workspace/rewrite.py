@@ -16,10 +16,12 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import pygit2
-from pygit2.enums import CheckoutStrategy
+from pygit2.enums import CheckoutStrategy, FileStatus
+
+from hive.state.store import signature_for
 
 
 Removed = Literal["nothing", "untracked", "untracked and ignored"]
@@ -30,15 +32,38 @@ _REMOVES: dict[Removed, CheckoutStrategy] = {
 }
 
 
-def reset(work: pygit2.Repository, commit: str, *, remove: Removed = "untracked") -> None:
+def reset(work: pygit2.Repository, commit: str, *, remove: Removed = "untracked",
+          keep_uncommitted: Callable[[str], object] | None = None) -> None:
     """`git reset --hard <commit>` in the worktree `work` (opened on the worktree itself): its
     tracked files, index and detached HEAD; then what `remove` names goes too (`git clean`):
     "untracked" files (the default: ignored build caches stay), "untracked and ignored" ones,
-    or "nothing"."""
+    or "nothing". With `keep_uncommitted`, what the worktree held uncommitted is committed first
+    (on no branch) and that commit handed to it, before anything is rewritten."""
     remove_links_and_special_files(Path(work.workdir))
+    if keep_uncommitted:
+        uncommitted = _commit_uncommitted(work)
+        if uncommitted:
+            keep_uncommitted(uncommitted)
     target = work[commit].peel(pygit2.Commit)
     work.checkout_tree(target.tree, strategy=_REMOVES[remove])
     work.set_head(target.id)
+
+
+def _commit_uncommitted(work: pygit2.Repository) -> str | None:
+    """A commit of the worktree's HEAD plus its changed and untracked files (ignored ones not);
+    None when it holds nothing uncommitted. Its index is left as it was."""
+    if not any(flags & ~(FileStatus.WT_DELETED | FileStatus.INDEX_DELETED)
+               for flags in work.status(untracked_files="all").values()):
+        return None
+    index = work.index
+    try:
+        index.add_all()
+        tree = index.write_tree(work)
+    finally:
+        index.read(True)
+    signature = signature_for(work)
+    return str(work.create_commit(None, signature, signature, "uncommitted changes left in hive's worktree\n",
+                                  tree, [work.head.target]))
 
 
 def remove_links_and_special_files(root: Path) -> None:

@@ -590,28 +590,7 @@ def _reset(paths: git.RepoPaths, issue_id: str, work: pygit2.Repository, commit:
     """Hive's worktree of the issue exactly at `commit` (`rewrite.reset`), what it held
     uncommitted (an agent's leftovers, or a person's, who fixes an issue in it by hand) kept
     first as an attempt: a commit of its HEAD with every changed and untracked file."""
-    rewrite.remove_links_and_special_files(Path(work.workdir))   # before any file is read
     absorb_objects(paths, issue_id)          # what a jailed git staged there: into the shared store
     repo = open_repo(paths)
-    uncommitted = _commit_uncommitted(repo, work)
-    if uncommitted:
-        attempts.keep(repo, issue_id, [uncommitted])
-    rewrite.reset(work, commit)
-
-
-def _commit_uncommitted(repo: pygit2.Repository, work: pygit2.Repository) -> str | None:
-    """A commit (on no branch) of the worktree's HEAD plus its changed and untracked files
-    (ignored ones not); None when it holds nothing uncommitted. Its index is left as it was."""
-    if not any(flags & ~(pygit2.enums.FileStatus.WT_DELETED | pygit2.enums.FileStatus.INDEX_DELETED)
-               for flags in work.status(untracked_files="all").values()):
-        return None
-    index = work.index
-    try:
-        index.add_all()
-        tree = index.write_tree(repo)
-    finally:
-        index.read(True)
-    signature = signature_for(repo)
-    return str(repo.create_commit(None, signature, signature, "uncommitted changes left in hive's worktree\n",
-                                  tree, [work.head.target]))
+    rewrite.reset(work, commit, keep_uncommitted=lambda uncommitted: attempts.keep(repo, issue_id, [uncommitted]))
 
