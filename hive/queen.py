@@ -115,30 +115,66 @@ def check_plan_tip(project: Project, tip: str, slug: str) -> None:
 
 def read_plan_file(directory: Path, rel: str) -> bytes | None:
     """A file of the plan directory: a regular file, reached through real folders only (the
-    Queen writes there: a symlink must never make hive read, or commit, a file outside)."""
-    path = directory / rel
-    for parent in reversed(path.relative_to(directory).parents[:-1]):
-        if not stat.S_ISDIR(_lstat_mode(directory / parent)):
-            return None
-    mode = _lstat_mode(path)
-    if mode == 0:
+    Queen writes there, and its session may still run: a link must never make hive read, or
+    commit, a file outside, nor a FIFO block it). None when it or a folder on its way is missing
+    or not a folder."""
+    *folders, name = rel.split("/")
+    at = _open_folder(directory, folders)
+    if at is None:
         return None
-    if not stat.S_ISREG(mode):
-        raise BadInput("only regular files may be in a plan (no symlinks, folders or devices)", rel)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        raise BadInput(_NOT_REGULAR, rel) from None      # a link (ELOOP), a socket (ENXIO)
+    finally:
+        os.close(at)
     with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(_NOT_REGULAR, rel)
+        os.set_blocking(fd, True)
         return handle.read(trust.MAX_CONTEXT_BYTES + 1)
 
 
 def write_plan_file(directory: Path, rel: str, text: str) -> None:
-    """Write a plan directory's file in place of whatever is there (a symlink is replaced, never
-    followed)."""
-    path = directory / rel
-    tmp = path.with_name(f".hive-tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.replace(tmp, path)
+    """Write a plan directory's file in place of whatever is there (a link is replaced, never
+    followed), through real folders only."""
+    *folders, name = rel.split("/")
+    at = _open_folder(directory, folders)
+    if at is None:
+        raise BadInput("only regular files may be in a plan (its folders are real folders)", rel)
+    tmp = f".hive-tmp-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=at)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(tmp, name, src_dir_fd=at, dst_dir_fd=at)
+    finally:
+        os.close(at)
+
+
+def _open_folder(directory: Path, folders: list[str]) -> int | None:
+    """The plan directory's folder `folders` opened, each step without following a link (so that
+    nothing the Queen swaps in after a check is followed); None when one is not a real folder."""
+    try:
+        at = os.open(directory, _FOLDER)
+    except OSError:
+        return None
+    for folder in folders:
+        try:
+            inner = os.open(folder, _FOLDER, dir_fd=at)
+        except OSError:
+            inner = None
+        os.close(at)
+        if inner is None:
+            return None
+        at = inner
+    return at
+
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NOT_REGULAR = "only regular files may be in a plan (no symlinks, folders or devices)"
 
 
 def _lstat_mode(path: Path) -> int:

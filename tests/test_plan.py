@@ -19,6 +19,7 @@ interactive mode through a pseudo-terminal (approve, feedback, reject).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -797,6 +798,37 @@ def test_committing_a_plan_writes_nothing_through_a_folder_the_queen_made_a_link
     assert (directory / "issues").is_dir() and not (directory / "issues").is_symlink()
     work = hive_git.open_worktree(directory)
     assert str(work.head.target) == new and "issues/hv-lnk001.md" in work.index
+
+
+def test_a_plan_file_is_never_read_through_a_folder_swapped_for_a_link_meanwhile(tmp_path: Path) -> None:
+    """The Queen's session may still run while hive reads its plan: it swaps `issues` between the
+    real folder and a link to one holding a file of the user's, as fast as it can. No read
+    returns that file."""
+    from hive.queen import read_plan_file
+
+    directory, outside = tmp_path / "plan", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "hv-swap01.md").write_text("SECRET of the user's\n")
+    (directory / "issues").mkdir(parents=True)
+    (directory / "issues" / "hv-swap01.md").write_text(queen_issue("Planned"))
+    os.symlink(outside, directory / "evil")
+
+    def swap() -> None:
+        while True:
+            os.rename(directory / "issues", directory / "kept")
+            os.rename(directory / "evil", directory / "issues")      # `issues` is the link now
+            os.rename(directory / "issues", directory / "evil")
+            os.rename(directory / "kept", directory / "issues")      # the real folder again
+
+    swapper = multiprocessing.get_context("fork").Process(target=swap, daemon=True)   # truly at once
+    swapper.start()
+    try:
+        read = [read_plan_file(directory, "issues/hv-swap01.md") for _ in range(5000)]
+    finally:
+        swapper.kill()
+        swapper.join()
+    assert not [r for r in read if r and b"SECRET" in r]
+    assert any(r and b"Planned" in r for r in read)
 
 
 # -- 8. nothing left behind: failed and interrupted plans, plans rm / prune, empty plans ---------------------
