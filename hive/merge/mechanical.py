@@ -180,8 +180,8 @@ def land(paths: git.RepoPaths, target: Target, plan: Plan, events: LandingEvents
             if waiting:
                 return Landing("waiting", detail=waiting)
         if plan.test_commands:
-            # the tests run in the worker's worktree, on exactly the candidate (what the agent
-            # left uncommitted removed); without tests nothing reads that worktree again
+            # the tests run in the worker's worktree, on exactly the candidate (what was left
+            # there uncommitted kept aside); without tests nothing reads that worktree again
             # (finalize removes it), so it is not rewritten for nothing
             worktrees.sync_worktree(paths, issue_id, candidate)
         worktree = worktrees.worktree_path(paths, issue_id)

@@ -6,9 +6,9 @@ path's place the way git does: it writes a tracked folder's files *through* a li
 at the folder's place (into whatever the link names: a jailed agent's commit would then be
 written by hive, unjailed, anywhere the user can write), and it reads a tracked path to compare
 it, which waits forever on a FIFO. So every link, FIFO, socket and device in the worktree is
-removed first, links not followed; the checkout makes again the links git tracks. What goes is
-uncommitted, as everything else a reset here removes: hive keeps commits (`attempts.keep`), never
-what an agent left uncommitted (the work is what it committed; tests run on exactly that).
+removed first, links not followed; the checkout makes again the links git tracks. Then what the
+worktree held uncommitted is committed and handed to the caller to keep, when it asks
+(`keep_uncommitted`: the merge's resets do; a spare's issue is finished with, its heads kept).
 """
 
 from __future__ import annotations
