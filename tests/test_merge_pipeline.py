@@ -934,6 +934,22 @@ def test_a_merges_checkouts_write_nothing_through_a_link_an_agent_left_nor_read_
     assert sorted(git("ls-tree", "--name-only", "main", "pkg/").stdout.split()) == sorted(f"pkg/{i}.txt" for i in ids)
 
 
+def test_the_merge_starts_only_once_the_agents_session_and_what_it_spawned_are_gone(
+        repo, new_issue, script, run_hive, status_of):
+    """The agent leaves a process behind that keeps writing into its worktree, and its CLI takes
+    3 s to exit once its session is closed. The merge rewrites that worktree and runs the tests
+    only after the session is closed (its jail's processes gone): nothing writes there meanwhile."""
+    worker = [{"write": "hive-work/{issue}.txt", "content": "work\n"}, {"commit": "{issue}: work"},
+              {"spawn": "while true; do echo beat > beat.txt; sleep 0.01; done"},
+              {"linger": 3}, {"result": "success", "summary": "work"}]
+    path = script({"roles": {"worker": worker}})
+    issue = new_issue("Trivial")
+
+    log = run_hive(path, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND="rm -f beat.txt; sleep 0.3; test ! -e beat.txt")
+
+    assert status_of(issue) == "finalized", log
+
+
 def test_the_tests_run_on_what_the_agent_committed_not_on_what_it_left_uncommitted(
         repo, new_issue, script, run_hive, git, status_of):
     """The agent commits its work but leaves the file its test needs uncommitted: the tests run

@@ -100,6 +100,8 @@ common keys `ask`, `on_deny`, `on_attempts`, `comment`.
                                                      result and end the turn (ok), as an agent
                                                      that needed a fact (a note) it was not told
     {"sleep": SECONDS}
+    {"linger": SECONDS}                              once stdin closes (the session ends), take
+                                                     SECONDS to exit, as a CLI saving its session
     {"hang": true}                                   block until killed (ignores stdin closing)
     {"crash": CODE}                                  exit at once with CODE (true: 1), no result
                                                      line, no result file
@@ -193,6 +195,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     "fail_times": frozenset({"summary"}),
     "needs_fact": frozenset({"summary"}),
     "sleep": frozenset(),
+    "linger": frozenset(),
     "hang": frozenset(),
     "crash": frozenset(),
     "exit": frozenset(),
@@ -278,7 +281,7 @@ def _validate_steps(steps: object, where: str) -> None:
         if action in ("write", "append", "edit", "run", "spawn", "note", "commit", "say",
                       "turn_error", "result_raw", "needs_fact") and not isinstance(value, str):
             raise ScriptError(f"{here}: {action} takes a string")
-        if action in ("sleep", "fail_times", "flood", "crash", "exit", "provider_error") and (
+        if action in ("sleep", "linger", "fail_times", "flood", "crash", "exit", "provider_error") and (
                 not isinstance(value, (int, float))
                 or (isinstance(value, bool) and action not in ("crash", "exit"))):
             raise ScriptError(f"{here}: {action} takes a number")
@@ -352,6 +355,7 @@ class Agent:
         self.answers: dict[str, dict] = {}
         self.cond = threading.Condition()
         self.eof = False
+        self.linger = 0.0                 # seconds to exit once stdin closes (`linger`)
         self.out = sys.stdout.buffer
         self.perm_seq = 0
         # per-turn
@@ -446,6 +450,7 @@ class Agent:
         while True:
             text = self.turns.get()
             if text is None:
+                time.sleep(self.linger)
                 return 0
             code = self.turn(text)
             if code is not None:
@@ -702,6 +707,9 @@ class Agent:
 
     def do_sleep(self, value, step):
         time.sleep(float(value))
+
+    def do_linger(self, value, step):
+        self.linger = float(value)
 
     def do_hang(self, value, step):
         while True:

@@ -105,14 +105,17 @@ class MergeProcessor:
 
     def scan(self) -> None:
         """Queue every done issue whose branch exists but is not queued (a person's, or after a
-        restart) and whose hand-off this machine recorded (`Runtime.record_handoff`) — in shared
+        restart), whose agent is not running, and whose hand-off this machine recorded
+        (`Runtime.record_handoff`) — in shared
         mode only work done here; retire the work of issues finished without it."""
         queued = {e.issue_id for e in self.entries()}
         shared = self.host.shared_target
         handed_off = self.runtime.handoffs()   # a `done` that came with hive/state is not one
         for issue in self.project.index.list(["done"]):
-            if issue.id not in queued and issue.id in handed_off and worktrees.head_of(
-                    self.project.paths, issue.id) is not None and (shared is None or shared.worked_here(issue)):
+            # not while its agent's session closes: it hands the work over once its jail is gone
+            if issue.id not in queued and issue.id in handed_off and not self.host.worker_running(issue.id) \
+                    and worktrees.head_of(self.project.paths, issue.id) is not None \
+                    and (shared is None or shared.worked_here(issue)):
                 self.enqueue(issue.id, done_base(self.project, issue.id), handed_off[issue.id])
         self.retire_finished(queued)
 

@@ -136,6 +136,9 @@ class Worker:
         self.started = time.time()
         self.stop_reason = ""          # set when the daemon cancels this worker
         self.closing = False           # its work is over: the session is being closed
+        # the done work, handed to the merge step only once the session is closed (its jail's
+        # processes gone): the merge rewrites the worktree they could write
+        self.done_handoff: tuple[str, str, str] | None = None
         self.stopped = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.parent = ""
@@ -217,7 +220,11 @@ class Worker:
             self._end_attempt("stopped")
             self.closing = True
             self.host.worker_closing(self)
-            await self._close_session()
+            try:
+                await self._close_session()
+            finally:
+                if self.done_handoff:
+                    self.merge.handoff(*self.done_handoff)
             if self.watch is not None:
                 self.watch.cancel()
             if refused:
@@ -435,7 +442,7 @@ class Worker:
         # The budget is kept until the issue is finalized: a refinery rejection reopens the issue
         # and counts against the same budget, so an issue rejected again and again escalates.
         self._log(f"done ({outcome.summary[:80] or 'no summary'})")
-        self.merge.handoff(self.issue_id, self.worktree.base_commit if self.worktree else "", outcome.test_command)
+        self.done_handoff = (self.issue_id, self.worktree.base_commit if self.worktree else "", outcome.test_command)
 
     def _usage_trailers(self) -> dict[str, str]:
         return cost.worker_trailers(self.host.runtime.budget(self.issue_id), self.config.model_for("worker"),
