@@ -219,3 +219,37 @@ def test_a_fifo_and_a_link_in_the_worktrees_git_dir_block_nothing_and_are_not_fo
     assert _finishes(lambda: worktrees.adopt_head(paths, ISSUE), admin / "index"), "adopting the head waited on the FIFO"
     assert elsewhere.read_text() == "a file of the user's\n"
     assert git("rev-parse", "HEAD", cwd=tree).stdout.strip() == base
+
+
+def test_a_folder_swapped_for_a_link_while_it_is_cleared_leads_nowhere(tmp_path):
+    """An agent still running swaps a folder of its worktree for a link to a folder of the
+    user's, as fast as it can, while hive clears its links: the user's own link there is never
+    removed."""
+    from hive.workspace import rewrite
+
+    root, outside = tmp_path / "worktree", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "kept.py").write_text("K = 1\n")
+    outside.mkdir()
+    os.symlink("/etc/hostname", outside / "users-link")
+
+    def swap() -> None:
+        while True:
+            try:
+                os.rename(root / "sub", root / "kept")
+                os.symlink(outside, root / "sub")
+                os.unlink(root / "sub")
+                os.rename(root / "kept", root / "sub")
+            except OSError:
+                if not (root / "sub").is_dir() and (root / "kept").is_dir():
+                    os.rename(root / "kept", root / "sub")
+
+    swapper = multiprocessing.get_context("fork").Process(target=swap, daemon=True)   # truly at once
+    swapper.start()
+    try:
+        for _ in range(3000):
+            rewrite.remove_links_and_special_files(root)
+    finally:
+        swapper.kill()
+        swapper.join()
+    assert os.path.islink(outside / "users-link")

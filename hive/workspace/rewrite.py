@@ -68,27 +68,63 @@ def _commit_uncommitted(work: pygit2.Repository) -> str | None:
 
 def remove_links_and_special_files(root: Path) -> None:
     """Remove every link, FIFO, socket and device under `root`, a folder an agent wrote (its
-    worktree, its private object store), links not followed. A folder the agent made unreadable
-    is made readable again (it is the user's own): a link in it must not stay unseen. `OSError`
-    when one still cannot be read: then nothing may be rewritten there."""
-    pending = [os.fspath(root)]
-    while pending:
-        folder = pending.pop()
-        for entry in _entries(folder):
-            if entry.is_dir(follow_symlinks=False):
-                pending.append(entry.path)
-            elif not entry.is_file(follow_symlinks=False):
-                try:
-                    os.unlink(entry.path)
-                except FileNotFoundError:
-                    pass
-
-
-def _entries(folder: str) -> list[os.DirEntry[str]]:
+    worktree, its private object store), links not followed. Each folder is opened from the one
+    above it without following a link, and its entries removed through it: a folder swapped for a
+    link meanwhile leads nowhere. A folder the agent made unreadable is made readable again (it
+    is the user's own): a link in it must not stay unseen. `OSError` when one still cannot be
+    read: then nothing may be rewritten there. Nothing to do when `root` does not exist."""
+    first = _open_folder(os.fspath(root))
+    if first is None:
+        return                          # no such folder: nothing in it
+    pending = [first]
     try:
-        with os.scandir(folder) as entries:
-            return list(entries)
+        while pending:
+            at = pending.pop()
+            try:
+                with os.scandir(at) as entries:
+                    listed = list(entries)
+                for entry in listed:
+                    if entry.is_dir(follow_symlinks=False):
+                        inner = _open_folder(entry.name, at)
+                        if inner is not None:
+                            pending.append(inner)
+                    elif not entry.is_file(follow_symlinks=False):
+                        _unlink(entry.name, at)
+            finally:
+                os.close(at)
+    finally:
+        for at in pending:
+            os.close(at)
+
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_folder(name: str, at: int | None = None) -> int | None:
+    """The folder `name` (in the open folder `at`) opened, made readable first if it is not;
+    None when it is no folder any more (a link or a FIFO put in its place is removed)."""
+    try:
+        return os.open(name, _FOLDER, dir_fd=at)
     except PermissionError:
-        os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) | stat.S_IRWXU)
-        with os.scandir(folder) as entries:
-            return list(entries)
+        mode = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
+        os.chmod(name, stat.S_IMODE(mode) | stat.S_IRWXU, dir_fd=at, follow_symlinks=False)
+        return os.open(name, _FOLDER, dir_fd=at)
+    except FileNotFoundError:
+        return None
+    except OSError:                      # ELOOP, ENOTDIR: swapped for something else meanwhile
+        if at is None:
+            raise
+        try:
+            mode = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(mode):
+            _unlink(name, at)
+        return None
+
+
+def _unlink(name: str, at: int) -> None:
+    try:
+        os.unlink(name, dir_fd=at)
+    except FileNotFoundError:
+        pass

@@ -314,10 +314,7 @@ def clear_agent_git_dir(paths: git.RepoPaths, issue_id: str) -> None:
     """Remove the links and special files in the worktree's admin folder (its HEAD, its index, the
     agent's private object store: a jailed agent writes there) before libgit2 reads any of it: it
     would follow a link, and wait for good on a FIFO."""
-    try:
-        rewrite.remove_links_and_special_files(git.worktree_admin(paths.common_dir, issue_id))
-    except FileNotFoundError:
-        pass
+    rewrite.remove_links_and_special_files(git.worktree_admin(paths.common_dir, issue_id))
 
 
 def _empty_pack(entry: os.DirEntry[str]) -> bool:
@@ -589,8 +586,8 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
 def _reset(paths: git.RepoPaths, issue_id: str, work: pygit2.Repository, commit: str) -> None:
     """Hive's worktree of the issue exactly at `commit` (`rewrite.reset`), what it held
     uncommitted (an agent's leftovers, or a person's, who fixes an issue in it by hand) kept
-    first as an attempt: a commit of its HEAD with every changed and untracked file."""
-    absorb_objects(paths, issue_id)          # what a jailed git staged there: into the shared store
+    first as an attempt: a commit of its HEAD with every changed and untracked file. The agent's
+    objects are in the shared store already: each caller has just read `worktree_head`."""
     repo = open_repo(paths)
     rewrite.reset(work, commit, keep_uncommitted=lambda uncommitted: attempts.keep(repo, issue_id, [uncommitted]))
 
