@@ -79,6 +79,7 @@ def test_a_reset_of_an_agents_worktree_writes_nothing_through_its_links_and_read
     (tree / "staged.py").write_text("S = 1\n")
     git("add", "staged.py", cwd=tree)
     (tree / "untracked.py").write_text("U = 1\n")
+    os.symlink("untracked.py", tree / "alias.py")                # a new link: the agent's work too
     (tree / "cache.pyc").write_text("ignored\n")
     with open(paths.common_dir / "info" / "exclude", "a") as exclude:
         exclude.write("*.pyc\n")
@@ -103,6 +104,8 @@ def test_a_reset_of_an_agents_worktree_writes_nothing_through_its_links_and_read
     assert git("rev-parse", f"{uncommitted[0]}^", cwd=repo).stdout.strip() == base
     assert git("show", f"{uncommitted[0]}:staged.py").stdout == "S = 1\n"
     assert git("show", f"{uncommitted[0]}:untracked.py").stdout == "U = 1\n"
+    assert git("ls-tree", uncommitted[0], "alias.py").stdout.startswith("120000 blob ")
+    assert git("show", f"{uncommitted[0]}:alias.py").stdout == "untracked.py"
     assert git("cat-file", "-e", f"{uncommitted[0]}:cache.pyc", check=False).returncode != 0
 
 

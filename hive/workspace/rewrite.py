@@ -6,9 +6,10 @@ path's place the way git does: it writes a tracked folder's files *through* a li
 at the folder's place (into whatever the link names: a jailed agent's commit would then be
 written by hive, unjailed, anywhere the user can write), and it reads a tracked path to compare
 it, which waits forever on a FIFO. So every link, FIFO, socket and device in the worktree is
-removed first, links not followed; the checkout makes again the links git tracks. Then what the
-worktree held uncommitted is committed and handed to the caller to keep, when it asks
-(`keep_uncommitted`: the merge's resets do; a spare's issue is finished with, its heads kept).
+removed first, links not followed; the checkout makes again the links git tracks. When the caller
+asks (`keep_uncommitted`: the merge's resets do; a spare's issue is finished with, its heads
+kept), what the worktree held uncommitted, its links included, is committed before and handed
+to it to keep.
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ def reset(work: pygit2.Repository, commit: str, *, remove: Removed = "untracked"
     "untracked" files (the default: ignored build caches stay), "untracked and ignored" ones,
     or "nothing". With `keep_uncommitted`, what the worktree held uncommitted is committed first
     (on no branch) and that commit handed to it, before anything is rewritten."""
-    remove_links_and_special_files(Path(work.workdir))
     if keep_uncommitted:
+        remove_links_and_special_files(Path(work.workdir), links=False)   # links are kept too
         uncommitted = _commit_uncommitted(work)
         if uncommitted:
             keep_uncommitted(uncommitted)
+    remove_links_and_special_files(Path(work.workdir))
     target = work[commit].peel(pygit2.Commit)
     work.checkout_tree(target.tree, strategy=_REMOVES[remove])
     work.set_head(target.id)
@@ -66,13 +68,14 @@ def _commit_uncommitted(work: pygit2.Repository) -> str | None:
                                   tree, [work.head.target]))
 
 
-def remove_links_and_special_files(root: Path) -> None:
+def remove_links_and_special_files(root: Path, *, links: bool = True) -> None:
     """Remove every link, FIFO, socket and device under `root`, a folder an agent wrote (its
     worktree, its private object store), links not followed. Each folder is opened from the one
     above it without following a link, and its entries removed through it: a folder swapped for a
     link meanwhile leads nowhere. A folder the agent made unreadable is made readable again (it
     is the user's own): a link in it must not stay unseen. `OSError` when one still cannot be
-    read: then nothing may be rewritten there. Nothing to do when `root` does not exist."""
+    read: then nothing may be rewritten there. Nothing to do when `root` does not exist. With
+    `links=False` the links stay (read as links, their own text, they lead nowhere)."""
     first = _open_folder(os.fspath(root))
     if first is None:
         return                          # no such folder: nothing in it
@@ -88,7 +91,7 @@ def remove_links_and_special_files(root: Path) -> None:
                         inner = _open_folder(entry.name, at)
                         if inner is not None:
                             pending.append(inner)
-                    elif not entry.is_file(follow_symlinks=False):
+                    elif not entry.is_file(follow_symlinks=False) and (links or not entry.is_symlink()):
                         _unlink(entry.name, at)
             finally:
                 os.close(at)
