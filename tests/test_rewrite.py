@@ -227,7 +227,7 @@ def test_a_fifo_and_a_link_in_the_worktrees_git_dir_block_nothing_and_are_not_fo
 def test_a_folder_swapped_for_a_link_while_it_is_cleared_leads_nowhere(tmp_path):
     """An agent still running swaps a folder of its worktree for a link to a folder of the
     user's, as fast as it can, while hive clears its links: the user's own link there is never
-    removed."""
+    removed (a walk may give up on a folder that keeps changing, and say so)."""
     from hive.workspace import rewrite
 
     root, outside = tmp_path / "worktree", tmp_path / "outside"
@@ -251,7 +251,10 @@ def test_a_folder_swapped_for_a_link_while_it_is_cleared_leads_nowhere(tmp_path)
     swapper.start()
     try:
         for _ in range(3000):
-            rewrite.remove_links_and_special_files(root)
+            try:
+                rewrite.remove_links_and_special_files(root)
+            except OSError:
+                pass              # "it kept changing": a refusal to rewrite there, also right
     finally:
         swapper.kill()
         swapper.join()

@@ -14,6 +14,7 @@ to it to keep.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -76,9 +77,13 @@ def remove_links_and_special_files(root: Path, *, links: bool = True) -> None:
     is the user's own): a link in it must not stay unseen. `OSError` when one still cannot be
     read: then nothing may be rewritten there. Nothing to do when `root` does not exist. With
     `links=False` the links stay (read as links, their own text, they lead nowhere)."""
-    first = _open_folder(os.fspath(root))
-    if first is None:
+    try:
+        first = os.open(root, _FOLDER)
+    except FileNotFoundError:
         return                          # no such folder: nothing in it
+    except PermissionError:
+        os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) | stat.S_IRWXU)
+        first = os.open(root, _FOLDER)
     pending = [first]
     try:
         while pending:
@@ -87,12 +92,11 @@ def remove_links_and_special_files(root: Path, *, links: bool = True) -> None:
                 with os.scandir(at) as entries:
                     listed = list(entries)
                 for entry in listed:
-                    if entry.is_dir(follow_symlinks=False):
-                        inner = _open_folder(entry.name, at)
-                        if inner is not None:
-                            pending.append(inner)
-                    elif not entry.is_file(follow_symlinks=False) and (links or not entry.is_symlink()):
-                        _unlink(entry.name, at)
+                    if entry.is_file(follow_symlinks=False) or (not links and entry.is_symlink()):
+                        continue
+                    inner = _clear(entry.name, at, links)
+                    if inner is not None:
+                        pending.append(inner)
             finally:
                 os.close(at)
     finally:
@@ -101,33 +105,35 @@ def remove_links_and_special_files(root: Path, *, links: bool = True) -> None:
 
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_TRIES = 8      # an entry an agent keeps swapping between a folder and something else
 
 
-def _open_folder(name: str, at: int | None = None) -> int | None:
-    """The folder `name` (in the open folder `at`) opened, made readable first if it is not;
-    None when it is no folder any more (a link or a FIFO put in its place is removed)."""
-    try:
-        return os.open(name, _FOLDER, dir_fd=at)
-    except PermissionError:
-        mode = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
-        os.chmod(name, stat.S_IMODE(mode) | stat.S_IRWXU, dir_fd=at, follow_symlinks=False)
-        return os.open(name, _FOLDER, dir_fd=at)
-    except FileNotFoundError:
-        return None
-    except OSError:                      # ELOOP, ENOTDIR: swapped for something else meanwhile
-        if at is None:
-            raise
+def _clear(name: str, at: int, links: bool) -> int | None:
+    """The entry `name` of the open folder `at`: a folder opened (made readable first if it is
+    not), to be walked; None once it is removed (a link unless `links` is off, a FIFO, a
+    socket, a device), or when it is a regular file or gone."""
+    for _ in range(_TRIES):
         try:
-            mode = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
+            return os.open(name, _FOLDER, dir_fd=at)
         except FileNotFoundError:
             return None
-        if not stat.S_ISREG(mode):
-            _unlink(name, at)
-        return None
-
-
-def _unlink(name: str, at: int) -> None:
-    try:
-        os.unlink(name, dir_fd=at)
-    except FileNotFoundError:
-        pass
+        except PermissionError:
+            mode = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                os.chmod(name, stat.S_IMODE(mode) | stat.S_IRWXU, dir_fd=at, follow_symlinks=False)
+            continue
+        except OSError:                  # ELOOP, ENOTDIR: not a folder
+            pass
+        try:
+            mode = os.stat(name, dir_fd=at, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                continue                 # a folder again meanwhile
+            if stat.S_ISREG(mode) or (stat.S_ISLNK(mode) and not links):
+                return None
+            os.unlink(name, dir_fd=at)
+            return None
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            continue
+    raise OSError(errno.EAGAIN, "it kept changing while hive cleared it", name)
