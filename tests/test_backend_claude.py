@@ -1194,3 +1194,49 @@ def test_run_the_claude_refinery_resolves_a_conflict_working_by_cd(
     assert len(requests) == 8 and requests[4].cwd == str(worktree)      # the refinery starts in the worktree
     rebased = result_text(requests[5].tool_results[0])
     assert "CONFLICT" in rebased, rebased                                # git ran it, in the worktree
+
+
+@needs_claude
+def test_run_the_claude_refinery_resumes_its_session_for_the_next_task_in_that_worktree(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
+        git: Callable[..., Any]) -> None:
+    """The refinery says merged without resolving the conflict; hive's check fails and the task goes
+    back to it. Its process ended after the first answer (hive rewrites that worktree meanwhile),
+    and the second task resumes the same claude session, its conversation kept."""
+    issue_id = hive("create", "Greet from the worker").stdout.strip()
+    worktree = repo / ".git" / "hive" / "worktrees" / issue_id
+    person_committed = threading.Event()
+
+    def commit_once_the_target_moved(request: Request) -> Reply:
+        person_committed.wait(60)
+        return bash('git commit -q -am "README: greet from the worker"')
+
+    api.script(write("README.md", "hello from the worker\n"), commit_once_the_target_moved,
+               write(".hive-result.jsonl", '{"status": "success", "summary": "greets"}\n'), text("Done."),
+               # the refinery's first task: merged, but nothing done
+               write(".hive-result.jsonl", '{"status": "merged", "summary": "nothing to do"}\n'), text("Merged."),
+               # its second
+               bash(f"cd {worktree} && git -c core.editor=true rebase main"),
+               bash(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n' > README.md"
+                    " && git add README.md && git -c core.editor=true rebase --continue"),
+               write(".hive-result.jsonl", '{"status": "merged", "summary": "kept both greetings"}\n'),
+               text("Merged."))
+    daemon = start_daemon(repo, daemon_env(api, tmp_path / "claude-config", merge_mode="auto"))
+    try:
+        wait_for(lambda: len(api.message_requests) >= 2, "the worker's edit", timeout=60)
+        (repo / "README.md").write_text("hello from a person\n")
+        git("commit", "-q", "-am", "README: greet from a person")
+    finally:
+        person_committed.set()
+    out = finish_daemon(daemon)
+
+    assert show(hive, issue_id)["status"] == "finalized", out
+    assert out.count(f"{issue_id} conflict → refinery") == 2, out
+    assert git("show", "main:README.md").stdout == "hello from a person\nhello from the worker\n"
+    refinery = api.message_requests[4:]
+    assert len(refinery) == 6 and all(r.cwd == str(worktree) for r in refinery)
+    assert len({r.headers["x-claude-code-session-id"] for r in refinery}) == 1   # one session, resumed
+    started = sorted((repo / ".git" / "hive" / "transcripts" / issue_id).glob("*-refinery.jsonl"))
+    assert len(started) == 2                                      # by a second process
+    said = json.dumps(refinery[2].messages)
+    assert "nothing to do" in said and "Merged." in said          # the first task's turn is in its context

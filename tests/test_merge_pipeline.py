@@ -381,6 +381,60 @@ def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, 
     assert any("renewing" in line for line in logs)
 
 
+def test_the_refinerys_process_ends_after_each_task_and_a_session_it_cannot_resume_is_replaced(
+        project, paths, new_issue, script, tmp_path):
+    """Between two tasks in one worktree no refinery process runs (hive rewrites that worktree
+    then); the second resumes the session. A session the backend cannot resume is replaced by a new
+    one, and the task is done all the same."""
+    from hive.backends.scripted import ScriptedBackend
+    from hive.merge.refinery import Refinery
+    from hive.orchestrator.daemon import Daemon
+
+    steps = [{"cd": "{worktree}"}, {"result": {"status": "merged", "summary": "task {attempt}"}}]
+    backend = ScriptedBackend(script_path=script({"roles": {"refinery": steps}}), hive_dir=str(paths.hive_dir))
+    logs: list[str] = []
+    daemon = Daemon(project, backend, project.config, log=logs.append)
+    refinery = Refinery(daemon, backend)
+    issue = project.index.get(new_issue("Conflicting work"))
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    real_create = backend.create_session
+    refuse_resume = [False]
+
+    async def create_session(spec):   # type: ignore[no-untyped-def]
+        if spec.resume and refuse_resume[0]:
+            raise RuntimeError("no such session")
+        return await real_create(spec)
+
+    backend.create_session = create_session   # type: ignore[method-assign]
+
+    async def ended(session_id: str) -> bool:
+        try:
+            return (await backend.get_session_status(session_id)).state == "exited"
+        except KeyError:
+            return True
+
+    async def drive() -> tuple[list[str], list[bool]]:
+        sessions, running = [], []
+        try:
+            for n in range(3):
+                verdict = await refinery.resolve(issue, worktree, "main", f"conflict number {n}")
+                assert verdict.status == "merged", verdict
+                sessions.append(refinery.session_id)
+                running.append(refinery.in_worktree(worktree) or not await ended(refinery.session_id))
+                refuse_resume[0] = n == 1
+        finally:
+            await refinery.close()
+            await backend.stop()
+        return sessions, running
+
+    sessions, running = asyncio.run(drive())
+    assert not any(running)
+    assert sessions[0] == sessions[1] != sessions[2]
+    assert any("could not be resumed (no such session): a new one starts" in line for line in logs), logs
+    assert daemon.runtime.agents("refinery") == []
+
+
 def test_refinery_sessions_start_in_the_worktree_of_their_task(repo, paths, new_issue, script, monkeypatch,
                                                                status_of):
     """The daemon's own refinery: each task's session is started in that task's worktree (so a CLI
@@ -948,6 +1002,32 @@ def test_the_merge_starts_only_once_the_agents_session_and_what_it_spawned_are_g
     log = run_hive(path, HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND="rm -f beat.txt; sleep 0.3; test ! -e beat.txt")
 
     assert status_of(issue) == "finalized", log
+
+
+def test_hive_rewrites_the_refinerys_worktree_only_once_its_session_and_what_it_spawned_are_gone(
+        repo, tmp_path, new_issue, script, run_hive, status_of):
+    """The refinery fixes the failing test, leaves a process behind that keeps writing into the
+    worktree and swapping a tracked folder for a link out of it, and answers `merged`. Hive resets
+    that worktree and runs the tests only after the refinery's process and what it spawned are
+    gone: nothing is written through the link, nothing writes into the worktree meanwhile."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("a file of the user's\n")
+    worker = [{"write": "hive-work/{issue}.txt", "content": "work\n"},
+              {"write": "pkg/{issue}.txt", "content": "the agent's\n"}, {"commit": "{issue}: work"},
+              {"result": "success", "summary": "work"}]
+    swapping = f"while true; do echo beat > beat.txt; rm -rf pkg; ln -s {outside} pkg; rm -f pkg; mkdir pkg; done"
+    refinery = [{"cd": "{worktree}"}, {"write": "fixed.txt", "content": "fixed\n"}, {"commit": "{issue}: fix"},
+                {"spawn": swapping}, {"result": {"status": "merged", "summary": "fixed"}}]
+    path = script({"roles": {"worker": worker, "refinery": refinery}})
+    issue = new_issue("Trivial")
+
+    log = run_hive(path, HIVE_MERGE_MODE="auto",
+                   HIVE_TEST_COMMAND="rm -f beat.txt; sleep 0.3; test ! -e beat.txt && test -f fixed.txt "
+                                     "&& test -f pkg/hv-*.txt")
+
+    assert status_of(issue) == "finalized", log
+    assert os.listdir(outside) == ["keep.txt"], log
 
 
 def test_the_tests_run_on_what_the_agent_committed_not_on_what_it_left_uncommitted(

@@ -3,15 +3,20 @@
 It gets a rebase conflict or failing test output plus the issue, works in the worker's worktree,
 and answers in `.hive-result.jsonl` with `merged`, `rejected` or `needs_human`. The session starts
 in the worktree it works in (so the agent CLI reports that folder as its cwd, and `cd <worktree>
-&& git ...` is judged there) and its jail lets it write only that one; it is reused for the next
-task in the same worktree and renewed for another worktree, or once it passes 100k tokens or 20
-messages, so its context never overflows. A session that crashes is replaced.
+&& git ...` is judged there) and its jail lets it write only that one; it is reused (resumed) for
+the next task in the same worktree and renewed for another worktree, or once it passes 100k tokens
+or 20 messages, so its context never overflows. A session that crashes is replaced.
+
+Its process ends after each task, before hive reads the answer: hive then rewrites that worktree
+(the merge's resets, its tests, a person's fix after `needs_human`), and nothing in a jail that may
+write there may run meanwhile — a link swapped in during a reset would be followed. The next task
+in that worktree resumes the session, so its context lives on.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hive import cost, git
@@ -47,7 +52,8 @@ class Refinery:
                                     on_open=self._record_agent, log=host.log)
         self.messages = 0
         self.renewals = 0
-        self.cwd = ""                        # the worktree the session was started in (and its jail's)
+        self.cwd = ""                        # the worktree its process runs in (its jail's), while it runs
+        self.last = ("", "")                 # (session id, worktree) of the last task's session, to resume
         self.unrecorded: dict[str, Usage] = {}   # issue -> spend on its merge not yet on hive/state
         self.issue_id = ""                   # the issue of the task in progress
         self.spent = Usage()                 # everything its sessions spent in this process
@@ -55,7 +61,9 @@ class Refinery:
 
     @property
     def session_id(self) -> str:
-        return self.session.id
+        """The session of the task in progress, else of the last one (resumed for the next task in
+        its worktree)."""
+        return self.session.id or self.last[0]
 
     @property
     def tokens(self) -> int:
@@ -97,29 +105,36 @@ class Refinery:
                                    model=self.host.config.model_for("refinery"), backend=self.backend.name)
 
     async def _session(self, worktree: Path, issue_id: str) -> None:
-        if self.session_id and self.cwd != str(worktree):
-            await self.close()                 # a session starts in (and may write only) its worktree
-        if self.session_id and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
+        """Open the task's session: the last one resumed when it worked in `worktree` and is not
+        due for renewal, else a new one; a session that cannot be resumed is replaced."""
+        resume = self.last[0] if self.last[1] == str(worktree) else ""
+        if resume and (self.tokens > RENEW_TOKENS or self.messages >= RENEW_MESSAGES):
             self.host.log(f"refinery: renewing its session ({self.messages} messages, {self.tokens} tokens)")
-            await self.close()
             self.renewals += 1
             self.host.runtime.put("refinery_renewals", str(self.renewals))
-        if self.session_id and not await self.session.alive():
-            await self.close()
-        if not self.session_id:
-            config = self.host.config
-            spec = SessionSpec(role="refinery", cwd=str(worktree),
-                               model=config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
-                               env=git.agent_git_env(),
-                               jail=jails.worktree_jail(config, self.host.project.paths, worktree),
-                               transcript=new_transcript(issue_folder(self.host.project.paths.hive_dir, issue_id),
-                                                         "refinery"))
-            await self.session.open(spec)
-            self.cwd = str(worktree)
+            resume = ""
+        self.last = ("", "")
+        config = self.host.config
+        spec = SessionSpec(role="refinery", cwd=str(worktree),
+                           model=config.model_for("refinery"), system_prompt=SYSTEM_PROMPT,
+                           env=git.agent_git_env(),
+                           jail=jails.worktree_jail(config, self.host.project.paths, worktree),
+                           transcript=new_transcript(issue_folder(self.host.project.paths.hive_dir, issue_id),
+                                                     "refinery"), resume=resume)
+        if resume:
+            try:
+                await self.session.open(spec)
+            except Exception as exc:  # noqa: BLE001 - its context is lost, the task is not: a new session
+                self.host.log(f"refinery: its session {resume} could not be resumed ({exc}): a new one starts")
+                await self.session.close(abort=True)
+                resume = ""
+        if not resume:
+            await self.session.open(replace(spec, resume=""))
             self.messages = 0
+        self.cwd = str(worktree)
 
     def in_worktree(self, worktree: Path) -> bool:
-        """Whether the refinery's session (idle or not) was started in, and may write, `worktree`."""
+        """Whether the refinery's process runs in, and may write, `worktree`."""
         return bool(self.cwd) and self.cwd == str(worktree)
 
     async def resolve(self, issue: Issue, worktree: Path, target: str, problem: str) -> Verdict:
@@ -133,7 +148,6 @@ class Refinery:
         self.issue_id = issue.id
         self.messages += 1
         self.host.runtime.put("refinery_messages", str(self.messages))
-        # `status` lists the refinery while it works on an issue, not while its session waits
         self.host.runtime.update_agent(agent_id, state="busy", issue_id=issue.id)
         try:
             turn = await self.session.turn(task_prompt(issue, worktree, target, problem))
@@ -141,10 +155,11 @@ class Refinery:
             turn = TurnResult(False, str(exc))
         finally:
             self.issue_id = ""
-            self.host.runtime.update_agent(agent_id, state="idle", issue_id="")
-        if not turn.ok:
+            resumable = self.session.id
             await self.close()
+        if not turn.ok:
             return Verdict("crashed", turn.error or "the refinery's turn failed")
+        self.last = (resumable, str(worktree))
         result = await asyncio.to_thread(protocol.read_result, worktree, REFINERY_STATUSES)
         if result.status not in REFINERY_STATUSES:
             return Verdict("crashed", result.problem)
@@ -161,11 +176,13 @@ class Refinery:
                                     backend=self.backend.name, **session.process())
 
     async def close(self) -> None:
-        if self.session_id:
-            agent_id = _agent_id(self.session_id)
+        """End the session's process (and everything in its jail) and forget it."""
+        if self.session.id:
+            agent_id = _agent_id(self.session.id)
             await self.session.close()
             self.host.runtime.remove_agent(agent_id)
         self.cwd = ""
+        self.last = ("", "")
 
 
 def _agent_id(session_id: str) -> str:
