@@ -1030,6 +1030,20 @@ def test_hive_rewrites_the_refinerys_worktree_only_once_its_session_and_what_it_
     assert os.listdir(outside) == ["keep.txt"], log
 
 
+def test_what_the_tests_leave_in_a_landed_issues_worktree_is_not_kept_as_work(
+        repo, new_issue, script, run_hive, git, status_of):
+    """The tests write a file into the worktree; the issue lands and its worktree is retired: that
+    file was no one's work (the merge had made the worktree exactly the candidate before the
+    tests), so no attempt is kept for it."""
+    issue = new_issue("Trivial")
+
+    log = run_hive(script({}), HIVE_MERGE_MODE="auto", HIVE_TEST_COMMAND="echo report > test-report.txt")
+
+    assert status_of(issue) == "finalized", log
+    kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{issue}/").stdout.split()
+    assert not [c for c in kept if git("show", "-s", "--format=%s", c).stdout.startswith("uncommitted")], kept
+
+
 def test_the_tests_run_on_what_the_agent_committed_not_on_what_it_left_uncommitted(
         repo, new_issue, script, run_hive, git, status_of):
     """The agent commits its work but leaves the file its test needs uncommitted: the tests run

@@ -451,7 +451,7 @@ def test_an_agent_exiting_after_its_turn_is_resumed(repo: Path, tmp_path: Path, 
 
 
 def test_switch_to_a_fresh_agent_in_a_clean_worktree(repo: Path, tmp_path: Path, new_issue, state_log,
-                                                     list_json):
+                                                     list_json, git):
     issue_id = new_issue("switch me", labels=["switch"])
     script = {"labels": {"switch": work_steps([
         {"write": "scratch.txt", "content": "left over by attempt 1\n", "on_attempts": [1]},
@@ -472,6 +472,10 @@ def test_switch_to_a_fresh_agent_in_a_clean_worktree(repo: Path, tmp_path: Path,
     assert done.trailers["Hive-Agent"] == second_agent
     first, second = prompts(repo, issue_id)
     assert first["session"] != second["session"]
+    # what the first agent left uncommitted is kept, and the fresh agent is told where
+    kept = re.search(r"kept as `(refs/hive/attempts/[^`]+)`", second["text"])
+    assert kept, second["text"]
+    assert git("show", f"{kept.group(1)}:scratch.txt", cwd=repo).stdout == "left over by attempt 1\n"
 
 
 def test_anomaly_detector_escalates_early(repo: Path, tmp_path: Path, new_issue, state_log, list_json):
@@ -499,6 +503,7 @@ def test_cancel_mid_run_kills_the_agent_and_the_daemon_goes_on(repo: Path, tmp_p
     after = new_issue("after the hung one", depends_on=[hung])  # a canceled blocker unblocks
     other = new_issue("independent")
     script = {"labels": {"hang": [{"spawn": "sleep 300", "pid_file": str(child_pid_file)},
+                                  {"write": "draft.txt", "content": "half done\n"},
                                   {"note": "about to hang", "category": "context"},
                                   {"hang": True}]}}
     env = daemon_env(write_script(tmp_path, script), sandbox="off")  # host pids, a pid file outside
@@ -527,6 +532,9 @@ def test_cancel_mid_run_kills_the_agent_and_the_daemon_goes_on(repo: Path, tmp_p
     assert events_of(log, after) == ["claimed", "done", "finalized"]
     assert work_branches(git, repo) == []
     assert leftover_worktrees(repo) == []
+    # what the canceled agent had not committed is kept
+    kept = git("for-each-ref", "--format=%(refname)", f"refs/hive/attempts/{hung}/", cwd=repo).stdout.split()
+    assert any(git("show", f"{ref}:draft.txt", cwd=repo, check=False).stdout == "half done\n" for ref in kept), kept
 
 
 def test_a_note_no_watcher_saw_is_taken_in_at_the_safety_tick(repo: Path, tmp_path: Path, new_issue, git,

@@ -109,6 +109,42 @@ def test_a_reset_of_an_agents_worktree_writes_nothing_through_its_links_and_read
     assert git("cat-file", "-e", f"{uncommitted[0]}:cache.pyc", check=False).returncode != 0
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_removed_worktree_keeps_what_it_held_uncommitted_reading_no_fifo(repo, git, tmp_path, keep):
+    """A worktree hive removes (an agent switched, an issue canceled) held a file and a link its
+    agent never committed, a FIFO and a link out of it: the removal ends (no read waits on the
+    FIFO), what was uncommitted is kept first as an attempt (links as links, nothing of what they
+    name), and nothing outside is touched. Removed right after its landing (`keep_uncommitted`
+    False: what is there since is the tests' output), nothing is kept."""
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    paths = hive_git.discover(repo)
+    tree = worktrees.create(paths, ISSUE, base).path
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("a file of the user's\n")
+    (tree / "draft.py").write_text("D = 1\n")
+    os.symlink(outside, tree / "out")
+    os.mkfifo(tree / "pipe")
+
+    def remove() -> None:
+        uncommitted = worktrees.remove(paths, ISSUE, target="main", keep_uncommitted=keep)
+        assert (uncommitted is not None) == keep
+
+    assert _finishes(remove, tree / "pipe"), "the removal read the FIFO"
+    assert not tree.exists()
+    assert sorted(os.listdir(outside)) == ["keep.txt"]
+    kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{ISSUE}/").stdout.split()
+    if not keep:
+        assert kept == []
+        return
+    [uncommitted] = kept
+    assert git("rev-parse", f"{uncommitted}^").stdout.strip() == base
+    assert git("show", f"{uncommitted}:draft.py").stdout == "D = 1\n"
+    assert git("ls-tree", uncommitted, "out").stdout.startswith("120000 blob ")
+    assert git("ls-tree", "--name-only", uncommitted).stdout.split() == sorted(
+        ["draft.py", "out", *git("ls-tree", "--name-only", base).stdout.split()])
+
+
 def test_a_link_in_a_folder_the_agent_made_unreadable_is_removed_all_the_same(tmp_path):
     """An agent (the user, or nobody under a root daemon) may take a folder's read bit away:
     a link in it would stay unseen by a walk and be followed by the reset. The folder is made

@@ -77,7 +77,11 @@ def test_a_retired_worktree_is_the_next_issues_clean_at_its_base_and_its_unlande
 
     assert not tree.exists() and not admin.exists()
     assert git("branch", "--list", f"hive/work/{ISSUE}", cwd=repo).stdout == ""
-    assert [a.commit for a in attempts.kept(paths.common_dir, ISSUE)] == [unlanded]   # kept before it went
+    # kept before it went: its commit, and what it held uncommitted (on that commit)
+    [uncommitted, kept] = [a.commit for a in attempts.kept(paths.common_dir, ISSUE)]
+    assert kept == unlanded
+    assert git("rev-parse", f"{uncommitted}^", cwd=repo).stdout.strip() == unlanded
+    assert git("show", f"{uncommitted}:deep/er/junk", cwd=repo).stdout == "junk\n"
     assert len(list(spares.spares_dir(paths).glob("[0-9]*"))) == 1
     listed = git("worktree", "list", "--porcelain", cwd=repo).stdout
     assert f"{spares.spares_dir(paths)}/1\nHEAD {unlanded}\ndetached" in listed

@@ -418,7 +418,7 @@ class Hive:
             lifecycle.finalize(project, runtime, issue.id, landing.commit, config.target_branch)
         finally:
             runtime.close()
-        worktrees.retire(project.paths, issue.id, config.target_branch)
+        worktrees.retire(project.paths, issue.id, config.target_branch, keep_uncommitted=False)
         return Finalized(issue.id, config.target_branch, landing.commit)
 
     def tell(self, issue_id: str, text: str) -> Told:

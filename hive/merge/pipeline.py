@@ -425,7 +425,7 @@ class MergeProcessor:
         def retire_each() -> None:
             while (job := to_retire.get()) is not None:
                 try:
-                    worktrees.retire(paths, job[0], target, job[1])
+                    worktrees.retire(paths, job[0], target, job[1], keep_uncommitted=False)
                 except Exception as exc:  # noqa: BLE001 - finalized all the same: the leftover sweep retires it
                     not_retired.append((job[0], exc))
 

@@ -462,8 +462,10 @@ class Worker:
         await self._close_session()
         paths = self.project.paths
         head = worktrees.worktree_head(paths, self.issue_id) or worktrees.head_of(paths, self.issue_id)
-        await asyncio.to_thread(partial(worktrees.remove, paths, self.issue_id, target=self.config.target_branch))
-        kept = attempts.holding(paths.common_dir, self.issue_id, head) if head else None
+        uncommitted = await asyncio.to_thread(partial(worktrees.remove, paths, self.issue_id,
+                                                      target=self.config.target_branch))
+        last = uncommitted or head   # what the agent left uncommitted is kept on its head
+        kept = attempts.holding(paths.common_dir, self.issue_id, last) if last else None
         self.worktree = None
         self.agent_id = new_agent_id()
         self.host.runtime.remove_agent(old)

@@ -7,9 +7,10 @@ at the folder's place (into whatever the link names: a jailed agent's commit wou
 written by hive, unjailed, anywhere the user can write), and it reads a tracked path to compare
 it, which waits forever on a FIFO. So every link, FIFO, socket and device in the worktree is
 removed first, links not followed; the checkout makes again the links git tracks. When the caller
-asks (`keep_uncommitted`: the merge's resets do; a spare's issue is finished with, its heads
-kept), what the worktree held uncommitted, its links included, is committed before and handed
-to it to keep.
+asks (`keep_uncommitted`: the merge's resets do; a spare's issue is finished with, what it held
+was kept when it was retired), what the worktree held uncommitted, its links included, is
+committed before and handed to it to keep (`keep_what_is_uncommitted`, which a worktree's
+removal calls too).
 """
 
 from __future__ import annotations
@@ -42,14 +43,22 @@ def reset(work: pygit2.Repository, commit: str, *, remove: Removed = "untracked"
     or "nothing". With `keep_uncommitted`, what the worktree held uncommitted is committed first
     (on no branch) and that commit handed to it, before anything is rewritten."""
     if keep_uncommitted:
-        remove_links_and_special_files(Path(work.workdir), links=False)   # links are kept too
-        uncommitted = _commit_uncommitted(work)
-        if uncommitted:
-            keep_uncommitted(uncommitted)
+        keep_what_is_uncommitted(work, keep_uncommitted)
     remove_links_and_special_files(Path(work.workdir))
     target = work[commit].peel(pygit2.Commit)
     work.checkout_tree(target.tree, strategy=_REMOVES[remove])
     work.set_head(target.id)
+
+
+def keep_what_is_uncommitted(work: pygit2.Repository, keep: Callable[[str], object]) -> str | None:
+    """What the worktree `work` holds uncommitted (changed and untracked files, links included;
+    ignored ones not) committed on its HEAD, on no branch, and that commit handed to `keep`; None
+    when it holds nothing uncommitted. Its FIFOs, sockets and devices go first (git keeps none)."""
+    remove_links_and_special_files(Path(work.workdir), links=False)
+    uncommitted = _commit_uncommitted(work)
+    if uncommitted:
+        keep(uncommitted)
+    return uncommitted
 
 
 def _commit_uncommitted(work: pygit2.Repository) -> str | None:

@@ -371,18 +371,24 @@ _REMOVING = [threading.Lock() for _ in range(32)]
 
 
 def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
-           repo: pygit2.Repository | None = None, target: str = "", spare: bool = False) -> None:
+           repo: pygit2.Repository | None = None, target: str = "", spare: bool = False,
+           keep_uncommitted: bool = True) -> str | None:
     """Remove the issue's worktree (files, git admin dir) and, unless told not to, its branch;
-    the heads they held are kept first (unless on the `target` branch, or on the branch kept).
-    With `spare`, the worktree is moved aside for the next issue's (`spares`) if it can be.
-    A second removal of the same issue waits for the first, then finds nothing left to do."""
+    the heads they held are kept first (unless on the `target` branch, or on the branch kept),
+    and so is what the worktree held uncommitted (an agent's work it never committed, a person's
+    edits), as a commit on its HEAD, unless `keep_uncommitted` is False (the merge reset it to the
+    landed commit just before: what is there since is the tests' output). That commit is returned
+    (None: nothing was uncommitted). With `spare`, the worktree is moved aside for the next
+    issue's (`spares`) if it can be. A second removal of the same issue waits for the first, then
+    finds nothing left to do."""
     with _REMOVING[hash(issue_id) % len(_REMOVING)]:
-        _remove(paths, issue_id, delete_branch, repo or open_repo(paths), target, spare)
+        return _remove(paths, issue_id, delete_branch, repo or open_repo(paths), target, spare, keep_uncommitted)
 
 
 def _remove(paths: git.RepoPaths, issue_id: str, delete_branch: bool, repo: pygit2.Repository,
-            target: str, spare: bool) -> None:
+            target: str, spare: bool, keep_uncommitted: bool) -> str | None:
     path = worktree_path(paths, issue_id)
+    uncommitted = _keep_uncommitted(paths, issue_id, repo) if keep_uncommitted else None
     keep_discarded(paths, issue_id, repo, delete_branch=delete_branch, target=target)
     if spare and spares.put(paths, issue_id, path):
         pass   # its files and admin folder are the spare's now
@@ -409,13 +415,32 @@ def _remove(paths: git.RepoPaths, issue_id: str, delete_branch: bool, repo: pygi
                 repo.references.delete(ref)
             except KeyError:
                 pass   # deleted meanwhile: another thread retired the same issue
+    return uncommitted
 
 
-def retire(paths: git.RepoPaths, issue_id: str, target: str = "", spare: bool = False) -> None:
+def _keep_uncommitted(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository) -> str | None:
+    """Keep what the issue's worktree holds uncommitted as an attempt (`rewrite`); None when it
+    holds nothing uncommitted, or is no worktree to read (gone, broken: nothing git could show)."""
+    path = worktree_path(paths, issue_id)
+    if not path.is_dir():
+        return None                        # most calls: a new issue's worktree, none there yet
+    absorb_objects(paths, issue_id)        # its HEAD may be a commit the agent made
+    try:
+        work = git.open_worktree(path)
+        if work.head_is_unborn:
+            return None
+        return rewrite.keep_what_is_uncommitted(work, lambda commit: attempts.keep(repo, issue_id, [commit]))
+    except (pygit2.GitError, KeyError, ValueError, OSError):
+        return None
+
+
+def retire(paths: git.RepoPaths, issue_id: str, target: str = "", spare: bool = False,
+           keep_uncommitted: bool = True) -> None:
     """The issue is finished with (finalized, canceled): its worktree and branch go, their heads
-    kept unless landed on `target` (with `spare`, a daemon's, the worktree is kept aside for the
-    next issue's). Its session transcripts stay (`git hive prune` ends them)."""
-    remove(paths, issue_id, target=target, spare=spare)
+    kept unless landed on `target`, and what it held uncommitted kept unless told not to (see
+    `remove`; with `spare`, a daemon's, the worktree is kept aside for the next issue's). Its
+    session transcripts stay (`git hive prune` ends them)."""
+    remove(paths, issue_id, target=target, spare=spare, keep_uncommitted=keep_uncommitted)
 
 
 def keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository, *,
