@@ -145,6 +145,38 @@ def test_a_removed_worktree_keeps_what_it_held_uncommitted_reading_no_fifo(repo,
         ["draft.py", "out", *git("ls-tree", "--name-only", base).stdout.split()])
 
 
+@pytest.mark.parametrize("reset", sorted(_resets()))
+def test_a_reset_reads_no_ignore_file_an_agent_made_a_link_to_a_fifo(repo, git, tmp_path, reset):
+    """libgit2's status reads every `.gitignore` (and `.gitattributes`) through a link, and waits
+    for good on a FIFO it names (git itself follows no such link). An agent leaves its worktree's
+    `.gitignore` and a nested `.gitattributes` as links to a FIFO of the host's, with a file
+    uncommitted: the reset ends, and the uncommitted file and the links (as links) are kept."""
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    paths = hive_git.discover(repo)
+    tree = worktrees.create(paths, ISSUE, base).path
+    host_fifo = tmp_path / "host-fifo"
+    os.mkfifo(host_fifo)
+    (tree / "draft.py").write_text("D = 1\n")
+    os.symlink(host_fifo, tree / ".gitignore")
+    (tree / "sub").mkdir()
+    os.symlink(host_fifo, tree / "sub" / ".gitattributes")
+
+    (repo / "landed.txt").write_text("L\n")
+    git("add", "landed.txt", cwd=repo)
+    git("commit", "-q", "-m", "what the reset goes to", cwd=repo)
+    commit = git("rev-parse", "main", cwd=repo).stdout.strip()
+
+    assert _finishes(lambda: _resets()[reset](paths, commit), host_fifo), "the reset read the FIFO"
+
+    [uncommitted] = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{ISSUE}/").stdout.split()
+    assert git("show", f"{uncommitted}:draft.py").stdout == "D = 1\n"
+    for link in (".gitignore", "sub/.gitattributes"):
+        assert git("ls-tree", uncommitted, link).stdout.startswith("120000 blob ")
+        assert git("show", f"{uncommitted}:{link}").stdout == str(host_fifo)
+        assert not os.path.lexists(tree / link)
+    assert stat.S_ISFIFO(os.stat(host_fifo).st_mode)
+
+
 def test_a_link_in_a_folder_the_agent_made_unreadable_is_removed_all_the_same(tmp_path):
     """An agent (the user, or nobody under a root daemon) may take a folder's read bit away:
     a link in it would stay unseen by a walk and be followed by the reset. The folder is made
@@ -254,7 +286,7 @@ def test_a_fifo_and_a_link_in_the_worktrees_git_dir_block_nothing_and_are_not_fo
 
     assert _finishes(lambda: changed_files(paths, ISSUE, "refs/heads/main"), admin / "index"), \
         "reading the changes waited on the FIFO"
-    os.mkfifo(admin / "index")                     # again: the first reader removed it
+    assert stat.S_ISFIFO(os.lstat(admin / "index").st_mode)   # the changes are read refusing it, not removing it
     assert _finishes(lambda: worktrees.adopt_head(paths, ISSUE), admin / "index"), "adopting the head waited on the FIFO"
     assert elsewhere.read_text() == "a file of the user's\n"
     assert git("rev-parse", "HEAD", cwd=tree).stdout.strip() == base

@@ -513,3 +513,30 @@ def test_through_the_daemon_the_agents_first_git_add_writes_only_its_own_file(re
                             text=True, env=env, timeout=300)
     assert daemon.returncode == 0, daemon.stdout + daemon.stderr
     assert {c.issue for c in state_log(repo) if c.event == "finalized"} == {first, second}
+
+
+def test_a_spare_at_a_base_whose_gitignore_is_a_link_to_a_fifo_is_checked_without_reading_it(repo, git, tmp_path):
+    """Landed work may hold a `.gitignore` that is a link (git never follows one; libgit2's status
+    does, and waits for good on a FIFO it names): a spare reset to that base is checked clean by
+    its files' stat against the index, and the next issue's worktree is made."""
+    import multiprocessing
+
+    host_fifo = tmp_path / "host-fifo"
+    os.mkfifo(host_fifo)
+    os.symlink(host_fifo, repo / ".gitignore")
+    git("add", ".gitignore", cwd=repo)
+    git("commit", "-q", "-m", "a link where git reads its ignore rules", cwd=repo)
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    worktrees.create(paths, ISSUE, base)
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+    assert len(list(spares.spares_dir(paths).glob("[0-9]*"))) == 1
+
+    child = multiprocessing.get_context("fork").Process(target=lambda: worktrees.create(paths, NEXT, base))
+    child.start()
+    child.join(20)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0, "making the worktree from the spare waited on the FIFO"
+    assert list(spares.spares_dir(paths).glob("[0-9]*")) == []       # the spare was taken
+    assert os.readlink(worktrees.worktree_path(paths, NEXT) / ".gitignore") == str(host_fifo)

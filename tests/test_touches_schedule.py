@@ -186,6 +186,65 @@ def test_changed_files_are_what_the_worktree_differs_in_committed_or_not(repo: P
     assert changed_files(project.paths, issue, "refs/heads/main") == ["committed.txt"]
 
 
+def test_the_changes_are_read_without_opening_what_the_agent_made_of_its_worktree(
+        repo: Path, project: Any, new_issue: Callable[..., str], git: Callable[..., Any], tmp_path: Path,
+        monkeypatch: Any) -> None:
+    """While its agent works, hive reads the changes of a worktree the agent may have filled with
+    FIFOs named `.gitignore` (libgit2 reads each to list new files, and waited there for good, with
+    the daemon's event loop) and links to a FIFO of the host's or to a folder of the user's: no
+    file is opened, no link followed. A file edited, removed or made executable is seen by its
+    `lstat`; past MAX_NEW new files, a new folder is one entry that covers all under it."""
+    import multiprocessing
+
+    from hive.state import globs
+    from hive.workspace import changes, files_on_disk
+
+    issue = new_issue("work")
+    (repo / "src").mkdir()
+    for name in ("a.py", "b.py", "c.sh"):
+        (repo / "src" / name).write_text(f"{name}\n")
+    git("add", "src", cwd=repo)
+    git("commit", "-q", "-m", "src", cwd=repo)
+    base = str(worktrees.open_repo(project.paths).references["refs/heads/main"].target)
+    path = worktrees.create(project.paths, issue, base).path
+    host_fifo, users = tmp_path / "host-fifo", tmp_path / "users"
+    os.mkfifo(host_fifo)
+    users.mkdir()
+    (users / "secret.txt").write_text("the user's\n")
+    os.mkfifo(path / ".gitignore")
+    os.mkfifo(path / "src" / ".gitignore")
+    (path / "docs").mkdir()
+    os.symlink(host_fifo, path / "docs" / ".gitignore")
+    os.symlink(users, path / "linked")
+    (path / "src" / "a.py").write_text("a.py, edited\n")
+    (path / "src" / "b.py").unlink()
+    (path / "src" / "c.sh").chmod(0o755)
+    (path / "vendor" / "pkg").mkdir(parents=True)
+    for n in range(3):
+        (path / "vendor" / "pkg" / f"{n}.js").write_text("x\n")
+
+    read: Any = multiprocessing.get_context("fork").Queue()
+
+    def changes_read() -> None:
+        read.put(changes.changed_files(project.paths, issue, "refs/heads/main"))
+
+    child = multiprocessing.get_context("fork").Process(target=changes_read)
+    child.start()
+    child.join(20)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0, "reading the changes waited on a FIFO"
+    found = read.get(timeout=5)
+    assert sorted(found) == ["docs/.gitignore", "linked", "src/a.py", "src/b.py", "src/c.sh",
+                             "vendor/pkg/0.js", "vendor/pkg/1.js", "vendor/pkg/2.js"]
+    assert (users / "secret.txt").read_text() == "the user's\n"
+
+    monkeypatch.setattr(files_on_disk, "MAX_NEW", 2)
+    found = changes.changed_files(project.paths, issue, "refs/heads/main")
+    assert "vendor/pkg/" in found and not [name for name in found if name.startswith("vendor/pkg/") and name != "vendor/pkg/"]
+    assert globs.matches("vendor/**/*.js", "vendor/pkg/") and not globs.matches("src/**", "vendor/pkg/")
+
+
 def test_a_dependent_starts_from_its_blockers_unmerged_work_whatever_they_touch(
         repo: Path, new_issue: Callable[..., str], state_log: Callable[..., Any], tmp_path: Path,
         list_json: Callable[..., list[dict]]) -> None:

@@ -168,8 +168,9 @@ def overlap(a: str, b: str) -> bool:
 
 
 def matches(glob: str, path: str) -> bool:
-    """Whether the file at `path` (relative, `/`-separated) is one `glob` covers."""
-    return _paths_meet(_split(glob), _split(_escaped(path.rstrip("/"))))
+    """Whether the file at `path` (relative, `/`-separated) is one `glob` covers; a `path` ending
+    in `/` is a folder whose files are not listed one by one: whether `glob` may cover one of them."""
+    return _paths_meet(_split(glob), _split(_escaped(path)))
 
 
 def _paths_meet(sa: tuple[str, ...], sb: tuple[str, ...]) -> bool:

@@ -53,39 +53,53 @@ def reset(work: pygit2.Repository, commit: str, *, remove: Removed = "untracked"
 def keep_what_is_uncommitted(work: pygit2.Repository, keep: Callable[[str], object]) -> str | None:
     """What the worktree `work` holds uncommitted (changed and untracked files, links included;
     ignored ones not) committed on its HEAD, on no branch, and that commit handed to `keep`; None
-    when it holds nothing uncommitted. Its FIFOs, sockets and devices go first (git keeps none)."""
-    remove_links_and_special_files(Path(work.workdir), links=False)
-    uncommitted = _commit_uncommitted(work)
+    when it holds nothing uncommitted. Its FIFOs, sockets and devices go first (git keeps none),
+    and its links named as a file git reads (`.gitignore`: libgit2's status reads each, through a
+    link too, and waits for good on a FIFO it names; git itself never follows one), taken into
+    the commit as links."""
+    read_by_git: dict[str, bytes] = {}
+    remove_links_and_special_files(Path(work.workdir), links=False, taken=read_by_git)
+    uncommitted = _commit_uncommitted(work, read_by_git)
     if uncommitted:
         keep(uncommitted)
     return uncommitted
 
 
-def _commit_uncommitted(work: pygit2.Repository) -> str | None:
-    """A commit of the worktree's HEAD plus its changed and untracked files (ignored ones not);
-    None when it holds nothing uncommitted. Its index is left as it was."""
-    if not any(flags & ~(FileStatus.WT_DELETED | FileStatus.INDEX_DELETED)
-               for flags in work.status(untracked_files="all").values()):
+def _commit_uncommitted(work: pygit2.Repository, links: dict[str, bytes]) -> str | None:
+    """A commit of the worktree's HEAD plus its changed and untracked files (ignored ones not) and
+    `links` (path -> what the link says); None when that is the HEAD's tree. Its index is left as
+    it was."""
+    if not links and not any(flags & ~(FileStatus.WT_DELETED | FileStatus.INDEX_DELETED)
+                             for flags in work.status(untracked_files="all").values()):
         return None
+    head = work.head.peel(pygit2.Commit)
     index = work.index
     try:
         index.add_all()
+        for path, target in links.items():
+            index.add(pygit2.IndexEntry(path, work.create_blob(target), pygit2.enums.FileMode.LINK))
         tree = index.write_tree(work)
     finally:
         index.read(True)
+    if tree == head.tree_id:
+        return None
     signature = signature_for(work)
     return str(work.create_commit(None, signature, signature, "uncommitted changes left in hive's worktree\n",
-                                  tree, [work.head.target]))
+                                  tree, [head.id]))
 
 
-def remove_links_and_special_files(root: Path, *, links: bool = True) -> None:
+GIT_READS = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
+
+
+def remove_links_and_special_files(root: Path, *, links: bool = True, taken: dict[str, bytes] | None = None) -> None:
     """Remove every link, FIFO, socket and device under `root`, a folder an agent wrote (its
     worktree, its private object store), links not followed. Each folder is opened from the one
     above it without following a link, and its entries removed through it: a folder swapped for a
     link meanwhile leads nowhere. A folder the agent made unreadable is made readable again (it
     is the user's own): a link in it must not stay unseen. `OSError` when one still cannot be
     read: then nothing may be rewritten there. Nothing to do when `root` does not exist. With
-    `links=False` the links stay (read as links, their own text, they lead nowhere)."""
+    `links=False` the links stay (read as links, their own text, they lead nowhere), but those
+    named as a file git reads (GIT_READS): they go, what they say put in `taken` by path."""
     try:
         first = os.open(root, _FOLDER)
     except FileNotFoundError:
@@ -93,24 +107,45 @@ def remove_links_and_special_files(root: Path, *, links: bool = True) -> None:
     except PermissionError:
         os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) | stat.S_IRWXU)
         first = os.open(root, _FOLDER)
-    pending = [first]
+    pending = [(first, "")]
     try:
         while pending:
-            at = pending.pop()
+            at, folder = pending.pop()
             try:
                 with os.scandir(at) as entries:
                     listed = list(entries)
                 for entry in listed:
-                    if entry.is_file(follow_symlinks=False) or (not links and entry.is_symlink()):
+                    if entry.is_file(follow_symlinks=False):
+                        continue
+                    if not links and entry.is_symlink():
+                        if entry.name in GIT_READS:
+                            _take_link(entry.name, at, f"{folder}{entry.name}", taken)
                         continue
                     inner = _clear(entry.name, at, links)
                     if inner is not None:
-                        pending.append(inner)
+                        pending.append((inner, f"{folder}{entry.name}/"))
             finally:
                 os.close(at)
     finally:
-        for at in pending:
+        for at, _ in pending:
             os.close(at)
+
+
+def _take_link(name: str, at: int, path: str, taken: dict[str, bytes] | None) -> None:
+    """Remove the link `name` of the open folder `at`, what it says kept in `taken` under `path`."""
+    try:
+        target = os.readlink(name, dir_fd=at)
+        os.unlink(name, dir_fd=at)
+    except FileNotFoundError:
+        return
+    except OSError:                      # not a link any more: a FIFO goes, a folder is no name git reads
+        inner = _clear(name, at, links=False)
+        if inner is not None:
+            os.close(inner)
+            raise OSError(errno.EAGAIN, "it kept changing while hive cleared it", name) from None
+        return
+    if taken is not None:
+        taken[path] = os.fsencode(target)
 
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

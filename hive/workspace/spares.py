@@ -25,7 +25,7 @@ from typing import Iterator
 import pygit2
 
 from hive import git
-from hive.workspace import rewrite
+from hive.workspace import files_on_disk, rewrite
 
 MAX_SPARES = 8          # a pool for as many agents as usually run at once; more are removed
 ADMIN_PREFIX = "hive-spare-"
@@ -178,9 +178,11 @@ def _clean_at(path: Path, base: str) -> bool:
     try:
         work = git.open_worktree(path)
         rewrite.reset(work, base, remove="untracked and ignored")
-        return not work.status(untracked_files="all", ignored=True)
     except (pygit2.GitError, KeyError, ValueError, OSError):
         return False
+    # not libgit2's status: it would read the `.gitignore` of `base` (landed work) through a link
+    entries = files_on_disk.index_entries(Path(work.path) / "index")
+    return entries is not None and not files_on_disk.differing(path, entries)
 
 
 def clear(paths: git.RepoPaths) -> None:

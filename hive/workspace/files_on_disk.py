@@ -1,0 +1,108 @@
+"""A worktree's files against its index's record of them (`git status`'s stat cache), read
+without opening a file of the worktree or following a link in it: the worktree and its index may
+be an agent's, still running, which may have made any file a FIFO (libgit2's status and diff read
+every `.gitignore`, through a link too, and wait for good on a FIFO). No file is hashed: one
+whose kind, executable bit, size or time differ from its record counts as changed."""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import stat
+from pathlib import Path
+
+import dulwich.index
+
+from hive import lines
+
+MAX_NEW = 1000     # new files listed one by one; then new folders as `folder/`
+MAX_INDEX_BYTES = 256 << 20
+_LINK, _GITLINK = 0o120000, 0o160000
+_SECOND = 1_000_000_000
+
+Entry = tuple[str, int, int, int]   # blob id, mode, size, modification time in ns
+
+
+def index_entries(index_file: Path) -> dict[str, Entry] | None:
+    """The index's entries by path; None when it is no index (missing, not a regular file,
+    unreadable). A conflicted entry has no blob id: it differs from anything."""
+    try:
+        opened = lines.open_regular(index_file, MAX_INDEX_BYTES)
+        if opened is None:
+            return None
+        with opened:
+            data = opened.read()
+        read = dulwich.index.read_index_dict_with_version(io.BytesIO(data))[0]
+    except Exception:  # noqa: BLE001 - lines.NotAFile, OSError, or bytes dulwich does not read as an index
+        return None
+    entries: dict[str, Entry] = {}
+    for name, entry in read.items():
+        path = os.fsdecode(name)
+        if isinstance(entry, dulwich.index.IndexEntry):
+            entries[path] = (os.fsdecode(entry.sha), entry.mode, entry.size, _ns(entry.mtime))
+        else:
+            entries[path] = ("", -1, -1, -1)
+    return entries
+
+
+def _ns(when: int | float | tuple[int, int]) -> int:
+    if isinstance(when, tuple):
+        return when[0] * _SECOND + when[1]
+    return int(when * _SECOND)
+
+
+def differing(worktree: Path, entries: dict[str, Entry]) -> list[str]:
+    """The files whose `lstat` differs from their entry or that are gone, then the new ones,
+    nearest the top first: one by one up to MAX_NEW of them, then each new folder not yet walked
+    as `folder/` (an agent's `node_modules/` is not walked every second). Links are not followed,
+    FIFOs and sockets not listed (git keeps neither)."""
+    changed: list[str] = []
+    new: list[str] = []
+    seen: set[str] = set()
+    known = {os.path.dirname(name) for name in entries}
+    known |= {folder[:cut] for folder in known for cut, ch in enumerate(folder) if ch == "/"}
+    folders = collections.deque([""])
+    while folders:
+        folder = folders.popleft()
+        if folder not in known and len(new) >= MAX_NEW:
+            new.append(f"{folder}/")
+            continue
+        try:
+            listed = list(os.scandir(os.path.join(worktree, folder)))
+        except OSError:
+            continue
+        for item in listed:
+            name = f"{folder}/{item.name}" if folder else item.name
+            if name == ".git":
+                continue
+            try:
+                info = item.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            entry = entries.get(name)
+            if entry is not None:
+                seen.add(name)
+                if _differs(entry, info):
+                    changed.append(name)
+            elif stat.S_ISDIR(info.st_mode):
+                folders.append(name)
+            elif stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
+                new.append(name)
+    gone = [name for name, entry in entries.items() if name not in seen and entry[1] != _GITLINK]
+    return changed + gone + new
+
+
+def _differs(entry: Entry, info: os.stat_result) -> bool:
+    _, mode, size, mtime = entry
+    if mode == _GITLINK:
+        return False                      # a submodule: its own repository, not this work's files
+    if mode == _LINK:
+        kind_matches = stat.S_ISLNK(info.st_mode)
+    else:
+        kind_matches = stat.S_ISREG(info.st_mode) and bool(info.st_mode & 0o100) == bool(mode & 0o100)
+    if not kind_matches or info.st_size & 0xFFFFFFFF != size:
+        return True
+    seconds, nanoseconds = divmod(mtime, _SECOND)
+    # git records no nanoseconds unless built to (`USE_NSEC`): then the seconds are all it compares
+    return info.st_mtime_ns // _SECOND != seconds or (nanoseconds != 0 and info.st_mtime_ns % _SECOND != nanoseconds)
