@@ -1154,13 +1154,13 @@ def test_sigkill_of_the_daemon_during_a_merge_test_merges_once_on_restart(
     assert not still_running(old)
 
 
-@needs_claude
-def test_run_the_claude_refinery_resolves_a_conflict_working_by_cd(
-        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
-        state_log: Callable[..., Any], git: Callable[..., Any]) -> None:
-    """The target moved under the worker (a person changed the same line): the replay conflicts and
-    the refinery, a claude session started in the issue's worktree, resolves it by `cd <worktree> &&
-    git ...` (rebase, resolve, continue), says merged; hive checks it and lands it."""
+def _a_conflict_for_the_refinery(api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path,
+                                 wait_for: Callable[..., Any], git: Callable[..., Any],
+                                 first: Callable[[Path], list[Any]]) -> tuple[str, Path, str]:
+    """A daemon whose worker's edit conflicts with a person's commit to the same line, and whose
+    refinery (a claude session in the issue's worktree) replies `first(worktree)`, then resolves it
+    by `cd <worktree> && git ...` (rebase, resolve, continue) and says merged: (issue, its
+    worktree, the daemon's log)."""
     issue_id = hive("create", "Greet from the worker").stdout.strip()
     worktree = repo / ".git" / "hive" / "worktrees" / issue_id
     person_committed = threading.Event()
@@ -1171,7 +1171,7 @@ def test_run_the_claude_refinery_resolves_a_conflict_working_by_cd(
 
     api.script(write("README.md", "hello from the worker\n"), commit_once_the_target_moved,
                write(".hive-result.jsonl", '{"status": "success", "summary": "greets"}\n'), text("Done."),
-               # the refinery
+               *first(worktree),
                bash(f"cd {worktree} && git -c core.editor=true rebase main"),
                bash(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n' > README.md"
                     " && git add README.md && git -c core.editor=true rebase --continue"),
@@ -1184,7 +1184,17 @@ def test_run_the_claude_refinery_resolves_a_conflict_working_by_cd(
         git("commit", "-q", "-am", "README: greet from a person")
     finally:
         person_committed.set()
-    out = finish_daemon(daemon)
+    return issue_id, worktree, finish_daemon(daemon)
+
+
+@needs_claude
+def test_run_the_claude_refinery_resolves_a_conflict_working_by_cd(
+        api: FakeAnthropic, repo: Path, hive: Callable[..., Any], tmp_path: Path, wait_for: Callable[..., Any],
+        state_log: Callable[..., Any], git: Callable[..., Any]) -> None:
+    """The target moved under the worker (a person changed the same line): the replay conflicts and
+    the refinery, a claude session started in the issue's worktree, resolves it by `cd <worktree> &&
+    git ...` (rebase, resolve, continue), says merged; hive checks it and lands it."""
+    issue_id, worktree, out = _a_conflict_for_the_refinery(api, repo, hive, tmp_path, wait_for, git, lambda worktree: [])
 
     assert show(hive, issue_id)["status"] == "finalized", out
     assert f"{issue_id} conflict → refinery" in out and "denied" not in out, out
@@ -1203,32 +1213,11 @@ def test_run_the_claude_refinery_resumes_its_session_for_the_next_task_in_that_w
     """The refinery says merged without resolving the conflict; hive's check fails and the task goes
     back to it. Its process ended after the first answer (hive rewrites that worktree meanwhile),
     and the second task resumes the same claude session, its conversation kept."""
-    issue_id = hive("create", "Greet from the worker").stdout.strip()
-    worktree = repo / ".git" / "hive" / "worktrees" / issue_id
-    person_committed = threading.Event()
-
-    def commit_once_the_target_moved(request: Request) -> Reply:
-        person_committed.wait(60)
-        return bash('git commit -q -am "README: greet from the worker"')
-
-    api.script(write("README.md", "hello from the worker\n"), commit_once_the_target_moved,
-               write(".hive-result.jsonl", '{"status": "success", "summary": "greets"}\n'), text("Done."),
-               # the refinery's first task: merged, but nothing done
-               write(".hive-result.jsonl", '{"status": "merged", "summary": "nothing to do"}\n'), text("Merged."),
-               # its second
-               bash(f"cd {worktree} && git -c core.editor=true rebase main"),
-               bash(f"cd {worktree} && printf 'hello from a person\\nhello from the worker\\n' > README.md"
-                    " && git add README.md && git -c core.editor=true rebase --continue"),
-               write(".hive-result.jsonl", '{"status": "merged", "summary": "kept both greetings"}\n'),
-               text("Merged."))
-    daemon = start_daemon(repo, daemon_env(api, tmp_path / "claude-config", merge_mode="auto"))
-    try:
-        wait_for(lambda: len(api.message_requests) >= 2, "the worker's edit", timeout=60)
-        (repo / "README.md").write_text("hello from a person\n")
-        git("commit", "-q", "-am", "README: greet from a person")
-    finally:
-        person_committed.set()
-    out = finish_daemon(daemon)
+    # the refinery's first task: merged, but nothing done
+    issue_id, worktree, out = _a_conflict_for_the_refinery(
+        api, repo, hive, tmp_path, wait_for, git,
+        lambda worktree: [write(".hive-result.jsonl", '{"status": "merged", "summary": "nothing to do"}\n'),
+                          text("Merged.")])
 
     assert show(hive, issue_id)["status"] == "finalized", out
     assert out.count(f"{issue_id} conflict → refinery") == 2, out

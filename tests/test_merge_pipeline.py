@@ -332,24 +332,31 @@ def test_a_refinery_that_claims_merged_is_verified_by_hive(repo, paths, new_issu
 # -- 4. refinery session renewal ------------------------------------------------------------------
 
 
-def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, paths, new_issue, script,
-                                                                       tmp_path):
+def _a_refinery(project: Any, paths: Any, new_issue: Any, script: Any, tmp_path: Path,
+                steps: list[dict]) -> tuple[Any, Any, Any, Any, Path, list[str]]:
+    """A daemon's refinery on the scripted backend following `steps`, an issue for its tasks and
+    a folder for their worktree: (backend, daemon, refinery, issue, worktree, the daemon's log)."""
     from hive.backends.scripted import ScriptedBackend
-    from hive.merge import refinery as refinery_module
     from hive.merge.refinery import Refinery
     from hive.orchestrator.daemon import Daemon
+
+    backend = ScriptedBackend(script_path=script({"roles": {"refinery": steps}}), hive_dir=str(paths.hive_dir))
+    logs: list[str] = []
+    daemon = Daemon(project, backend, project.config, log=logs.append)
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    return backend, daemon, Refinery(daemon, backend), project.index.get(new_issue("Conflicting work")), worktree, logs
+
+
+def test_refinery_session_is_renewed_after_20_messages_and_100k_tokens(project, paths, new_issue, script,
+                                                                       tmp_path):
+    from hive.merge import refinery as refinery_module
 
     assert refinery_module.RENEW_MESSAGES == 20 and refinery_module.RENEW_TOKENS == 100_000
     steps = [{"cd": "{worktree}"},
              {"tokens": {"input": 150_000, "output": 0}, "on_attempts": [22]},
              {"result": {"status": "merged", "summary": "task {attempt}"}}]
-    backend = ScriptedBackend(script_path=script({"roles": {"refinery": steps}}), hive_dir=str(paths.hive_dir))
-    logs: list[str] = []
-    daemon = Daemon(project, backend, project.config, log=logs.append)
-    refinery = Refinery(daemon, backend)
-    issue = project.index.get(new_issue("Conflicting work"))
-    worktree = tmp_path / "wt"
-    worktree.mkdir()
+    backend, daemon, refinery, issue, worktree, logs = _a_refinery(project, paths, new_issue, script, tmp_path, steps)
 
     async def drive() -> tuple[list[str], list[str]]:
         sessions, summaries = [], []
@@ -386,18 +393,8 @@ def test_the_refinerys_process_ends_after_each_task_and_a_session_it_cannot_resu
     """Between two tasks in one worktree no refinery process runs (hive rewrites that worktree
     then); the second resumes the session. A session the backend cannot resume is replaced by a new
     one, and the task is done all the same."""
-    from hive.backends.scripted import ScriptedBackend
-    from hive.merge.refinery import Refinery
-    from hive.orchestrator.daemon import Daemon
-
     steps = [{"cd": "{worktree}"}, {"result": {"status": "merged", "summary": "task {attempt}"}}]
-    backend = ScriptedBackend(script_path=script({"roles": {"refinery": steps}}), hive_dir=str(paths.hive_dir))
-    logs: list[str] = []
-    daemon = Daemon(project, backend, project.config, log=logs.append)
-    refinery = Refinery(daemon, backend)
-    issue = project.index.get(new_issue("Conflicting work"))
-    worktree = tmp_path / "wt"
-    worktree.mkdir()
+    backend, daemon, refinery, issue, worktree, logs = _a_refinery(project, paths, new_issue, script, tmp_path, steps)
     real_create = backend.create_session
     refuse_resume = [False]
 
