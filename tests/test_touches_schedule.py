@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from hive import issues, lifecycle
 from hive.workspace import worktrees
 from tests.daemon_helpers import RUN, hive_dir, start_daemon, stop_daemon, write_script
@@ -243,6 +245,28 @@ def test_the_changes_are_read_without_opening_what_the_agent_made_of_its_worktre
     found = changes.changed_files(project.paths, issue, "refs/heads/main")
     assert "vendor/pkg/" in found and not [name for name in found if name.startswith("vendor/pkg/") and name != "vendor/pkg/"]
     assert globs.matches("vendor/**/*.js", "vendor/pkg/") and not globs.matches("src/**", "vendor/pkg/")
+
+
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_an_index_is_read_as_git_wrote_it_whatever_its_version(repo: Path, git: Callable[..., Any],
+                                                             version: str) -> None:
+    """The stat records are read from an index of version 2 or 3 by `struct`, of any other by
+    dulwich: the same entries either way, an intent-to-add entry (an extended flag) included."""
+    from hive.workspace import files_on_disk
+
+    for n in range(30):
+        (repo / f"f{n}.txt").write_text(f"{n}\n")
+    git("add", ".", cwd=repo)
+    (repo / "later.txt").write_text("later\n")
+    git("add", "-N", "later.txt", cwd=repo)
+    git("update-index", "--index-version", version, cwd=repo)
+    data = (repo / ".git" / "index").read_bytes()
+
+    entries = files_on_disk.index_entries(repo / ".git" / "index")
+    assert entries == files_on_disk._read_any(data)
+    assert (files_on_disk._read_v2_or_v3(data) is None) == (version == "4")
+    assert entries is not None and {"f0.txt", "f29.txt", "later.txt"} <= set(entries)
+    assert entries["f3.txt"][:3] == (git("rev-parse", ":f3.txt", cwd=repo).stdout.strip(), 0o100644, 2)
 
 
 def test_a_dependent_starts_from_its_blockers_unmerged_work_whatever_they_touch(

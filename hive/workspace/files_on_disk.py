@@ -10,6 +10,7 @@ import collections
 import io
 import os
 import stat
+import struct
 from pathlib import Path
 
 import dulwich.index
@@ -33,9 +34,39 @@ def index_entries(index_file: Path) -> dict[str, Entry] | None:
             return None
         with opened:
             data = opened.read()
-        read = dulwich.index.read_index_dict_with_version(io.BytesIO(data))[0]
-    except Exception:  # noqa: BLE001 - lines.NotAFile, OSError, or bytes dulwich does not read as an index
+        return _read_v2_or_v3(data) or _read_any(data)
+    except Exception:  # noqa: BLE001 - lines.NotAFile, OSError, or bytes that are no index
         return None
+
+
+_HEADER = struct.Struct(">4sII")
+# ctime, mtime (s, ns), dev, ino, mode, uid, gid, size, id, flags: what is kept of them
+_ENTRY = struct.Struct(">8xII8xI8xI20sH")
+_EXTENDED, _STAGE, _NAME_END = 0x4000, 0x3000, b"\0"
+
+
+def _read_v2_or_v3(data: bytes) -> dict[str, Entry] | None:
+    """The entries of an index of version 2 or 3 (what git and libgit2 write unless told
+    otherwise), read with `struct` alone (dulwich's reader, kept for the others, takes ~5 times
+    as long); None for another version."""
+    signature, version, count = _HEADER.unpack_from(data, 0)
+    if signature != b"DIRC" or version not in (2, 3):
+        return None
+    entries: dict[str, Entry] = {}
+    at = _HEADER.size
+    for _ in range(count):
+        seconds, nanoseconds, mode, size, sha, flags = _ENTRY.unpack_from(data, at)
+        start = at + _ENTRY.size + (2 if flags & _EXTENDED and version == 3 else 0)
+        end = data.index(_NAME_END, start)
+        path = os.fsdecode(data[start:end])
+        entries[path] = (("", -1, -1, -1) if flags & _STAGE else
+                         (sha.hex(), mode, size, seconds * _SECOND + nanoseconds))
+        at += (end - at + 8) & ~7
+    return entries
+
+
+def _read_any(data: bytes) -> dict[str, Entry]:
+    read = dulwich.index.read_index_dict_with_version(io.BytesIO(data))[0]
     entries: dict[str, Entry] = {}
     for name, entry in read.items():
         path = os.fsdecode(name)
