@@ -268,6 +268,69 @@ def test_a_fifo_and_a_link_in_an_agents_object_store_block_nothing_and_are_not_f
     assert [p.name for p in private.iterdir()] == ["pack"] and not any((private / "pack").iterdir())
 
 
+def test_the_objects_an_agent_packed_are_taken_in_from_a_copy_of_its_pack(repo, git):
+    """An agent's `git gc` packs its objects in its private store: they are taken in from a copy
+    of the pack and its index in a folder of hive's, and the store is emptied."""
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    private = hive_git.private_objects(paths.common_dir, ISSUE)
+    commit = _agent_commit(paths, tree, private)
+    as_the_agent = {**os.environ, "GIT_OBJECT_DIRECTORY": str(private),
+                    "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(paths.common_dir / "objects")}
+    git("repack", "-d", "-l", "-q", cwd=tree, env=as_the_agent)
+    assert list((private / "pack").glob("*.pack")) and not (private / commit[:2]).exists()
+
+    assert worktrees.absorb_objects(paths, ISSUE) == 3                 # its commit, tree and blob
+    assert git("show", f"{commit}:work.txt", cwd=repo).stdout == "the agent's work\n"
+    assert [p.name for p in private.iterdir()] == ["pack"] and not any((private / "pack").iterdir())
+    assert not list(paths.hive_dir.glob("absorbing-*"))
+
+
+def test_fifos_an_agent_keeps_making_in_its_git_dir_while_hive_reads_it_block_nothing(repo, git):
+    """What the agent left running keeps putting FIFOs where hive reads next (its index, a loose
+    object, its HEAD) as fast as it can, while hive reads its changes, takes in its objects and
+    reads its HEAD a few hundred times: no read waits (a clearing before libgit2's open lost that
+    race)."""
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    private = hive_git.private_objects(paths.common_dir, ISSUE)
+    admin = hive_git.worktree_admin(paths.common_dir, ISSUE)
+    commit = _agent_commit(paths, tree, private)
+    targets = [admin / "index", private / "ab" / ("c" * 38), admin / "HEAD"]
+    (private / "ab").mkdir()
+
+    def spin() -> None:
+        while True:
+            for target in targets:
+                try:
+                    os.unlink(target)
+                except OSError:
+                    pass
+                try:
+                    os.mkfifo(target)
+                except OSError:
+                    pass
+
+    def read_often() -> None:
+        from hive.workspace.changes import changed_files
+
+        for _ in range(300):
+            changed_files(paths, ISSUE, "refs/heads/main")
+            worktrees.absorb_objects(paths, ISSUE)
+            worktrees.worktree_head(paths, ISSUE)
+
+    spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
+    spinner.start()
+    try:
+        assert _finishes(read_often, targets[0]), "a read waited on a FIFO"
+    finally:
+        spinner.kill()
+        spinner.join()
+    assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
+
+
 def test_a_fifo_and_a_link_in_the_worktrees_git_dir_block_nothing_and_are_not_followed(repo, git, tmp_path):
     """The worktree's admin folder is the agent's to write (its HEAD, its index): a FIFO at its
     index and a link at its ORIG_HEAD neither block nor lead hive anywhere, while the agent works

@@ -18,12 +18,14 @@ branch first keeps the heads it would lose under `refs/hive/attempts/<id>/<n>` (
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
 import stat
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -283,22 +285,10 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
         if not entries:
             (private / "pack").mkdir(exist_ok=True)
         return 0                      # emptied by the last call (most calls: an agent commits once)
-    added = 0
-    try:
-        own = pygit2.Odb(str(private))
-        oids = list(own)
-    except (pygit2.GitError, ValueError, KeyError, OSError):
-        oids = []                     # a damaged private store: what it had is not the work
     common = open_repo(paths).odb
-    for oid in oids:
-        try:
-            if oid in common:
-                continue
-            kind, data = own.read(oid)[:2]
-        except (pygit2.GitError, ValueError, KeyError, OSError):
-            continue                  # a damaged or forged object: left out, the others still come
-        common.write(kind, data)
-        added += 1
+    added = sum(_absorb_loose(Path(entry.path), common) for entry in entries
+                if len(entry.name) == 2 and entry.is_dir(follow_symlinks=False))
+    added += _absorb_packs(paths, private / "pack", common)
     for entry in entries:
         if _empty_pack(entry):
             continue
@@ -307,6 +297,82 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
         else:
             Path(entry.path).unlink(missing_ok=True)
     (private / "pack").mkdir(exist_ok=True)
+    return added
+
+
+MAX_LOOSE_OBJECT = 512 << 20
+_KINDS = {b"commit": pygit2.enums.ObjectType.COMMIT, b"tree": pygit2.enums.ObjectType.TREE,
+          b"blob": pygit2.enums.ObjectType.BLOB, b"tag": pygit2.enums.ObjectType.TAG}
+
+
+def _absorb_loose(folder: Path, common: pygit2.Odb) -> int:
+    """The loose objects of one fan-out folder of a private store written into `common`; how
+    many were new. Each is read here as a regular file only (the agent, or what it left running,
+    may make one a FIFO at any moment: libgit2 would wait on it for good, with the interpreter),
+    inflated up to MAX_LOOSE_OBJECT, and hashed again by its writing."""
+    added = 0
+    try:
+        names = [item.name for item in os.scandir(folder)]
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            packed = lines.read_regular(folder / name, MAX_LOOSE_OBJECT)
+            raw = zlib.decompressobj().decompress(packed or b"", MAX_LOOSE_OBJECT + 64)
+            header, _, body = raw.partition(b"\0")
+            kind, _, size = header.partition(b" ")
+            if kind not in _KINDS or not size.isdigit() or int(size) != len(body):
+                continue              # damaged, cut short or forged: not the work
+            if hashlib.sha1(raw).hexdigest() in common:
+                continue
+            common.write(_KINDS[kind], body)
+            added += 1
+        except (OSError, zlib.error, lines.NotAFile):
+            continue
+    return added
+
+
+def _absorb_packs(paths: git.RepoPaths, pack_folder: Path, common: pygit2.Odb) -> int:
+    """The objects of the packs of a private store (an agent's `git gc`) written into `common`;
+    how many were new. Each pack and its index are copied first, as regular files only, into a
+    folder of hive's that no agent writes, and read there."""
+    try:
+        packs = [item.name for item in os.scandir(pack_folder) if item.name.endswith(".pack")]
+    except OSError:
+        return 0
+    if not packs:
+        return 0
+    copy = paths.hive_dir / f"absorbing-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(copy, ignore_errors=True)
+    (copy / "pack").mkdir(parents=True)
+    added = 0
+    try:
+        for pack in packs:
+            for name in (pack, pack[:-len(".pack")] + ".idx"):
+                try:
+                    source = lines.open_regular(pack_folder / name)
+                except lines.NotAFile:
+                    source = None
+                if source is None:
+                    break
+                with source, open(copy / "pack" / name, "wb") as out:
+                    shutil.copyfileobj(source, out)
+        try:
+            own = pygit2.Odb(str(copy))
+            oids = list(own)
+        except (pygit2.GitError, ValueError, KeyError, OSError):
+            return 0                  # damaged packs: what they had is not the work
+        for oid in oids:
+            try:
+                if oid in common:
+                    continue
+                kind, data = own.read(oid)[:2]
+            except (pygit2.GitError, ValueError, KeyError, OSError):
+                continue
+            common.write(kind, data)
+            added += 1
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
     return added
 
 
@@ -337,9 +403,8 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     if not path.exists():
         return head_of(paths, issue_id)
     absorb_objects(paths, issue_id)
-    try:
-        head = str(_detached(git.open_worktree(path)).head.target)
-    except (pygit2.GitError, KeyError, ValueError):
+    head = _head_of_worktree(paths, issue_id, detach=True)
+    if head is None:
         return head_of(paths, issue_id)
     if checkout_of(paths, branch_name(issue_id)) is None:
         old = head_of(paths, issue_id)
@@ -455,15 +520,36 @@ def keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository,
 def _admin_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     """The commit git's admin folder records as the worktree's detached HEAD, read without the
     worktree (its `.git` file gone); the agent may write that file: only a commit id counts."""
-    try:
-        text = lines.read_regular(git.worktree_admin(paths.common_dir, issue_id) / "HEAD", 128)
-    except OSError:
-        return None
-    head = (text or b"").decode("ascii", "replace").strip()
+    head = _head_file(paths, issue_id)
     if not git.is_object_id(head):
         return None
     absorb_objects(paths, issue_id)   # a jailed agent's commits are in its private store
     return head
+
+
+def _head_file(paths: git.RepoPaths, issue_id: str) -> str:
+    """What the worktree's HEAD file says (a commit id, or `ref: <branch>`), read as a regular
+    file only: what the agent left running may make it a FIFO at any moment. "" for no such file."""
+    try:
+        text = lines.read_regular(git.worktree_admin(paths.common_dir, issue_id) / "HEAD", 128)
+    except OSError:
+        return ""
+    return (text or b"").decode("ascii", "replace").strip()
+
+
+def _head_of_worktree(paths: git.RepoPaths, issue_id: str, detach: bool = False) -> str | None:
+    """The commit the worktree's HEAD names: the id its file holds, or the branch it names
+    (libgit2 reads it; with `detach`, the HEAD is detached there); None for anything else."""
+    head = _head_file(paths, issue_id)
+    if git.is_object_id(head):
+        return head
+    if not head.startswith("ref: "):
+        return None
+    try:
+        work = git.open_worktree(worktree_path(paths, issue_id))
+        return str((_detached(work) if detach else work).head.target)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
 
 
 def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
@@ -473,10 +559,7 @@ def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     if not (path / ".git").is_file():
         return None
     absorb_objects(paths, issue_id)
-    try:
-        return str(git.open_worktree(path).head.target)
-    except (pygit2.GitError, KeyError, ValueError):
-        return None
+    return _head_of_worktree(paths, issue_id)
 
 
 def checked_out(paths: git.RepoPaths, ref: str) -> bool:
