@@ -345,7 +345,8 @@ def commit_plan(project: Project, slug: str, directory: Path, spec: str, issues:
         raise HiveError(f"{ref} moved while the plan was being committed; run the command again") from None
     if new is None:
         return str(tip)
-    rewrite.reset(git.open_worktree(directory), new, remove="nothing")   # the Queen's links: never followed
+    # the plan directory's files are the commit's already; the Queen's session may still write there
+    rewrite.move_head(git.open_worktree(directory), new)
     return new
 
 

@@ -773,10 +773,14 @@ def test_symlinks_the_queen_leaves_in_the_plan_directory_are_never_followed(repo
 
 def test_committing_a_plan_writes_nothing_through_a_folder_the_queen_made_a_link(project, tmp_path: Path) -> None:
     """The plan holds `issues/hv-lnk001.md`; the Queen then replaces the `issues` folder by a
-    link out of its plan directory. Committing the plan again (its PLAN.md changed) puts the
-    directory back at the new commit without writing the issue file through the link."""
+    link out of its plan directory and leaves FIFOs named `.gitignore` (its session may still run:
+    libgit2's checkout would read them, and wait for good). Committing the plan again (its
+    PLAN.md changed) moves the directory's HEAD and index to the new commit, reading and writing
+    none of its files: nothing goes through the link, nothing waits."""
+    import multiprocessing
+
     from hive import git as hive_git
-    from hive.queen import commit_plan, create_plan_branch, proposed_issues
+    from hive.queen import commit_plan, create_plan_branch, plan_ref, proposed_issues
 
     slug = "links"
     directory = create_plan_branch(project, slug)
@@ -791,11 +795,35 @@ def test_committing_a_plan_writes_nothing_through_a_folder_the_queen_made_a_link
         os.unlink(directory / "issues" / name)
     os.rmdir(directory / "issues")
     os.symlink(outside, directory / "issues")
+    os.mkfifo(directory / ".gitignore")
+    (directory / "notes").mkdir(exist_ok=True)
+    os.mkfifo(directory / "notes" / ".gitignore")
+    before = project.store.on_ref(plan_ref(slug)).tip()
 
-    new = commit_plan(project, slug, directory, "the spec, revised", issues, "second round")
+    def queen_still_running() -> None:      # puts the FIFO back as soon as anything removes it
+        while True:
+            try:
+                os.mkfifo(directory / ".gitignore")
+            except OSError:
+                pass
 
+    spinner = multiprocessing.get_context("fork").Process(target=queen_still_running, daemon=True)
+    spinner.start()
+    child = multiprocessing.get_context("fork").Process(
+        target=lambda: commit_plan(project, slug, directory, "the spec, revised", issues, "second round"))
+    try:
+        child.start()
+        child.join(20)
+        if child.is_alive():
+            child.kill()
+    finally:
+        spinner.kill()
+    assert child.exitcode == 0, "committing the plan waited on a FIFO"
+
+    new = project.store.on_ref(plan_ref(slug)).tip()
+    assert new != before
     assert os.listdir(outside) == []
-    assert (directory / "issues").is_dir() and not (directory / "issues").is_symlink()
+    assert (directory / "issues").is_symlink()                         # the Queen's, left as it is
     work = hive_git.open_worktree(directory)
     assert str(work.head.target) == new and "issues/hv-lnk001.md" in work.index
 

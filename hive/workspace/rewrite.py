@@ -50,6 +50,18 @@ def reset(work: pygit2.Repository, commit: str, *, remove: Removed = "untracked"
     work.set_head(target.id)
 
 
+def move_head(work: pygit2.Repository, commit: str) -> None:
+    """`git reset --mixed <commit>` in the worktree `work`: its HEAD detached at `commit`, its
+    index that commit's tree; no file of the worktree read or written (for a folder whose files
+    are that commit's already, and that a session still running may write: libgit2's checkout
+    reads every `.gitignore` there, and waits for good on a FIFO put back at once)."""
+    target = work[commit].peel(pygit2.Commit)
+    index = work.index
+    index.read_tree(target.tree)
+    index.write()
+    work.set_head(target.id)
+
+
 def keep_what_is_uncommitted(work: pygit2.Repository, keep: Callable[[str], object]) -> str | None:
     """What the worktree `work` holds uncommitted (changed and untracked files, links included;
     ignored ones not) committed on its HEAD, on no branch, and that commit handed to `keep`; None
