@@ -25,17 +25,27 @@ _SECOND = 1_000_000_000
 Entry = tuple[str, int, int, int]   # blob id, mode, size, modification time in ns
 
 
+def read_index(index_file: Path) -> bytes | None:
+    """The bytes of an index file, read only if it is a regular file; None when it is not one."""
+    try:
+        return lines.read_regular(index_file, MAX_INDEX_BYTES)
+    except OSError:               # lines.NotAFile too
+        return None
+
+
 def index_entries(index_file: Path) -> dict[str, Entry] | None:
     """The index's entries by path; None when it is no index (missing, not a regular file,
-    unreadable). A conflicted entry has no blob id: it differs from anything."""
+    unreadable)."""
+    data = read_index(index_file)
+    return None if data is None else entries_of(data)
+
+
+def entries_of(data: bytes) -> dict[str, Entry] | None:
+    """The entries of an index's bytes by path; None when they are no index. A conflicted entry
+    has no blob id: it differs from anything."""
     try:
-        opened = lines.open_regular(index_file, MAX_INDEX_BYTES)
-        if opened is None:
-            return None
-        with opened:
-            data = opened.read()
         return _read_v2_or_v3(data) or _read_any(data)
-    except Exception:  # noqa: BLE001 - lines.NotAFile, OSError, or bytes that are no index
+    except Exception:  # noqa: BLE001 - struct.error, ValueError, or what dulwich raises on bytes that are no index
         return None
 
 
