@@ -224,6 +224,9 @@ def test_the_changes_are_read_without_opening_what_the_agent_made_of_its_worktre
     (path / "vendor" / "pkg").mkdir(parents=True)
     for n in range(3):
         (path / "vendor" / "pkg" / f"{n}.js").write_text("x\n")
+    (path / "tools" / "clone" / ".git").mkdir(parents=True)        # a repository the agent cloned
+    (path / "tools" / "clone" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (path / "tools" / "clone" / "its.py").write_text("I = 1\n")
 
     read: Any = multiprocessing.get_context("fork").Queue()
 
@@ -237,7 +240,7 @@ def test_the_changes_are_read_without_opening_what_the_agent_made_of_its_worktre
         child.kill()
     assert child.exitcode == 0, "reading the changes waited on a FIFO"
     found = read.get(timeout=5)
-    assert sorted(found) == ["docs/.gitignore", "linked", "src/a.py", "src/b.py", "src/c.sh",
+    assert sorted(found) == ["docs/.gitignore", "linked", "src/a.py", "src/b.py", "src/c.sh", "tools/clone/",
                              "vendor/pkg/0.js", "vendor/pkg/1.js", "vendor/pkg/2.js"]
     assert (users / "secret.txt").read_text() == "the user's\n"
 

@@ -96,8 +96,9 @@ def _ns(when: int | float | tuple[int, int]) -> int:
 def differing(worktree: Path, entries: dict[str, Entry]) -> list[str]:
     """The files whose `lstat` differs from their entry or that are gone, then the new ones,
     nearest the top first: one by one up to MAX_NEW of them, then each new folder not yet walked
-    as `folder/` (an agent's `node_modules/` is not walked every second). Links are not followed,
-    FIFOs and sockets not listed (git keeps neither)."""
+    as `folder/` (an agent's `node_modules/` is not walked every second), and so is a new folder
+    holding a repository of its own. Links are not followed, FIFOs and sockets not listed (git
+    keeps neither)."""
     changed: list[str] = []
     new: list[str] = []
     seen: set[str] = set()
@@ -113,9 +114,12 @@ def differing(worktree: Path, entries: dict[str, Entry]) -> list[str]:
             listed = list(os.scandir(os.path.join(worktree, folder)))
         except OSError:
             continue
+        if folder and folder not in known and any(item.name == ".git" for item in listed):
+            new.append(f"{folder}/")      # a repository of its own (a clone): one entry, as git shows it
+            continue
         for item in listed:
             name = f"{folder}/{item.name}" if folder else item.name
-            if name == ".git":
+            if item.name == ".git":
                 continue
             try:
                 info = item.stat(follow_symlinks=False)
