@@ -6,6 +6,8 @@ Shared by tests/test_jail.py (every attempt, scripted agents) and the real-CLI t
 exec tools). Import as `from tests.hostile import ...`.
 
     attempts(...)      (label, shell command, regex of what the refusal says), run in a worktree
+    leftovers(...)     (label, shell command): what an agent leaves for hive to read, no refusal;
+                       nothing may wait on it or follow it (tests/test_touches_schedule.py)
     Scene.build(...)   plants the secrets, the other repository and the remote; .snapshot() /
                        .assert_nothing_escaped() check nothing outside the worktrees changed, no
                        ref but hive's own moved, no secret in `recorded`
@@ -101,6 +103,23 @@ def attempts(home: Path, main: Path, other: Path, runtime: Path, victim: str) ->
         ("fork-bomb", f"i=0; while [ $i -lt 3000 ]; do sleep {FORKED} & i=$((i+1)); done; wait",
          r"fork|Resource temporarily unavailable"),
         ("kill-everything", "kill -9 -1; sleep 5", r"exited|killed|signal|-9"),
+    ]
+
+
+def leftovers(host_fifo: Path, outside: Path) -> list[tuple[str, str]]:
+    """(label, shell command) — what an agent may leave in its worktree and git folder, nothing the
+    jail refuses, for hive to meet when it reads or rewrites them after (its changes for the
+    touches rule, its HEAD and objects, the merge's reset): hive must neither wait on a FIFO
+    (libgit2 reads every `.gitignore` and `.gitattributes`, through a link too) nor follow a link.
+    `host_fifo`: a FIFO of the host's; `outside`: a folder of the user's."""
+    admin = '"$(git rev-parse --git-dir)"'
+    return [
+        ("fifo-gitignore", "mkfifo .gitignore"),
+        ("fifo-nested-gitignore", "mkdir -p deep && mkfifo deep/.gitignore"),
+        ("gitattributes-to-host-fifo", f"ln -s {host_fifo} .gitattributes"),
+        ("link-out", f"ln -s {outside} out"),
+        ("fifo-orig-head", f"mkfifo {admin}/ORIG_HEAD"),
+        ("fifo-loose-object", f"mkdir -p {admin}/hive-objects/ab && mkfifo {admin}/hive-objects/ab/{'c' * 38}"),
     ]
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 
 import os
+import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -121,6 +123,49 @@ def test_a_file_a_running_agent_changed_holds_an_issue_that_declares_it_even_in_
         stop_daemon(daemon)
     ran = spans(state_log, repo)
     assert ran[runner][1] < ran[later][0], ran   # started once the runner's work had landed
+
+
+def test_what_an_agent_leaves_for_hive_to_read_blocks_nothing_and_leads_nowhere(
+        repo: Path, new_issue: Callable[..., str], hive: Callable[..., Any], git: Callable[..., Any],
+        list_json: Callable[..., list[dict]], wait_for: Callable[..., Any], tmp_path: Path) -> None:
+    """The hostile leftovers (`tests/hostile.py`): an agent commits its work, leaves FIFOs named
+    `.gitignore`, a `.gitattributes` linked to a FIFO of the host's, a link out, FIFOs in its git
+    folder (a FIFO put back during hive's reads: `test_rewrite.py`). Meanwhile an issue arrives that
+    declares the file the agent changed: the touches rule reads the agent's worktree again and
+    again while it waits. Nothing waits on a FIFO, nothing outside is written; both land, what
+    the first left uncommitted kept (its links as links)."""
+    from tests.hostile import leftovers
+
+    host_fifo, outside = tmp_path / "host-fifo", tmp_path / "outside"
+    os.mkfifo(host_fifo)
+    outside.mkdir()
+    (outside / "keep.txt").write_text("a file of the user's\n")
+    first = new_issue("leaves things behind", labels=["hostile"])
+    script = write_script(tmp_path, {"labels": {"hostile": [
+        {"write": "src/shared.py", "content": "X = 1\n"}, {"commit": "{issue}: work"},
+        *({"run": command, "must_succeed": True, "comment": label}
+          for label, command in leftovers(host_fifo, outside)),
+        {"run": "while [ ! -e release ]; do sleep 0.05; done; rm release", "timeout": 100},
+        {"result": "success", "summary": "work"}]}, "default": OWN_FILE})
+    env = {"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MERGE_MODE": "auto", "HIVE_TEST_COMMAND": "true"}
+    daemon = start_daemon(repo, env, "--until-idle", "--max-agents", "2", log=tmp_path / "daemon.log")
+    try:
+        worktree = hive_dir(repo) / "worktrees" / first
+        wait_for(lambda: os.path.lexists(worktree / "out"), "the agent's leftovers", timeout=60)
+        later = hive("create", "use shared", "--touches", "src/*.py").stdout.strip()
+        wait_for(lambda: f"{later} waits: touches src/shared.py like {first}" in (tmp_path / "daemon.log").read_text(),
+                 "the daemon reading the agent's changes", timeout=60)
+        time.sleep(2)                      # more reads, a second apart, while the leftovers stay
+        (worktree / "release").write_text("")
+        assert daemon.wait(RUN_TIMEOUT) == 0, (tmp_path / "daemon.log").read_text()
+    finally:
+        stop_daemon(daemon)
+    statuses = {i["id"]: i["status"] for i in list_json()}
+    assert statuses == {first: "finalized", later: "finalized"}, statuses
+    assert os.listdir(outside) == ["keep.txt"]
+    assert stat.S_ISFIFO(os.stat(host_fifo).st_mode)
+    kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{first}/", cwd=repo).stdout.split()
+    assert any(git("ls-tree", c, ".gitattributes", cwd=repo).stdout.startswith("120000 ") for c in kept), kept
 
 
 def test_list_ready_says_why_an_issue_waits(repo: Path, project: Any, new_issue: Callable[..., str],
