@@ -327,7 +327,7 @@ def _absorb_loose(folder: Path, common: pygit2.Odb) -> int:
                 continue
             common.write(_KINDS[kind], body)
             added += 1
-        except (OSError, zlib.error, lines.NotAFile):
+        except (OSError, zlib.error):    # lines.NotAFile among them: a FIFO, a link
             continue
     return added
 
@@ -351,7 +351,7 @@ def _absorb_packs(paths: git.RepoPaths, pack_folder: Path, common: pygit2.Odb) -
             for name in (pack, pack[:-len(".pack")] + ".idx"):
                 try:
                     source = lines.open_regular(pack_folder / name)
-                except lines.NotAFile:
+                except OSError:           # lines.NotAFile among them
                     source = None
                 if source is None:
                     break
