@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import threading
 import time
@@ -14,7 +15,7 @@ import pygit2
 import pytest
 
 from hive import git as hive_git
-from hive.workspace import attempts, spares, worktrees
+from hive.workspace import attempts, files_on_disk, spares, worktrees
 
 ISSUE, NEXT = "hv-spare1", "hv-spare2"
 
@@ -128,6 +129,21 @@ def test_pieces_a_killed_process_left_are_no_spare_and_go_when_the_pool_is_next_
     assert not spare.exists() and not admin.exists()
     assert git("status", "--porcelain", cwd=tree.path).stdout == ""
     assert git("rev-parse", "HEAD", cwd=tree.path).stdout.strip() == base
+
+
+def test_pieces_a_killed_process_left_go_when_the_pool_seems_full_and_a_worktree_is_retired(repo, git, monkeypatch):
+    """Retiring into a pool that counts its size only because of broken pieces: they go, and the
+    worktree is spared."""
+    monkeypatch.setattr(spares, "MAX_SPARES", 2)
+    paths = hive_git.discover(repo)
+    base = git("rev-parse", "main", cwd=repo).stdout.strip()
+    for issue in (ISSUE, NEXT):
+        worktrees.create(paths, issue, base)
+    worktrees.retire(paths, ISSUE, "main", spare=True)
+    (spares.spares_dir(paths) / "7").mkdir()                                   # no admin folder: a piece
+    worktrees.retire(paths, NEXT, "main", spare=True)
+    assert sorted(p.name for p in spares.spares_dir(paths).glob("[0-9]*")) == ["1", "8"]
+    assert all(spares._whole(paths, n) for n in ("1", "8"))
 
 
 def test_a_worktree_with_a_rebase_half_done_or_submodules_is_removed_not_spared(repo, git):
@@ -386,6 +402,51 @@ def test_settling_dates_back_only_files_that_hold_what_the_index_says_and_follow
     assert git("status", "--porcelain", cwd=tree).stdout == " M module_1.py\n T module_2.py\n"
 
 
+@pytest.mark.parametrize("version", ["2", "3", "4"])
+def test_settling_writes_an_index_git_reads_and_leaves_one_of_another_version_as_it_is(repo, git, version):
+    """The index is changed in place (each settled entry's stat record, then its checksum): git
+    reads it back (it checks the checksum) with each file's new time recorded, an entry with an
+    extended flag (`git add -N`, version 3) included; one of version 4 is left as it is."""
+    paths, base = _big_checkout(repo, git)
+    tree = worktrees.create(paths, ISSUE, base).path
+    admin = paths.common_dir / "worktrees" / ISSUE
+    (tree / "later.txt").write_text("later\n")
+    git("add", "-N", "later.txt", cwd=tree)
+    git("update-index", "--index-version", version, cwd=tree)
+    tracked = git("ls-files", cwd=tree).stdout.split()
+    now = time.time_ns()
+    for name in tracked:
+        os.utime(tree / name, ns=(now, now))
+    git("update-index", "-q", "--refresh", cwd=tree)
+    os.utime(admin / "index", ns=(now, now))
+    index_before = (admin / "index").read_bytes()
+
+    settled = worktrees.settle_index(tree, admin)
+
+    if version == "4":
+        assert settled == 0 and (admin / "index").read_bytes() == index_before
+        return
+    assert settled == len(tracked) - 1                    # all but the intent-to-add entry
+    recorded = files_on_disk.index_entries(admin / "index")
+    assert recorded is not None
+    assert all(recorded[name][3] == os.lstat(tree / name).st_mtime_ns < now for name in tracked if name != "later.txt")
+    assert git("status", "--porcelain", cwd=tree).stdout == " A later.txt\n"
+    assert len(hive_git.open_worktree(tree).index) == len(tracked)   # libgit2 checks the checksum
+
+
+def test_a_restamped_index_without_a_checksum_keeps_none():
+    """An index written with `index.skipHash` (git 2.40 and later) ends in 20 zero bytes where the
+    checksum would be: it is left so."""
+    entry = struct.pack(">10I20sH", *([0] * 10), b"\1" * 20, 5) + b"a.txt" + b"\0" * 5
+    data = b"DIRC" + struct.pack(">II", 2, 1) + entry + b"\0" * 20
+    entries, offsets = files_on_disk.entries_and_offsets(data) or ({}, {})
+    assert set(entries) == {"a.txt"}
+    st = os.stat(__file__)
+    out = files_on_disk.restamped(data, {offsets["a.txt"]: st})
+    assert out[-20:] == b"\0" * 20 and len(out) == len(data)
+    assert (files_on_disk.entries_of(out) or {})["a.txt"][3] == st.st_mtime_ns
+
+
 def test_settling_past_a_lock_a_dead_git_left_leaves_the_index_and_the_files_as_they_are(repo, git):
     """An `index.lock` in the worktree's admin folder (a git that died): settling writes nothing
     and dates nothing back (the lock is taken before anything is); git compares the contents."""
@@ -410,7 +471,7 @@ def test_settling_past_a_lock_a_dead_git_left_leaves_the_index_and_the_files_as_
 def test_settling_on_a_full_disk_leaves_the_index_as_it_was_and_no_lock(repo, git, monkeypatch):
     """The index cannot be written (a full disk): settling says none, the index is as it was, its
     lock is gone, and git (comparing contents) still sees a clean worktree."""
-    import dulwich.index
+    import dulwich.file
 
     paths, base = _big_checkout(repo, git)
     tree = worktrees.create(paths, ISSUE, base).path
@@ -424,7 +485,7 @@ def test_settling_on_a_full_disk_leaves_the_index_as_it_was_and_no_lock(repo, gi
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(dulwich.index, "write_index_dict", full_disk)
+    monkeypatch.setattr(dulwich.file._GitFile, "write", full_disk)
     assert worktrees.settle_index(tree, admin) == 0
     assert (admin / "index").read_bytes() == index_before
     assert not (admin / "index.lock").exists()

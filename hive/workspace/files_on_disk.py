@@ -7,6 +7,7 @@ whose kind, executable bit, size or time differ from its record counts as change
 from __future__ import annotations
 
 import collections
+import hashlib
 import io
 import os
 import stat
@@ -55,10 +56,10 @@ _ENTRY = struct.Struct(">8xII8xI8xI20sH")
 _EXTENDED, _STAGE, _NAME_END = 0x4000, 0x3000, b"\0"
 
 
-def _read_v2_or_v3(data: bytes) -> dict[str, Entry] | None:
+def _read_v2_or_v3(data: bytes, offsets: dict[str, int] | None = None) -> dict[str, Entry] | None:
     """The entries of an index of version 2 or 3 (what git and libgit2 write unless told
     otherwise), read with `struct` alone (dulwich's reader, kept for the others, takes ~5 times
-    as long); None for another version."""
+    as long); None for another version. `offsets` gets where each entry starts in `data`."""
     signature, version, count = _HEADER.unpack_from(data, 0)
     if signature != b"DIRC" or version not in (2, 3):
         return None
@@ -71,8 +72,42 @@ def _read_v2_or_v3(data: bytes) -> dict[str, Entry] | None:
         path = os.fsdecode(data[start:end])
         entries[path] = (("", -1, -1, -1) if flags & _STAGE else
                          (sha.hex(), mode, size, seconds * _SECOND + nanoseconds))
+        if offsets is not None:
+            offsets[path] = at
         at += (end - at + 8) & ~7
     return entries
+
+
+def entries_and_offsets(data: bytes) -> tuple[dict[str, Entry], dict[str, int]] | None:
+    """The entries of an index of version 2 or 3 by path, and where each starts in `data` (for
+    `restamped`); None for another version, or bytes that are no index."""
+    offsets: dict[str, int] = {}
+    try:
+        entries = _read_v2_or_v3(data, offsets)
+    except (struct.error, ValueError):
+        return None
+    return None if entries is None else (entries, offsets)
+
+
+_STAT = struct.Struct(">IIIIII")            # ctime (s, ns), mtime (s, ns), device, inode
+_OWNER = struct.Struct(">III")              # uid, gid, size; the mode between them and these is kept
+_CHECKSUM = 20
+
+
+def restamped(data: bytes, stamps: dict[int, os.stat_result]) -> bytes:
+    """The index `data` (version 2 or 3) with the stat record of each entry at an offset of
+    `stamps` replaced by that `lstat` (cut to 32 bits, as git keeps them), its mode and the
+    rest unchanged, and its checksum made again (left all zeros if it was: `index.skipHash`)."""
+    out = bytearray(data)
+    word = 0xFFFFFFFF
+    for at, st in stamps.items():
+        _STAT.pack_into(out, at, st.st_ctime_ns // _SECOND & word, st.st_ctime_ns % _SECOND,
+                        st.st_mtime_ns // _SECOND & word,
+                        st.st_mtime_ns % _SECOND, st.st_dev & word, st.st_ino & word)
+        _OWNER.pack_into(out, at + 28, st.st_uid & word, st.st_gid & word, st.st_size & word)
+    if any(data[-_CHECKSUM:]):
+        out[-_CHECKSUM:] = hashlib.sha1(memoryview(out)[:-_CHECKSUM]).digest()
+    return bytes(out)
 
 
 def _read_any(data: bytes) -> dict[str, Entry]:

@@ -106,12 +106,14 @@ def put(paths: git.RepoPaths, name: str, path: Path) -> bool:
         return False
     with _pool(paths):
         numbers = _numbers(paths)
-        whole = [n for n in numbers if _whole(paths, n)]
-        for broken in numbers - set(whole):
-            _discard(paths, broken)
-        if len(whole) >= MAX_SPARES or not _admin_cleared(admin):
-            return False
         number = str(max((int(n) for n in numbers), default=0) + 1)
+        if len(numbers) >= MAX_SPARES:   # each looked at only when the pool seems full
+            broken = {n for n in numbers if not _whole(paths, n)}
+            for piece in broken:
+                _discard(paths, piece)
+            numbers -= broken
+        if len(numbers) >= MAX_SPARES or not _admin_cleared(admin):
+            return False
         spare, spare_admin = spares_dir(paths) / number, _admin(paths, ADMIN_PREFIX + number)
         os.rename(admin, spare_admin)    # from here on the folder is no worktree: removed if left
         (spare_admin / "gitdir").write_text(f"{spare / '.git'}\n", encoding="utf-8")
@@ -128,13 +130,13 @@ def take(paths: git.RepoPaths, name: str, path: Path, base: str) -> bool:
     if not _numbers(paths):
         return False                   # no pool (a command, not a daemon): not even its folder made
     with _pool(paths):
-        numbers = sorted(_numbers(paths), key=int)
-        whole = [n for n in numbers if _whole(paths, n)]
-        for broken in set(numbers) - set(whole):
-            _discard(paths, broken)
-        if not whole:
+        for number in sorted(_numbers(paths), key=int):
+            if _whole(paths, number):
+                break
+            _discard(paths, number)      # pieces a killed process left
+        else:
             return False
-        spare, spare_admin = spares_dir(paths) / whole[0], _admin(paths, ADMIN_PREFIX + whole[0])
+        spare, spare_admin = spares_dir(paths) / number, _admin(paths, ADMIN_PREFIX + number)
         (spare / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")   # no spare from here on
         os.rename(spare_admin, admin)
         os.rename(spare, path)

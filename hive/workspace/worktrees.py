@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import dulwich.file
-import dulwich.index
 import pygit2
 
 from hive import git, lines
@@ -39,7 +38,7 @@ from hive.errors import HiveError
 from hive.state.checkout import blob_id
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
-from hive.workspace import attempts, rewrite, spares
+from hive.workspace import attempts, files_on_disk, rewrite, spares
 from hive.workspace.fastforward import checkout_of
 
 
@@ -139,86 +138,91 @@ def settle_index(worktree: Path, admin: Path) -> int:
     hive to read back and delete (`absorb_objects`): every file of a fresh checkout. Each such
     file whose content is still what the index says (compared, as git's own refresh would) is
     dated a second back, and its new times are recorded in the index, written now; a later change
-    gets a later time, so git still sees it. Returns how many."""
+    gets a later time, so git still sees it. Returns how many. An index of a version other than
+    2 or 3 (what libgit2 and git write unless told otherwise) is left as it is: git compares
+    those files' contents, and only their copies cost."""
     index_file = admin / "index"
     try:    # no fsync: like libgit2's own, this index is only a cache of the worktree's state
         out = dulwich.file.GitFile(index_file, "wb", fsync=False)
     except (OSError, dulwich.file.FileLocked):   # an `index.lock` left by a git that died
         return 0
     with out:                           # the lock held from the read to the write; aborted on error
-        try:
-            written = os.stat(index_file).st_mtime_ns // _SECOND
-            with open(index_file, "rb") as f:
-                reader = dulwich.index.IndexChecksumReader(f)
-                entries, version, extensions = dulwich.index.read_index_dict_with_version(reader)
-                reader.check_checksum()
-        except Exception:               # none, or not one this dulwich reads: git compares the contents
+        settled = _settled(worktree, index_file)
+        if settled is None:
             out.abort()
             return 0
-        settled = _date_back(worktree, entries, written)
-        if not settled:
-            out.abort()
-            return 0
+        data, stamps = settled
         try:
-            writer = dulwich.index.IndexChecksumWriter(out)
-            dulwich.index.write_index_dict(writer, entries, version=version, extensions=extensions)
-            writer.write_checksum()
+            out.write(files_on_disk.restamped(data, stamps))
             out.close()                 # renamed over the index
         except OSError:                 # a full disk: the index as it was (git compares contents)
             out.abort()
             return 0
-    return settled
+    return len(stamps)
 
 
-def _date_back(worktree: Path, entries: dict[bytes, Any], written: int) -> int:
+def _settled(worktree: Path, index_file: Path) -> tuple[bytes, dict[int, os.stat_result]] | None:
+    """The index's bytes and the new `lstat` of each file dated back (`_date_back`) by where its
+    entry starts in them; None when none was (or the index is none of version 2 or 3)."""
+    try:
+        written = os.stat(index_file).st_mtime_ns // _SECOND
+    except OSError:
+        return None
+    data = files_on_disk.read_index(index_file)
+    read = files_on_disk.entries_and_offsets(data) if data is not None else None
+    if data is None or read is None:
+        return None
+    stamps = _date_back(worktree, *read, written)
+    return (data, stamps) if stamps else None
+
+
+def _date_back(worktree: Path, entries: dict[str, files_on_disk.Entry], offsets: dict[str, int],
+               written: int) -> dict[int, os.stat_result]:
     """Date back a second each file of `entries` written in the second `written` or later whose
-    content is its entry's, its new stat put in its entry; how many."""
-    settled = 0
-    folders: dict[bytes, bool] = {b"": True}    # whether a folder of the worktree is one, not a link
-    for name, entry in entries.items():
-        if not isinstance(entry, dulwich.index.IndexEntry) or entry.mode == _GITLINK:
+    content is its entry's; the new `lstat` of each by where its entry starts in the index."""
+    stamps: dict[int, os.stat_result] = {}
+    folders: dict[str, bool] = {"": True}       # whether a folder of the worktree is one, not a link
+    for name, (sha, mode, _, _) in entries.items():
+        if not sha or mode == _GITLINK:
             continue                    # a conflict (none in a checkout hive made), a submodule
-        if not _plain_folder(worktree, name.rpartition(b"/")[0], folders) or _UNSAFE_PART & set(name.split(b"/")):
+        if not _plain_folder(worktree, name.rpartition("/")[0], folders) or _UNSAFE_PART & set(name.split("/")):
             continue
-        path = os.path.join(worktree, os.fsdecode(name))
+        path = os.path.join(worktree, name)
         try:
             st = os.lstat(path)
-            if st.st_mtime_ns // _SECOND < written or _blob_id(path, st) != entry.sha:
+            if st.st_mtime_ns // _SECOND < written or _blob_id(path, st) != sha:
                 continue
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
-            st = os.lstat(path)
+            stamps[offsets[name]] = os.lstat(path)
         except OSError:
             continue
-        entries[name] = dulwich.index.index_entry_from_stat(st, entry.sha, mode=entry.mode, flags=entry.flags,
-                                                            extended_flags=entry.extended_flags)
-        settled += 1
-    return settled
+    return stamps
 
 
 _GITLINK = 0o160000
-_UNSAFE_PART = frozenset({b"", b".", b"..", b".git"})
+_UNSAFE_PART = frozenset({"", ".", "..", ".git"})
 
 
-def _plain_folder(worktree: Path, folder: bytes, seen: dict[bytes, bool]) -> bool:
+def _plain_folder(worktree: Path, folder: str, seen: dict[str, bool]) -> bool:
     """Whether `folder` (relative, `/`-separated) and every folder above it in `worktree` is a
     real folder, not a link out of it; `seen` remembers the answers."""
     if folder not in seen:
-        parent = folder.rpartition(b"/")[0]
+        parent = folder.rpartition("/")[0]
         try:
-            real = stat.S_ISDIR(os.lstat(os.path.join(worktree, os.fsdecode(folder))).st_mode)
+            real = stat.S_ISDIR(os.lstat(os.path.join(worktree, folder)).st_mode)
         except OSError:
             real = False
         seen[folder] = real and _plain_folder(worktree, parent, seen)
     return seen[folder]
 
 
-def _blob_id(path: str, st: os.stat_result) -> bytes | None:
+def _blob_id(path: str, st: os.stat_result) -> str | None:
     """The hex id of the blob git would make of the file or link at `path` (`st` its lstat);
     None for anything else."""
     if stat.S_ISLNK(st.st_mode):
-        return blob_id(os.fsencode(os.readlink(path))).encode()
+        return blob_id(os.fsencode(os.readlink(path)))
     if stat.S_ISREG(st.st_mode):
-        return str(pygit2.hashfile(path)).encode()
+        return str(pygit2.hashfile(path))
     return None
 
 
