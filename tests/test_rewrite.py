@@ -331,6 +331,50 @@ def test_fifos_an_agent_keeps_making_in_its_git_dir_while_hive_reads_it_block_no
     assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
 
 
+def test_a_head_naming_a_branch_is_detached_without_reading_or_logging_what_the_agent_keeps_remaking(repo, git):
+    """The agent ran `git checkout --ignore-other-worktrees main` and left something running that
+    keeps putting its HEAD back to `ref: refs/heads/main` and a FIFO at `logs/HEAD` (where
+    libgit2's detaching appended its reflog, and waited for good): hive takes main's tip from the
+    shared repository, makes the HEAD that id by a rename, and never opens the log."""
+    paths = hive_git.discover(repo)
+    main = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, main).path
+    admin = hive_git.worktree_admin(paths.common_dir, ISSUE)
+    (admin / "logs").mkdir(exist_ok=True)
+    log = admin / "logs" / "HEAD"
+
+    def spin() -> None:
+        while True:
+            try:
+                (admin / "HEAD.agent").write_text("ref: refs/heads/main\n")
+                os.replace(admin / "HEAD.agent", admin / "HEAD")
+                os.unlink(log)
+            except OSError:
+                pass
+            try:
+                os.mkfifo(log)
+            except OSError:
+                pass
+
+    def adopt_often() -> None:
+        for _ in range(200):
+            worktrees.adopt_head(paths, ISSUE)
+
+    spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
+    spinner.start()
+    try:
+        assert _finishes(adopt_often, log), "detaching the HEAD waited on a FIFO"
+    finally:
+        spinner.kill()
+        spinner.join()
+    (admin / "HEAD").write_text("ref: refs/heads/main\n")
+    assert worktrees.adopt_head(paths, ISSUE) == main
+    assert (admin / "HEAD").read_text() == f"{main}\n"
+    assert git("rev-parse", "HEAD", cwd=tree).stdout.strip() == main
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == main
+    assert not list(admin.glob("HEAD.hive-*"))
+
+
 def test_a_fifo_and_a_link_in_the_worktrees_git_dir_block_nothing_and_are_not_followed(repo, git, tmp_path):
     """The worktree's admin folder is the agent's to write (its HEAD, its index): a FIFO at its
     index and a link at its ORIG_HEAD neither block nor lead hive anywhere, while the agent works
