@@ -601,3 +601,28 @@ def test_a_spare_at_a_base_whose_gitignore_is_a_link_to_a_fifo_is_checked_withou
     assert child.exitcode == 0, "making the worktree from the spare waited on the FIFO"
     assert list(spares.spares_dir(paths).glob("[0-9]*")) == []       # the spare was taken
     assert os.readlink(worktrees.worktree_path(paths, NEXT) / ".gitignore") == str(host_fifo)
+
+
+def test_kept_attempts_are_read_loose_and_packed_among_many_other_refs(repo, git):
+    """`git pack-refs` moves the kept attempts into packed-refs beside every tag of a big
+    repository: each issue's are found there (a ref naming another's attempt path inside its own
+    name is not one), and the next one kept gets the next number."""
+    paths = hive_git.discover(repo)
+    main = git("rev-parse", "main", cwd=repo).stdout.strip()
+    first = git("commit-tree", "-m", "one", f"{main}^{{tree}}", "-p", main, cwd=repo).stdout.strip()
+    second = git("commit-tree", "-m", "two", f"{main}^{{tree}}", "-p", main, cwd=repo).stdout.strip()
+    pyrepo = hive_git.repository(paths.common_dir)
+    attempts.keep(pyrepo, ISSUE, [first])
+    attempts.keep(pyrepo, NEXT, [first, second])
+    refs = "".join(f"create refs/tags/t{k} {main}\n" for k in range(2000))
+    refs += f"create refs/tags/refs/hive/attempts/{ISSUE}/9 {second}\n"
+    git("update-ref", "--stdin", cwd=repo, input=refs)
+    git("pack-refs", "--all", cwd=repo)
+    assert not (paths.common_dir / "refs" / "hive" / "attempts" / ISSUE).exists() or not any(
+        (paths.common_dir / "refs" / "hive" / "attempts" / ISSUE).iterdir())
+
+    assert [(a.number, a.commit) for a in attempts.kept(paths.common_dir, ISSUE)] == [(1, first)]
+    assert [(a.number, a.commit) for a in attempts.kept(paths.common_dir, NEXT)] == [(1, first), (2, second)]
+    assert attempts.keep(pyrepo, ISSUE, [second]) == [attempts.Attempt(ISSUE, 2, second)]
+    assert [(a.issue_id, a.number) for a in attempts.kept(paths.common_dir)] == [
+        (a, n) for a, n in sorted([(ISSUE, 1), (ISSUE, 2), (NEXT, 1), (NEXT, 2)])]

@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from hive import git
 
@@ -45,14 +45,8 @@ def kept(common_dir: Path, issue_id: str | None = None) -> list[Attempt]:
     """The kept attempts (of one issue, or all), by issue then number; loose refs and packed ones."""
     found: dict[tuple[str, int], str] = {}
     prefix = ref_name(issue_id, 0)[:-1] if issue_id else PREFIX
-    try:
-        with open(common_dir / "packed-refs", encoding="ascii", errors="replace") as packed:
-            for line in packed:
-                oid, _, name = line.rstrip("\n").partition(" ")
-                if name.startswith(prefix):
-                    _add(found, name, oid)
-    except FileNotFoundError:
-        pass
+    for name, oid in _packed(common_dir, prefix):
+        _add(found, name, oid)
     top = common_dir / prefix.rstrip("/") if issue_id else common_dir / PREFIX.rstrip("/")
     for folder, _, files in os.walk(top):
         for file in files:
@@ -63,6 +57,25 @@ def kept(common_dir: Path, issue_id: str | None = None) -> list[Attempt]:
                 continue
             _add(found, path.relative_to(common_dir).as_posix(), oid)
     return [Attempt(issue, number, oid) for (issue, number), oid in sorted(found.items())]
+
+
+def _packed(common_dir: Path, prefix: str) -> Iterator[tuple[str, str]]:
+    """(name, id) of each packed ref whose name starts with `prefix`. The file may list every tag
+    and remote branch of a big repository (keeping an attempt reads it, several times an issue):
+    it is searched for the prefix, and only the lines holding it are split."""
+    try:
+        data = (common_dir / "packed-refs").read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    needle = b" " + prefix.encode()
+    at = data.find(needle)
+    while at != -1:
+        end = data.find(b"\n", at)
+        end = len(data) if end == -1 else end
+        oid, _, name = data[data.rfind(b"\n", 0, at) + 1:end].decode("ascii", "replace").rstrip("\r").partition(" ")
+        if name.startswith(prefix):
+            yield name, oid
+        at = data.find(needle, end)
 
 
 def _add(found: dict[tuple[str, int], str], name: str, oid: str) -> None:
