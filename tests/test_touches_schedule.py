@@ -295,6 +295,40 @@ def test_the_changes_are_read_without_opening_what_the_agent_made_of_its_worktre
     assert globs.matches("vendor/**/*.js", "vendor/pkg/") and not globs.matches("src/**", "vendor/pkg/")
 
 
+def test_a_folder_swapped_for_a_link_while_the_worktree_is_read_is_not_listed_through_it(
+        repo: Path, git: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent swaps its tracked `src/` for a link to a folder of the user's between the listing
+    of the worktree's top and the listing of `src/`: nothing of that folder is listed (each
+    folder is opened from the one above it, links not followed)."""
+    from hive.workspace import files_on_disk
+
+    (repo / "src").mkdir()
+    (repo / "src" / "code.py").write_text("code\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "src", cwd=repo)
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "secret.txt").write_text("the user's\n")
+    entries = files_on_disk.index_entries(repo / ".git" / "index")
+    assert entries is not None
+    real_scandir = os.scandir
+    listings: list[object] = []
+
+    def swapping_scandir(target: Any) -> Any:
+        listings.append(target)
+        if len(listings) == 2:               # the top listed: `src/` is next
+            os.rename(repo / "src", tmp_path / "src-moved")
+            os.symlink(users, repo / "src")
+        return real_scandir(target)
+
+    monkeypatch.setattr(os, "scandir", swapping_scandir)
+    found = files_on_disk.differing(repo, entries)
+    monkeypatch.setattr(os, "scandir", real_scandir)
+
+    assert len(listings) >= 2
+    assert not [name for name in found if "secret" in name]
+
+
 @pytest.mark.parametrize("version", ["2", "3", "4"])
 def test_an_index_is_read_as_git_wrote_it_whatever_its_version(repo: Path, git: Callable[..., Any],
                                                              version: str) -> None:

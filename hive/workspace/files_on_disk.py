@@ -133,44 +133,120 @@ def differing(worktree: Path, entries: dict[str, Entry]) -> list[str]:
     nearest the top first: one by one up to MAX_NEW of them, then each new folder not yet walked
     as `folder/` (an agent's `node_modules/` is not walked every second), and so is a new folder
     holding a repository of its own. Links are not followed, FIFOs and sockets not listed (git
-    keeps neither)."""
+    keeps neither). Each folder is opened from the one above it without following a link
+    (`_Folders`): one the agent swaps for a link meanwhile is not listed, wherever it leads."""
     changed: list[str] = []
     new: list[str] = []
     seen: set[str] = set()
     known = {os.path.dirname(name) for name in entries}
     known |= {folder[:cut] for folder in known for cut, ch in enumerate(folder) if ch == "/"}
-    folders = collections.deque([""])
-    while folders:
-        folder = folders.popleft()
-        if folder not in known and len(new) >= MAX_NEW:
-            new.append(f"{folder}/")
-            continue
-        try:
-            listed = list(os.scandir(os.path.join(worktree, folder)))
-        except OSError:
-            continue
-        if folder and folder not in known and any(item.name == ".git" for item in listed):
-            new.append(f"{folder}/")      # a repository of its own (a clone): one entry, as git shows it
-            continue
-        for item in listed:
-            name = f"{folder}/{item.name}" if folder else item.name
-            if item.name == ".git":
+    queue = collections.deque([""])
+    with _Folders(worktree) as folders:
+        while queue:
+            folder = queue.popleft()
+            if folder not in known and len(new) >= MAX_NEW:
+                new.append(f"{folder}/")
                 continue
-            try:
-                info = item.stat(follow_symlinks=False)
-            except OSError:
+            listed = folders.list(folder)
+            if listed is None:
                 continue
-            entry = entries.get(name)
-            if entry is not None:
-                seen.add(name)
-                if _differs(entry, info):
-                    changed.append(name)
-            elif stat.S_ISDIR(info.st_mode):
-                folders.append(name)
-            elif stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
-                new.append(name)
+            if folder and folder not in known and any(item == ".git" for item, _ in listed):
+                new.append(f"{folder}/")      # a repository of its own (a clone): one entry, as git shows it
+                continue
+            for item, info in listed:
+                name = f"{folder}/{item}" if folder else item
+                if item == ".git" or info is None:
+                    continue
+                entry = entries.get(name)
+                if entry is not None:
+                    seen.add(name)
+                    if _differs(entry, info):
+                        changed.append(name)
+                elif stat.S_ISDIR(info.st_mode):
+                    queue.append(name)
+                elif stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode):
+                    new.append(name)
     gone = [name for name, entry in entries.items() if name not in seen and entry[1] != _GITLINK]
     return changed + gone + new
+
+
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _lstat(item: os.DirEntry[str]) -> os.stat_result | None:
+    try:
+        return item.stat(follow_symlinks=False)
+    except OSError:
+        return None
+
+
+class _Folders:
+    """The folders of a worktree listed through descriptors, each opened from the one above it
+    without following a link. The walk lists a folder's subfolders one after the other, so the
+    last parent opened is kept: a folder costs one `open` more than a listing by path."""
+
+    def __init__(self, worktree: Path):
+        self._worktree = worktree
+        self._root: int | None = None
+        self._parent: tuple[str, int] | None = None
+
+    def __enter__(self) -> "_Folders":
+        try:
+            self._root = os.open(self._worktree, _FOLDER)
+        except OSError:
+            self._root = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._parent is not None:
+            os.close(self._parent[1])
+        if self._root is not None:
+            os.close(self._root)
+
+    def list(self, folder: str) -> list[tuple[str, os.stat_result | None]] | None:
+        """The name and `lstat` of each entry of `folder` (relative, `/`-separated; None for
+        one gone meanwhile); None when it cannot be opened as a folder (gone, made a link or a
+        file meanwhile, unreadable)."""
+        try:
+            fd = self._open(folder)
+        except OSError:
+            return None
+        try:
+            with os.scandir(fd) as listing:      # its entries stat through `fd`: while it is open
+                return [(item.name, _lstat(item)) for item in listing]
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _open(self, folder: str) -> int:
+        if self._root is None:
+            raise FileNotFoundError(self._worktree)
+        if not folder:
+            return os.dup(self._root)
+        parent, _, name = folder.rpartition("/")
+        return os.open(name, _FOLDER, dir_fd=self._parent_fd(parent))
+
+    def _parent_fd(self, parent: str) -> int:
+        assert self._root is not None
+        if not parent:
+            return self._root
+        if self._parent is not None and self._parent[0] == parent:
+            return self._parent[1]
+        if self._parent is not None:
+            os.close(self._parent[1])
+            self._parent = None
+        fd = os.dup(self._root)
+        try:
+            for part in parent.split("/"):
+                inner = os.open(part, _FOLDER, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+        except BaseException:
+            os.close(fd)
+            raise
+        self._parent = (parent, fd)
+        return fd
 
 
 def _differs(entry: Entry, info: os.stat_result) -> bool:
