@@ -25,7 +25,7 @@ from bench import fmt
 
 ROOT = Path(__file__).resolve().parent.parent
 _SECONDS = {"µs": 1e-6, "ms": 1e-3, "s": 1.0}
-_VALUE = re.compile(r"^([0-9.,]+)\s*(µs|ms|s|×|MB|/min)$")
+_VALUE = re.compile(r"^(-?[0-9][0-9.,]*)\s*(\S+)$")   # "12 ms", "1.4 ×", "-18 %", "0.0 /100", "521 tokens"
 # what a figure's name may say of its target, "(target ≤ 2×)" or "(0.60 s = 100/min)": left out
 # when names are matched, so that a commit that moved a target still compares with one before it
 _TARGET_NOTE = re.compile(r"\s*\((?:target [^)]*|[^)]* = [^)]*)\)")
