@@ -40,6 +40,18 @@ def _finishes(action: Callable[[], None], fifo: Path) -> bool:
     return True
 
 
+def _finishes_while(spin: Callable[[], None], action: Callable[[], None], fifo: Path) -> bool:
+    """`_finishes(action, fifo)` while `spin` (what the agent left running) runs in a forked
+    process of its own."""
+    spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
+    spinner.start()
+    try:
+        return _finishes(action, fifo)
+    finally:
+        spinner.kill()
+        spinner.join()
+
+
 @pytest.mark.parametrize("reset", sorted(_resets()))
 def test_a_reset_of_an_agents_worktree_writes_nothing_through_its_links_and_reads_no_fifo(repo, git, reset):
     """The agent committed `pkg/evil.txt` and `src/inner/evil.txt`, then replaced the folders
@@ -321,13 +333,7 @@ def test_fifos_an_agent_keeps_making_in_its_git_dir_while_hive_reads_it_block_no
             worktrees.absorb_objects(paths, ISSUE)
             worktrees.worktree_head(paths, ISSUE)
 
-    spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
-    spinner.start()
-    try:
-        assert _finishes(read_often, targets[0]), "a read waited on a FIFO"
-    finally:
-        spinner.kill()
-        spinner.join()
+    assert _finishes_while(spin, read_often, targets[0]), "a read waited on a FIFO"
     assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
 
 
@@ -360,13 +366,7 @@ def test_a_head_naming_a_branch_is_detached_without_reading_or_logging_what_the_
         for _ in range(200):
             worktrees.adopt_head(paths, ISSUE)
 
-    spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
-    spinner.start()
-    try:
-        assert _finishes(adopt_often, log), "detaching the HEAD waited on a FIFO"
-    finally:
-        spinner.kill()
-        spinner.join()
+    assert _finishes_while(spin, adopt_often, log), "detaching the HEAD waited on a FIFO"
     (admin / "HEAD").write_text("ref: refs/heads/main\n")
     assert worktrees.adopt_head(paths, ISSUE) == main
     assert (admin / "HEAD").read_text() == f"{main}\n"
