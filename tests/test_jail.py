@@ -513,3 +513,20 @@ def test_a_worktree_jail_never_makes_again_the_git_admin_folder_of_a_removed_wor
     with pytest.raises(FileNotFoundError):
         roles.worktree_jail(hive_git.discover(root), worktree)
     assert not admin.exists()
+
+
+def test_a_jails_paths_are_resolved_by_the_kernel_as_python_resolves_them(tmp_path: Path) -> None:
+    """`bubblewrap.real_path` gives `os.path.realpath`'s answer for a folder, a chain of links
+    (relative ones, `..` inside), a link to a FIFO (not waited on), a dangling link and a path
+    that does not exist."""
+    from hive.jail import bubblewrap
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "file").write_text("x")
+    os.symlink("a/b", tmp_path / "to_b")
+    os.symlink("to_b/../b/file", tmp_path / "chain")
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "fifo", tmp_path / "to_fifo")
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    for path in ("a/b", "to_b", "chain", "to_b/file", "to_fifo", "dangling", "missing/x", "a/../to_b"):
+        assert bubblewrap.real_path(str(tmp_path / path)) == os.path.realpath(tmp_path / path), path

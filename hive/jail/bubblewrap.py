@@ -60,12 +60,12 @@ def _mounts(spec: JailSpec, gate_folder: str = "") -> list[tuple[int, int, str]]
                         (WRITABLE, spec.writable), (FROZEN, spec.frozen)):
         for path in paths:
             if path and os.path.lexists(path):
-                chosen[(kind, os.path.realpath(path))] = None
+                chosen[(kind, real_path(path))] = None
     shown = [p for kind, p in chosen if kind in (READABLE, WRITABLE)]
     for secret in spec.credentials():       # a credential inside something shown is hidden again
         if not os.path.lexists(secret):
             continue
-        real = os.path.realpath(secret)
+        real = real_path(secret)
         if os.path.lexists(real) and any(_inside(real, p) for p in shown):
             chosen[(HIDDEN, real)] = None
     for socket_path in host_sockets():      # a host socket the jail would show is covered
@@ -74,6 +74,26 @@ def _mounts(spec: JailSpec, gate_folder: str = "") -> list[tuple[int, int, str]]
         if os.path.lexists(socket_path) and _shown(socket_path, chosen):
             chosen[(HIDDEN, socket_path)] = None
     return _needed(sorted((path.count(os.sep), kind, path) for kind, path in chosen))
+
+
+def real_path(path: str) -> str:
+    """`os.path.realpath(path)`, resolved by the kernel in one `open(O_PATH)` (which opens no file
+    for reading: a FIFO does not block it) where the path leads somewhere: Python resolves a long
+    path one `lstat` per component, and a jail resolves some 25 paths at each start. Python's
+    answer where the kernel gives none (a dangling link, no /proc)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        resolved = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        resolved = ""
+    finally:
+        os.close(fd)
+    if not resolved.startswith("/") or resolved.endswith(" (deleted)"):
+        return os.path.realpath(path)
+    return resolved
 
 
 def _shown(path: str, chosen: dict[tuple[int, str], None]) -> bool:
@@ -129,5 +149,5 @@ def command(program: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[s
         line += ["--remount-ro", path]
     for name, value in sorted(env.items()):
         line += ["--setenv", name, value]
-    line += ["--chdir", os.path.realpath(cwd), "--", *argv]
+    line += ["--chdir", real_path(cwd), "--", *argv]
     return line
