@@ -102,8 +102,8 @@ def restamped(data: bytes, stamps: dict[int, os.stat_result]) -> bytes:
     word = 0xFFFFFFFF
     for at, st in stamps.items():
         _STAT.pack_into(out, at, st.st_ctime_ns // _SECOND & word, st.st_ctime_ns % _SECOND,
-                        st.st_mtime_ns // _SECOND & word,
-                        st.st_mtime_ns % _SECOND, st.st_dev & word, st.st_ino & word)
+                        st.st_mtime_ns // _SECOND & word, st.st_mtime_ns % _SECOND,
+                        st.st_dev & word, st.st_ino & word)
         _OWNER.pack_into(out, at + 28, st.st_uid & word, st.st_gid & word, st.st_size & word)
     if any(data[-_CHECKSUM:]):
         out[-_CHECKSUM:] = hashlib.sha1(memoryview(out)[:-_CHECKSUM]).digest()
