@@ -119,6 +119,7 @@ def leftovers(host_fifo: Path, outside: Path) -> list[tuple[str, str]]:
         ("gitattributes-to-host-fifo", f"ln -s {host_fifo} .gitattributes"),
         ("link-out", f"ln -s {outside} out"),
         ("fifo-orig-head", f"mkfifo {admin}/ORIG_HEAD"),
+        ("fifo-head-log", f"mkdir -p {admin}/logs && rm -f {admin}/logs/HEAD && mkfifo {admin}/logs/HEAD"),
         ("fifo-loose-object", f"mkdir -p {admin}/hive-objects/ab && mkfifo {admin}/hive-objects/ab/{'c' * 38}"),
     ]
 

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import stat
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -40,9 +41,17 @@ def _finishes(action: Callable[[], None], fifo: Path) -> bool:
     return True
 
 
-def _finishes_while(spin: Callable[[], None], action: Callable[[], None], fifo: Path) -> bool:
-    """`_finishes(action, fifo)` while `spin` (what the agent left running) runs in a forked
-    process of its own."""
+def _finishes_while(steps: list[Callable[[], object]], action: Callable[[], None], fifo: Path) -> bool:
+    """`_finishes(action, fifo)` while what the agent left running does `steps` over and over
+    (each as fast as it can, its OSError ignored), in a forked process of its own."""
+    def spin() -> None:
+        while True:
+            for step in steps:
+                try:
+                    step()
+                except OSError:
+                    pass
+
     spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
     spinner.start()
     try:
@@ -313,17 +322,7 @@ def test_fifos_an_agent_keeps_making_in_its_git_dir_while_hive_reads_it_block_no
     targets = [admin / "index", private / "ab" / ("c" * 38), admin / "HEAD"]
     (private / "ab").mkdir()
 
-    def spin() -> None:
-        while True:
-            for target in targets:
-                try:
-                    os.unlink(target)
-                except OSError:
-                    pass
-                try:
-                    os.mkfifo(target)
-                except OSError:
-                    pass
+    remake = [step for target in targets for step in (partial(os.unlink, target), partial(os.mkfifo, target))]
 
     def read_often() -> None:
         from hive.workspace.changes import changed_files
@@ -333,7 +332,7 @@ def test_fifos_an_agent_keeps_making_in_its_git_dir_while_hive_reads_it_block_no
             worktrees.absorb_objects(paths, ISSUE)
             worktrees.worktree_head(paths, ISSUE)
 
-    assert _finishes_while(spin, read_often, targets[0]), "a read waited on a FIFO"
+    assert _finishes_while(remake, read_often, targets[0]), "a read waited on a FIFO"
     assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
 
 
@@ -349,24 +348,16 @@ def test_a_head_naming_a_branch_is_detached_without_reading_or_logging_what_the_
     (admin / "logs").mkdir(exist_ok=True)
     log = admin / "logs" / "HEAD"
 
-    def spin() -> None:
-        while True:
-            try:
-                (admin / "HEAD.agent").write_text("ref: refs/heads/main\n")
-                os.replace(admin / "HEAD.agent", admin / "HEAD")
-                os.unlink(log)
-            except OSError:
-                pass
-            try:
-                os.mkfifo(log)
-            except OSError:
-                pass
+    def head_back() -> None:
+        (admin / "HEAD.agent").write_text("ref: refs/heads/main\n")
+        os.replace(admin / "HEAD.agent", admin / "HEAD")
 
     def adopt_often() -> None:
         for _ in range(200):
             worktrees.adopt_head(paths, ISSUE)
 
-    assert _finishes_while(spin, adopt_often, log), "detaching the HEAD waited on a FIFO"
+    assert _finishes_while([head_back, partial(os.unlink, log), partial(os.mkfifo, log)], adopt_often, log), \
+        "detaching the HEAD waited on a FIFO"
     (admin / "HEAD").write_text("ref: refs/heads/main\n")
     assert worktrees.adopt_head(paths, ISSUE) == main
     assert (admin / "HEAD").read_text() == f"{main}\n"

@@ -8,7 +8,7 @@ recorded so that the merge pipeline later replays only the worker's own commits.
 Hive's worktree is on a *detached* HEAD at the branch's commit: an agent in it (jailed, see
 `hive.jail.roles`) can commit without being able to write any ref, and hive itself moves
 `hive/work/<id>` to what the agent committed (`adopt_head`). Before hive resets a worktree it
-detaches its HEAD again (`_detach`): an agent may have written `ref: refs/heads/main` into it;
+detaches its HEAD again (`_head_of_worktree`): an agent may have written `ref: refs/heads/main` into it;
 it rewrites the files only through `rewrite`, which follows no link the agent left there, and
 keeps first what the worktree held uncommitted (`_reset`).
 
@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import threading
 import time
 import zlib
@@ -267,12 +268,12 @@ def init_submodules(paths: git.RepoPaths, worktree: Path) -> list[str]:
     return missing
 
 
-def _detach(paths: git.RepoPaths, issue_id: str, *, rewrite_head: bool = True) -> str | None:
+def _head_of_worktree(paths: git.RepoPaths, issue_id: str, *, detach: bool = False) -> str | None:
     """The commit the worktree's HEAD names: the id its file holds, or the tip of the branch it
-    names (`ref: refs/heads/…`, read from the shared repository, which no agent writes), its file
-    then made that id (unless not `rewrite_head`). None for anything else, left as it is. The
-    agent's HEAD is read only as a regular file and replaced by a rename: libgit2 would read it,
-    and append to `logs/HEAD`, both the agent's, either of which may be a FIFO by then."""
+    names (`ref: refs/heads/…`, read from the shared repository, which no agent writes); with
+    `detach`, its file is then made that id. None for anything else, left as it is. The agent's
+    HEAD is read only as a regular file and replaced by a rename: libgit2 would read it, and
+    append to `logs/HEAD`, both the agent's, either of which may be a FIFO by then."""
     head = _head_file(paths, issue_id)
     if git.is_object_id(head):
         return head
@@ -283,21 +284,22 @@ def _detach(paths: git.RepoPaths, issue_id: str, *, rewrite_head: bool = True) -
         commit = str(open_repo(paths).references[name].peel(pygit2.Commit).id)
     except (KeyError, ValueError, pygit2.GitError):
         return None                       # no such branch (an unborn one), or not a commit
-    if rewrite_head:
+    if detach:
         _write_head(git.worktree_admin(paths.common_dir, issue_id), commit)
     return commit
 
 
 def _write_head(admin: Path, commit: str) -> None:
-    """The worktree's HEAD file made `commit` (detached): a new file renamed over what is there."""
-    temp = admin / f"HEAD.hive-{os.getpid()}-{threading.get_ident()}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    """The worktree's HEAD file made `commit` (detached): a new file, of a name no one can have
+    made before, renamed over what is there."""
+    fd, temp = tempfile.mkstemp(prefix="HEAD.hive-", dir=admin)
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="ascii") as out:
             out.write(f"{commit}\n")
         os.replace(temp, admin / "HEAD")
     except BaseException:
-        temp.unlink(missing_ok=True)
+        Path(temp).unlink(missing_ok=True)
         raise
 
 
@@ -434,7 +436,7 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     if not path.exists():
         return head_of(paths, issue_id)
     absorb_objects(paths, issue_id)
-    head = _detach(paths, issue_id)
+    head = _head_of_worktree(paths, issue_id, detach=True)
     if head is None:
         return head_of(paths, issue_id)
     if checkout_of(paths, branch_name(issue_id)) is None:
@@ -575,7 +577,7 @@ def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     if not (path / ".git").is_file():
         return None
     absorb_objects(paths, issue_id)
-    return _detach(paths, issue_id, rewrite_head=False)
+    return _head_of_worktree(paths, issue_id)
 
 
 def checked_out(paths: git.RepoPaths, ref: str) -> bool:
@@ -655,7 +657,7 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     # else: a person's own checkout of the branch: never move it under them (hive's worktree is
     # detached then, see `recreate`)
     if worktree.exists():
-        _detach(paths, issue_id)
+        _head_of_worktree(paths, issue_id, detach=True)
         _reset(paths, issue_id, git.open_worktree(worktree), head)
 
 
@@ -666,7 +668,7 @@ def check_out_for_tests(paths: git.RepoPaths, issue_id: str, commit: str, *, als
     commit a test command made there is kept)."""
     attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)],
                   reachable_from=[commit, also_held or None, head_of(paths, issue_id)])
-    _detach(paths, issue_id)
+    _head_of_worktree(paths, issue_id, detach=True)
     _reset(paths, issue_id, git.open_worktree(worktree_path(paths, issue_id)), commit)
 
 
@@ -686,7 +688,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
         git.run([*git.NO_HOOKS, "worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
     else:
         repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
-        _detach(paths, issue_id)
+        _head_of_worktree(paths, issue_id, detach=True)
     settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
     init_submodules(paths, path)
 
@@ -698,7 +700,7 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
         recreate(paths, issue_id)
         return
     attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)], reachable_from=[head])
-    at = _detach(paths, issue_id)
+    at = _head_of_worktree(paths, issue_id, detach=True)
     work = git.open_worktree(path)
     if work.state() != pygit2.enums.RepositoryState.NONE:
         # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
