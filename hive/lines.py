@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, Iterator
 
 MAX_JSON_DEPTH = 32          # arrays and objects in one JSON line; hive's own nest 2 deep
 MAX_JSON_LINE = 1 << 20      # bytes of one JSON line parsed
+FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC   # a folder, no link followed
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _INNERMOST = re.compile(rb"[\[{][\]}]")

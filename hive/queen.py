@@ -22,7 +22,7 @@ from typing import Callable
 
 import pygit2
 
-from hive import git
+from hive import git, lines
 from hive.agents.jails import queen_jail
 from hive.agents.session import AgentSession, Grant, SessionLost
 from hive.backends.base import Backend, SessionSpec, TurnResult
@@ -158,12 +158,12 @@ def _open_folder(directory: Path, folders: list[str]) -> int | None:
     """The plan directory's folder `folders` opened, each step without following a link (so that
     nothing the Queen swaps in after a check is followed); None when one is not a real folder."""
     try:
-        at = os.open(directory, _FOLDER)
+        at = os.open(directory, lines.FOLDER_FLAGS)
     except OSError:
         return None
     for folder in folders:
         try:
-            inner = os.open(folder, _FOLDER, dir_fd=at)
+            inner = os.open(folder, lines.FOLDER_FLAGS, dir_fd=at)
         except OSError:
             inner = None
         os.close(at)
@@ -173,7 +173,6 @@ def _open_folder(directory: Path, folders: list[str]) -> int | None:
     return at
 
 
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOT_REGULAR = "only regular files may be in a plan (no symlinks, folders or devices)"
 
 

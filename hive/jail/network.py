@@ -38,7 +38,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 
-from hive import module_process
+from hive import lines, module_process
 from hive.errors import HiveError
 from hive.jail.relay import pump
 
@@ -318,7 +318,7 @@ def sweep_gates(base: str | None = None) -> list[str]:
 def _sweep_if_left(path: str) -> bool:
     """Remove `path` if it is a gate folder of this user's that no live gate holds."""
     try:
-        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        folder = os.open(path, lines.FOLDER_FLAGS)
     except OSError:
         return False                    # gone, a link, not a folder
     try:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection
 
+from hive import lines
 from hive.state import layout
 from hive.state.layout import leads_outside
 
@@ -75,7 +76,7 @@ def scan(root: Path, full: bool, linked: set[str] | None = None) -> dict[str, Se
         # names, then one stat each relative to the folder's descriptor: ~30 % less than
         # os.scandir's entries at 10k files (docs/PERFORMANCE.md), the stat saying the type
         try:
-            folder = os.open(root / rel, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            folder = os.open(root / rel, lines.FOLDER_FLAGS)
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as exc:
@@ -171,15 +172,14 @@ class Watcher:
     def _watch(self, root: str, opened: list[int]) -> str | None:
         """None once kept (the folders put in `opened` stay open for it), else why not ("": kept
         already)."""
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        opened.append(os.open(root, flags))
+        opened.append(os.open(root, lines.FOLDER_FLAGS))
         key = _identity(os.fstat(opened[0]))
         if key in self._watched:
             return ""
         kind = _file_system(root)
         if kind not in LOCAL_FILE_SYSTEMS:
             return f"{root}: its file system ({kind:#x}) may change without this kernel's knowing"
-        opened.append(os.open(layout.ISSUES_DIR, flags, dir_fd=opened[0]))
+        opened.append(os.open(layout.ISSUES_DIR, lines.FOLDER_FLAGS, dir_fd=opened[0]))
         # watched before the scan: a change during the scan is both in it and in the queue;
         # through the descriptors (/proc/self/fd: the very folders opened without following)
         root_watch = self._add_watch(f"/proc/self/fd/{opened[0]}")

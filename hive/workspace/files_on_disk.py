@@ -170,9 +170,6 @@ def differing(worktree: Path, entries: dict[str, Entry]) -> list[str]:
     return changed + gone + new
 
 
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def _lstat(item: os.DirEntry[str]) -> os.stat_result | None:
     try:
         return item.stat(follow_symlinks=False)
@@ -192,7 +189,7 @@ class _Folders:
 
     def __enter__(self) -> "_Folders":
         try:
-            self._root = os.open(self._worktree, _FOLDER)
+            self._root = os.open(self._worktree, lines.FOLDER_FLAGS)
         except OSError:
             self._root = None
         return self
@@ -225,7 +222,7 @@ class _Folders:
         if not folder:
             return os.dup(self._root)
         parent, _, name = folder.rpartition("/")
-        return os.open(name, _FOLDER, dir_fd=self._parent_fd(parent))
+        return os.open(name, lines.FOLDER_FLAGS, dir_fd=self._parent_fd(parent))
 
     def _parent_fd(self, parent: str) -> int:
         assert self._root is not None
@@ -239,7 +236,7 @@ class _Folders:
         fd = os.dup(self._root)
         try:
             for part in parent.split("/"):
-                inner = os.open(part, _FOLDER, dir_fd=fd)
+                inner = os.open(part, lines.FOLDER_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = inner
         except BaseException:

@@ -24,6 +24,7 @@ from typing import Callable, Literal
 import pygit2
 from pygit2.enums import CheckoutStrategy, FileStatus
 
+from hive import lines
 from hive.state.store import signature_for
 
 
@@ -113,12 +114,12 @@ def remove_links_and_special_files(root: Path, *, links: bool = True, taken: dic
     `links=False` the links stay (read as links, their own text, they lead nowhere), but those
     named as a file git reads (GIT_READS): they go, what they say put in `taken` by path."""
     try:
-        first = os.open(root, _FOLDER)
+        first = os.open(root, lines.FOLDER_FLAGS)
     except FileNotFoundError:
         return                          # no such folder: nothing in it
     except PermissionError:
         os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) | stat.S_IRWXU)
-        first = os.open(root, _FOLDER)
+        first = os.open(root, lines.FOLDER_FLAGS)
     pending = [(first, "")]
     try:
         while pending:
@@ -160,7 +161,6 @@ def _take_link(name: str, at: int, path: str, taken: dict[str, bytes] | None) ->
         taken[path] = os.fsencode(target)
 
 
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TRIES = 8      # an entry an agent keeps swapping between a folder and something else
 
 
@@ -170,7 +170,7 @@ def _clear(name: str, at: int, links: bool) -> int | None:
     socket, a device), or when it is a regular file or gone."""
     for _ in range(_TRIES):
         try:
-            return os.open(name, _FOLDER, dir_fd=at)
+            return os.open(name, lines.FOLDER_FLAGS, dir_fd=at)
         except FileNotFoundError:
             return None
         except PermissionError:
