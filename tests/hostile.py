@@ -12,11 +12,15 @@ exec tools). Import as `from tests.hostile import ...`.
                        .assert_nothing_escaped() check nothing outside the worktrees changed, no
                        ref but hive's own moved, no secret in `recorded`
     require_jail()     skip with the reason where no jail can be built (a failure when CI=true)
+    finishes(...)      whether hive's action ends by itself though the agent left a FIFO where
+                       it reads (run in a forked child, killed at 20 s); finishes_while(...) with
+                       what the agent left running remaking its traps meanwhile
 """
 
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -218,3 +222,37 @@ class Scene:
         everything = recorded + git("log", "-p", "--all", cwd=self.repo).stdout
         for secret in secrets():
             assert secret not in everything, secret
+
+
+def finishes(action: Callable[[], None], fifo: Path) -> bool:
+    """Whether `action`, run in a forked child, ends by itself (a child blocked on `fifo` holds
+    the interpreter's lock: it is killed instead, so that the test fails rather than hangs)."""
+    child = multiprocessing.get_context("fork").Process(target=action)
+    child.start()
+    child.join(20)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return False
+    assert child.exitcode == 0, f"it failed (exit {child.exitcode})"
+    return True
+
+
+def finishes_while(steps: list[Callable[[], object]], action: Callable[[], None], fifo: Path) -> bool:
+    """`finishes(action, fifo)` while what the agent left running does `steps` over and over
+    (each as fast as it can, its OSError ignored), in a forked process of its own."""
+    def spin() -> None:
+        while True:
+            for step in steps:
+                try:
+                    step()
+                except OSError:
+                    pass
+
+    spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
+    spinner.start()
+    try:
+        return finishes(action, fifo)
+    finally:
+        spinner.kill()
+        spinner.join()

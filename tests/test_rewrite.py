@@ -15,6 +15,7 @@ import pytest
 
 from hive import git as hive_git
 from hive.workspace import worktrees
+from tests.hostile import finishes, finishes_while
 
 ISSUE = "hv-reset1"
 
@@ -25,40 +26,6 @@ def _resets() -> dict[str, Callable[[hive_git.RepoPaths, str], None]]:
         "check_out_for_tests": lambda paths, commit: worktrees.check_out_for_tests(paths, ISSUE, commit),
         "prepare_for_merge": lambda paths, commit: worktrees.prepare_for_merge(paths, ISSUE, commit),
     }
-
-
-def _finishes(action: Callable[[], None], fifo: Path) -> bool:
-    """Whether `action`, run in a forked child, ends by itself (a child blocked on `fifo` holds
-    the interpreter's lock: it is killed instead, so that the test fails rather than hangs)."""
-    child = multiprocessing.get_context("fork").Process(target=action)
-    child.start()
-    child.join(20)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        return False
-    assert child.exitcode == 0, f"the reset failed (exit {child.exitcode})"
-    return True
-
-
-def _finishes_while(steps: list[Callable[[], object]], action: Callable[[], None], fifo: Path) -> bool:
-    """`_finishes(action, fifo)` while what the agent left running does `steps` over and over
-    (each as fast as it can, its OSError ignored), in a forked process of its own."""
-    def spin() -> None:
-        while True:
-            for step in steps:
-                try:
-                    step()
-                except OSError:
-                    pass
-
-    spinner = multiprocessing.get_context("fork").Process(target=spin, daemon=True)
-    spinner.start()
-    try:
-        return _finishes(action, fifo)
-    finally:
-        spinner.kill()
-        spinner.join()
 
 
 @pytest.mark.parametrize("reset", sorted(_resets()))
@@ -105,7 +72,7 @@ def test_a_reset_of_an_agents_worktree_writes_nothing_through_its_links_and_read
     with open(paths.common_dir / "info" / "exclude", "a") as exclude:
         exclude.write("*.pyc\n")
 
-    assert _finishes(lambda: _resets()[reset](paths, commit), tree / "a.py"), "the reset read the FIFO"
+    assert finishes(lambda: _resets()[reset](paths, commit), tree / "a.py"), "the reset read the FIFO"
 
     for outside in outsides:
         assert sorted(os.listdir(outside)) == ["keep.txt"]
@@ -151,7 +118,7 @@ def test_a_removed_worktree_keeps_what_it_held_uncommitted_reading_no_fifo(repo,
         uncommitted = worktrees.remove(paths, ISSUE, target="main", keep_uncommitted=keep)
         assert (uncommitted is not None) == keep
 
-    assert _finishes(remove, tree / "pipe"), "the removal read the FIFO"
+    assert finishes(remove, tree / "pipe"), "the removal read the FIFO"
     assert not tree.exists()
     assert sorted(os.listdir(outside)) == ["keep.txt"]
     kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{ISSUE}/").stdout.split()
@@ -187,7 +154,7 @@ def test_a_reset_reads_no_ignore_file_an_agent_made_a_link_to_a_fifo(repo, git, 
     git("commit", "-q", "-m", "what the reset goes to", cwd=repo)
     commit = git("rev-parse", "main", cwd=repo).stdout.strip()
 
-    assert _finishes(lambda: _resets()[reset](paths, commit), host_fifo), "the reset read the FIFO"
+    assert finishes(lambda: _resets()[reset](paths, commit), host_fifo), "the reset read the FIFO"
 
     [uncommitted] = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{ISSUE}/").stdout.split()
     assert git("show", f"{uncommitted}:draft.py").stdout == "D = 1\n"
@@ -271,7 +238,7 @@ def test_a_fifo_and_a_link_in_an_agents_object_store_block_nothing_and_are_not_f
     def changes_are_the_agents() -> None:
         assert changed_files(paths, ISSUE, "refs/heads/main") == ["work.txt"]
 
-    assert _finishes(changes_are_the_agents, loose), "reading the changes waited on the FIFO"
+    assert finishes(changes_are_the_agents, loose), "reading the changes waited on the FIFO"
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.write_text("a file of the user's\n")
@@ -283,7 +250,7 @@ def test_a_fifo_and_a_link_in_an_agents_object_store_block_nothing_and_are_not_f
     os.mkfifo(private / "ef" / ("f" * 38))
     os.mkfifo(private / "pack" / ("pack-" + "d" * 40 + ".idx"))
     (private / "pack" / ("pack-" + "d" * 40 + ".pack")).write_bytes(b"")
-    assert _finishes(lambda: worktrees.absorb_objects(paths, ISSUE), loose), "taking the objects in waited on a FIFO"
+    assert finishes(lambda: worktrees.absorb_objects(paths, ISSUE), loose), "taking the objects in waited on a FIFO"
     assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
     assert elsewhere.read_text() == "a file of the user's\n"
     assert [p.name for p in private.iterdir()] == ["pack"] and not any((private / "pack").iterdir())
@@ -332,7 +299,7 @@ def test_fifos_an_agent_keeps_making_in_its_git_dir_while_hive_reads_it_block_no
             worktrees.absorb_objects(paths, ISSUE)
             worktrees.worktree_head(paths, ISSUE)
 
-    assert _finishes_while(remake, read_often, targets[0]), "a read waited on a FIFO"
+    assert finishes_while(remake, read_often, targets[0]), "a read waited on a FIFO"
     assert git("cat-file", "-t", commit, cwd=repo).stdout.strip() == "commit"
 
 
@@ -356,7 +323,7 @@ def test_a_head_naming_a_branch_is_detached_without_reading_or_logging_what_the_
         for _ in range(200):
             worktrees.adopt_head(paths, ISSUE)
 
-    assert _finishes_while([head_back, partial(os.unlink, log), partial(os.mkfifo, log)], adopt_often, log), \
+    assert finishes_while([head_back, partial(os.unlink, log), partial(os.mkfifo, log)], adopt_often, log), \
         "detaching the HEAD waited on a FIFO"
     (admin / "HEAD").write_text("ref: refs/heads/main\n")
     assert worktrees.adopt_head(paths, ISSUE) == main
@@ -382,10 +349,10 @@ def test_a_fifo_and_a_link_in_the_worktrees_git_dir_block_nothing_and_are_not_fo
     os.unlink(admin / "index")
     os.mkfifo(admin / "index")
 
-    assert _finishes(lambda: changed_files(paths, ISSUE, "refs/heads/main"), admin / "index"), \
+    assert finishes(lambda: changed_files(paths, ISSUE, "refs/heads/main"), admin / "index"), \
         "reading the changes waited on the FIFO"
     assert stat.S_ISFIFO(os.lstat(admin / "index").st_mode)   # the changes are read refusing it, not removing it
-    assert _finishes(lambda: worktrees.adopt_head(paths, ISSUE), admin / "index"), "adopting the head waited on the FIFO"
+    assert finishes(lambda: worktrees.adopt_head(paths, ISSUE), admin / "index"), "adopting the head waited on the FIFO"
     assert elsewhere.read_text() == "a file of the user's\n"
     assert git("rev-parse", "HEAD", cwd=tree).stdout.strip() == base
 

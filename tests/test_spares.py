@@ -16,6 +16,7 @@ import pytest
 
 from hive import git as hive_git
 from hive.workspace import attempts, files_on_disk, spares, worktrees
+from tests.hostile import finishes
 
 ISSUE, NEXT = "hv-spare1", "hv-spare2"
 
@@ -101,6 +102,30 @@ def test_a_retired_worktree_is_the_next_issues_clean_at_its_base_and_its_unlande
     assert git("rev-parse", f"hive/work/{NEXT}", cwd=repo).stdout.strip() == made
     assert git("worktree", "list", "--porcelain", cwd=repo).stdout.count(str(again.path)) == 1
     git("fsck", "--no-dangling", cwd=repo)
+
+
+def test_a_worktree_whose_head_names_a_branch_is_spared_detached_without_opening_its_log(repo, git):
+    """The agent ran `git checkout --ignore-other-worktrees main` and left a FIFO at `logs/HEAD`
+    (where libgit2's detaching appended its reflog, and waited for good): the retired worktree
+    goes into the pool detached at main's tip by a rename of its HEAD file, main untouched, and
+    the next issue's worktree is made from it."""
+    paths = hive_git.discover(repo)
+    main = git("rev-parse", "main", cwd=repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, main).path
+    admin = hive_git.worktree_admin(paths.common_dir, ISSUE)
+    (admin / "HEAD").write_text("ref: refs/heads/main\n")
+    (admin / "logs").mkdir(exist_ok=True)
+    os.mkfifo(admin / "logs" / "HEAD")
+
+    # `retire` clears the admin folder's FIFOs first: here as if the agent had put one back after
+    assert finishes(lambda: spares.put(paths, ISSUE, tree), admin / "logs" / "HEAD"), \
+        "sparing the worktree waited on its log"
+    assert not tree.exists() and not admin.exists()
+    spare_admin = paths.common_dir / "worktrees" / f"{spares.ADMIN_PREFIX}1"
+    assert (spare_admin / "HEAD").read_text() == f"{main}\n"
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == main
+    assert worktrees.create(paths, NEXT, main).path.is_dir()
+    assert git("rev-parse", "HEAD", cwd=worktrees.worktree_path(paths, NEXT)).stdout.strip() == main
 
 
 def test_the_pool_holds_at_most_its_size_and_the_rest_are_removed(repo, git, monkeypatch):

@@ -96,14 +96,18 @@ def keep(repo: pygit2.Repository, issue_id: str, heads: Iterable[str | None],
     not reachable from any of `reachable_from` (the target's tip, the branch's new head)."""
     import pygit2
 
+    wanted = [head for head in dict.fromkeys(heads) if head]
+    if not wanted:
+        return []                  # most calls of a new issue's worktree: nothing to keep
     common = Path(repo.path)
     existing = kept(common, issue_id)
     have = {a.commit for a in existing}
     number = max((a.number for a in existing), default=0)
-    anchors = [a for a in dict.fromkeys(reachable_from) if a and _is_commit(repo, a)]
+    candidates = [head for head in wanted if head not in have and _is_commit(repo, head)]
+    anchors = [a for a in dict.fromkeys(reachable_from) if a and _is_commit(repo, a)] if candidates else []
     made = []
-    for head in dict.fromkeys(heads):
-        if not head or head in have or not _is_commit(repo, head) or _reachable(repo, head, anchors):
+    for head in candidates:
+        if _reachable(repo, head, anchors):
             continue
         while True:
             number += 1

@@ -25,7 +25,7 @@ from typing import Iterator
 import pygit2
 
 from hive import git
-from hive.workspace import files_on_disk, rewrite
+from hive.workspace import files_on_disk, head_file, rewrite
 
 MAX_SPARES = 8          # a pool for as many agents as usually run at once; more are removed
 ADMIN_PREFIX = "hive-spare-"
@@ -97,12 +97,11 @@ def put(paths: git.RepoPaths, name: str, path: Path) -> bool:
     if not (path / ".git").is_file() or (path / ".gitmodules").exists() or not admin.is_dir():
         return False
     try:
-        work = git.open_worktree(path)
-        if work.state() != pygit2.enums.RepositoryState.NONE:
+        if git.open_worktree(path).state() != pygit2.enums.RepositoryState.NONE:
             return False
-        if not work.head_is_detached:
-            work.set_head(work.head.peel(pygit2.Commit).id)
     except (pygit2.GitError, KeyError, ValueError):
+        return False
+    if head_file.commit(paths, name, detach=True) is None:
         return False
     with _pool(paths):
         numbers = _numbers(paths)

@@ -8,7 +8,7 @@ recorded so that the merge pipeline later replays only the worker's own commits.
 Hive's worktree is on a *detached* HEAD at the branch's commit: an agent in it (jailed, see
 `hive.jail.roles`) can commit without being able to write any ref, and hive itself moves
 `hive/work/<id>` to what the agent committed (`adopt_head`). Before hive resets a worktree it
-detaches its HEAD again (`_head_of_worktree`): an agent may have written `ref: refs/heads/main` into it;
+detaches its HEAD again (`head_file`): an agent may have written `ref: refs/heads/main` into it;
 it rewrites the files only through `rewrite`, which follows no link the agent left there, and
 keeps first what the worktree held uncommitted (`_reset`).
 
@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import threading
 import time
 import zlib
@@ -39,7 +38,7 @@ from hive.errors import HiveError
 from hive.state.checkout import blob_id
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
-from hive.workspace import attempts, files_on_disk, rewrite, spares
+from hive.workspace import attempts, files_on_disk, head_file, rewrite, spares
 from hive.workspace.fastforward import checkout_of
 
 
@@ -268,41 +267,6 @@ def init_submodules(paths: git.RepoPaths, worktree: Path) -> list[str]:
     return missing
 
 
-def _head_of_worktree(paths: git.RepoPaths, issue_id: str, *, detach: bool = False) -> str | None:
-    """The commit the worktree's HEAD names: the id its file holds, or the tip of the branch it
-    names (`ref: refs/heads/…`, read from the shared repository, which no agent writes); with
-    `detach`, its file is then made that id. None for anything else, left as it is. The agent's
-    HEAD is read only as a regular file and replaced by a rename: libgit2 would read it, and
-    append to `logs/HEAD`, both the agent's, either of which may be a FIFO by then."""
-    head = _head_file(paths, issue_id)
-    if git.is_object_id(head):
-        return head
-    name = head.removeprefix("ref: ")
-    if not head.startswith("ref: refs/heads/") or not pygit2.reference_is_valid_name(name):
-        return None
-    try:
-        commit = str(open_repo(paths).references[name].peel(pygit2.Commit).id)
-    except (KeyError, ValueError, pygit2.GitError):
-        return None                       # no such branch (an unborn one), or not a commit
-    if detach:
-        _write_head(git.worktree_admin(paths.common_dir, issue_id), commit)
-    return commit
-
-
-def _write_head(admin: Path, commit: str) -> None:
-    """The worktree's HEAD file made `commit` (detached): a new file, of a name no one can have
-    made before, renamed over what is there."""
-    fd, temp = tempfile.mkstemp(prefix="HEAD.hive-", dir=admin)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="ascii") as out:
-            out.write(f"{commit}\n")
-        os.replace(temp, admin / "HEAD")
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
     """Copy the objects a jailed agent wrote (`git.private_objects`) into the shared store, each
     read and written again (so hashed again: a forged file name cannot plant a wrong object);
@@ -436,7 +400,7 @@ def adopt_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     if not path.exists():
         return head_of(paths, issue_id)
     absorb_objects(paths, issue_id)
-    head = _head_of_worktree(paths, issue_id, detach=True)
+    head = head_file.commit(paths, issue_id, detach=True)
     if head is None:
         return head_of(paths, issue_id)
     if checkout_of(paths, branch_name(issue_id)) is None:
@@ -486,16 +450,19 @@ def remove(paths: git.RepoPaths, issue_id: str, *, delete_branch: bool = True,
 def _remove(paths: git.RepoPaths, issue_id: str, delete_branch: bool, repo: pygit2.Repository,
             target: str, spare: bool, keep_uncommitted: bool) -> str | None:
     path = worktree_path(paths, issue_id)
+    # git's admin folder of the worktree, named after it: most calls (a new issue's worktree)
+    # find none. The agent's commits are in its private store there: brought in once, for the
+    # heads kept below.
+    admin = git.worktree_admin(paths.common_dir, issue_id)
+    if admin.is_dir():
+        absorb_objects(paths, issue_id)
     uncommitted = _keep_uncommitted(paths, issue_id, repo) if keep_uncommitted else None
-    keep_discarded(paths, issue_id, repo, delete_branch=delete_branch, target=target)
+    _keep_discarded(paths, issue_id, repo, delete_branch=delete_branch, target=target)
     if spare and spares.put(paths, issue_id, path):
         pass   # its files and admin folder are the spare's now
     elif path.exists():
         shutil.rmtree(path, ignore_errors=True)
-    # git's admin folder of the worktree, named after it: looked for first, as most calls (a
-    # new issue's worktree) find none, and listing the worktrees reads every one of them
-    admin = git.worktree_admin(paths.common_dir, issue_id)
-    if admin.is_dir():
+    if admin.is_dir():   # listing the worktrees reads every one of them: looked for first
         if issue_id in repo.list_worktrees():
             try:
                 repo.lookup_worktree(issue_id).prune(True)
@@ -518,11 +485,11 @@ def _remove(paths: git.RepoPaths, issue_id: str, delete_branch: bool, repo: pygi
 
 def _keep_uncommitted(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository) -> str | None:
     """Keep what the issue's worktree holds uncommitted as an attempt (`rewrite`); None when it
-    holds nothing uncommitted, or is no worktree to read (gone, broken: nothing git could show)."""
+    holds nothing uncommitted, or is no worktree to read (gone, broken: nothing git could show).
+    The agent's objects were absorbed just before (its HEAD may be a commit it made)."""
     path = worktree_path(paths, issue_id)
     if not path.is_dir():
         return None                        # most calls: a new issue's worktree, none there yet
-    absorb_objects(paths, issue_id)        # its HEAD may be a commit the agent made
     try:
         work = git.open_worktree(path)
         if work.head_is_unborn:
@@ -541,33 +508,19 @@ def retire(paths: git.RepoPaths, issue_id: str, target: str = "", spare: bool = 
     remove(paths, issue_id, target=target, spare=spare, keep_uncommitted=keep_uncommitted)
 
 
-def keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository, *,
-                   delete_branch: bool = True, target: str = "") -> list[attempts.Attempt]:
-    """Keep the worktree's HEAD and (when it goes) the branch's head, before they are removed."""
+def _keep_discarded(paths: git.RepoPaths, issue_id: str, repo: pygit2.Repository, *,
+                    delete_branch: bool = True, target: str = "") -> list[attempts.Attempt]:
+    """Keep the worktree's HEAD and (when it goes) the branch's head, before they are removed
+    (the agent's objects absorbed just before)."""
     branch = head_of(paths, issue_id)
-    heads = [worktree_head(paths, issue_id) or _admin_head(paths, issue_id)] + ([branch] if delete_branch else [])
+    if (worktree_path(paths, issue_id) / ".git").is_file():
+        head = head_file.commit(paths, issue_id)
+    else:   # the worktree gone: what git's admin folder records, if a commit id (the agent may write it)
+        recorded = head_file.read(paths, issue_id)
+        head = recorded if git.is_object_id(recorded) else None
+    heads = [head] + ([branch] if delete_branch else [])
     anchors = [git.read_ref(paths.common_dir, git.branch_ref(target)) if target else None]
     return attempts.keep(repo, issue_id, heads, reachable_from=anchors + ([] if delete_branch else [branch]))
-
-
-def _admin_head(paths: git.RepoPaths, issue_id: str) -> str | None:
-    """The commit git's admin folder records as the worktree's detached HEAD, read without the
-    worktree (its `.git` file gone); the agent may write that file: only a commit id counts."""
-    head = _head_file(paths, issue_id)
-    if not git.is_object_id(head):
-        return None
-    absorb_objects(paths, issue_id)   # a jailed agent's commits are in its private store
-    return head
-
-
-def _head_file(paths: git.RepoPaths, issue_id: str) -> str:
-    """What the worktree's HEAD file says (a commit id, or `ref: <branch>`), read as a regular
-    file only: what the agent left running may make it a FIFO at any moment. "" for no such file."""
-    try:
-        text = lines.read_regular(git.worktree_admin(paths.common_dir, issue_id) / "HEAD", 128)
-    except OSError:
-        return ""
-    return (text or b"").decode("ascii", "replace").strip()
 
 
 def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
@@ -577,7 +530,7 @@ def worktree_head(paths: git.RepoPaths, issue_id: str) -> str | None:
     if not (path / ".git").is_file():
         return None
     absorb_objects(paths, issue_id)
-    return _head_of_worktree(paths, issue_id)
+    return head_file.commit(paths, issue_id)
 
 
 def checked_out(paths: git.RepoPaths, ref: str) -> bool:
@@ -657,7 +610,7 @@ def sync_worktree(paths: git.RepoPaths, issue_id: str, head: str) -> None:
     # else: a person's own checkout of the branch: never move it under them (hive's worktree is
     # detached then, see `recreate`)
     if worktree.exists():
-        _head_of_worktree(paths, issue_id, detach=True)
+        head_file.commit(paths, issue_id, detach=True)
         _reset(paths, issue_id, git.open_worktree(worktree), head)
 
 
@@ -668,7 +621,7 @@ def check_out_for_tests(paths: git.RepoPaths, issue_id: str, commit: str, *, als
     commit a test command made there is kept)."""
     attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)],
                   reachable_from=[commit, also_held or None, head_of(paths, issue_id)])
-    _head_of_worktree(paths, issue_id, detach=True)
+    head_file.commit(paths, issue_id, detach=True)
     _reset(paths, issue_id, git.open_worktree(worktree_path(paths, issue_id)), commit)
 
 
@@ -688,7 +641,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
         git.run([*git.NO_HOOKS, "worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
     else:
         repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
-        _head_of_worktree(paths, issue_id, detach=True)
+        head_file.commit(paths, issue_id, detach=True)
     settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
     init_submodules(paths, path)
 
@@ -700,7 +653,7 @@ def prepare_for_merge(paths: git.RepoPaths, issue_id: str, head: str) -> None:
         recreate(paths, issue_id)
         return
     attempts.keep(open_repo(paths), issue_id, [worktree_head(paths, issue_id)], reachable_from=[head])
-    at = _head_of_worktree(paths, issue_id, detach=True)
+    at = head_file.commit(paths, issue_id, detach=True)
     work = git.open_worktree(path)
     if work.state() != pygit2.enums.RepositoryState.NONE:
         # a rebase or merge left half done by a refinery turn the daemon's end cut short: it is
