@@ -123,7 +123,9 @@ def markdown(results: list[Result], info: dict[str, str], ctx: Context, seconds:
         + ", ".join(f"`{b.name}`" for b in ALL) + "). Do not edit by hand: re-run it. This machine's"
         " speed changes from one hour and one host to the next: to tell whether a change made a"
         " figure worse, compare two commits in one sitting with"
-        " `python -m bench.compare REV_A REV_B --only NAME` (runs A B A B ...).",
+        " `python -m bench.compare REV_A REV_B --only NAME` (runs A B A B ...); to see on what the"
+        " pipeline's daemon spends its own CPU, by function and by asyncio task,"
+        " `python -m bench.cpu_split --tasks --module MODULE --function MODULE:NAME`.",
         "",
         f"- **Date**: {info['date']}" + (" — **quick run: reduced sizes, not the targets' sizes**" if ctx.quick else ""),
         f"- **Machine**: {info['cpu']}; {info['os']}; load average {load[0]:.2f} before, {load[1]:.2f} after",
