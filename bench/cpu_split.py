@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from bench.fixtures import Workspace, environment
 from bench.pipeline import ROOT, create_chains, new_repo
 
 Stats = dict[str, list[float]]   # name -> [calls, CPU seconds]
+_ADDING = threading.Lock()        # the daemon's threads call the same functions at once
 
 
 def functions_of(module_name: str) -> list[str]:
@@ -72,8 +74,10 @@ def wrap(target: str, stats: Stats) -> bool:
         try:
             return original(*args, **kwargs)
         finally:
-            tally[0] += 1
-            tally[1] += time.thread_time() - start
+            spent = time.thread_time() - start
+            with _ADDING:
+                tally[0] += 1
+                tally[1] += spent
 
     setattr(owner, name, kind(counted) if kind is not None else counted)
     for module in list(sys.modules.values()):   # `from x import f` took the original
