@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import Context, Sizes
 from bench.fixtures import Workspace, environment
 from bench.pipeline import ROOT, create_chains, new_repo
 
@@ -113,7 +114,9 @@ def _child(argv: list[str]) -> int:
     from bench import pipeline
 
     root, out, targets, tasks = argv[0], Path(argv[1]), json.loads(argv[2]), argv[3] == "1"
-    import hive.orchestrator.assemble   # noqa: F401 - what the daemon runs, loaded before it is wrapped
+    # what the daemon runs, loaded first: each module that imports a wrapped function by name is
+    # then there for `wrap` to patch
+    import hive.orchestrator.assemble   # noqa: F401
 
     functions: Stats = {}
     skipped = [target for target in targets if not wrap(target, functions)]
@@ -146,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     targets = [*args.function, *(t for module in args.module for t in functions_of(module))]
     with Workspace() as workspace, tempfile.TemporaryDirectory(prefix="hive-cpu-split-") as scratch:
-        context = argparse.Namespace(workspace=workspace)
-        root = new_repo(context, "cpu-split")   # type: ignore[arg-type]
+        root = new_repo(Context(workspace, Sizes(), quick=False), "cpu-split")
         issues = args.chains * args.length
         create_chains(root, args.chains, args.length)
         out = Path(scratch) / "split.json"

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 MAX_JSON_DEPTH = 32          # arrays and objects in one JSON line; hive's own nest 2 deep
 MAX_JSON_LINE = 1 << 20      # bytes of one JSON line parsed
@@ -115,6 +115,22 @@ def open_regular(path: Path, max_bytes: int | None = None) -> BinaryIO | None:
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_folder(path: Path | int, names: Iterable[str] = ()) -> int:
+    """A descriptor of the folder `path` (or a copy of the open folder descriptor `path`), then of
+    each of `names` in turn inside the one before, none opened through a link (swapped in after a
+    check, it is not followed); OSError when one is not a real folder (what was opened closed)."""
+    at = os.dup(path) if isinstance(path, int) else os.open(path, FOLDER_FLAGS)
+    try:
+        for name in names:
+            inner = os.open(name, FOLDER_FLAGS, dir_fd=at)
+            os.close(at)
+            at = inner
+    except BaseException:
+        os.close(at)
+        raise
+    return at
 
 
 def _kind(mode: int) -> str:

@@ -158,19 +158,9 @@ def _open_folder(directory: Path, folders: list[str]) -> int | None:
     """The plan directory's folder `folders` opened, each step without following a link (so that
     nothing the Queen swaps in after a check is followed); None when one is not a real folder."""
     try:
-        at = os.open(directory, lines.FOLDER_FLAGS)
+        return lines.open_folder(directory, folders)
     except OSError:
         return None
-    for folder in folders:
-        try:
-            inner = os.open(folder, lines.FOLDER_FLAGS, dir_fd=at)
-        except OSError:
-            inner = None
-        os.close(at)
-        if inner is None:
-            return None
-        at = inner
-    return at
 
 
 _NOT_REGULAR = "only regular files may be in a plan (no symlinks, folders or devices)"

@@ -124,7 +124,6 @@ def keep(repo: pygit2.Repository, issue_id: str, heads: Iterable[str | None],
                 # lock: the next number (a lock nobody holds any more goes)
                 git.remove_if_stale(lock)
                 continue
-        have.add(head)
         made.append(Attempt(issue_id, number, head))
     return made
 

@@ -220,7 +220,7 @@ class _Folders:
         if self._root is None:
             raise FileNotFoundError(self._worktree)
         if not folder:
-            return os.dup(self._root)
+            return lines.open_folder(self._root)
         parent, _, name = folder.rpartition("/")
         return os.open(name, lines.FOLDER_FLAGS, dir_fd=self._parent_fd(parent))
 
@@ -233,15 +233,7 @@ class _Folders:
         if self._parent is not None:
             os.close(self._parent[1])
             self._parent = None
-        fd = os.dup(self._root)
-        try:
-            for part in parent.split("/"):
-                inner = os.open(part, lines.FOLDER_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = inner
-        except BaseException:
-            os.close(fd)
-            raise
+        fd = lines.open_folder(self._root, parent.split("/"))
         self._parent = (parent, fd)
         return fd
 
