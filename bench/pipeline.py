@@ -106,6 +106,11 @@ class DaemonRun:
     steps: dict[str, dict[str, float]] = field(default_factory=dict)   # worktree / session ready
     cpu_main: float = 0.0
     thread_cpu: dict[str, float] = field(default_factory=dict)   # CPU by function, any thread
+    spares: list[bool] = field(default_factory=list)   # per worktree made: whether from a spare
+
+    def spare_note(self) -> str:
+        """How many of the worktrees made came from the spare pool (the rest were checked out fresh)."""
+        return f"{sum(self.spares)} of {len(self.spares)} worktrees made from a spare"
 
     def first(self, event: str) -> dict[str, float]:
         found: dict[str, float] = {}
@@ -134,7 +139,7 @@ def run_daemon(root: Path, max_agents: int, *, timeout: float, profile: bool = F
                      [tuple(c) for c in data["commits"]], data["prompts"],
                      [tuple(g) for g in data["git_calls"]], data["tests"], data["statuses"],
                      data["lines"], data.get("profile", ""), data.get("steps", {}), data.get("cpu_main", 0.0),
-                     data.get("thread_cpu", {}))
+                     data.get("thread_cpu", {}), data.get("spares", []))
 
 
 def git_subcommand(argv: Any) -> str:
@@ -275,6 +280,19 @@ def _child(argv: list[str]) -> int:
         timed(module, name, thread_times, key=f"{module.__name__.rsplit('.', 1)[-1]}.{name}",
               clock=time.thread_time)
 
+    # whether each worktree came from the spare pool: one taken is reset, one not is checked out whole
+    from hive.workspace import spares
+
+    taken: list[bool] = []
+    original_take = spares.take
+
+    def take(*a: Any, **kw: Any) -> bool:
+        got = original_take(*a, **kw)
+        taken.append(got)
+        return got
+
+    spares.take = take  # type: ignore[assignment]
+
     def cpu(who: int) -> float:
         usage = resource.getrusage(who)
         return usage.ru_utime + usage.ru_stime
@@ -318,7 +336,7 @@ def _child(argv: list[str]) -> int:
         "wall": wall, "cpu_self": cpu_self, "cpu_main": cpu_main, "cpu_children": cpu_children, "commits": commits,
         "prompts": prompts, "git_calls": git_calls, "tests": tests, "statuses": statuses,
         "lines": lines, "profile": profile_text, "steps": steps,
-        "thread_cpu": {key: sum(times) for key, times in thread_times.items()}}))
+        "thread_cpu": {key: sum(times) for key, times in thread_times.items()}, "spares": taken}))
     return 0
 
 
@@ -628,7 +646,7 @@ def throughput(ctx: Context) -> list[Result]:
                 f"(event loop thread {fmt(run.cpu_main / n)}; in threads: worktree create "
                 f"{fmt(run.thread_cpu.get('worktrees.create', 0) / n)}, `land()` and `land_train()` "
                 f"{fmt(landing_cpu / n)} of which the test checkouts {fmt(checkout_cpu / n)}; "
-                f"{_trains(run.lines)}) + git subprocesses CPU "
+                f"{_trains(run.lines)}; {run.spare_note()}) + git subprocesses CPU "
                 f"{fmt(git_cpu / n)} (wall {fmt(git_wall / n)}; "
                 f"{', '.join(f'{len(c)} `git {k}` ({fmt(_median_ms(c))} CPU each)' for k, c in sorted(calls.items()))})"
                 f"; raw {fmt(raw)} = " + ", ".join(f"{k} {fmt(v.cpu)}" for k, v in costs.items()))
