@@ -1090,6 +1090,9 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> ra
     of what was written, or None when the file was left to the person.
     """
     tmp, written = _write_temp(target, data)
+    # held open to the end: the file is known by its inode number below, and an editor's save
+    # may delete it (replaced at `target`); a deleted file's number may go to the next file made
+    pinned = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if expected is None:
             try:
@@ -1114,6 +1117,7 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> ra
         os.replace(tmp, target)
         return written
     finally:
+        os.close(pinned)
         tmp.unlink(missing_ok=True)
 
 
