@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,4 +106,36 @@ def test_beside_redoes_here_what_a_failed_child_did_not_send(few):
 def test_leaving_beside_without_its_result_ends_the_child(few):
     with halves.Beside(lambda: [os.pause() for _ in iter(int, 1)]):   # a child that never ends
         assert len(children()) == 1
+    assert not children()
+
+
+two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing forks")
+
+
+@two_cores
+def test_a_caller_with_a_child_at_work_beside_it_forks_no_other(few):
+    with halves.Beside(lambda: [os.pause() for _ in iter(int, 1)]):   # a child that never ends
+        assert {pid for _, pid in halves.map_halves(squared_where, range(10))} == {os.getpid()}
+    assert len({pid for _, pid in halves.map_halves(squared_where, range(10))}) == 2   # ended: a core is free
+
+
+@two_cores
+def test_a_child_splits_its_work_only_once_its_caller_waits_for_it(few):
+    said, hear = os.pipe()
+
+    def beside_a_busy_caller() -> tuple[set[int], set[int]]:
+        first = {pid for _, pid in halves.map_halves(squared_where, range(10))}
+        os.write(hear, b"done")
+        deadline = time.monotonic() + 60
+        while halves.free_cores() < 2 and time.monotonic() < deadline:
+            pass                                   # the caller is about to wait: a moment
+        return first, {pid for _, pid in halves.map_halves(squared_where, range(10))}
+
+    with halves.Beside(beside_a_busy_caller) as child:
+        assert os.read(said, 4) == b"done"         # its first split made while this caller works
+        first, second = child.result()
+    os.close(said)
+    os.close(hear)
+    assert len(first) == 1 and os.getpid() not in first       # all of it in the child
+    assert len(second) == 2 and first < second                # half of it in a child of its own
     assert not children()

@@ -7,10 +7,14 @@ inherits them, nothing is sent) and does the first half itself meanwhile. `Besid
 function in a child while the caller goes on (taking a big queue in indexes it there while
 `.hive/` is written here). Results come back through a pipe, pickled.
 
-It forks only where that is safe and worth it: two cores or more, and this process running one
+It forks only where that is safe and worth it: two cores free, and this process running one
 thread (a fork copies only the calling thread; a lock another thread held would stay held in the
-child). The child leaves by `os._exit`: nothing of the parent's (buffers, atexit handlers, open
-transactions) is flushed or closed twice. Anything wrong with the child (killed, crashed, garbled
+child). A core is not free while a `Beside` child works beside its caller: for the caller while
+its child runs, for the child until its caller waits for the result. On two cores, a queue taken
+in whole is then parsed in one process while `.hive/` is written in the other, and in two once
+the writing is over (a third process on two cores only added forks and switches). The child
+leaves by `os._exit`: nothing of the parent's (buffers, atexit handlers, open transactions) is
+flushed or closed twice. Anything wrong with the child (killed, crashed, garbled
 results) costs only time: its work is then done here.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import os
+import select
 import threading
 from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar, cast
 
@@ -27,6 +32,9 @@ Result = TypeVar("Result")
 MIN_ITEMS = 4000   # fewer: the fork and the transfer cost more than the half they save
 BATCH_BYTES = 8 << 20   # bytes of input held at once by the bulk paths (`batches`)
 BATCH_ITEMS = 5_000      # items held at once, however small
+
+_running_beside = 0     # this process's `Beside` children still working
+_caller_waits = -1      # in a `Beside` child: a pipe that turns readable when its caller waits
 
 
 def batches(items: Iterable[Item], size: Callable[[Item], int], max_bytes: int = BATCH_BYTES,
@@ -68,12 +76,15 @@ class Beside(Generic[Result]):
         self._fn = fn
         self._pid = 0
         self._read_end = -1
+        self._waiting: tuple[int, int] = (-1, -1)   # a pipe written to once this caller waits
         self._frozen = False
         if fork and may_fork():
             self._fork()
 
     def _fork(self) -> None:
+        global _running_beside, _caller_waits
         read_end, write_end = os.pipe()
+        waits_read, waits_write = os.pipe()
         # Objects made before the fork are left out of garbage collection until the child has
         # ended: a full collection writes to every object it visits, and each page written is
         # copied (in the parent, in the child) — in a big process that cost more than it saved.
@@ -82,8 +93,8 @@ class Beside(Generic[Result]):
         try:
             pid = os.fork()
         except OSError:   # no memory or processes left for a child: all of it is done here
-            os.close(read_end)
-            os.close(write_end)
+            for fd in (read_end, write_end, waits_read, waits_write):
+                os.close(fd)
             self.close()
             return
         if pid == 0:   # the child: never returns into the caller's code
@@ -91,6 +102,8 @@ class Beside(Generic[Result]):
                 import pickle
 
                 os.close(read_end)
+                os.close(waits_write)
+                _running_beside, _caller_waits = 0, waits_read
                 payload = pickle.dumps((True, self._fn()), protocol=pickle.HIGHEST_PROTOCOL)
                 with os.fdopen(write_end, "wb") as out:
                     out.write(payload)
@@ -98,11 +111,14 @@ class Beside(Generic[Result]):
                 os._exit(1)
             os._exit(0)
         os.close(write_end)
-        self._pid, self._read_end = pid, read_end
+        # its read end kept here too: the byte that says "waiting" never meets a closed pipe
+        self._pid, self._read_end, self._waiting = pid, read_end, (waits_read, waits_write)
+        _running_beside += 1
 
     def result(self) -> Result:
         if not self._pid:
             return self._fn()
+        os.write(self._waiting[1], b".")   # this core is the child's now
         try:
             with os.fdopen(self._read_end, "rb") as pipe:
                 self._read_end = -1
@@ -116,9 +132,15 @@ class Beside(Generic[Result]):
 
     def close(self) -> None:
         """End the child if it still runs (interrupted: Ctrl-C, an exception here)."""
+        global _running_beside
         if self._read_end >= 0:
             os.close(self._read_end)
             self._read_end = -1
+        if self._waiting[0] >= 0:
+            for fd in self._waiting:
+                os.close(fd)
+            self._waiting = (-1, -1)
+            _running_beside -= 1
         if self._pid:
             import signal   # not on the way of a command that forks nothing (~0.7 ms)
 
@@ -137,7 +159,22 @@ class Beside(Generic[Result]):
 
 
 def may_fork() -> bool:
-    return hasattr(os, "fork") and (os.cpu_count() or 1) >= 2 and threading.active_count() == 1
+    return hasattr(os, "fork") and free_cores() >= 2 and threading.active_count() == 1
+
+
+def free_cores() -> int:
+    """The cores this process may use: those it may run on, less one for each `Beside` child of
+    its own still working, and, in such a child, one for its caller until it waits."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores - _running_beside - (1 if _caller_works() else 0)
+
+
+def _caller_works() -> bool:
+    if _caller_waits < 0:
+        return False
+    waits = select.poll()
+    waits.register(_caller_waits, select.POLLIN)
+    return not waits.poll(0)
 
 
 def _unpickled(payload: bytes) -> tuple[bool, object] | None:
