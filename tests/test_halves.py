@@ -14,7 +14,9 @@ from hive.state import halves
 
 @pytest.fixture
 def few(monkeypatch):
+    """Few items are enough to split, on two cores whatever the machine has."""
     monkeypatch.setattr(halves, "MIN_ITEMS", 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     assert threading.active_count() == 1, "another thread runs in this test process: nothing would fork"
 
 
@@ -109,17 +111,12 @@ def test_leaving_beside_without_its_result_ends_the_child(few):
     assert not children()
 
 
-two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing forks")
-
-
-@two_cores
 def test_a_caller_with_a_child_at_work_beside_it_forks_no_other(few):
     with halves.Beside(lambda: [os.pause() for _ in iter(int, 1)]):   # a child that never ends
         assert {pid for _, pid in halves.map_halves(squared_where, range(10))} == {os.getpid()}
     assert len({pid for _, pid in halves.map_halves(squared_where, range(10))}) == 2   # ended: a core is free
 
 
-@two_cores
 def test_a_child_splits_its_work_only_once_its_caller_waits_for_it(few):
     said, hear = os.pipe()
 

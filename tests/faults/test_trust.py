@@ -506,6 +506,7 @@ def test_a_hostile_queue_taken_in_whole_is_indexed_as_the_file_by_file_catch_up_
     forks: list[int] = []
     real_fork = os.fork
     monkeypatch.setattr(halves, "MIN_ITEMS", 2)         # parsed in two processes, as 4,000 files or more are
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})   # on two cores, whatever the machine has
     monkeypatch.setattr(os, "fork", lambda: (forks.append(1), real_fork())[1])
     monkeypatch.setattr(index_module.Index, "_store_bulk",
                         lambda self, rows, deps: (stored.append(len(rows)), real(self, rows, deps))[1])
@@ -545,6 +546,7 @@ def test_a_big_tree_s_issue_files_are_read_in_two_processes_and_a_deep_one_in_ei
     forks: list[int] = []
     real_fork = os.fork
     monkeypatch.setattr(halves, "MIN_ITEMS", 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})   # on two cores, whatever the machine has
     monkeypatch.setattr(os, "fork", lambda: (forks.append(1), real_fork())[1])
     read: dict[str, bytes] = {}
     if deep_at is None:
