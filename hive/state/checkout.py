@@ -1092,7 +1092,7 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> ra
     tmp, written = _write_temp(target, data)
     # held open to the end: the file is known by its inode number below, and an editor's save
     # may delete it (replaced at `target`); a deleted file's number may go to the next file made
-    pinned = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    pinned = os.open(tmp, READ_REGULAR)
     try:
         if expected is None:
             try:
