@@ -1090,10 +1090,11 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> ra
     of what was written, or None when the file was left to the person.
     """
     tmp, written = _write_temp(target, data)
-    # held open to the end: the file is known by its inode number below, and an editor's save
-    # may delete it (replaced at `target`); a deleted file's number may go to the next file made
-    pinned = os.open(tmp, READ_REGULAR)
+    pinned = -1
     try:
+        # held open to the end: the file is known by its inode number below, and an editor's
+        # save may delete it (replaced at `target`); a deleted file's number may go to the next
+        pinned = os.open(tmp, READ_REGULAR)
         if expected is None:
             try:
                 os.link(tmp, target)           # fails if a file appeared meanwhile
@@ -1117,7 +1118,8 @@ def _replace_if_unchanged(target: Path, data: bytes, expected: str | None) -> ra
         os.replace(tmp, target)
         return written
     finally:
-        os.close(pinned)
+        if pinned >= 0:
+            os.close(pinned)
         tmp.unlink(missing_ok=True)
 
 
