@@ -271,3 +271,38 @@ def test_a_fetched_state_with_names_git_could_take_for_options_reaches_no_git(re
     (issues / "hv-fine01.md").write_text(issue_text("Fine"), encoding="utf-8")   # the same, without it
     arrives_by_git(repo, git, before, "fine")
     assert project.sync(warn=False) == [] and staged == ["issues/hv-fine01.md"]   # through git, as a name
+
+
+def test_a_queue_the_child_splits_once_hive_waits_is_taken_in_as_by_one_process(repo, project, git, arrived,
+                                                                                 monkeypatch, tmp_path):
+    """The queue (a broken file and one blocked by it among what arrived) is parsed by the child
+    in two processes once this process has written `.hive/` and waits (`halves.free_cores`): the
+    same rows, files and problems as one process makes of it."""
+    monkeypatch.setattr(halves, "MIN_ITEMS", 4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})   # two cores, whatever the machine has
+    parsed_by = tmp_path / "parsed-by"
+    real_parse, real_child = index_module._parse_one, index_module.Index._catch_up_in_child
+
+    def parse(item):
+        with open(parsed_by, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        return real_parse(item)
+
+    def once_hive_waits(self, tip, checked):
+        deadline = time.monotonic() + 20
+        while halves.free_cores() < 2 and time.monotonic() < deadline:
+            pass                                       # this process is about to wait: a moment
+        return real_child(self, tip, checked)
+
+    monkeypatch.setattr(index_module, "_parse_one", parse)
+    monkeypatch.setattr(index_module.Index, "_catch_up_in_child", once_hive_waits)
+    beside = (project.sync(warn=False), taken_in(project, repo, git))
+    parsers = set(parsed_by.read_text().split())
+    assert str(os.getpid()) not in parsers and len(parsers) == 2, "the child did not split its parse"
+    assert [p.path for p in beside[0]] == INVALID and not children()
+    project.checkout.reset_records()
+    git("update-ref", "refs/heads/hive/state", arrived["tip"] + "^", cwd=repo)
+    project.sync(warn=False)
+    git("update-ref", "refs/heads/hive/state", arrived["tip"], cwd=repo)
+    monkeypatch.setattr(halves, "may_fork", lambda: False)
+    assert (project.sync(warn=False), taken_in(project, repo, git)) == beside
