@@ -14,8 +14,8 @@ its child runs, for the child until its caller waits for the result. On two core
 in whole is then parsed in one process while `.hive/` is written in the other, and in two once
 the writing is over (a third process on two cores only added forks and switches). The child
 leaves by `os._exit`: nothing of the parent's (buffers, atexit handlers, open transactions) is
-flushed or closed twice. Anything wrong with the child (killed, crashed, garbled
-results) costs only time: its work is then done here.
+flushed or closed twice. Anything wrong with the child (killed, crashed, garbled results) costs
+only time: its work is then done here.
 """
 
 from __future__ import annotations
