@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 from hive import git
 from hive.orchestrator.assemble import build_daemon
@@ -179,7 +182,24 @@ def plan(repo: Path) -> dict[str, str]:
     return ids
 
 
-def run_demo(keep: Path | None = None, out=print) -> int:
+@contextmanager
+def _no_repository_from_the_environment() -> Iterator[None]:
+    """The repository a person's environment names (a hook's GIT_DIR and GIT_INDEX_FILE, an
+    exported GIT_WORK_TREE) left out of this process while the demo runs, for git and hive alike:
+    the demo's commits and its queue go into its own repository, never into theirs."""
+    kept = {name: os.environ.pop(name) for name in git.LOCATION_VARIABLES if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(kept)
+
+
+def run_demo(keep: Path | None = None, out: Callable[[str], None] = print) -> int:
+    with _no_repository_from_the_environment():
+        return _run_demo(keep, out)
+
+
+def _run_demo(keep: Path | None, out: Callable[[str], None]) -> int:
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="hive-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     script_path = root / "agents.json"

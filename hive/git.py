@@ -271,10 +271,14 @@ def open_worktree(path: Path | str) -> "pygit2.Repository":
     return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
 
 
-def _no_search_above(worktree: Path | str) -> dict[str, str]:
-    """The environment that keeps the git CLI run in `worktree` from taking a repository above
-    it for its own (as `open_worktree` does for pygit2)."""
-    return {"GIT_CEILING_DIRECTORIES": os.path.dirname(os.path.realpath(worktree))}
+def environment_here(worktree: Path | str) -> dict[str, str]:
+    """The environment for the git CLI run in `worktree` on that worktree's own repository:
+    without the repository, worktree or index the person's environment names (a hook's GIT_DIR
+    and GIT_INDEX_FILE, `git --git-dir=... hive`), and taking no repository above it for its own
+    (as `open_worktree` does for pygit2)."""
+    env = {name: value for name, value in os.environ.items() if name not in LOCATION_VARIABLES}
+    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.realpath(worktree))
+    return env
 
 
 def repository(path: Path | str) -> "pygit2.Repository":
@@ -331,12 +335,16 @@ def read_ref(common_dir: Path, name: str) -> str | None:
 
 
 def run(args: list[str], cwd: Path | str, *, check: bool = True, input: str | None = None,
-        env: dict[str, str] | None = None, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the git CLI. Used only where a person's own git setup must apply (network, config)."""
+        env: dict[str, str] | None = None, timeout: float | None = None,
+        here: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the git CLI. Used only where a person's own git setup must apply (network, config).
+    `here`: in a worktree hive picked (one of its own, the target's checkout), on that worktree's
+    repository whatever repository the environment names (`environment_here`)."""
     import subprocess   # loaded when used: `git hive list` starts without it
+    base = environment_here(cwd) if here else os.environ
     proc = subprocess.run(
         ["git", *args], cwd=cwd, input=input, capture_output=True, text=True,
-        env={**os.environ, **env} if env else None, timeout=timeout,
+        env={**base, **(env or {})} if env or here else None, timeout=timeout,
     )
     if check and proc.returncode != 0:
         reason = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
@@ -381,8 +389,7 @@ def _update_index(worktree: Path, args: list[str]) -> None:
     starting no fsmonitor hook."""
     import subprocess
 
-    env = {name: value for name, value in os.environ.items() if name not in LOCATION_VARIABLES}
-    env.update(_no_search_above(worktree))
+    env = environment_here(worktree)
     try:
         proc = subprocess.run(["git", "-C", str(worktree), "-c", "core.splitIndex=false", "-c", "index.skipHash=false",
                                "-c", "core.fsmonitor=false", "update-index", *args],

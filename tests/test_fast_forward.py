@@ -279,3 +279,29 @@ def test_a_sparse_checkout_goes_through_git(checkout: Path, git: Callable[..., A
     assert (checkout / "a.txt").read_text() == "changed\n"
     assert not (checkout / "src" / "deep.txt").exists()           # outside the sparse set
     assert porcelain(git, checkout) == ""
+
+
+def test_a_checkout_through_git_is_of_its_own_repository_whatever_the_environment_names(
+        checkout: Path, make_repo: Callable[..., Path], git: Callable[..., Any], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch):
+    """The fast-forward that goes through git (a sparse checkout) runs in the target's checkout
+    on that checkout's own repository and index, even where the environment names others (a
+    hook's GIT_INDEX_FILE, an exported GIT_DIR): those are left as they were."""
+    other = make_repo("other")
+    other_head = git("rev-parse", "HEAD", cwd=other).stdout
+    git("sparse-checkout", "set", "--no-cone", "/*.txt", cwd=checkout)
+    their_index = tmp_path / "their-index"
+    their_index.write_bytes((checkout / ".git" / "index").read_bytes())
+    index_before = their_index.read_bytes()
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other))
+    monkeypatch.setenv("GIT_INDEX_FILE", str(their_index))
+    repo, old, new, moved = move(checkout, {"a.txt": b"changed\n"})
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name)
+    assert moved.ok and moved.moved
+    assert (checkout / "a.txt").read_text() == "changed\n"
+    assert porcelain(git, checkout) == ""
+    assert their_index.read_bytes() == index_before
+    assert git("rev-parse", "HEAD", cwd=other).stdout == other_head
+    assert porcelain(git, other) == ""

@@ -266,3 +266,36 @@ def test_sync_and_status_say_the_target_has_landings_the_remote_lacks(repo, git,
     assert git("rev-parse", "main", cwd=repo).stdout == git("--git-dir", str(remote), "rev-parse", "main").stdout
     assert "target:" not in hive("status", cwd=repo).stdout
     assert "lacks" not in hive("sync", cwd=repo).stderr
+
+
+def test_submodules_come_into_the_worktree_whatever_repository_the_environment_names(
+        repo, make_repo, git, new_issue, state_log, tmp_path) -> None:
+    """`git --git-dir=.git --work-tree=. hive run`, or a hook's environment: GIT_DIR and
+    GIT_WORK_TREE name the person's repository, GIT_INDEX_FILE an index of their own. The
+    worker's worktree still gets its submodules (before, `git submodule update` ran on the
+    person's checkout and the tests did not find them), and neither the person's submodule
+    checkout nor that index is touched."""
+    import os
+
+    from tests.daemon_helpers import RUN, write_script
+
+    lib = make_repo("lib")
+    (lib / "x.txt").write_text("from the submodule\n")
+    git("add", "x.txt", cwd=lib)
+    git("commit", "-q", "-m", "x", cwd=lib)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib", cwd=repo)
+    git("commit", "-q", "-m", "vendor lib", cwd=repo)
+    (repo / "vendor" / "lib" / "x.txt").write_text("the person's own edit\n")
+    their_index = tmp_path / "their-index"
+    their_index.write_bytes((repo / ".git" / "index").read_bytes())
+    issue = new_issue("Use the vendored lib")
+    script = write_script(tmp_path, {"default": [{"write": "uses.txt", "content": "uses lib\n"}, {"commit": "use lib"},
+                                                 {"result": "success", "summary": "done"}]})
+    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": "grep -q 'from the submodule' vendor/lib/x.txt",
+           "GIT_DIR": str(repo / ".git"), "GIT_WORK_TREE": str(repo), "GIT_INDEX_FILE": str(their_index)}
+    index_before = their_index.read_bytes()
+    done = subprocess.run([*RUN, "--until-idle"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized", done.stdout
+    assert (repo / "vendor" / "lib" / "x.txt").read_text() == "the person's own edit\n"
+    assert their_index.read_bytes() == index_before

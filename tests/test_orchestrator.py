@@ -1084,3 +1084,21 @@ def test_demo(hive, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bytecode: s
     summary = [line for line in done.stdout.splitlines() if "issues finalized" in line][-1]
     finalized, total = summary.split()[0].split("/")
     assert finalized == total and int(total) >= 8
+
+
+def test_the_demo_leaves_the_repository_the_environment_names_as_it_was(hive, make_repo, git, tmp_path: Path):
+    """`git hive demo` where the environment names a person's repository (a hook's GIT_DIR and
+    GIT_INDEX_FILE, an exported GIT_WORK_TREE): the demo runs whole in its own repository. Before,
+    its first commit went onto the person's branch and its queue into their `hive/state`."""
+    repo = make_repo("person")
+    refs_before = git("for-each-ref", "--format=%(refname) %(objectname)", cwd=repo).stdout
+    files_before = {p.name: p.read_bytes() for p in (repo / ".git").iterdir() if p.is_file()}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "GIT_DIR": str(repo / ".git"), "GIT_WORK_TREE": str(repo),
+           "GIT_INDEX_FILE": str(repo / ".git" / "index")}
+    done = hive("demo", cwd=elsewhere, env=env)
+    assert done.returncode == 0 and "8/8 issues finalized" in done.stdout, done.stdout + done.stderr
+    assert git("for-each-ref", "--format=%(refname) %(objectname)", cwd=repo).stdout == refs_before
+    assert {p.name: p.read_bytes() for p in (repo / ".git").iterdir() if p.is_file()} == files_before
+    assert not (repo / ".hive").exists() and not (repo / ".git" / "hive").exists()

@@ -96,7 +96,8 @@ def _inspect(root: Path, paths: list[str], checkout: pygit2.Repository | None,
         return found
     checkout = checkout or pygit2.Repository(str(root))
     if _needs_git_checkout(checkout, paths):
-        proc = git.run(["status", "--porcelain", "-z", "--untracked-files=all", "--", *paths], root, check=False)
+        proc = git.run(["status", "--porcelain", "-z", "--untracked-files=all", "--", *paths], root, check=False,
+                       here=True)
         found.dirty = sorted({e[3:] for e in proc.stdout.split("\0") if len(e) > 3})
         return found
     for path in paths:
@@ -328,7 +329,7 @@ def _waiting_message(checkout: Path, target: str, dirty: list[str]) -> str:
 
 
 def _git_merge_ff(checkout: Path, repo: pygit2.Repository, target: str, old: str, new: str) -> FastForward:
-    proc = git.run(["merge", "--ff-only", "--quiet", new], checkout, check=False,
+    proc = git.run(["merge", "--ff-only", "--quiet", new], checkout, check=False, here=True,
                    env={"GIT_REFLOG_ACTION": "hive merge"})
     if proc.returncode == 0:
         return FastForward(True, moved=True)

@@ -252,7 +252,7 @@ def init_submodules(paths: git.RepoPaths, worktree: Path) -> list[str]:
     if not (worktree / ".gitmodules").is_file():
         return []
     listed = git.run(["config", "--file", ".gitmodules", "--name-only", "--get-regexp", r"^submodule\..*\.path$"],
-                     worktree, check=False)
+                     worktree, check=False, here=True)
     names = [line[len("submodule."):-len(".path")] for line in listed.stdout.split()]
     overrides, missing = [], []
     for name in names:
@@ -263,7 +263,7 @@ def init_submodules(paths: git.RepoPaths, worktree: Path) -> list[str]:
         overrides += ["-c", f"submodule.{name}.url={local}"]
     if overrides:
         git.run([*git.NO_HOOKS, "-c", "protocol.file.allow=always", *overrides, "submodule", "update", "--init", "--quiet",
-                 "--", *[n for n in names if n not in missing]], worktree, check=False)
+                 "--", *[n for n in names if n not in missing]], worktree, check=False, here=True)
     return missing
 
 
@@ -638,7 +638,8 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
     if checkout_of(paths, branch_name(issue_id)) is not None:
         # A person has the branch checked out in a worktree of their own (they finished the issue
         # by hand): leave that checkout theirs; hive works on a detached HEAD at the same commit.
-        git.run([*git.NO_HOOKS, "worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree)
+        git.run([*git.NO_HOOKS, "worktree", "add", "--quiet", "--detach", str(path), head], paths.main_worktree,
+                here=True)
     else:
         repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
         head_file.commit(paths, issue_id, detach=True)
