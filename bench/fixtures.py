@@ -343,6 +343,19 @@ def build_repo(root: Path, name: str, n: int, *, archived: float = 0.0, flat: bo
     return BuiltRepo(name, root, generated, t1 - t0, t2 - t1, t3 - t2)
 
 
+MEMORY_FOLDER = "/dev/shm"
+
+
+def _is_tmpfs(folder: str) -> bool:
+    """Whether `folder` is the mount point of a tmpfs (per /proc/self/mounts)."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
+            return any(fields[1] == folder and fields[2] == "tmpfs"
+                       for fields in (line.split() for line in mounts) if len(fields) > 2)
+    except OSError:
+        return False
+
+
 class Workspace:
     """A temporary directory of generated repositories, built on first use, deleted on exit."""
 
@@ -364,6 +377,7 @@ class Workspace:
         self.keep = keep
         self.log = log
         self._repos: dict[str, BuiltRepo] = {}
+        self._memory: Path | None = None
 
     def repo(self, n: int, *, archived: float = 0.0, flat: bool = False) -> BuiltRepo:
         name = f"{n}" + (f"-{'finalized' if flat else 'archived'}{int(archived * 100)}" if archived else "")
@@ -380,6 +394,17 @@ class Workspace:
 
     def scratch(self, name: str) -> Path:
         path = self.dir / "scratch" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def memory_scratch(self, name: str) -> Path | None:
+        """A new folder `name` on a file system in memory (the tmpfs at MEMORY_FOLDER), where a
+        file costs next to nothing to make or delete; None where there is none to write in."""
+        if self._memory is None:
+            if not _is_tmpfs(MEMORY_FOLDER) or not os.access(MEMORY_FOLDER, os.W_OK):
+                return None
+            self._memory = Path(tempfile.mkdtemp(prefix="hive-bench-", dir=MEMORY_FOLDER))
+        path = self._memory / name
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -422,6 +447,8 @@ class Workspace:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        if self._memory is not None:    # in memory: never kept
+            shutil.rmtree(self._memory, ignore_errors=True)
         if self.keep:
             self.log(f"kept the generated repositories in {self.dir}")
             return

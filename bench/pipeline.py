@@ -2,7 +2,8 @@
 
 Figures: unblock latency (blocker `done` → dependent's agent started), pipeline throughput (issues
 `done` and `finalized` per minute, 8 instant scripted agents, a trivial test command), the
-orchestrator's own time per issue beside the raw cost of the git operations it performs, merge
+orchestrator's own time per issue beside the raw cost of the git operations it performs (on the
+disk, and again on a tmpfs where the file system costs next to nothing), merge
 throughput of the mechanical tier beside a raw pygit2 rebase + fast-forward, and the daemon's
 memory with 20 concurrent agents.
 
@@ -48,9 +49,10 @@ def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
 
 
-def new_repo(ctx: Context, name: str, *, test_command: str = TRIVIAL_TEST) -> Path:
-    """A small project with `main` checked out (as a person's clone has it) and `git hive init` done."""
-    root = ctx.workspace.scratch(name)
+def new_repo(ctx: Context, name: str, *, test_command: str = TRIVIAL_TEST, folder: Path | None = None) -> Path:
+    """A small project with `main` checked out (as a person's clone has it) and `git hive init`
+    done, in `folder` (default: the workspace's scratch folder `name`)."""
+    root = folder or ctx.workspace.scratch(name)
     if any(root.iterdir()):
         shutil.rmtree(root)
         root.mkdir(parents=True)
@@ -614,42 +616,17 @@ def throughput(ctx: Context) -> list[Result]:
         for rep in range(reps):
             root = new_repo(ctx, f"pipeline-{shape}-{rep}")
             ids = [i for chain in create_chains(root, chains, chain_length) for i in chain]
-            # The raw cost is measured just before the run (on the last run's repository) and just
-            # after it (on this one), and the two averaged: this machine's file-system work swings
-            # several-fold from one minute to the next; only measurements made close together compare.
-            before = raw_costs(*previous, raw_reps) if previous is not None else None
             creations.append(ctx.workspace.file_creation(f"creation-{shape}-{rep}", CREATION_PROBE) / CREATION_PROBE)
-            run = run_daemon(root, max_agents=8, timeout=600)
-            done, finalized = run.first("done"), run.first("finalized")
-            if len(finalized) != n or run.statuses.get("finalized", 0) != n:
-                errors.append(f"run {rep}: {len(finalized)}/{n} finalized, statuses {run.statuses}")
+            measured = _own_and_raw(root, ids, raw_reps, previous)
+            if isinstance(measured, str):
+                errors.append(f"run {rep}: {measured}")
                 continue
+            previous = (root, ids)
+            done, finalized = measured.run.first("done"), measured.run.first("finalized")
             done_wall.append(max(done.values()) / n)
             finalized_wall.append(max(finalized.values()) / n)
-            git_cpu = sum(c for _, _, c in run.git_calls)
-            git_wall = sum(w for _, w, _ in run.git_calls)
-            own = (run.cpu_self + git_cpu) / n
-            landing_cpu = run.thread_cpu.get('mechanical.land', 0) + run.thread_cpu.get('mechanical.land_train', 0)
-            checkout_cpu = (run.thread_cpu.get('worktrees.sync_worktree', 0)
-                            + run.thread_cpu.get('worktrees.check_out_for_tests', 0))
-            costs = raw_costs(root, ids, raw_reps)
-            if before is not None:
-                costs = {k: RawCost((v.wall + before[k].wall) / 2, (v.cpu + before[k].cpu) / 2) for k, v in costs.items()}
-            previous = (root, ids)
-            raw = raw_per_issue(costs)
-            ratios.append(own / raw)
-            calls: dict[str, list[float]] = {}
-            for name, _, cpu in run.git_calls:
-                calls.setdefault(name, []).append(cpu)
-            split_notes.append(
-                f"{shape} #{rep + 1}: {own / raw:.1f}× — own {fmt(own)} = daemon CPU {fmt(run.cpu_self / n)} "
-                f"(event loop thread {fmt(run.cpu_main / n)}; in threads: worktree create "
-                f"{fmt(run.thread_cpu.get('worktrees.create', 0) / n)}, `land()` and `land_train()` "
-                f"{fmt(landing_cpu / n)} of which the test checkouts {fmt(checkout_cpu / n)}; "
-                f"{_trains(run.lines)}; {run.spare_note()}) + git subprocesses CPU "
-                f"{fmt(git_cpu / n)} (wall {fmt(git_wall / n)}; "
-                f"{', '.join(f'{len(c)} `git {k}` ({fmt(_median_ms(c))} CPU each)' for k, c in sorted(calls.items()))})"
-                f"; raw {fmt(raw)} = " + ", ".join(f"{k} {fmt(v.cpu)}" for k, v in costs.items()))
+            ratios.append(measured.ratio)
+            split_notes.append(f"{shape} #{rep + 1}: {measured.split()}")
         label = (f"DAG of {n_chains} chains of {length}" if shape == "DAG" else f"{independent} independent issues")
         rate = 60 / statistics.median(finalized_wall) if finalized_wall else float("nan")
         done_rate = 60 / statistics.median(done_wall) if done_wall else float("nan")
@@ -673,7 +650,97 @@ def throughput(ctx: Context) -> list[Result]:
                  f"a branch's worktree made {LANDING_LAG} landings earlier, fast-forward of the checked-out "
                  "target) + finalize commit + the `.hive/` checkout brought up to the issue's last state "
                  "once (the daemon batches its refreshes), each a median CPU time. Runs: " + " | ".join(split_notes)))
+    in_memory = _in_memory(ctx, n_chains, length, reps, raw_reps)
+    if in_memory is not None:
+        results.append(in_memory)
     return results
+
+
+@dataclass
+class OwnAndRaw:
+    """One daemon run's own CPU per issue beside the raw cost of its git operations."""
+    run: DaemonRun
+    issues: int
+    costs: dict[str, RawCost]   # measured just after the run (averaged with just before it)
+
+    @property
+    def git_cpu(self) -> float:
+        return sum(c for _, _, c in self.run.git_calls)
+
+    @property
+    def own(self) -> float:
+        """The daemon's CPU seconds and its git subprocesses', per issue."""
+        return (self.run.cpu_self + self.git_cpu) / self.issues
+
+    @property
+    def ratio(self) -> float:
+        return self.own / raw_per_issue(self.costs)
+
+    def split(self) -> str:
+        """Where own and raw went, for the figure's note."""
+        run, n = self.run, self.issues
+        landing_cpu = run.thread_cpu.get('mechanical.land', 0) + run.thread_cpu.get('mechanical.land_train', 0)
+        checkout_cpu = (run.thread_cpu.get('worktrees.sync_worktree', 0)
+                        + run.thread_cpu.get('worktrees.check_out_for_tests', 0))
+        calls: dict[str, list[float]] = {}
+        for name, _, cpu in run.git_calls:
+            calls.setdefault(name, []).append(cpu)
+        return (f"{self.ratio:.1f}× — own {fmt(self.own)} = daemon CPU {fmt(run.cpu_self / n)} "
+                f"(event loop thread {fmt(run.cpu_main / n)}; in threads: worktree create "
+                f"{fmt(run.thread_cpu.get('worktrees.create', 0) / n)}, `land()` and `land_train()` "
+                f"{fmt(landing_cpu / n)} of which the test checkouts {fmt(checkout_cpu / n)}; "
+                f"{_trains(run.lines)}; {run.spare_note()}) + git subprocesses CPU "
+                f"{fmt(self.git_cpu / n)} (wall {fmt(sum(w for _, w, _ in run.git_calls) / n)}; "
+                f"{', '.join(f'{len(c)} `git {k}` ({fmt(_median_ms(c))} CPU each)' for k, c in sorted(calls.items()))})"
+                f"; raw {fmt(raw_per_issue(self.costs))} = "
+                + ", ".join(f"{k} {fmt(v.cpu)}" for k, v in self.costs.items()))
+
+
+def _own_and_raw(root: Path, ids: list[str], raw_reps: int,
+                 previous: tuple[Path, list[str]] | None) -> OwnAndRaw | str:
+    """The daemon run on `root` (its issues `ids`) and the raw cost measured just before it (on
+    the last run's repository, `previous`) and just after it (on this one), the two averaged:
+    this machine's file-system work swings several-fold from one minute to the next; only
+    measurements made close together compare. What went wrong instead, when not all finalized."""
+    before = raw_costs(*previous, raw_reps) if previous is not None else None
+    run = run_daemon(root, max_agents=8, timeout=600)
+    finalized = run.first("finalized")
+    if len(finalized) != len(ids) or run.statuses.get("finalized", 0) != len(ids):
+        return f"{len(finalized)}/{len(ids)} finalized, statuses {run.statuses}"
+    costs = raw_costs(root, ids, raw_reps)
+    if before is not None:
+        costs = {k: RawCost((v.wall + before[k].wall) / 2, (v.cpu + before[k].cpu) / 2) for k, v in costs.items()}
+    return OwnAndRaw(run, len(ids), costs)
+
+
+def _in_memory(ctx: Context, chains: int, length: int, reps: int, raw_reps: int) -> Result | None:
+    """Own over raw for the DAG again, its repositories on a tmpfs: making and deleting a file
+    costs next to nothing there, so what is left of own is the orchestrator's own work, and the
+    ratio holds from one sitting to the next (on a disk it swings with the file system's state);
+    None where there is no tmpfs to write in."""
+    ratios: list[float] = []
+    notes: list[str] = []
+    errors: list[str] = []
+    previous: tuple[Path, list[str]] | None = None
+    for rep in range(reps):
+        folder = ctx.workspace.memory_scratch(f"pipeline-memory-{rep}")
+        if folder is None:
+            return None
+        root = new_repo(ctx, f"pipeline-memory-{rep}", folder=folder)
+        ids = [i for chain in create_chains(root, chains, length) for i in chain]
+        measured = _own_and_raw(root, ids, raw_reps, previous)
+        if isinstance(measured, str):
+            errors.append(f"run {rep}: {measured}")
+            continue
+        previous = (root, ids)
+        ratios.append(measured.ratio)
+        notes.append(f"#{rep + 1}: {measured.split()}")
+    return Result(
+        f"orchestrator's own CPU per issue over the raw pygit2 cost, the DAG of {chains} chains of "
+        f"{length} with its repositories on a tmpfs (the file system's share taken out)",
+        ratios, unit="×", error="; ".join(errors[:2]),
+        note="as the figure above, on a file system in memory: what is left is CPU of the orchestrator's "
+             "own; compare commits with this one. Runs: " + " | ".join(notes))
 
 
 def _trains(log: list[str]) -> str:
@@ -898,6 +965,10 @@ METHOD = """### `git hive run` and the merge pipeline (`bench/pipeline.py`)
   (median CPU of repeated calls): a claim and a done commit on `hive/state` (TreeBuilder + CAS),
   a worktree add + remove, a one-commit replay (`merge_trees`) + CAS fast-forward of `main` +
   safe checkout of the main worktree, and a finalize commit (which moves the file to the archive).
+  The same ratio once more for the DAG with its repositories on a tmpfs (`/dev/shm`, where there
+  is one): a file costs next to nothing to make there, so the file system's share, which swings
+  with the disk's state from one sitting to the next, is out of both sides; what is left is the
+  orchestrator's own CPU, steady enough to compare two commits.
 - **Merge throughput**: `hive.merge.mechanical.land()` called in-process on N work branches in a
   row (each a worktree with one commit, all forked from the same `main`, so each replays onto
   the previous merge), alternating with the raw pygit2 replay + CAS fast-forward (+ safe checkout
