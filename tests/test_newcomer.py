@@ -102,23 +102,13 @@ def test_a_long_failure_reason_keeps_the_tests_verdict_not_its_banner() -> None:
 
 def test_worktrees_have_the_submodules_from_the_local_copies_and_a_test_reading_one_passes(
         repo, make_repo, git, new_issue, state_log, tmp_path) -> None:
-    import os
-    import sys
+    from tests.daemon_helpers import RUN
 
-    from tests.daemon_helpers import RUN, write_script
-
-    lib = make_repo("lib")
-    (lib / "x.txt").write_text("from the submodule\n")
-    git("add", "x.txt", cwd=lib)
-    git("commit", "-q", "-m", "x", cwd=lib)
-    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib", cwd=repo)
-    git("commit", "-q", "-m", "vendor lib", cwd=repo)
+    lib = _vendor_a_lib(repo, make_repo, git)
     config_before = (repo / ".git" / "config").read_bytes()
     (lib / "x.txt").unlink()                       # the "network" copy is gone: only the local one helps
     issue = new_issue("Use the vendored lib")
-    script = write_script(tmp_path, {"default": [{"write": "uses.txt", "content": "uses lib\n"}, {"commit": "use lib"},
-                                                 {"result": "success", "summary": "done"}]})
-    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": "grep -q 'from the submodule' vendor/lib/x.txt"}
+    env = _a_run_testing_the_lib(tmp_path)
     done = subprocess.run([*RUN, "--until-idle"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized", done.stdout
@@ -275,23 +265,14 @@ def test_submodules_come_into_the_worktree_whatever_repository_the_environment_n
     worker's worktree still gets its submodules (before, `git submodule update` ran on the
     person's checkout and the tests did not find them), and neither the person's submodule
     checkout nor that index is touched."""
-    import os
+    from tests.daemon_helpers import RUN
 
-    from tests.daemon_helpers import RUN, write_script
-
-    lib = make_repo("lib")
-    (lib / "x.txt").write_text("from the submodule\n")
-    git("add", "x.txt", cwd=lib)
-    git("commit", "-q", "-m", "x", cwd=lib)
-    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib", cwd=repo)
-    git("commit", "-q", "-m", "vendor lib", cwd=repo)
+    _vendor_a_lib(repo, make_repo, git)
     (repo / "vendor" / "lib" / "x.txt").write_text("the person's own edit\n")
     their_index = tmp_path / "their-index"
     their_index.write_bytes((repo / ".git" / "index").read_bytes())
     issue = new_issue("Use the vendored lib")
-    script = write_script(tmp_path, {"default": [{"write": "uses.txt", "content": "uses lib\n"}, {"commit": "use lib"},
-                                                 {"result": "success", "summary": "done"}]})
-    env = {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": "grep -q 'from the submodule' vendor/lib/x.txt",
+    env = {**_a_run_testing_the_lib(tmp_path),
            "GIT_DIR": str(repo / ".git"), "GIT_WORK_TREE": str(repo), "GIT_INDEX_FILE": str(their_index)}
     index_before = their_index.read_bytes()
     done = subprocess.run([*RUN, "--until-idle"], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
@@ -299,3 +280,28 @@ def test_submodules_come_into_the_worktree_whatever_repository_the_environment_n
     assert [c.event for c in state_log(repo) if c.issue == issue][-1] == "finalized", done.stdout
     assert (repo / "vendor" / "lib" / "x.txt").read_text() == "the person's own edit\n"
     assert their_index.read_bytes() == index_before
+
+
+def _vendor_a_lib(repo, make_repo, git):
+    """`vendor/lib`: a submodule of `repo` holding `x.txt`, added from a local repository, which
+    is returned (git keeps its own copy under `.git/modules`)."""
+    lib = make_repo("lib")
+    (lib / "x.txt").write_text("from the submodule\n")
+    git("add", "x.txt", cwd=lib)
+    git("commit", "-q", "-m", "x", cwd=lib)
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "vendor/lib", cwd=repo)
+    git("commit", "-q", "-m", "vendor lib", cwd=repo)
+    return lib
+
+
+def _a_run_testing_the_lib(tmp_path) -> dict[str, str]:
+    """The environment of a run whose agent commits a file and whose test command reads the
+    submodule's `x.txt`."""
+    import os
+
+    from tests.daemon_helpers import write_script
+
+    script = write_script(tmp_path, {"default": [{"write": "uses.txt", "content": "uses lib\n"}, {"commit": "use lib"},
+                                                 {"result": "success", "summary": "done"}]})
+    return {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script),
+            "HIVE_TEST_COMMAND": "grep -q 'from the submodule' vendor/lib/x.txt"}
