@@ -156,6 +156,9 @@ def discover(start: Path | str | None = None) -> RepoPaths:
             repair_worktree_links(paths)
             return paths
         if _looks_like_git_dir(candidate):
+            if _gitdir_of(candidate.parent / ".git") == candidate and not is_bare(candidate):
+                raise HiveError(f"{here} is in the git folder of {candidate.parent}: run git hive in "
+                                f"{candidate.parent}, or in a folder of it outside .git")
             raise HiveError(f"{candidate} is a bare repository: git hive needs a repository with a worktree")
     raise HiveError(f"not a git repository (or any parent up to /): {here}")
 

@@ -88,6 +88,19 @@ def test_a_worktree_of_a_bare_repository_is_refused_by_every_command(tmp_path: P
         assert "is a worktree of the bare repository" in done.stderr and "git clone" in done.stderr, done.stderr
 
 
+def test_a_command_run_inside_the_git_folder_says_where_to_run_it_instead(repo: Path, hive) -> None:
+    """In `.git` (or a folder of it, such as hive's own `.git/hive`) no command takes the git
+    folder for a bare repository: it says to run git hive in the worktree, and changes nothing."""
+    refs = sorted(p.name for p in (repo / ".git" / "refs" / "heads").rglob("*"))
+    for folder in (repo / ".git", repo / ".git" / "hive"):
+        for args in (("list",), ("create", "x"), ("status",)):
+            done = hive(*args, cwd=folder, check=False)
+            assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
+            assert f"is in the git folder of {repo}: run git hive in {repo}" in done.stderr, done.stderr
+            assert "bare" not in done.stderr
+    assert sorted(p.name for p in (repo / ".git" / "refs" / "heads").rglob("*")) == refs
+
+
 def test_a_long_failure_reason_keeps_the_tests_verdict_not_its_banner() -> None:
     from hive.lifecycle import reason_line
 
