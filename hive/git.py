@@ -141,7 +141,9 @@ def discover(start: Path | str | None = None) -> RepoPaths:
         git_dir = Path(env_git_dir).resolve()
         common = common_dir_of(git_dir)
         top = Path(os.environ.get("GIT_WORK_TREE") or common.parent).resolve()
-        return RepoPaths(top, git_dir, common)
+        paths = RepoPaths(top, git_dir, common)
+        _refuse_if_not_owned(paths)
+        return paths
     for candidate in (here, *here.parents):
         found = _gitdir_of(candidate / ".git")
         if found is not None and not found.exists():
@@ -153,6 +155,7 @@ def discover(start: Path | str | None = None) -> RepoPaths:
                 raise HiveError(f"{candidate} is a worktree of the bare repository {paths.common_dir}: git hive "
                                 "needs a repository with a main worktree (clone it: `git clone "
                                 f"{paths.common_dir} DIR`, and run git hive there)")
+            _refuse_if_not_owned(paths)
             repair_worktree_links(paths)
             return paths
         if _looks_like_git_dir(candidate):
@@ -161,6 +164,30 @@ def discover(start: Path | str | None = None) -> RepoPaths:
                                 f"{candidate.parent}, or in a folder of it outside .git")
             raise HiveError(f"{candidate} is a bare repository: git hive needs a repository with a worktree")
     raise HiveError(f"not a git repository (or any parent up to /): {here}")
+
+
+def _refuse_if_not_owned(paths: RepoPaths) -> None:
+    """Refuse a repository of another user's that git and libgit2 would refuse (a volume mounted
+    into a container, run as root): they work in one only once it is marked safe
+    (`safe.directory`). One `stat` each of the worktree and the git folder when they are the
+    user's own; otherwise libgit2 decides, as it reads `safe.directory` itself."""
+    try:
+        owners = {os.stat(paths.worktree).st_uid, os.stat(paths.common_dir).st_uid}
+    except OSError:
+        return                          # not there to look at: the command meets it itself
+    if owners == {os.geteuid()}:
+        return
+    import pygit2
+
+    try:
+        pygit2.Repository(str(paths.common_dir), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError as exc:
+        if "not owned by current user" in str(exc):
+            owner = ", ".join(str(uid) for uid in sorted(owners - {os.geteuid()}))
+            raise HiveError(f"{paths.worktree} belongs to another user (uid {owner}; you are uid "
+                            f"{os.geteuid()}), and git works in such a repository only once it is marked "
+                            f"safe: if you trust it, run `git config --global --add safe.directory "
+                            f"{paths.worktree}` and try again") from None
 
 
 def worktree_admin(common_dir: Path, name: str) -> Path:
