@@ -41,10 +41,15 @@ class RepoPaths:
     worktree: Path      # top of the worktree the command runs in (may be a linked one)
     git_dir: Path       # that worktree's own git dir
     common_dir: Path    # the shared git dir (objects, refs, config)
+    main: Path | None = None   # the main worktree, when the command runs in it
 
     @cached_property
     def main_worktree(self) -> Path:
-        return self.common_dir.parent
+        """The repository's own worktree: the one the command runs in when that is it (its git
+        folder may be kept apart: a submodule's in the superproject's `.git/modules`, one made by
+        `git init --separate-git-dir`); else where `core.worktree` says, or the folder that
+        holds the git folder."""
+        return self.main or core_worktree(self.common_dir) or self.common_dir.parent
 
     @cached_property
     def hive_dir(self) -> Path:
@@ -116,18 +121,39 @@ def _looks_like_git_dir(path: Path) -> bool:
 _BARE = re.compile(r"^\s*bare\s*=\s*(true|yes|on|1)\s*(?:[#;].*)?$", re.IGNORECASE | re.MULTILINE)
 
 
-def is_bare(common_dir: Path) -> bool:
-    """Whether the repository's config says `core.bare = true` (read as text: every command
-    discovers its repository, and a git subprocess would cost more than the rest)."""
+def _core_setting(common_dir: Path, pattern: re.Pattern[str]) -> re.Match[str] | None:
+    """The last match of `pattern` in the `[core]` sections of the repository's config, read as
+    text (every command discovers its repository, and a git subprocess would cost more than the
+    rest)."""
     try:
         text = (common_dir / "config").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
+        return None
+    found: re.Match[str] | None = None
     for section in re.split(r"^\s*\[", text, flags=re.MULTILINE)[1:]:
         name, _, body = section.partition("]")
-        if name.strip().lower() == "core" and _BARE.search(body):
-            return True
-    return False
+        if name.strip().lower() == "core":
+            for found in pattern.finditer(body):   # the last one set wins, as git reads it
+                pass
+    return found
+
+
+_WORKTREE = re.compile(r"^\s*worktree\s*=\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def core_worktree(common_dir: Path) -> Path | None:
+    """Where the repository's `core.worktree` puts its worktree (relative to the git folder, as
+    git reads it); None when it is not set."""
+    found = _core_setting(common_dir, _WORKTREE)
+    if found is None or not found.group(1):
+        return None
+    value = found.group(1).strip('"')
+    return Path(os.path.normpath(common_dir / os.path.expanduser(value)))
+
+
+def is_bare(common_dir: Path) -> bool:
+    """Whether the repository's config says `core.bare = true`."""
+    return _core_setting(common_dir, _BARE) is not None
 
 
 def discover(start: Path | str | None = None) -> RepoPaths:
@@ -140,8 +166,8 @@ def discover(start: Path | str | None = None) -> RepoPaths:
     if env_git_dir and start is None:
         git_dir = Path(env_git_dir).resolve()
         common = common_dir_of(git_dir)
-        top = Path(os.environ.get("GIT_WORK_TREE") or common.parent).resolve()
-        paths = RepoPaths(top, git_dir, common)
+        top = Path(os.environ.get("GIT_WORK_TREE") or core_worktree(common) or common.parent).resolve()
+        paths = RepoPaths(top, git_dir, common, main=top if git_dir == common else None)
         _refuse_if_not_owned(paths)
         return paths
     for candidate in (here, *here.parents):
@@ -150,7 +176,8 @@ def discover(start: Path | str | None = None) -> RepoPaths:
             continue   # a linked worktree whose repository moved: its main worktree is further up
         if found is not None:
             git_dir = found
-            paths = RepoPaths(candidate, git_dir, common_dir_of(git_dir))
+            common = common_dir_of(git_dir)
+            paths = RepoPaths(candidate, git_dir, common, main=candidate if git_dir == common else None)
             if paths.common_dir != git_dir and is_bare(paths.common_dir):
                 raise HiveError(f"{candidate} is a worktree of the bare repository {paths.common_dir}: git hive "
                                 "needs a repository with a main worktree (clone it: `git clone "

@@ -47,3 +47,18 @@ def test_a_worktree_without_its_git_file_is_never_taken_for_the_repository_above
     with pytest.raises(HiveError):
         hive_git.unsplit_worktree_index(nested)
     assert git("ls-files", "--stage", cwd=repo).stdout == staged_before   # the person's index untouched
+
+
+def test_core_settings_are_read_as_git_reads_them_the_last_one_set_winning(tmp_path):
+    """`core.worktree` relative to the git folder, the last one set in any `[core]` section
+    counting; `core.bare` true where any section sets it so last."""
+    folder = tmp_path / "modules" / "lib"
+    folder.mkdir(parents=True)
+    (folder / "config").write_text('[core]\n\tworktree = ../elsewhere\n\tbare = false\n[user]\n\tworktree = no\n'
+                                   '[core]\n\tworktree = "../../vendor/lib"\n')
+    assert git.core_worktree(folder) == tmp_path / "vendor" / "lib"
+    assert not git.is_bare(folder)
+    (folder / "config").write_text("[core]\n\tbare = true\n")
+    assert git.core_worktree(folder) is None and git.is_bare(folder)
+    (folder / "config").unlink()
+    assert git.core_worktree(folder) is None and not git.is_bare(folder)

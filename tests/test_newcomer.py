@@ -131,6 +131,42 @@ def test_a_repository_of_another_user_is_refused_with_the_command_that_marks_it_
     assert issue in hive("list", cwd=repo).stdout
 
 
+def test_hive_in_a_submodule_keeps_its_queue_and_its_work_in_the_submodule(make_repo, git, hive) -> None:
+    """A submodule's git folder lies in the superproject's `.git/modules`; its checkout is where
+    `core.worktree` says. `.hive/` goes into that checkout, and a run lands there and leaves it
+    clean (before: `.hive/` went into the superproject's `.git/modules`, and the merge never
+    landed: it waited on an error naming an object id). The superproject sees only its
+    submodule moved."""
+    superproject = make_repo("super")
+    _vendor_a_lib(superproject, make_repo, git)
+    checkout = superproject / "vendor" / "lib"
+    hive("init", cwd=checkout)
+    issue = hive("create", "Work in the submodule", cwd=checkout).stdout.strip()
+    assert (checkout / ".hive" / "issues" / f"{issue}.md").is_file()
+    assert not [p for p in (superproject / ".git" / "modules").rglob(".hive")]
+    hive("run", "--backend", "scripted", "--until-idle", cwd=checkout)
+    assert issue in git("log", "-1", "--format=%s", cwd=checkout).stdout
+    assert git("status", "--porcelain", cwd=checkout).stdout == ""      # the landing is checked out here
+    assert git("status", "--porcelain", cwd=superproject).stdout == " M vendor/lib\n"
+
+
+def test_hive_with_a_separate_git_folder_keeps_its_queue_in_the_worktree(git, hive, tmp_path: Path) -> None:
+    """`git init --separate-git-dir`: the git folder lies apart from the worktree, whose `.git`
+    file names it. `.hive/` goes into the worktree (before: beside the git folder, into the
+    folder that holds it)."""
+    worktree, git_folder = tmp_path / "work", tmp_path / "elsewhere" / "work.git"
+    git_folder.parent.mkdir()
+    git("init", "-q", "-b", "main", "--separate-git-dir", str(git_folder), str(worktree), cwd=tmp_path)
+    (worktree / "README.md").write_text("apart\n")
+    git("add", "README.md", cwd=worktree)
+    git("commit", "-q", "-m", "first", cwd=worktree)
+    hive("init", cwd=worktree)
+    issue = hive("create", "Work here", cwd=worktree).stdout.strip()
+    assert (worktree / ".hive" / "issues" / f"{issue}.md").is_file()
+    assert not (git_folder.parent / ".hive").exists()
+    assert issue in hive("list", cwd=worktree).stdout
+
+
 def test_a_long_failure_reason_keeps_the_tests_verdict_not_its_banner() -> None:
     from hive.lifecycle import reason_line
 
