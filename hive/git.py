@@ -197,24 +197,38 @@ def _refuse_if_not_owned(paths: RepoPaths) -> None:
     """Refuse a repository of another user's that git and libgit2 would refuse (a volume mounted
     into a container, run as root): they work in one only once it is marked safe
     (`safe.directory`). One `stat` each of the worktree and the git folder when they are the
-    user's own; otherwise libgit2 decides, as it reads `safe.directory` itself."""
+    user's own; otherwise libgit2 decides for the repository, and git for the worktree the
+    command runs in (a linked one is marked on its own), as each reads `safe.directory` itself."""
     try:
         owners = {os.stat(paths.worktree).st_uid, os.stat(paths.common_dir).st_uid}
     except OSError:
         return                          # not there to look at: the command meets it itself
     if owners == {os.geteuid()}:
         return
+    import subprocess
+
     import pygit2
 
+    to_mark: list[str] = []
     try:
         pygit2.Repository(str(paths.common_dir), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
     except pygit2.GitError as exc:
         if "not owned by current user" in str(exc):
-            owner = ", ".join(str(uid) for uid in sorted(owners - {os.geteuid()}))
-            raise HiveError(f"{paths.worktree} belongs to another user (uid {owner}; you are uid "
-                            f"{os.geteuid()}), and git works in such a repository only once it is marked "
-                            f"safe: if you trust it, run `git config --global --add safe.directory "
-                            f"{paths.worktree}` and try again") from None
+            named = _NOT_OWNED.search(str(exc))     # the path libgit2 checked: the one to mark
+            to_mark.append(named.group(1) if named else str(paths.main_worktree))
+    checked = subprocess.run(["git", "rev-parse", "--git-dir"], cwd=paths.worktree, capture_output=True,
+                             text=True, env=environment_here(paths.worktree))
+    if "dubious ownership" in checked.stderr and str(paths.worktree) not in to_mark:
+        to_mark.append(str(paths.worktree))
+    if to_mark:
+        owner = ", ".join(str(uid) for uid in sorted(owners - {os.geteuid()}))
+        commands = " and ".join(f"`git config --global --add safe.directory {path}`" for path in to_mark)
+        raise HiveError(f"{to_mark[0]} belongs to another user (uid {owner}; you are uid {os.geteuid()}), "
+                        "and git works in such a repository only once it is marked safe: if you trust "
+                        f"it, run {commands} and try again")
+
+
+_NOT_OWNED = re.compile(r"repository path '([^']+)' is not owned by current user")
 
 
 def worktree_admin(common_dir: Path, name: str) -> Path:

@@ -101,12 +101,12 @@ def test_a_command_run_inside_the_git_folder_says_where_to_run_it_instead(repo: 
     assert sorted(p.name for p in (repo / ".git" / "refs" / "heads").rglob("*")) == refs
 
 
-def test_a_repository_of_another_user_is_refused_with_the_command_that_marks_it_safe(
+def test_a_repository_of_another_user_is_refused_with_the_commands_that_mark_it_safe(
         make_repo, git, hive, tmp_path: Path) -> None:
     """Root in a container, on a repository mounted from the host: it belongs to another user,
-    and git and libgit2 work in it only once it is marked safe. Every command says so in one line
-    with the command that does it, and makes nothing (before: "internal error: GitError"). Done as
-    said, init and the commands after it work."""
+    and git and libgit2 work in it only once it is marked safe, a linked worktree of it on its
+    own. Every command says so in one line with the commands that do it, and makes nothing
+    (before: "internal error: GitError"). Done as said, init and the commands after it work."""
     import os
 
     import pytest
@@ -114,20 +114,26 @@ def test_a_repository_of_another_user_is_refused_with_the_command_that_marks_it_
     if os.geteuid() != 0:
         pytest.skip("making a repository another user's takes root (the suite runs as root in CI)")
     repo = make_repo("theirs")
-    for folder, dirs, files in os.walk(repo):
-        for name in [".", *dirs, *files]:
-            os.chown(os.path.join(folder, name), 65534, 65534, follow_symlinks=False)
-    for args in (("init",), ("list",), ("list", "--json"), ("create", "x"), ("status",)):
-        done = hive(*args, cwd=repo, check=False)
-        assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
-        assert f"{repo} belongs to another user (uid 65534; you are uid 0)" in done.stderr, done.stderr
-        assert f"run `git config --global --add safe.directory {repo}`" in done.stderr, done.stderr
+    linked = tmp_path / "theirs-side"
+    git("worktree", "add", "-q", str(linked), "-b", "side", cwd=repo)
+    for top in (repo, linked):
+        for folder, dirs, files in os.walk(top):
+            for name in [".", *dirs, *files]:
+                os.chown(os.path.join(folder, name), 65534, 65534, follow_symlinks=False)
+    mark = "run `git config --global --add safe.directory {}`"
+    for where, marks in ((repo, [repo]), (linked, [repo, linked])):
+        for args in (("init",), ("list",), ("list", "--json"), ("create", "x"), ("status",)):
+            done = hive(*args, cwd=where, check=False)
+            assert done.returncode == 1 and done.stderr.count("\n") == 1, (args, done.stderr)
+            assert f"{repo} belongs to another user (uid 65534; you are uid 0)" in done.stderr, done.stderr
+            assert " and ".join(mark.format(m).removeprefix("run ") for m in marks) in done.stderr, done.stderr
     assert not (repo / ".hive").exists() and not (repo / ".git" / "hive").exists()
-    assert sorted(p.name for p in (repo / ".git" / "refs" / "heads").iterdir()) == ["main"]
+    assert sorted(p.name for p in (repo / ".git" / "refs" / "heads").iterdir()) == ["main", "side"]
 
-    git("config", "--global", "--add", "safe.directory", str(repo), cwd=tmp_path)
-    hive("init", cwd=repo)
-    issue = hive("create", "from the mounted volume", cwd=repo).stdout.strip()
+    for folder in (repo, linked):
+        git("config", "--global", "--add", "safe.directory", str(folder), cwd=tmp_path)
+    hive("init", cwd=linked)
+    issue = hive("create", "from the mounted volume", cwd=linked).stdout.strip()
     assert issue in hive("list", cwd=repo).stdout
 
 
