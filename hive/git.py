@@ -118,7 +118,7 @@ def _looks_like_git_dir(path: Path) -> bool:
     return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
 
 
-_BARE = re.compile(r"^\s*bare\s*=\s*(true|yes|on|1)\s*(?:[#;].*)?$", re.IGNORECASE | re.MULTILINE)
+_BARE = re.compile(r"^\s*bare\s*=\s*([^\s#;]*)\s*(?:[#;].*)?$", re.IGNORECASE | re.MULTILINE)
 
 
 def _core_setting(common_dir: Path, pattern: re.Pattern[str]) -> re.Match[str] | None:
@@ -152,8 +152,9 @@ def core_worktree(common_dir: Path) -> Path | None:
 
 
 def is_bare(common_dir: Path) -> bool:
-    """Whether the repository's config says `core.bare = true`."""
-    return _core_setting(common_dir, _BARE) is not None
+    """Whether the repository's config says `core.bare = true` (the last value set)."""
+    found = _core_setting(common_dir, _BARE)
+    return found is not None and found.group(1).lower() in ("true", "yes", "on", "1")
 
 
 def discover(start: Path | str | None = None) -> RepoPaths:

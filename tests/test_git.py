@@ -60,5 +60,7 @@ def test_core_settings_are_read_as_git_reads_them_the_last_one_set_winning(tmp_p
     assert not git.is_bare(folder)
     (folder / "config").write_text("[core]\n\tbare = true\n")
     assert git.core_worktree(folder) is None and git.is_bare(folder)
+    (folder / "config").write_text("[core]\n\tbare = true\n[core]\n\tbare = false ; set again\n")
+    assert not git.is_bare(folder)
     (folder / "config").unlink()
     assert git.core_worktree(folder) is None and not git.is_bare(folder)
