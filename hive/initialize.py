@@ -261,7 +261,12 @@ def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
                 done.append(f"kept your {name} hook: it now runs from {chained.name}")
         target.write_bytes(content)
         target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        done.append(f"installed the {name} hook")
+        if inside is None and not target_dir.resolve().is_relative_to(paths.common_dir.resolve()):
+            done.append(f"installed the {name} hook in {target_dir}, the hooks folder core.hooksPath names: "
+                        "other repositories that use that folder run it too (it acts only where hive "
+                        "is set up)")
+        else:
+            done.append(f"installed the {name} hook")
 
 
 def _inside_worktree(paths: git.RepoPaths, folder: Path) -> str | None:

@@ -262,6 +262,25 @@ def test_core_hooks_path_is_respected(make_repo, hive, git):
     assert "refs/heads/via-hooks-path" in (path / ".git" / "hive" / "ref-events").read_text()
 
 
+def test_a_hooks_folder_outside_the_repository_is_named_as_shared(make_repo, hive, git, tmp_path):
+    """A `core.hooksPath` outside the repository (a global setting, hooks shared by all of a
+    person's repositories): init says where it put its hook, and that other repositories that use
+    that folder run it too; a repository there without hive is left as it was by it."""
+    shared = tmp_path / "shared-hooks"
+    shared.mkdir()
+    git("config", "--global", "core.hooksPath", str(shared), cwd=tmp_path)
+    path = make_repo()
+    out = hive("init", cwd=path).stdout
+    assert (f"installed the reference-transaction hook in {shared}, the hooks folder core.hooksPath "
+            "names: other repositories that use that folder run it too") in out, out
+    assert (shared / "reference-transaction").read_bytes() == hook_sources()["reference-transaction"]
+    other = make_repo("other")
+    git("branch", "elsewhere", cwd=other)
+    assert not (other / ".git" / "hive").exists()
+    git("branch", "here", cwd=path)
+    assert "refs/heads/here" in (path / ".git" / "hive" / "ref-events").read_text()
+
+
 # -- remotes --------------------------------------------------------------------------------------
 
 def hived_upstream(make_repo, title: str) -> tuple[Path, str]:
