@@ -206,19 +206,16 @@ def _refuse_if_not_owned(paths: RepoPaths) -> None:
         return                          # not there to look at: the command meets it itself
     if owners == {os.geteuid()}:
         return
-    import subprocess
-
     import pygit2
 
     to_mark: list[str] = []
     try:
-        pygit2.Repository(str(paths.common_dir), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        repository(paths.common_dir)
     except pygit2.GitError as exc:
         if "not owned by current user" in str(exc):
             named = _NOT_OWNED.search(str(exc))     # the path libgit2 checked: the one to mark
             to_mark.append(named.group(1) if named else str(paths.main_worktree))
-    checked = subprocess.run(["git", "rev-parse", "--git-dir"], cwd=paths.worktree, capture_output=True,
-                             text=True, env=environment_here(paths.worktree))
+    checked = run(["rev-parse", "--git-dir"], paths.worktree, check=False, here=True)
     if "dubious ownership" in checked.stderr and str(paths.worktree) not in to_mark:
         to_mark.append(str(paths.worktree))
     if to_mark:
