@@ -32,7 +32,7 @@ from hive import lines
 from hive.backends import registry
 from hive.jail import mechanisms as jail_mechanisms
 from hive.errors import BadInput
-from hive.git import branch_ref, read_ref, run
+from hive.git import branch_ref, open_repository, read_ref, run
 
 if TYPE_CHECKING:
     from hive.git import RepoPaths
@@ -399,7 +399,7 @@ def _read_branch_file(repo: RepoPaths, branch: str) -> str | None:
 
     where = f"{branch}:{PROJECT_FILE}"
     try:
-        commit = pygit2.Repository(str(repo.common_dir))[oid].peel(pygit2.Commit)
+        commit = open_repository(repo.common_dir)[oid].peel(pygit2.Commit)
         entry = commit.tree[PROJECT_FILE] if PROJECT_FILE in commit.tree else None
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise BadInput(f"cannot read branch {branch!r}: {exc}", where) from None

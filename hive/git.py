@@ -14,6 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from hive.errors import HiveError
@@ -121,20 +122,27 @@ def _looks_like_git_dir(path: Path) -> bool:
 _BARE = re.compile(r"^\s*bare\s*=\s*([^\s#;]*)\s*(?:[#;].*)?$", re.IGNORECASE | re.MULTILINE)
 
 
-def _core_setting(common_dir: Path, pattern: re.Pattern[str]) -> re.Match[str] | None:
-    """The last match of `pattern` in the `[core]` sections of the repository's config, read as
-    text (every command discovers its repository, and a git subprocess would cost more than the
-    rest)."""
+def _sections(common_dir: Path, wanted: str) -> list[str]:
+    """The bodies of the `[wanted]` sections of the repository's config, in order, read as text
+    (every command discovers its repository, and a git subprocess would cost more than the rest)."""
     try:
         text = (common_dir / "config").read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return None
-    found: re.Match[str] | None = None
+        return []
+    bodies = []
     for section in re.split(r"^\s*\[", text, flags=re.MULTILINE)[1:]:
         name, _, body = section.partition("]")
-        if name.strip().lower() == "core":
-            for found in pattern.finditer(body):   # the last one set wins, as git reads it
-                pass
+        if name.strip().lower() == wanted:
+            bodies.append(body)
+    return bodies
+
+
+def _core_setting(common_dir: Path, pattern: re.Pattern[str]) -> re.Match[str] | None:
+    """The last match of `pattern` in the `[core]` sections of the repository's config."""
+    found: re.Match[str] | None = None
+    for body in _sections(common_dir, "core"):
+        for found in pattern.finditer(body):   # the last one set wins, as git reads it
+            pass
     return found
 
 
@@ -157,6 +165,49 @@ def is_bare(common_dir: Path) -> bool:
     return found is not None and found.group(1).lower() in ("true", "yes", "on", "1")
 
 
+_FORMAT_VERSION = re.compile(r"^\s*repositoryformatversion\s*=\s*([^\s#;]*)", re.IGNORECASE | re.MULTILINE)
+_SETTING = re.compile(r"^\s*([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*?))?\s*(?:[#;].*)?$", re.MULTILINE)
+
+# The repository extensions libgit2 opens a repository with (`partialclone` as hive sets it up:
+# `libgit2`); with any other it refuses the repository, as git does one it does not know.
+READABLE_EXTENSIONS = frozenset({"noop", "objectformat", "worktreeconfig", "preciousobjects", "relativeworktrees",
+                                 "partialclone"})
+
+
+def repository_extensions(common_dir: Path) -> dict[str, str]:
+    """The `extensions.*` the repository's config sets (names lowercased, the last value set);
+    none in a format-0 repository, where git and libgit2 read none of them."""
+    version = _core_setting(common_dir, _FORMAT_VERSION)
+    if version is None or version.group(1) in ("", "0"):
+        return {}
+    found: dict[str, str] = {}
+    for body in _sections(common_dir, "extensions"):
+        for setting in _SETTING.finditer(body):
+            found[setting.group(1).lower()] = (setting.group(2) or "true").strip('"')
+    return found
+
+
+def _refuse_unreadable_format(common_dir: Path) -> None:
+    """Refuse a repository whose format hive's git library cannot read (git 2.29's SHA-256
+    object names, git 2.45's reftable, a format version above 1, an extension it does not know),
+    in one line naming the setting, before libgit2 meets it."""
+    version = _core_setting(common_dir, _FORMAT_VERSION)
+    if version is not None and version.group(1) not in ("", "0", "1"):
+        raise HiveError(f"{common_dir} has repository format version {version.group(1)} "
+                        "(core.repositoryformatversion): git hive works in format 0 and 1 only")
+    extensions = repository_extensions(common_dir)
+    object_format = extensions.get("objectformat", "sha1").lower()
+    if object_format != "sha1":
+        raise HiveError(f"{common_dir} names its objects with {object_format} (extensions.objectFormat): "
+                        "git hive works in SHA-1 repositories only, the only kind its git library "
+                        "(libgit2) reads")
+    unknown = sorted(set(extensions) - READABLE_EXTENSIONS)
+    if unknown:
+        settings = ", ".join(f"extensions.{name} = {extensions[name]}" for name in unknown)
+        raise HiveError(f"{common_dir} uses a repository extension git hive's git library (libgit2) "
+                        f"cannot read ({settings}): git hive cannot work in it")
+
+
 def discover(start: Path | str | None = None) -> RepoPaths:
     """Find the repository containing `start` (default: the current directory).
 
@@ -170,6 +221,7 @@ def discover(start: Path | str | None = None) -> RepoPaths:
         top = Path(os.environ.get("GIT_WORK_TREE") or core_worktree(common) or common.parent).resolve()
         paths = RepoPaths(top, git_dir, common, main=top if git_dir == common else None)
         _refuse_if_not_owned(paths)
+        _refuse_unreadable_format(common)
         return paths
     for candidate in (here, *here.parents):
         found = _gitdir_of(candidate / ".git")
@@ -184,6 +236,7 @@ def discover(start: Path | str | None = None) -> RepoPaths:
                                 "needs a repository with a main worktree (clone it: `git clone "
                                 f"{paths.common_dir} DIR`, and run git hive there)")
             _refuse_if_not_owned(paths)
+            _refuse_unreadable_format(common)
             repair_worktree_links(paths)
             return paths
         if _looks_like_git_dir(candidate):
@@ -318,6 +371,31 @@ OPENED_PER_THREAD = 4
 # every page of a pack read once stays resident, and a queue taken in whole reads all of it.
 PACK_WINDOW_BYTES = 4 << 20
 PACK_MAPPED_BYTES = 16 << 20
+_set_up: list[bool] = []
+
+
+def libgit2() -> ModuleType:
+    """pygit2, with libgit2's process-wide settings made once: its pack windows, and partial
+    clones opened. libgit2 refuses a clone an older git marked `extensions.partialClone`; it
+    reads what such a clone has, and the objects it left on its remote are brought before hive
+    reads them (`fetch_missing_objects`)."""
+    import pygit2
+
+    if not _set_up:
+        pygit2.settings.mwindow_size = PACK_WINDOW_BYTES
+        pygit2.settings.mwindow_mapped_limit = PACK_MAPPED_BYTES
+        if "partialclone" not in pygit2.settings.extensions:
+            pygit2.settings.set_extensions(["partialclone"])
+        _set_up.append(True)
+    return pygit2
+
+
+def open_repository(path: Path | str, *, search: bool = True) -> "pygit2.Repository":
+    """A new pygit2 Repository at `path` (a repository, or a folder of one as git looks for
+    it upwards unless `search` is False), for a caller that keeps its own handle."""
+    pygit2 = libgit2()
+    flags = pygit2.enums.RepositoryOpenFlag.DEFAULT if search else pygit2.enums.RepositoryOpenFlag.NO_SEARCH
+    return pygit2.Repository(str(path), flags)
 
 
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}")
@@ -335,9 +413,7 @@ def open_worktree(path: Path | str) -> "pygit2.Repository":
     agent outside the jail, a removal half done by another thread) would otherwise open the main
     repository, and a HEAD detached or a reset meant for the worktree would land on a person's
     checkout. Missing, it is a `pygit2.GitError`, as any repository not found."""
-    import pygit2
-
-    return pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    return open_repository(path, search=False)
 
 
 def environment_here(worktree: Path | str) -> dict[str, str]:
@@ -358,18 +434,13 @@ def repository(path: Path | str) -> "pygit2.Repository":
     each lookup; an index is not: re-read it (`index.read(False)`) before relying on it. `path`
     is the repository itself (a git dir, or a worktree with its `.git`): never searched above.
     """
-    import pygit2
-
     cache: OrderedDict[str, pygit2.Repository] | None = getattr(_opened, "repositories", None)
     if cache is None:
-        if pygit2.settings.mwindow_mapped_limit != PACK_MAPPED_BYTES:   # process-wide, set once
-            pygit2.settings.mwindow_size = PACK_WINDOW_BYTES
-            pygit2.settings.mwindow_mapped_limit = PACK_MAPPED_BYTES
         cache = _opened.repositories = OrderedDict()
     key = str(path)
     repo = cache.get(key)
     if repo is None:
-        repo = cache[key] = pygit2.Repository(key, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        repo = cache[key] = open_repository(key, search=False)
         while len(cache) > OPENED_PER_THREAD:
             cache.popitem(last=False)
     else:
@@ -478,6 +549,57 @@ NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 def config_get(cwd: Path | str, key: str) -> str | None:
     proc = run(["config", "--get", key], cwd, check=False)
     return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def promisor_remotes(paths: RepoPaths) -> list[str]:
+    """The remotes a partial clone fetches the objects it left out from, in the order git tries
+    them (`extensions.partialClone` first, then each `remote.<name>.promisor`); [] in a full
+    clone."""
+    listed = run(["config", "-z", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.promisor)$"],
+                 paths.worktree, check=False)
+    remotes = []
+    for item in listed.stdout.split("\0"):
+        key, _, value = item.partition("\n")
+        if key == "extensions.partialclone" and value:
+            remotes.insert(0, value)
+        elif key.startswith("remote.") and key.endswith(".promisor") and value.lower() in ("true", "yes", "on", "1"):
+            remotes.append(key[len("remote."):-len(".promisor")])
+    return list(dict.fromkeys(remotes))
+
+
+def missing_objects(paths: RepoPaths, commits: list[str]) -> list[str]:
+    """The objects of `commits` and their trees that this repository has not got."""
+    listed = run(["rev-list", "--objects", "--no-walk", "--missing=print", *commits, "--"], paths.worktree,
+                 check=False)
+    return [line[1:] for line in listed.stdout.splitlines() if line.startswith("?")]
+
+
+def fetch_missing_objects(paths: RepoPaths, commits: list[str], timeout: float = 120) -> int:
+    """In a partial clone, bring the objects of `commits`' trees it left on its promisor remotes
+    (a blobless clone fetches no file until git reads it; libgit2, which hive reads state with,
+    never fetches one), asked for as git's own lazy fetch asks; how many were brought. A full
+    clone costs one config read. What cannot be brought (offline) stays missing: the reader
+    says so."""
+    remotes = promisor_remotes(paths)
+    if not remotes or not commits:
+        return 0
+    import subprocess
+
+    missing = missing_objects(paths, commits)
+    first = len(missing)
+    for remote in remotes:
+        while missing:   # a treeless clone: the trees come first, then the blobs they name
+            try:
+                run(["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                     "--recurse-submodules=no", "--filter=blob:none", "--stdin", remote], paths.worktree,
+                    check=False, input="\n".join(missing) + "\n", timeout=timeout, env={"GIT_TERMINAL_PROMPT": "0"})
+            except subprocess.TimeoutExpired:
+                break
+            still = missing_objects(paths, commits)
+            if set(still) >= set(missing):
+                break    # this remote had none of them: the next one may
+            missing = still
+    return first - len(missing)
 
 
 # A git lock file (`<ref>.lock`, `index.lock`) lives for the milliseconds of one update. One that

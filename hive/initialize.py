@@ -53,7 +53,7 @@ def merge_driver_runs(command: str) -> bool:
 def initialize(where: Path | str | None = None) -> list[str]:
     """Set the repository up; return what was done (empty: it already was)."""
     paths = git.discover(where)
-    repo = pygit2.Repository(str(paths.common_dir))
+    repo = git.open_repository(paths.common_dir)
     if repo.is_bare:
         raise HiveError(f"{paths.common_dir} is a bare repository: git hive needs a worktree")
     if repo.head_is_unborn:
@@ -150,6 +150,7 @@ def _create_state_branch(store: StateStore, done: list[str]) -> None:
         shared = repo.references.get(f"refs/remotes/{remote.name}/{git.STATE_BRANCH}")
         if shared is None:
             continue
+        git.fetch_missing_objects(store.paths, [str(shared.target)])   # a partial clone's
         try:
             trust.check_commit(repo, str(shared.target), None, source=f"{remote.name}/{git.STATE_BRANCH}")
         except trust.Untrusted as exc:

@@ -224,7 +224,12 @@ class Remote:
         return new
 
     def check(self, commit: str) -> None:
-        """Raise trust.Untrusted unless the remote's `commit` may be adopted (recorded for doctor)."""
+        """Raise trust.Untrusted unless the remote's `commit` may be adopted (recorded for doctor).
+        A partial clone brings the files of it, and of where it parted from this side's state
+        (the merge reads both), first."""
+        local = self.project.store.tip()
+        base = self.project.store.repo.merge_base(local, commit) if local is not None else None
+        git.fetch_missing_objects(self.project.paths, [commit, *([str(base)] if base is not None else [])])
         try:
             trust.check_commit(self.project.store.repo, commit, self.project.index.indexed_commit or None,
                                source=f"{self.name}/{git.STATE_BRANCH}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -390,3 +391,43 @@ def _a_run_testing_the_lib(tmp_path) -> dict[str, str]:
                                                  {"result": "success", "summary": "done"}]})
     return {**os.environ, "HIVE_SCRIPTED_SCRIPT": str(script),
             "HIVE_TEST_COMMAND": "grep -q 'from the submodule' vendor/lib/x.txt"}
+
+
+def test_a_repository_format_hive_cannot_read_is_refused_in_one_line_naming_the_setting(
+        make_repo, git, hive, tmp_path: Path) -> None:
+    """SHA-256 object names (`git init --object-format=sha256`), git 2.45's reftable, a format
+    version above 1, an extension nobody knows: libgit2 reads none of them. Every command says
+    which setting in one line, exits 1 and makes nothing (before: "internal error")."""
+    sha256 = tmp_path / "sha256"
+    git("init", "-q", "-b", "main", "--object-format=sha256", str(sha256))
+    git("commit", "-q", "--allow-empty", "-m", "first", cwd=sha256)
+    cases = {sha256: "names its objects with sha256 (extensions.objectFormat)"}
+    for name, settings, said in (
+            ("reftable", {"core.repositoryformatversion": "1", "extensions.refStorage": "reftable"},
+             "(extensions.refstorage = reftable)"),
+            ("unknown", {"core.repositoryformatversion": "1", "extensions.somethingNew": "yes"},
+             "(extensions.somethingnew = yes)"),
+            ("future", {"core.repositoryformatversion": "2"}, "has repository format version 2")):
+        made = make_repo(name)
+        for key, value in settings.items():
+            git("config", key, value, cwd=made)
+        cases[made] = said
+    for made, said in cases.items():
+        for args in (("init",), ("create", "x"), ("list",), ("list", "--json")):
+            done = hive(*args, cwd=made, check=False)
+            assert done.returncode == 1 and done.stderr.count("\n") == 1, (made.name, args, done.stderr)
+            assert said in done.stderr and "git hive" in done.stderr, done.stderr
+        assert not (made / ".hive").exists() and not (made / ".git" / "hive").exists()
+
+
+def test_a_partial_clone_an_older_git_marked_with_its_extension_is_worked_in(make_repo, git, hive) -> None:
+    """git before 2.27 marked a partial clone `extensions.partialClone = <remote>`, which libgit2
+    refuses unless told it may open one: `init`, `create`, `list` and a run work in it."""
+    repo = make_repo("old-partial")
+    git("config", "core.repositoryformatversion", "1", cwd=repo)
+    git("config", "extensions.partialClone", "origin", cwd=repo)
+    hive("init", cwd=repo)
+    issue = hive("create", "Add a module", "-d", "Create it.", cwd=repo).stdout.strip()
+    assert issue in hive("list", cwd=repo).stdout
+    hive("run", "--backend", "scripted", "--until-idle", cwd=repo)
+    assert json.loads(hive("show", issue, "--json", cwd=repo).stdout)["status"] == "finalized"

@@ -221,6 +221,63 @@ def test_an_unreachable_remote_fails_in_one_line_and_keeps_local_state(clones, c
     assert report["outgoing"] == 1 and tip(git, remote) == before
 
 
+def _partial_clone(git: Callable[..., Any], remote: Path, clone: Path, *options: str) -> None:
+    """`git clone <options>` over the file:// transport, which honours a filter (a local path
+    is copied whole)."""
+    git("config", "uploadpack.allowFilter", "true", cwd=remote)
+    git("clone", "-q", *options, f"file://{remote}", str(clone))
+
+
+def test_a_blobless_clone_takes_the_shared_queue_in_and_syncs_both_ways(clones, cli, git, tmp_path: Path):
+    """`git clone --filter=blob:none` (a big monorepo's usual clone) fetches no file content
+    until git reads it, and libgit2 never fetches one: init refused origin's queue ("a file
+    whose blob is missing") and started an empty one of its own. Now the files of the state are
+    brought from the promisor remote before they are checked, at init and at every sync."""
+    remote, (a,) = clones("A")
+    first = cli("create", "made on A", "-d", "before B cloned", cwd=a).stdout.strip()
+    cli("note", "a note from A", "--issue", first, cwd=a)
+    cli("sync", cwd=a)
+    b = tmp_path / "B"
+    _partial_clone(git, remote, b, "--filter=blob:none")
+    assert git("config", "remote.origin.promisor", cwd=b).stdout.strip() == "true"
+    init = cli("init", cwd=b)
+    assert "created hive/state from origin/hive/state" in init.stdout, init.stdout + init.stderr
+    assert tip(git, b) == tip(git, a)
+    assert show(cli, b, first)["body"].strip() == "before B cloned"
+    assert notes_of(cli, b, first) == ["a note from A"]
+
+    second = cli("create", "made on A after", cwd=a).stdout.strip()
+    cli("sync", cwd=a)
+    assert sync_json(cli, b)["incoming"] >= 1
+    assert show(cli, b, second)["title"] == "made on A after"
+    third = cli("create", "made on B", cwd=b).stdout.strip()
+    converge(cli, git, remote, a, b)
+    assert show(cli, a, third)["title"] == "made on B"
+    missing = git("rev-list", "--objects", "--no-walk", "--missing=print", "hive/state", cwd=b).stdout
+    assert "?" not in missing
+
+
+def test_a_shallow_clone_of_every_branch_takes_the_shared_queue_in(clones, cli, git, tmp_path: Path):
+    """`git clone --depth 1 --no-single-branch` (CI's habit) cuts hive/state's history too: its
+    first commit's parents were never fetched. The trust check took that for "a commit that is
+    missing" and init started an empty queue; now a cut commit has no parents, as git reads it,
+    and `git hive log` walks back to it."""
+    remote, (a,) = clones("A")
+    issue = cli("create", "made on A", cwd=a).stdout.strip()
+    cli("update", issue, "--priority", "1", cwd=a)
+    cli("sync", cwd=a)
+    b = tmp_path / "B"
+    _partial_clone(git, remote, b, "--depth", "1", "--no-single-branch")
+    assert (b / ".git" / "shallow").is_file()
+    init = cli("init", cwd=b)
+    assert "created hive/state from origin/hive/state" in init.stdout, init.stdout + init.stderr
+    assert show(cli, b, issue)["priority"] == 1
+    assert cli("log", issue, cwd=b).stdout.strip()   # walked to the cut commit, no further
+    cli("update", issue, "--priority", "0", cwd=b)
+    converge(cli, git, remote, a, b)
+    assert show(cli, a, issue)["priority"] == 0
+
+
 def test_a_plain_git_fetch_brings_origins_state(clones, cli, git, tmp_path: Path):
     remote, (a, b) = clones("A", "B")
     cli("create", "new on A", cwd=a)

@@ -9,9 +9,10 @@ it tells is consistent (an issue is never held by two agents at once).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Collection, Iterator
+from typing import Any, Callable, Collection, Iterator
 
 from hive import git
 from hive.state import layout
@@ -51,26 +52,42 @@ def _event_of(commit) -> StateEvent:
                       agent=values.get("Hive-Agent", ""), trailers=values)
 
 
+@contextmanager
+def _walks(paths: git.RepoPaths) -> Iterator[Callable[..., Any]]:
+    """`walk(include, **options)`: dulwich's walker over the repository's object store, as
+    `Repo.get_walker` makes it (a shallow clone's cut commits with no parents), without
+    `dulwich.repo.Repo`, which refuses a repository with an extension it does not know (a partial
+    clone's `extensions.partialClone`; the format is `git.discover`'s to check)."""
+    from dulwich.object_store import DiskObjectStore
+    from dulwich.walk import Walker
+
+    try:
+        with open(paths.common_dir / "shallow", "rb") as listed:
+            shallow = {line.strip() for line in listed if line.strip()}
+    except OSError:
+        shallow = set()
+    store = DiskObjectStore(str(paths.common_dir / "objects"))
+    try:
+        yield lambda include, **options: Walker(
+            store, include, get_parents=lambda commit: [] if commit.id in shallow else commit.parents, **options)
+    finally:
+        store.close()
+
+
 def events(paths: git.RepoPaths, issue_id: str | None = None, since: str = "") -> Iterator[StateEvent]:
     """State events, oldest first; with `issue_id`, only commits that touched that issue's files;
     with `since` (a commit), only those made after it."""
-    from dulwich.repo import Repo
-
     tip = git.read_ref(paths.common_dir, git.STATE_REF)
     if tip is None:
         return
-    repo = Repo(str(paths.common_dir))
-    try:
+    with _walks(paths) as walk:
         filters = None
         if issue_id is not None:
             filters = [p.encode() for p in (*layout.candidate_paths(issue_id), layout.notes_path(issue_id))]
         include: list[Any] = [tip.encode()]            # ids as bytes (dulwich types them by version)
         exclude: list[Any] | None = [since.encode()] if since else None
-        for entry in repo.get_walker(include=include, exclude=exclude,
-                                     paths=filters, order="topo", reverse=True):
+        for entry in walk(include, exclude=exclude, paths=filters, order="topo", reverse=True):
             yield _event_of(entry.commit)
-    finally:
-        repo.close()
 
 
 # Events that leave an issue waiting for a person, with the why in `Hive-Reason`.
@@ -80,23 +97,18 @@ PERSON_NEEDED_EVENTS = frozenset({"escalated", "failed", "recovered"})
 def reasons(paths: git.RepoPaths, issue_ids: Collection[str]) -> dict[str, str]:
     """Issue -> the `Hive-Reason` of its latest escalating or failing commit, for the issues
     given (walking from the tip back, only until each has one)."""
-    from dulwich.repo import Repo
-
     wanted, found = set(issue_ids), dict[str, str]()
     tip = git.read_ref(paths.common_dir, git.STATE_REF)
     if tip is None or not wanted:
         return found
-    repo = Repo(str(paths.common_dir))
-    try:
+    with _walks(paths) as walk:
         include: list[Any] = [tip.encode()]
-        for entry in repo.get_walker(include=include):
+        for entry in walk(include):
             item = _event_of(entry.commit)
             if item.issue in wanted and item.issue not in found and item.event in PERSON_NEEDED_EVENTS:
                 found[item.issue] = item.trailers.get("Hive-Reason", "")
                 if len(found) == len(wanted):
                     break
-    finally:
-        repo.close()
     return found
 
 

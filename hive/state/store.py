@@ -184,7 +184,7 @@ class StateStore:
                  repo: pygit2.Repository | None = None):
         self.paths = paths
         self.ref = ref
-        self.repo = repo if repo is not None else pygit2.Repository(str(paths.common_dir))
+        self.repo = repo if repo is not None else git.open_repository(paths.common_dir)
         self.folders = FolderCache()
         self.written: deque[Written] = deque(maxlen=WRITTEN_KEPT)   # this process's last commits
         self._drafts = threading.local()   # .open: the Draft this thread's commits go to

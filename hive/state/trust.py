@@ -134,18 +134,28 @@ def check_history(repo: "pygit2.Repository", tip: str, trusted: str | None) -> N
 
 @dataclass
 class _Commits:
-    """Commit objects read as (commit time, parents), each measured from its header first."""
+    """Commit objects read as (commit time, parents), each measured from its header first. A
+    shallow clone's cut commits (its `shallow` file, written by this machine's git) have no
+    parents, as git reads them: the history beyond was never fetched."""
 
     repo: "pygit2.Repository"
     cache: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    shallow: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        try:
+            with open(os.path.join(self.repo.path, "shallow"), encoding="ascii", errors="replace") as listed:
+                self.shallow = frozenset(line.strip() for line in listed if line.strip())
+        except OSError:
+            self.shallow = frozenset()
 
     def info(self, oid: str) -> tuple[int, list[str]]:
         found = self.cache.get(oid)
         if found is None:
             data = self._read(oid)
             when = _COMMITTED.search(data)
-            found = self.cache[oid] = (int(when.group(1)) if when else 0,
-                                       [p.decode() for p in _PARENT.findall(data)])
+            parents = [] if oid in self.shallow else [p.decode() for p in _PARENT.findall(data)]
+            found = self.cache[oid] = (int(when.group(1)) if when else 0, parents)
         return found
 
     def _read(self, oid: str) -> bytes:

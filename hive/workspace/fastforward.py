@@ -94,7 +94,7 @@ def _inspect(root: Path, paths: list[str], checkout: pygit2.Repository | None,
     found = _Inspected([], [], [])
     if not paths:
         return found
-    checkout = checkout or pygit2.Repository(str(root))
+    checkout = checkout or git.open_repository(root)
     if _needs_git_checkout(checkout, paths):
         proc = git.run(["status", "--porcelain", "-z", "--untracked-files=all", "--", *paths], root, check=False,
                        here=True)
@@ -274,7 +274,7 @@ def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old
     if checkout is None:
         return FastForward(cas_update(repo, git.branch_ref(target), old, new, "hive: merge"), moved=True)
     touched = touched_paths(repo, old, new)
-    work = pygit2.Repository(str(checkout))
+    work = git.open_repository(checkout)
     merged = work[new].peel(pygit2.Tree)
     found = _inspect(checkout, touched, work, merged, _Begun.left(paths, repo, target, old))
     if found.dirty:
@@ -299,7 +299,7 @@ def fast_forward(paths: git.RepoPaths, repo: pygit2.Repository, target: str, old
         begun.done()
         return FastForward(True, moved=True)
     if touched:  # someone moved the target meanwhile: give back the files hive just wrote
-        work = pygit2.Repository(str(checkout))  # re-read: its HEAD moved
+        work = git.open_repository(checkout)  # re-read: its HEAD moved
         work.checkout_tree(work.head.peel(pygit2.Tree), paths=touched,
                            strategy=CheckoutStrategy.FORCE | CheckoutStrategy.DISABLE_PATHSPEC_MATCH)
     begun.done()
