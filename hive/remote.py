@@ -280,11 +280,16 @@ class Remote:
     def sync(self) -> SyncReport:
         """fetch + merge + push of `hive/state`, retried while pushes lose; bounded."""
         report = SyncReport(self.name)
+        refused: tuple[str | None, PushResult] | None = None   # the tip a rejected push was leased on
         for round_no in range(1, MAX_PUSH_ROUNDS + 1):
             report.rounds = round_no
             if not self.fetch():
                 report.offline = True
                 return report
+            if refused is not None and refused[0] == self.remote_tip():
+                # rejected, and nobody pushed since: the remote refuses this push (a hook, a
+                # protected branch, its checked-out branch), which no retry changes
+                raise HiveError(f"{self.name} refused the push of {git.STATE_BRANCH}: {refused[1].reason}")
             self.merge_remote_state(report)
             local, remote_tip = self.project.store.tip(), self.remote_tip()
             if local is None or local == remote_tip:
@@ -300,6 +305,7 @@ class Remote:
             if result.offline:
                 report.offline = True
                 return report
+            refused = (remote_tip, result)
         raise HiveError(f"could not push {git.STATE_BRANCH} to {self.name}: it kept moving "
                         f"({MAX_PUSH_ROUNDS} rounds)")
 

@@ -221,6 +221,25 @@ def test_an_unreachable_remote_fails_in_one_line_and_keeps_local_state(clones, c
     assert report["outgoing"] == 1 and tip(git, remote) == before
 
 
+def test_a_remote_that_refuses_the_push_is_named_with_its_reason_not_retried(clones, cli, hive, git):
+    """A hook of the remote's (a protected branch) refuses every push of hive/state, and nobody
+    pushed meanwhile: sync stops at once with the remote's words (before: 8 rounds, then "it kept
+    moving", sending the person looking for another writer)."""
+    remote, (a,) = clones("A")
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'hive/state is protected here: ask an admin' >&2\nexit 1\n", encoding="utf-8")
+    hook.chmod(0o755)
+    cli("create", "made while protected", cwd=a)
+    before = tip(git, remote)
+    proc = hive("sync", cwd=a, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "origin refused the push of hive/state" in lines[0] and "protected here: ask an admin" in lines[0], lines
+    assert tip(git, remote) == before
+    hook.unlink()
+    assert sync_json(cli, a)["outgoing"] == 1
+
+
 def _partial_clone(git: Callable[..., Any], remote: Path, clone: Path, *options: str) -> None:
     """`git clone <options>` over the file:// transport, which honours a filter (a local path
     is copied whole)."""
