@@ -514,7 +514,7 @@ def _env_layer() -> dict[str, Any]:
     return values
 
 
-def _resolve(repo: RepoPaths | None) -> tuple[dict[str, Any], dict[str, str]]:
+def _resolve(repo: RepoPaths | None, *, warn: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
     values = {name: copy.deepcopy(key.default) for name, key in KEYS.items()}
     sources = dict.fromkeys(KEYS, "default")
     if repo is not None:
@@ -536,7 +536,7 @@ def _resolve(repo: RepoPaths | None) -> tuple[dict[str, Any], dict[str, str]]:
         layer, target, target_source = _project_layer(
             repo, values["target_branch"], sources["target_branch"], env.get("target_branch"))
         if layer is not None:
-            apply(_approved_only(repo, layer), layer.label)
+            apply(_approved_only(repo, layer, warn), layer.label)
         values["target_branch"], sources["target_branch"] = target, target_source
     for name, value in env.items():
         values[name], sources[name] = value, f"env: {KEYS[name].env}"
@@ -628,9 +628,10 @@ def _unapproved(repo: RepoPaths, values: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def _approved_only(repo: RepoPaths, layer: _Layer) -> dict[str, Any]:
+def _approved_only(repo: RepoPaths, layer: _Layer, warn: bool = True) -> dict[str, Any]:
     """The project layer with each unapproved sensitive value replaced by the approved one (or
-    dropped); one warning line per key and file, naming the approve command."""
+    dropped); unless told not to `warn`, one warning line per key and file, naming the approve
+    command."""
     values = dict(layer.values)
     recorded = approvals(repo)
     for key in _unapproved(repo, values):
@@ -638,7 +639,7 @@ def _approved_only(repo: RepoPaths, layer: _Layer) -> dict[str, Any]:
             values[key] = json.loads(recorded[key])
         else:
             values.pop(key, None)
-        if (key, layer.label) not in _warned:
+        if warn and (key, layer.label) not in _warned:
             _warned.add((key, layer.label))
             change = "changes" if key in layer.values else "removes"
             sys.stderr.write(f"git hive: warning: {layer.label.removeprefix('project: ')} {change} {key}, "
@@ -646,15 +647,16 @@ def _approved_only(repo: RepoPaths, layer: _Layer) -> dict[str, Any]:
     return values
 
 
-def load(repo: RepoPaths | None) -> Config:
-    """The effective configuration of all layers; `repo=None` skips the project layer."""
-    return Config(**_resolve(repo)[0])
+def load(repo: RepoPaths | None, *, warn: bool = True) -> Config:
+    """The effective configuration of all layers; `repo=None` skips the project layer.
+    `warn=False`: no warning of unapproved values (`init` reads before it approves them)."""
+    return Config(**_resolve(repo, warn=warn)[0])
 
 
-def sources(repo: RepoPaths | None) -> dict[str, str]:
+def sources(repo: RepoPaths | None, *, warn: bool = True) -> dict[str, str]:
     """Key -> the layer that set its effective value: "default", "global: <path>",
-    "project: <path>" or "project: <branch>:.hive.toml", "env: HIVE_<KEY>"."""
-    return _resolve(repo)[1]
+    "project: <path>" or "project: <branch>:.hive.toml", "env: HIVE_<KEY>". `warn`: as `load`'s."""
+    return _resolve(repo, warn=warn)[1]
 
 
 # ---------------------------------------------------------------------------------------------

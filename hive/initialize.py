@@ -74,9 +74,9 @@ def initialize(where: Path | str | None = None) -> list[str]:
     _install_hooks(paths, done)
     recorded = config.recorded_target_branch(paths)
     record_target_branch(paths, target)
+    _approve_settings(paths, done)   # of the target's `.hive.toml`, before the settings are read whole
     if recorded is None:
         done.append(f"target branch: {config.load(paths).target_branch}")
-    _approve_settings(paths, done)
     _create_checkout(repo, paths, done)
     return done
 
@@ -106,8 +106,8 @@ def detect_target_branch(repo: pygit2.Repository, paths: git.RepoPaths) -> str |
     """The configured target branch if a person chose one; else, of the branches that exist
     here, the remote's default branch, the branch checked out in the main worktree, `main` or
     `master`, the only one there is. None when none of these names one."""
-    if config.sources(paths)["target_branch"] != "default":
-        return config.load(paths).target_branch
+    if config.sources(paths, warn=False)["target_branch"] != "default":
+        return config.load(paths, warn=False).target_branch
     local = [name for name in repo.branches.local if name != "hive" and not name.startswith("hive/")]
     remotes = sorted((r.name for r in repo.remotes), key=lambda name: name != "origin")
     for remote in remotes:

@@ -359,3 +359,25 @@ def test_a_relative_tracked_hooks_path_stays_as_set_and_git_status_stays_clean(r
 
 def test_the_runtime_folder_is_private(repo: Path) -> None:
     assert (repo / ".git" / "hive").stat().st_mode & 0o777 == 0o700
+
+
+def test_init_in_a_clone_approves_the_projects_test_command_and_warns_of_nothing(make_repo, hive, git, tmp_path):
+    """The first init approves what the target branch's `.hive.toml` sets (DESIGN §7), whatever
+    that branch is called. It read the settings before approving them, and printed "changes
+    test_command, not approved on this machine: ignored" beside its own "approved" line."""
+    for target, named in (("main", False), ("release/v2", False), ("main", True)):
+        upstream = make_repo(f"upstream-{target.replace('/', '-')}-{named}")
+        if target != "main":
+            git("branch", "-q", "-m", "main", target, cwd=upstream)
+        settings = f'target_branch = "{target}"\n' if named else ""   # named by the file itself
+        (upstream / ".hive.toml").write_text(settings + 'test_command = "true"\n', encoding="utf-8")
+        git("add", ".hive.toml", cwd=upstream)
+        git("commit", "-q", "-m", "hive settings", cwd=upstream)
+        clone = tmp_path / f"clone-{target.replace('/', '-')}-{named}"
+        git("clone", "-q", f"file://{upstream}", str(clone), cwd=tmp_path)
+        done = hive("init", cwd=clone)
+        assert "approved on this machine: test_command = 'true'" in done.stdout, (target, done.stdout)
+        assert f"target branch: {target}" in done.stdout
+        assert done.stderr == "", done.stderr
+        shown = hive("config", "get", "test_command", cwd=clone)
+        assert shown.stdout.strip() == "true" and shown.stderr == "", (target, shown.stderr)
