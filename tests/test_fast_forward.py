@@ -8,6 +8,7 @@ is clean afterwards.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -305,3 +306,30 @@ def test_a_checkout_through_git_is_of_its_own_repository_whatever_the_environmen
     assert their_index.read_bytes() == index_before
     assert git("rev-parse", "HEAD", cwd=other).stdout == other_head
     assert porcelain(git, other) == ""
+
+
+def test_a_fast_forward_through_git_runs_no_hook_the_merged_work_brings(checkout: Path, git: Callable[..., Any],
+                                                                        tmp_path: Path):
+    """husky's setup: `core.hooksPath` names a tracked folder, so the hooks are files of the
+    branch, and the work merged into it may bring one (an agent writes its worktree as it likes).
+    `git merge --ff-only` ran that `post-merge` as the person, outside any jail. Hive's
+    fast-forward through git runs no hook, as its libgit2 path never did."""
+    git("config", "core.hooksPath", ".githooks", cwd=checkout)
+    git("sparse-checkout", "set", "--no-cone", "/*.txt", "/.githooks/", cwd=checkout)
+    marker = tmp_path / "the-agent-ran-here"
+    repo = pygit2.Repository(str(checkout))
+    old = str(repo.head.target)
+    index = pygit2.Index()
+    index.read_tree(repo[old].peel(pygit2.Commit).tree)
+    index.add(pygit2.IndexEntry("a.txt", repo.create_blob(b"changed\n"), pygit2.GIT_FILEMODE_BLOB))
+    for name in ("post-merge", "post-checkout", "reference-transaction"):
+        hook = repo.create_blob(f"#!/bin/sh\necho {name} >> {marker}\n".encode())
+        index.add(pygit2.IndexEntry(f".githooks/{name}", hook, pygit2.GIT_FILEMODE_BLOB_EXECUTABLE))
+    who = pygit2.Signature("worker", "worker@example.invalid")
+    new = str(repo.create_commit(None, who, who, "work", index.write_tree(repo), [pygit2.Oid(hex=old)]))
+    moved = fastforward.fast_forward(hive_git.discover(checkout), repo, "main", old, new)
+    assert moved.ok and moved.moved
+    assert (checkout / "a.txt").read_text() == "changed\n"
+    assert os.access(checkout / ".githooks" / "post-merge", os.X_OK)     # written: git did run the merge
+    assert not marker.exists(), marker.read_text()
+    assert porcelain(git, checkout) == ""

@@ -329,7 +329,9 @@ def _waiting_message(checkout: Path, target: str, dirty: list[str]) -> str:
 
 
 def _git_merge_ff(checkout: Path, repo: pygit2.Repository, target: str, old: str, new: str) -> FastForward:
-    proc = git.run(["merge", "--ff-only", "--quiet", new], checkout, check=False, here=True,
+    # no hook, as on the libgit2 path: with `core.hooksPath` in a tracked folder (husky's setup)
+    # the hooks git would run are files of the work being merged, an agent's to write
+    proc = git.run([*git.NO_HOOKS, "merge", "--ff-only", "--quiet", new], checkout, check=False, here=True,
                    env={"GIT_REFLOG_ACTION": "hive merge"})
     if proc.returncode == 0:
         return FastForward(True, moved=True)
