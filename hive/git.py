@@ -551,6 +551,32 @@ def config_get(cwd: Path | str, key: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
+def hooks_dir(paths: RepoPaths) -> Path:
+    """The folder git runs the repository's hooks from: `core.hooksPath` (relative to the main
+    worktree, as git reads it there), else `<common>/hooks`."""
+    configured = config_get(paths.worktree, "core.hooksPath")
+    if configured:
+        hooks = Path(os.path.expanduser(configured))
+        return hooks if hooks.is_absolute() else paths.main_worktree / hooks
+    return paths.common_dir / "hooks"
+
+
+def hooks_in_worktree(paths: RepoPaths) -> bool:
+    """Whether git runs the repository's hooks from a folder of its main worktree (husky's
+    `.husky/_`, a `.githooks`): files of the checked-out branch, so of the work hive merged into
+    it, an agent's to write. Hive's own git commands there (fetch, push, update-ref) run with no
+    hook then (`NO_HOOKS`): only a person's commands run what the branch holds."""
+    hooks = os.path.normpath(hooks_dir(paths))
+    inside = os.path.normpath(paths.main_worktree) + os.sep
+    return hooks.startswith(inside) and not hooks.startswith(os.path.normpath(paths.common_dir) + os.sep)
+
+
+def own_command(paths: RepoPaths, args: list[str]) -> list[str]:
+    """`args` of a git command hive runs for itself in the person's worktree: with no hook when
+    the hooks are files of the branch there (`hooks_in_worktree`)."""
+    return [*NO_HOOKS, *args] if hooks_in_worktree(paths) else args
+
+
 def promisor_remotes(paths: RepoPaths) -> list[str]:
     """The remotes a partial clone fetches the objects it left out from, in the order git tries
     them (`extensions.partialClone` first, then each `remote.<name>.promisor`); [] in a full

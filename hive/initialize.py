@@ -188,8 +188,9 @@ def _fetch_shared_state(repo: pygit2.Repository, paths: git.RepoPaths) -> None:
         tracking = f"refs/remotes/{remote.name}/{git.STATE_BRANCH}"
         if repo.references.get(tracking) is None:
             try:  # offline or no such branch there: start a new state branch
-                git.run(["fetch", "--quiet", "--no-tags", remote.name, f"+{git.STATE_REF}:{tracking}"],
-                        paths.worktree, check=False, timeout=120, env={"GIT_TERMINAL_PROMPT": "0"})
+                fetch = ["fetch", "--quiet", "--no-tags", remote.name, f"+{git.STATE_REF}:{tracking}"]
+                git.run(git.own_command(paths, fetch), paths.worktree, check=False, timeout=120,
+                        env={"GIT_TERMINAL_PROMPT": "0"})
             except subprocess.TimeoutExpired:
                 pass
 
@@ -226,20 +227,12 @@ def _exclude(paths: git.RepoPaths, patterns: list[str], done: list[str]) -> bool
     return True
 
 
-def hooks_dir(paths: git.RepoPaths) -> Path:
-    configured = git.config_get(paths.worktree, "core.hooksPath")
-    if configured:
-        hooks = Path(os.path.expanduser(configured))
-        return hooks if hooks.is_absolute() else paths.main_worktree / hooks
-    return paths.common_dir / "hooks"
-
-
 def _install_hooks(paths: git.RepoPaths, done: list[str]) -> None:
     """hive's hooks in the repository's hooks folder, whatever `core.hooksPath` names (it stays as
     the person set it). One the person had is kept and run first (renamed `.hive-chained`), unless
     it is a tracked file: then theirs stays and hive's is not installed. A hooks folder inside the
     main worktree (husky's `.husky/_`, a `.githooks`) gets hive's files excluded from git."""
-    target_dir = hooks_dir(paths)
+    target_dir = git.hooks_dir(paths)
     inside = _inside_worktree(paths, target_dir)
     target_dir.mkdir(parents=True, exist_ok=True)
     for name, content in hook_sources().items():

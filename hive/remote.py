@@ -81,8 +81,10 @@ class SyncReport:
 
 
 def _git(project: Project, args: list[str], timeout: float = NETWORK_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """git in the person's worktree, for hive: with no hook when the hooks are files of the
+    branch (`git.hooks_in_worktree`: a push ran the `pre-push` of the work hive had merged)."""
     try:
-        return git.run(args, project.paths.worktree, check=False, timeout=timeout,
+        return git.run(git.own_command(project.paths, args), project.paths.worktree, check=False, timeout=timeout,
                        env={"GIT_TERMINAL_PROMPT": "0", **git.private_stores_env(project.paths.common_dir)})
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, "", "timed out talking to the remote")
@@ -99,6 +101,10 @@ class Remote:
 
     def tracking_ref(self, branch: str) -> str:
         return f"refs/remotes/{self.name}/{branch}"
+
+    def track(self, branch: str, commit: str) -> None:
+        """Move this side's remote-tracking ref of `branch` to `commit` (pushed there)."""
+        _git(self.project, ["update-ref", self.tracking_ref(branch), commit])
 
     def remote_tip(self, branch: str = git.STATE_BRANCH) -> str | None:
         return git.read_ref(self.project.paths.common_dir, self.tracking_ref(branch))
@@ -161,7 +167,7 @@ class Remote:
         if proc.returncode != 0 and "remote ref does not exist" not in proc.stderr:
             return False
         for branch in branches:
-            git.run(["update-ref", "-d", self.tracking_ref(branch)], self.project.paths.worktree, check=False)
+            _git(self.project, ["update-ref", "-d", self.tracking_ref(branch)])
         return True
 
     def work_branches(self) -> list[str]:
@@ -264,7 +270,7 @@ class Remote:
         result = self.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
         if not result.ok:
             raise HiveError(f"could not reset {self.name}/{git.STATE_BRANCH}: {result.message or 'push failed'}")
-        _git(self.project, ["update-ref", self.tracking_ref(git.STATE_BRANCH), local])
+        self.track(git.STATE_BRANCH, local)
         return dropped
 
     def _dropped(self, local: str, remote_tip: str) -> list[str]:
@@ -300,7 +306,7 @@ class Remote:
             result = self.push(git.STATE_REF, git.STATE_BRANCH, remote_tip)
             if result.ok:
                 report.outgoing += outgoing
-                _git(self.project, ["update-ref", self.tracking_ref(git.STATE_BRANCH), local])
+                self.track(git.STATE_BRANCH, local)
                 return report
             if result.offline:
                 report.offline = True
@@ -332,7 +338,7 @@ class Remote:
             return PushResult(False, rejected=True, message=f"{self.name}/{branch} has commits {branch} lacks")
         result = self.push(git.branch_ref(branch), branch, theirs)
         if result.ok:
-            _git(self.project, ["update-ref", self.tracking_ref(branch), local])
+            self.track(branch, local)
         return result
 
 

@@ -240,6 +240,37 @@ def test_a_remote_that_refuses_the_push_is_named_with_its_reason_not_retried(clo
     assert sync_json(cli, a)["outgoing"] == 1
 
 
+def test_sync_runs_no_hook_of_the_branch_and_the_persons_own_hooks_as_before(clones, cli, git, tmp_path: Path):
+    """husky's setup: `core.hooksPath` names a tracked folder, so its `pre-push` is a file of the
+    checked-out branch, into which hive merges agents' work. `git hive sync` ran it as the
+    person on every push. Hive's own git commands there now run no hook of the branch; hooks
+    kept outside the worktree (a global folder: a secret scanner, say) still run."""
+    remote, (a,) = clones("A")
+    ran = tmp_path / "ran"
+
+    def hook(folder: Path, name: str) -> None:
+        folder.mkdir(exist_ok=True)
+        (folder / "pre-push").write_text(f'#!/bin/sh\necho "{name}" >> "{ran}"\n', encoding="utf-8")
+        (folder / "pre-push").chmod(0o755)
+
+    hook(a / ".githooks", "the branch's")
+    git("add", ".githooks/pre-push", cwd=a)
+    git("commit", "-q", "-m", "hooks of the project", cwd=a)
+    git("config", "core.hooksPath", ".githooks", cwd=a)
+    cli("create", "while the hooks are the branch's", cwd=a)
+    assert sync_json(cli, a)["outgoing"] >= 1
+    assert not ran.exists(), ran.read_text()
+    git("push", "-q", "origin", "HEAD:refs/heads/person", cwd=a)       # the person's own push runs it
+    assert ran.read_text() == "the branch's\n"
+
+    ran.unlink()
+    hook(tmp_path / "global-hooks", "the person's")
+    git("config", "core.hooksPath", str(tmp_path / "global-hooks"), cwd=a)
+    cli("create", "while the hooks are the person's", cwd=a)
+    assert sync_json(cli, a)["outgoing"] >= 1
+    assert ran.read_text() == "the person's\n"
+
+
 def _partial_clone(git: Callable[..., Any], remote: Path, clone: Path, *options: str) -> None:
     """`git clone <options>` over the file:// transport, which honours a filter (a local path
     is copied whole)."""

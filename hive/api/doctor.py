@@ -17,7 +17,7 @@ from hive.agents.jails import start_problem
 from hive.backends import registry
 from hive.config import Config
 from hive.errors import BadInput
-from hive.initialize import (CHAINED_SUFFIX, EXCLUDES, hook_sources, hooks_dir, initialize, merge_driver_runs,
+from hive.initialize import (CHAINED_SUFFIX, EXCLUDES, hook_sources, initialize, merge_driver_runs,
                              missing_target_branch)
 from hive.jail import support
 from hive.orchestrator import recovery
@@ -75,7 +75,7 @@ def _checks(fix: bool, say: Callable[[str], None], paths: git.RepoPaths) -> list
         results.append((False, f".hive/ git index {damaged_index} is damaged (doctor --fix rebuilds it)"))
         return results
     results.append(_merge_driver_check(paths))
-    hook_dir = hooks_dir(paths)
+    hook_dir = git.hooks_dir(paths)
     for name, content in hook_sources().items():
         installed = (hook_dir / name).exists() and (hook_dir / name).read_bytes() == content
         chained = (hook_dir / (name + CHAINED_SUFFIX)).exists()

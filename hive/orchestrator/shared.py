@@ -218,8 +218,7 @@ class SharedQueue:
                 continue
             result = self._pushed(self.remote.push(git.STATE_REF, git.STATE_BRANCH, remote_tip))
             if result.ok:
-                git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), local],
-                        self.project.paths.worktree, check=False)
+                self.remote.track(git.STATE_BRANCH, local)
                 return True
             if result.offline or not self._fetched(self.remote.fetch(git.STATE_BRANCH)):
                 return False
@@ -287,8 +286,7 @@ class SharedQueue:
                     return False   # not claimable (any more) on what this machine knows
                 result = self._pushed(self.remote.push(draft.made, git.STATE_BRANCH, remote_tip))
                 if result.ok:
-                    git.run(["update-ref", self.remote.tracking_ref(git.STATE_BRANCH), draft.made],
-                            self.project.paths.worktree, check=False)
+                    self.remote.track(git.STATE_BRANCH, draft.made)
                     self._adopt(draft, f"claim {issue_id} for {agent_id}")
                     self._claims_refused_for = ""   # a refusal from now on is news again
                     return True
@@ -374,7 +372,7 @@ class SharedQueue:
             if not result.ok:
                 self.remote.fetch(self.target)
                 return FastForward(False)
-            git.run(["update-ref", self.target_ref, new], self.project.paths.worktree, check=False)
+            self.remote.track(self.target, new)
         self.catch_up_local_target(repo)
         return FastForward(True, moved=True)
 

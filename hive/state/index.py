@@ -529,8 +529,8 @@ class Index:
         if refusal is None:
             return None
         if indexed:
-            git.run(["update-ref", "-m", f"hive: refused {tip[:12]}", git.STATE_REF, indexed, tip],
-                    self.paths.worktree, check=False)
+            git.run(git.own_command(self.paths, ["update-ref", "-m", f"hive: refused {tip[:12]}", git.STATE_REF,
+                                                 indexed, tip]), self.paths.worktree, check=False)
         return Problem(REFUSED, REFUSED, refusal)
 
     def _changes_since(self, repo: "pygit2.Repository", db: sqlite3.Connection, indexed: str,
