@@ -577,10 +577,20 @@ def own_command(paths: RepoPaths, args: list[str]) -> list[str]:
     return [*NO_HOOKS, *args] if hooks_in_worktree(paths) else args
 
 
+_promisors: dict[str, tuple[int, list[str]]] = {}   # common dir -> (its config's mtime, the remotes)
+
+
 def promisor_remotes(paths: RepoPaths) -> list[str]:
     """The remotes a partial clone fetches the objects it left out from, in the order git tries
     them (`extensions.partialClone` first, then each `remote.<name>.promisor`); [] in a full
-    clone."""
+    clone. Asked of git once for each version of the repository's config file."""
+    try:
+        changed = os.stat(paths.common_dir / "config").st_mtime_ns
+    except OSError:
+        changed = -1
+    known = _promisors.get(str(paths.common_dir))
+    if known is not None and known[0] == changed:
+        return known[1]
     listed = run(["config", "-z", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.promisor)$"],
                  paths.worktree, check=False)
     remotes = []
@@ -590,7 +600,9 @@ def promisor_remotes(paths: RepoPaths) -> list[str]:
             remotes.insert(0, value)
         elif key.startswith("remote.") and key.endswith(".promisor") and value.lower() in ("true", "yes", "on", "1"):
             remotes.append(key[len("remote."):-len(".promisor")])
-    return list(dict.fromkeys(remotes))
+    found = list(dict.fromkeys(remotes))
+    _promisors[str(paths.common_dir)] = (changed, found)
+    return found
 
 
 def missing_objects(paths: RepoPaths, commits: list[str]) -> list[str]:

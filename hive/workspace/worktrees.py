@@ -120,6 +120,7 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     unlock_branch(paths, issue_id)
     base = repo[base_commit].peel(pygit2.Commit)
     repo.branches.local.create(branch.removeprefix("refs/heads/"), base, force=True)
+    git.fetch_missing_objects(paths, [base_commit])   # a partial clone's target, fetched ahead of its files
     if not spares.take(paths, issue_id, path, base_commit):
         _add_detached(paths, issue_id, path, base)
     settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
