@@ -32,9 +32,11 @@ from hive import lines
 from hive.backends import registry
 from hive.jail import mechanisms as jail_mechanisms
 from hive.errors import BadInput
-from hive.git import branch_ref, open_repository, read_ref, run
+from hive.git import branch_ref, fetch_objects, open_repository, read_ref, run
 
 if TYPE_CHECKING:
+    import pygit2
+
     from hive.git import RepoPaths
 
 PROJECT_FILE = ".hive.toml"
@@ -408,11 +410,26 @@ def _read_branch_file(repo: RepoPaths, branch: str) -> str | None:
     elif entry.filemode == pygit2.GIT_FILEMODE_LINK or not isinstance(entry, pygit2.Blob):
         raise BadInput(f"{PROJECT_FILE} is not a regular file on branch {branch!r}", where)
     else:
-        text = _decode(entry.data, where)
+        text = _decode(_blob_data(repo, entry, where), where)
     if len(_BLOB_CACHE) > 64:
         _BLOB_CACHE.clear()
     _BLOB_CACHE[cache_key] = text
     return text
+
+
+def _blob_data(repo: RepoPaths, blob: "pygit2.Blob", where: str) -> bytes:
+    """The bytes of `blob`; in a partial clone that left them on its remote (`main` fetched
+    ahead), brought from there first, as git would on reading them."""
+    try:
+        return blob.data
+    except KeyError:                  # pygit2's NotFoundError
+        if fetch_objects(repo, [str(blob.id)]):
+            try:
+                return open_repository(repo.common_dir)[blob.id].data
+            except KeyError:
+                pass
+        raise BadInput(f"the content of {PROJECT_FILE} ({blob.id}) is not in this repository, and its remote "
+                       "did not give it (offline?)", where) from None
 
 
 @dataclass

@@ -616,28 +616,45 @@ def fetch_missing_objects(paths: RepoPaths, commits: list[str], timeout: float =
     """In a partial clone, bring the objects of `commits`' trees it left on its promisor remotes
     (a blobless clone fetches no file until git reads it; libgit2, which hive reads state with,
     never fetches one), asked for as git's own lazy fetch asks; how many were brought. A full
-    clone costs one config read. What cannot be brought (offline) stays missing: the reader
-    says so."""
+    clone costs a stat (`promisor_remotes`). What cannot be brought (offline) stays missing: the
+    reader says so."""
     remotes = promisor_remotes(paths)
     if not remotes or not commits:
         return 0
-    import subprocess
-
     missing = missing_objects(paths, commits)
     first = len(missing)
     for remote in remotes:
         while missing:   # a treeless clone: the trees come first, then the blobs they name
-            try:
-                run(["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                     "--recurse-submodules=no", "--filter=blob:none", "--stdin", remote], paths.worktree,
-                    check=False, input="\n".join(missing) + "\n", timeout=timeout, env={"GIT_TERMINAL_PROMPT": "0"})
-            except subprocess.TimeoutExpired:
+            if not _fetch_objects(paths, remote, missing, timeout):
                 break
             still = missing_objects(paths, commits)
             if set(still) >= set(missing):
                 break    # this remote had none of them: the next one may
             missing = still
     return first - len(missing)
+
+
+def fetch_objects(paths: RepoPaths, ids: list[str], timeout: float = 120) -> bool:
+    """Bring these objects (a file libgit2 found missing) from a partial clone's promisor
+    remotes; whether some remote was asked (False in a full clone, where nothing is left out)."""
+    remotes = promisor_remotes(paths)
+    for remote in remotes:
+        if _fetch_objects(paths, remote, ids, timeout):
+            return True
+    return False
+
+
+def _fetch_objects(paths: RepoPaths, remote: str, ids: list[str], timeout: float) -> bool:
+    """One fetch of `ids` from `remote`, as git's lazy fetch makes it; whether git succeeded."""
+    import subprocess
+
+    try:
+        done = run(["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                    "--recurse-submodules=no", "--filter=blob:none", "--stdin", remote], paths.worktree,
+                   check=False, input="\n".join(ids) + "\n", timeout=timeout, env={"GIT_TERMINAL_PROMPT": "0"})
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
 
 
 # A git lock file (`<ref>.lock`, `index.lock`) lives for the milliseconds of one update. One that

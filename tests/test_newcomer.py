@@ -437,20 +437,24 @@ def test_a_blobless_clone_works_from_a_target_whose_files_it_never_fetched(make_
                                                                            tmp_path: Path) -> None:
     """In a blobless clone (`--filter=blob:none`) a person on a feature branch fetched `main`
     ahead (`git fetch origin main:main`): git fetches its files when it reads them, libgit2 never.
-    A worker's worktree from that `main` failed ("object not found") until the issue escalated;
-    now its files are brought from the promisor remote first, and the run finalizes onto it."""
+    Its `.hive.toml`, read from `main`, was "internal error: NotFoundError" for every command
+    that reads the settings, and a worker's worktree from that `main` failed ("object not found")
+    until the issue escalated; now both are brought from the promisor remote first, and the run
+    finalizes onto that `main`."""
     upstream = make_repo("upstream")
     git("config", "uploadpack.allowFilter", "true", cwd=upstream)
     clone = tmp_path / "clone"
     git("clone", "-q", "--filter=blob:none", f"file://{upstream}", str(clone))
     git("checkout", "-q", "-b", "feature", cwd=clone)
     (upstream / "ahead.txt").write_text("fetched by nobody yet\n")
-    git("add", "ahead.txt", cwd=upstream)
+    (upstream / ".hive.toml").write_text("max_agents = 2\n")          # read from main, by libgit2
+    git("add", "ahead.txt", ".hive.toml", cwd=upstream)
     git("commit", "-q", "-m", "main moves on", cwd=upstream)
     git("fetch", "-q", "origin", "main:main", cwd=clone)
     listed = git("rev-list", "--objects", "--no-walk", "--missing=print", "main", cwd=clone).stdout
     assert "?" in listed                                   # the new file's content is not here
     hive("init", cwd=clone)
+    assert hive("config", "get", "max_agents", cwd=clone).stdout.strip() == "2"
     issue = hive("create", "Add a module", "-d", "Create it.", cwd=clone).stdout.strip()
     hive("run", "--backend", "scripted", "--until-idle", cwd=clone)
     assert json.loads(hive("show", issue, "--json", cwd=clone).stdout)["status"] == "finalized"
