@@ -561,14 +561,25 @@ def hooks_dir(paths: RepoPaths) -> Path:
     return paths.common_dir / "hooks"
 
 
+def worktree_hooks_folder(paths: RepoPaths, configured: str | None) -> str:
+    """Where `core.hooksPath = configured` has git run the hooks, relative to the main worktree,
+    when that is a folder of it outside `.git` (husky's `.husky/_`, a tracked `.githooks`):
+    files of the checked-out branch, so of the work hive merges into it; '' otherwise."""
+    if not configured:
+        return ""
+    hooks = (paths.main_worktree / os.path.expanduser(configured)).resolve()
+    try:
+        relative = hooks.relative_to(paths.main_worktree.resolve())
+    except ValueError:
+        return ""
+    return "" if hooks.is_relative_to(paths.common_dir.resolve()) else relative.as_posix()
+
+
 def hooks_in_worktree(paths: RepoPaths) -> bool:
-    """Whether git runs the repository's hooks from a folder of its main worktree (husky's
-    `.husky/_`, a `.githooks`): files of the checked-out branch, so of the work hive merged into
-    it, an agent's to write. Hive's own git commands there (fetch, push, update-ref) run with no
-    hook then (`NO_HOOKS`): only a person's commands run what the branch holds."""
-    hooks = os.path.normpath(hooks_dir(paths))
-    inside = os.path.normpath(paths.main_worktree) + os.sep
-    return hooks.startswith(inside) and not hooks.startswith(os.path.normpath(paths.common_dir) + os.sep)
+    """Whether git runs the repository's hooks from a folder of its main worktree
+    (`worktree_hooks_folder`). Hive's own git commands there run with no hook then
+    (`own_command`): only a person's commands run what the branch holds."""
+    return bool(worktree_hooks_folder(paths, config_get(paths.worktree, "core.hooksPath")))
 
 
 def own_command(paths: RepoPaths, args: list[str]) -> list[str]:

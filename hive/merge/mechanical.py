@@ -325,18 +325,12 @@ def needs_person(repo: pygit2.Repository, paths: git.RepoPaths, old: str, new: s
 
 
 def _tracked_hooks(repo: pygit2.Repository, paths: git.RepoPaths) -> str:
-    """`core.hooksPath` relative to the main worktree when it lies inside it ('' otherwise)."""
+    """The hooks folder git runs, relative to the main worktree when it lies inside it ('' otherwise)."""
     try:
         configured = repo.config["core.hooksPath"]
     except KeyError:
         return ""
-    if not configured:
-        return ""
-    hooks = (paths.main_worktree / os.path.expanduser(configured)).resolve()
-    try:
-        return hooks.relative_to(paths.main_worktree.resolve()).as_posix()
-    except ValueError:
-        return ""
+    return git.worktree_hooks_folder(paths, configured)
 
 
 def _is_commit(repo: pygit2.Repository, oid: str) -> bool:

@@ -49,6 +49,32 @@ def test_an_agent_that_unjails_its_successors_waits_for_a_person(repo: Path, tmp
     assert len(warned) == 2 and all("`git hive config approve`" in w for w in warned), got.stderr
 
 
+@pytest.mark.timeout(120)
+def test_work_that_changes_the_tracked_hooks_folder_waits_for_a_person(repo: Path, tmp_path: Path, git, hive,
+                                                                       new_issue, daemons) -> None:
+    """With `core.hooksPath` in the worktree (`.githooks`), the hooks every person's git command
+    runs are files of the branch: an agent's change there lands only by a person's hand."""
+    hooks = repo / ".githooks"
+    hooks.mkdir()
+    (hooks / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (hooks / "pre-commit").chmod(0o755)
+    git("add", ".githooks/pre-commit", cwd=repo)
+    git("commit", "-q", "-m", "the project's hooks", cwd=repo)
+    git("config", "core.hooksPath", ".githooks", cwd=repo)
+    issue_id = new_issue("an agent edits a hook")
+    script = write_json(tmp_path / "agents.json", {"default": [
+        {"append": ".githooks/pre-commit", "content": "echo the agent was here\n"},
+        {"commit": "{issue}: work"}, {"result": "success", "summary": "did the work"}]})
+    before = git("rev-parse", "main", cwd=repo).stdout.strip()
+    log = tmp_path / "daemon.log"
+    daemons.run_until_idle(repo, daemon_env(script), max_agents=1, timeout=90, log=log)
+    assert git("rev-parse", "main", cwd=repo).stdout.strip() == before, tail(log)
+    shown = hive("show", issue_id, cwd=repo).stdout
+    assert "merge waits: its work changes .githooks/pre-commit: it waits for a person" in shown, shown
+    hive("finalize", issue_id, cwd=repo)        # the person looked and lands it
+    assert "the agent was here" in (hooks / "pre-commit").read_text()
+
+
 def test_a_changed_setting_is_ignored_until_approved(repo: Path, git, hive) -> None:
     hive("config", "set", "test_command", "make test", cwd=repo)     # a person's own: approved
     git("add", ".hive.toml", cwd=repo)
