@@ -660,9 +660,10 @@ def _fetch_objects(paths: RepoPaths, remote: str, ids: list[str], timeout: float
     import subprocess
 
     try:
-        done = run(["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                    "--recurse-submodules=no", "--filter=blob:none", "--stdin", remote], paths.worktree,
-                   check=False, input="\n".join(ids) + "\n", timeout=timeout, env={"GIT_TERMINAL_PROMPT": "0"})
+        fetch = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
+                 "--recurse-submodules=no", "--filter=blob:none", "--stdin", remote]
+        done = run(own_command(paths, fetch), paths.worktree, check=False, input="\n".join(ids) + "\n",
+                   timeout=timeout, env={"GIT_TERMINAL_PROMPT": "0"})
     except subprocess.TimeoutExpired:
         return False
     return done.returncode == 0
