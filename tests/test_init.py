@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from hive.initialize import hook_sources
+from tests.repo_helpers import commit_hooks
 
 STATE_REFSPEC = "+refs/heads/hive/state:refs/remotes/origin/hive/state"
 
@@ -337,13 +338,8 @@ def test_clone_of_a_hive_repo_adopts_the_shared_state_branch(make_repo, hive, gi
 
 def test_a_relative_tracked_hooks_path_stays_as_set_and_git_status_stays_clean(repo: Path, git, hive) -> None:
     """husky and pre-commit setups: `core.hooksPath` names a tracked folder of the repository."""
-    hooks = repo / ".husky"
-    hooks.mkdir()
-    (hooks / "pre-commit").write_text('#!/bin/sh\necho ran >> "$(git rev-parse --git-common-dir)/pre-commit.log"\n')
-    (hooks / "pre-commit").chmod(0o755)
-    git("add", ".husky", cwd=repo)
-    git("commit", "-q", "-m", "husky", cwd=repo)
-    git("config", "core.hooksPath", ".husky", cwd=repo)
+    hooks = commit_hooks(git, repo, ".husky",
+                         {"pre-commit": '#!/bin/sh\necho ran >> "$(git rev-parse --git-common-dir)/pre-commit.log"\n'})
     hive("init", cwd=repo)
     assert git("config", "core.hooksPath", cwd=repo).stdout.strip() == ".husky"        # as the person set it
     assert (hooks / "reference-transaction").exists()

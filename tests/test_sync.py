@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.repo_helpers import commit_hooks
+
 pytestmark = pytest.mark.timeout(120)
 
 # An $EDITOR for `git hive edit`: sets `key = value` lines of the front matter from $HIVE_TEST_EDITS
@@ -248,15 +250,7 @@ def test_sync_runs_no_hook_of_the_branch_and_the_persons_own_hooks_as_before(clo
     remote, (a,) = clones("A")
     ran = tmp_path / "ran"
 
-    def hook(folder: Path, name: str) -> None:
-        folder.mkdir(exist_ok=True)
-        (folder / "pre-push").write_text(f'#!/bin/sh\necho "{name}" >> "{ran}"\n', encoding="utf-8")
-        (folder / "pre-push").chmod(0o755)
-
-    hook(a / ".githooks", "the branch's")
-    git("add", ".githooks/pre-push", cwd=a)
-    git("commit", "-q", "-m", "hooks of the project", cwd=a)
-    git("config", "core.hooksPath", ".githooks", cwd=a)
+    commit_hooks(git, a, ".githooks", {"pre-push": f'#!/bin/sh\necho "the branch\'s" >> "{ran}"\n'})
     cli("create", "while the hooks are the branch's", cwd=a)
     assert sync_json(cli, a)["outgoing"] >= 1
     assert not ran.exists(), ran.read_text()
@@ -264,8 +258,11 @@ def test_sync_runs_no_hook_of_the_branch_and_the_persons_own_hooks_as_before(clo
     assert ran.read_text() == "the branch's\n"
 
     ran.unlink()
-    hook(tmp_path / "global-hooks", "the person's")
-    git("config", "core.hooksPath", str(tmp_path / "global-hooks"), cwd=a)
+    own = tmp_path / "global-hooks"
+    own.mkdir()
+    (own / "pre-push").write_text(f'#!/bin/sh\necho "the person\'s" >> "{ran}"\n', encoding="utf-8")
+    (own / "pre-push").chmod(0o755)
+    git("config", "core.hooksPath", str(own), cwd=a)
     cli("create", "while the hooks are the person's", cwd=a)
     assert sync_json(cli, a)["outgoing"] >= 1
     assert ran.read_text() == "the person's\n"

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.repo_helpers import commit_hooks
+
 from .helpers import daemon_env, tail, write_json
 
 
@@ -54,13 +56,7 @@ def test_work_that_changes_the_tracked_hooks_folder_waits_for_a_person(repo: Pat
                                                                        new_issue, daemons) -> None:
     """With `core.hooksPath` in the worktree (`.githooks`), the hooks every person's git command
     runs are files of the branch: an agent's change there lands only by a person's hand."""
-    hooks = repo / ".githooks"
-    hooks.mkdir()
-    (hooks / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
-    (hooks / "pre-commit").chmod(0o755)
-    git("add", ".githooks/pre-commit", cwd=repo)
-    git("commit", "-q", "-m", "the project's hooks", cwd=repo)
-    git("config", "core.hooksPath", ".githooks", cwd=repo)
+    hooks = commit_hooks(git, repo, ".githooks", {"pre-commit": "#!/bin/sh\nexit 0\n"})
     issue_id = new_issue("an agent edits a hook")
     script = write_json(tmp_path / "agents.json", {"default": [
         {"append": ".githooks/pre-commit", "content": "echo the agent was here\n"},
