@@ -384,8 +384,9 @@ def libgit2() -> ModuleType:
     if not _set_up:
         pygit2.settings.mwindow_size = PACK_WINDOW_BYTES
         pygit2.settings.mwindow_mapped_limit = PACK_MAPPED_BYTES
-        if "partialclone" not in pygit2.settings.extensions:
-            pygit2.settings.set_extensions(["partialclone"])
+        allow = getattr(pygit2.settings, "set_extensions", None)   # an older pygit2 has none: refused as before
+        if allow is not None and "partialclone" not in pygit2.settings.extensions:
+            allow(["partialclone"])
         _set_up.append(True)
     return pygit2
 
