@@ -20,6 +20,9 @@ from hive.state import issue_file, layout, trust
 from hive.state.store import Change
 
 MAX_PUSH_ROUNDS = 8
+# rejections of a push with the remote's tip where it was: a refusal, not a race (one could be a
+# lock the remote held a moment)
+REFUSED_AFTER = 2
 NETWORK_TIMEOUT = 60
 
 REJECTED_MARKERS = ("[rejected]", "non-fast-forward", "fetch first", "stale info", "[remote rejected]",
@@ -286,16 +289,16 @@ class Remote:
     def sync(self) -> SyncReport:
         """fetch + merge + push of `hive/state`, retried while pushes lose; bounded."""
         report = SyncReport(self.name)
-        refused: tuple[str | None, PushResult] | None = None   # the tip a rejected push was leased on
+        rejected: list[tuple[str | None, PushResult]] = []   # each rejected push, with the tip it was leased on
         for round_no in range(1, MAX_PUSH_ROUNDS + 1):
             report.rounds = round_no
             if not self.fetch():
                 report.offline = True
                 return report
-            if refused is not None and refused[0] == self.remote_tip():
-                # rejected, and nobody pushed since: the remote refuses this push (a hook, a
-                # protected branch, its checked-out branch), which no retry changes
-                raise HiveError(f"{self.name} refused the push of {git.STATE_BRANCH}: {refused[1].reason}")
+            if len(rejected) >= REFUSED_AFTER and {tip for tip, _ in rejected[-REFUSED_AFTER:]} == {self.remote_tip()}:
+                # rejected again and again, and nobody pushed meanwhile: the remote refuses this
+                # push (a hook, a protected branch, its checked-out branch), which no retry changes
+                raise HiveError(f"{self.name} refused the push of {git.STATE_BRANCH}: {rejected[-1][1].reason}")
             self.merge_remote_state(report)
             local, remote_tip = self.project.store.tip(), self.remote_tip()
             if local is None or local == remote_tip:
@@ -311,7 +314,7 @@ class Remote:
             if result.offline:
                 report.offline = True
                 return report
-            refused = (remote_tip, result)
+            rejected.append((remote_tip, result))
         raise HiveError(f"could not push {git.STATE_BRANCH} to {self.name}: it kept moving "
                         f"({MAX_PUSH_ROUNDS} rounds)")
 

@@ -242,6 +242,21 @@ def test_a_remote_that_refuses_the_push_is_named_with_its_reason_not_retried(clo
     assert sync_json(cli, a)["outgoing"] == 1
 
 
+def test_a_push_the_remote_rejects_once_with_its_tip_unmoved_is_tried_again(clones, cli, git, tmp_path: Path):
+    """One rejection with the remote's tip where it was may be a moment's trouble there (a ref
+    lock it held): sync tries again, and names a refusal only when it comes back."""
+    remote, (a,) = clones("A")
+    once = tmp_path / "refused-once"
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(f'#!/bin/sh\n[ -e "{once}" ] && exit 0\ntouch "{once}"\necho "busy" >&2\nexit 1\n',
+                    encoding="utf-8")
+    hook.chmod(0o755)
+    cli("create", "pushed on the second try", cwd=a)
+    report = sync_json(cli, a)
+    assert report["outgoing"] >= 1 and report["rounds"] == 2, report
+    assert once.exists() and tip(git, remote) == tip(git, a)
+
+
 def test_sync_runs_no_hook_of_the_branch_and_the_persons_own_hooks_as_before(clones, cli, git, tmp_path: Path):
     """husky's setup: `core.hooksPath` names a tracked folder, so its `pre-push` is a file of the
     checked-out branch, into which hive merges agents' work. `git hive sync` ran it as the
