@@ -193,7 +193,11 @@ def test_ctrl_c_reaches_the_served_command_and_the_server_goes_on(repo: Path, ru
     command, _ = create_reading_stdin(repo, "Interrupted", server)
     command.send_signal(signal.SIGINT)
     out, err = command.communicate(timeout=60)
-    assert command.returncode == 1 and err.strip() == "git hive: aborted"   # as in its own process (click's Abort)
+    # as in its own process: click's Abort once the command runs, or, when the signal came in the
+    # moment before click took over (the child is in the client's directory then), an exit with
+    # nothing said: 130 from `hive.cli.main`, 1 from the child's own catch before it
+    assert (command.returncode, err.strip()) in {(1, "git hive: aborted"), (130, ""), (1, "")}, \
+        (command.returncode, err)
     assert "Interrupted" not in hive("list").stdout
     assert _servers(runtime.parent) == [server]
 
