@@ -174,28 +174,22 @@ READABLE_EXTENSIONS = frozenset({"noop", "objectformat", "worktreeconfig", "prec
                                  "partialclone"})
 
 
-def repository_extensions(common_dir: Path) -> dict[str, str]:
-    """The `extensions.*` the repository's config sets (names lowercased, the last value set);
-    none in a format-0 repository, where git and libgit2 read none of them."""
-    version = _core_setting(common_dir, _FORMAT_VERSION)
-    if version is None or version.group(1) in ("", "0"):
-        return {}
-    found: dict[str, str] = {}
-    for body in _sections(common_dir, "extensions"):
-        for setting in _SETTING.finditer(body):
-            found[setting.group(1).lower()] = (setting.group(2) or "true").strip('"')
-    return found
-
-
 def _refuse_unreadable_format(common_dir: Path) -> None:
     """Refuse a repository whose format hive's git library cannot read (git 2.29's SHA-256
     object names, git 2.45's reftable, a format version above 1, an extension it does not know),
-    in one line naming the setting, before libgit2 meets it."""
-    version = _core_setting(common_dir, _FORMAT_VERSION)
-    if version is not None and version.group(1) not in ("", "0", "1"):
-        raise HiveError(f"{common_dir} has repository format version {version.group(1)} "
+    in one line naming the setting, before libgit2 meets it. A format-0 repository (most) costs
+    one read of the config: git and libgit2 read no extension there."""
+    found = _core_setting(common_dir, _FORMAT_VERSION)
+    version = found.group(1) if found is not None else ""
+    if version in ("", "0"):
+        return
+    if version != "1":
+        raise HiveError(f"{common_dir} has repository format version {version} "
                         "(core.repositoryformatversion): git hive works in format 0 and 1 only")
-    extensions = repository_extensions(common_dir)
+    extensions: dict[str, str] = {}   # names lowercased, the last value set
+    for body in _sections(common_dir, "extensions"):
+        for setting in _SETTING.finditer(body):
+            extensions[setting.group(1).lower()] = (setting.group(2) or "true").strip('"')
     object_format = extensions.get("objectformat", "sha1").lower()
     if object_format != "sha1":
         raise HiveError(f"{common_dir} names its objects with {object_format} (extensions.objectFormat): "
