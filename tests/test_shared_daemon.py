@@ -52,9 +52,9 @@ class Daemons:
     def __init__(self) -> None:
         self.started: list[tuple[subprocess.Popen, Path, Path]] = []
 
-    def start(self, clone: Path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    def start(self, clone: Path, env: dict[str, str], *args: str, shared: bool = True) -> subprocess.Popen:
         log = clone.parent / f"{clone.name}-daemon.log"
-        proc = start_daemon(clone, env, "--remote", "origin", *args, log=log)
+        proc = start_daemon(clone, env, *(["--remote", "origin"] if shared else []), *args, log=log)
         self.started.append((proc, clone, log))
         return proc
 
@@ -521,6 +521,49 @@ def test_a_remote_that_refuses_the_state_update_is_reported_as_such_and_work_res
     daemons.wait(run, 90)
     assert statuses(cli, a) == {i: "finalized" for i in ids}
     assert "lost to another machine's claim" not in daemons.log_of(run)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "local"])
+def test_a_blobless_clone_lands_onto_a_target_that_moved_while_its_agents_worked(
+        clones, cli, git, wait_for, daemons, tmp_path: Path, shared: bool):
+    """A blobless clone (`--filter=blob:none`) whose target moved on while its agents worked:
+    another machine pushed a file to `main`, and hive fetched it (shared mode), or the person did
+    (`git fetch origin main:main` from a feature branch). libgit2 fetches no missing file, so each
+    landing's replay failed "invalid object specified - from-a.txt", again every two seconds,
+    forever. The target's files are brought from the promisor remote before a landing reads
+    them: the tests (which read that file) pass, and both issues land on the new `main`."""
+    remote, (a,) = clones("A")
+    git("config", "uploadpack.allowFilter", "true", cwd=remote)
+    b = tmp_path / "B"
+    git("clone", "-q", "--filter=blob:none", f"file://{remote}", str(b))
+    git("checkout", "-q", "-b", "feature", cwd=b)
+    cli("init", cwd=b)
+    ids = create_issues(b, [("one", {"labels": ["slow"]}), ("two", {"labels": ["slow"]})])
+    gate = tmp_path / "go-on"
+    script = write_script(tmp_path, {"labels": {"slow": [
+        {"run": f"while [ ! -e {gate} ]; do sleep 0.1; done", "timeout": 60},
+        {"write": "hive-work/{issue}.txt", "content": "B's work\n"},
+        {"commit": "{issue}: work"}, {"result": "success", "summary": "done"}]}})
+    # unjailed: the agents wait for a file of the test's
+    env = daemon_env(script, lease_seconds=600, sandbox="off", test_command="grep -q 'A' from-a.txt")
+    run = daemons.start(b, env, "--until-idle", "--max-agents", "2", shared=shared)
+    wait_for(lambda: all((hive_dir(b) / "scripted" / f"{i}.sessions.jsonl").exists() for i in ids),
+             "both agents at work", timeout=30)
+    (a / "from-a.txt").write_text("A's work\n" * 100, encoding="utf-8")
+    git("add", "from-a.txt", cwd=a)
+    git("commit", "-q", "-m", "A's own work", cwd=a)
+    git("push", "-q", "origin", "main", cwd=a)
+    if not shared:   # the person's fetch brings no file of it: the shared daemon's neither
+        git("fetch", "-q", "origin", "main:main", cwd=b)
+        assert "?" in git("rev-list", "--objects", "--no-walk", "--missing=print", "main", cwd=b).stdout
+    gate.write_text("", encoding="utf-8")
+    daemons.wait(run, 60)
+    assert statuses(cli, b) == {i: "finalized" for i in ids}, daemons.logs()
+    assert "merge error" not in daemons.log_of(run)
+    landed = "origin/main" if shared else "main"
+    assert git("show", f"{landed}:from-a.txt", cwd=b).stdout == "A's work\n" * 100
+    assert {f"hive-work/{i}.txt" for i in ids} <= set(git("ls-tree", "-r", "--name-only", landed, cwd=b).stdout.split())
 
 
 def test_recovery_retires_the_copy_of_an_issue_another_machine_finished_and_keeps_its_own(clones, cli, git):

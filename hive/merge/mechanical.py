@@ -155,6 +155,7 @@ def land(paths: git.RepoPaths, target: Target, plan: Plan, events: LandingEvents
         if ref is None:
             return Landing("waiting", detail=f"target branch {target.branch} does not exist")
         tip = str(ref.target)
+        git.fetch_missing_objects(paths, [tip])   # a partial clone's target, moved by a fetch
         landed = landings.landed_commit(repo, tip, issue_id, plan.recorded)
         if landed:
             return Landing("merged", commit=landed, detail=f"already on {target.branch}")
@@ -236,6 +237,7 @@ def land_train(paths: git.RepoPaths, branch: str, plans: list[Plan], events: Seq
     if ref is None:
         return Train()
     tip = str(ref.target)
+    git.fetch_missing_objects(paths, [tip])
     cars = _coupled(repo, paths, tip, list(zip(plans, events))[:MAX_TRAIN])
     if len(cars) < 2:
         return Train()
