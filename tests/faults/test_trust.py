@@ -333,6 +333,38 @@ def test_hostile_state_is_refused_whole_or_adopted_harmlessly(case: Case, repo: 
     nothing_escaped(attack, tmp_path, outside_before)
 
 
+BLOBLESS_CASES = ["symlink-issue", "huge-issue", "dotdot-nested", "gitattributes", "hive-toml", "forged-note"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", BLOBLESS_CASES)
+def test_a_blobless_clone_checks_a_hostile_state_as_a_full_clone_does(name: str, shared: Shared, attack: Attack,
+                                                                      tmp_path: Path, git, cli):
+    """In a blobless clone (`--filter=blob:none`) init fetches the files of origin's `hive/state`
+    before it checks them (libgit2 fetches none): what is fetched so is checked like any fetched
+    state, refused whole or adopted harmlessly as in a full clone."""
+    case = next(c for c in CASES if c.name == name)
+    commit = push_hostile(case, shared, attack, git)
+    outside_before = files_under(attack.outside)
+    git("config", "uploadpack.allowFilter", "true", cwd=shared.remote)
+    fresh = tmp_path / "blobless"
+    git("clone", "-q", "--filter=blob:none", f"file://{shared.remote}", str(fresh))
+    assert "?" in git("rev-list", "--objects", "--no-walk", "--missing=print", "origin/hive/state", cwd=fresh).stdout
+    initialized = cli("init", cwd=fresh, check=False)
+    listed = cli("list", "--json", cwd=fresh, check=False)
+    assert initialized.returncode == 0 and listed.returncode == 0, (initialized, listed)
+    titles = {i["title"] for i in json.loads(listed.stdout)}
+    if case.rule:
+        refusal = next(line for line in initialized.stderr.splitlines() if "refused origin/hive/state" in line)
+        assert f"refused origin/hive/state at {commit[:12]}: {case.path}" in refusal and case.rule in refusal, refusal
+        assert git("rev-parse", "hive/state", cwd=fresh).stdout.strip() != commit
+        assert titles == set()                                  # started afresh
+    else:
+        assert git("rev-parse", "hive/state", cwd=fresh).stdout.strip() == commit
+        assert "an ordinary issue" in titles
+    nothing_escaped(attack, tmp_path, outside_before)
+
+
 def test_a_hostile_state_moved_by_git_itself_is_taken_back(repo: Path, shared: Shared, attack: Attack, git, cli):
     """`git fetch` then `git update-ref hive/state origin/hive/state` (what a pull does without
     hive): the next command checks the new tip before anything reads it."""
