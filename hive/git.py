@@ -518,6 +518,11 @@ def unsplit_worktree_index(worktree: Path) -> None:
     _update_index(worktree, ["--no-split-index"])
 
 
+# for a git that writes an index of hive's worktrees: nothing libgit2 cannot read back (a split
+# index, no checksum), no fsmonitor hook started
+INDEX_READABLE = ("-c", "core.splitIndex=false", "-c", "index.skipHash=false", "-c", "core.fsmonitor=false")
+
+
 def _update_index(worktree: Path, args: list[str]) -> None:
     """`git update-index ARGS` on `worktree`'s own index, whatever repository or index the
     environment names; writing nothing libgit2 cannot read back (a split index, no checksum),
@@ -526,8 +531,7 @@ def _update_index(worktree: Path, args: list[str]) -> None:
 
     env = environment_here(worktree)
     try:
-        proc = subprocess.run(["git", "-C", str(worktree), "-c", "core.splitIndex=false", "-c", "index.skipHash=false",
-                               "-c", "core.fsmonitor=false", "update-index", *args],
+        proc = subprocess.run(["git", "-C", str(worktree), *INDEX_READABLE, "update-index", *args],
                               stdin=subprocess.DEVNULL, capture_output=True, env=env)
     except OSError as exc:   # no git on PATH, too long a command line
         raise HiveError(f"git update-index could not start in {worktree}: {exc.strerror or exc}") from exc

@@ -28,7 +28,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 import dulwich.file
 import pygit2
@@ -38,7 +38,7 @@ from hive.errors import HiveError
 from hive.state.checkout import blob_id
 from hive.state.issue_file import is_valid_id
 from hive.state.store import signature_for
-from hive.workspace import attempts, files_on_disk, head_file, rewrite, spares
+from hive.workspace import attempts, files_on_disk, filters, head_file, rewrite, spares
 from hive.workspace.fastforward import checkout_of
 
 
@@ -123,7 +123,7 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     git.fetch_missing_objects(paths, [base_commit])   # a partial clone's target, fetched ahead of its files
     if not spares.take(paths, issue_id, path, base_commit):
         _add_detached(paths, issue_id, path, base)
-    settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
+    settle_index(path, git.worktree_admin(paths.common_dir, issue_id), filtered=filters.smudge(path))
     init_submodules(paths, path)
     return Worktree(issue_id, path, branch, base_commit)
 
@@ -131,7 +131,7 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
 _SECOND = 1_000_000_000
 
 
-def settle_index(worktree: Path, admin: Path) -> int:
+def settle_index(worktree: Path, admin: Path, filtered: Collection[str] = ()) -> int:
     """Leave none of the worktree's files racily clean for git, which compares timestamps to the
     second: a file changed in the second its index was written is read again by the agent's git,
     and `git add` then writes it anew as an object. In a jail that is a copy of every such file
@@ -141,14 +141,18 @@ def settle_index(worktree: Path, admin: Path) -> int:
     dated a second back, and its new times are recorded in the index, written now; a later change
     gets a later time, so git still sees it. Returns how many. An index of a version other than
     2 or 3 (what libgit2 and git write unless told otherwise) is left as it is: git compares
-    those files' contents, and only their copies cost."""
+    those files' contents, and only their copies cost. `filtered`: files git has just written
+    from their entries through a filter (`filters.smudge`), whose content is not the blob's but
+    stands for it; dated back as well, or the agent's git would compare them through the
+    filter's clean side, which for git-lfs writes into a store the jail keeps read-only: every
+    `git add` failed."""
     index_file = admin / "index"
     try:    # no fsync: like libgit2's own, this index is only a cache of the worktree's state
         out = dulwich.file.GitFile(index_file, "wb", fsync=False)
     except (OSError, dulwich.file.FileLocked):   # an `index.lock` left by a git that died
         return 0
     with out:                           # the lock held from the read to the write; aborted on error
-        settled = _settled(worktree, index_file)
+        settled = _settled(worktree, index_file, frozenset(filtered))
         if settled is None:
             out.abort()
             return 0
@@ -162,7 +166,8 @@ def settle_index(worktree: Path, admin: Path) -> int:
     return len(stamps)
 
 
-def _settled(worktree: Path, index_file: Path) -> tuple[bytes, dict[int, os.stat_result]] | None:
+def _settled(worktree: Path, index_file: Path,
+             filtered: frozenset[str]) -> tuple[bytes, dict[int, os.stat_result]] | None:
     """The index's bytes and the new `lstat` of each file dated back (`_date_back`) by where its
     entry starts in them; None when none was (or the index is none of version 2 or 3)."""
     try:
@@ -173,14 +178,15 @@ def _settled(worktree: Path, index_file: Path) -> tuple[bytes, dict[int, os.stat
     read = files_on_disk.entries_and_offsets(data) if data is not None else None
     if data is None or read is None:
         return None
-    stamps = _date_back(worktree, *read, written)
+    stamps = _date_back(worktree, *read, written, filtered)
     return (data, stamps) if stamps else None
 
 
 def _date_back(worktree: Path, entries: dict[str, files_on_disk.Entry], offsets: dict[str, int],
-               written: int) -> dict[int, os.stat_result]:
+               written: int, filtered: frozenset[str] = frozenset()) -> dict[int, os.stat_result]:
     """Date back a second each file of `entries` written in the second `written` or later whose
-    content is its entry's; the new `lstat` of each by where its entry starts in the index."""
+    content is its entry's (or stands for it: `filtered`); the new `lstat` of each by where its
+    entry starts in the index."""
     stamps: dict[int, os.stat_result] = {}
     folders: dict[str, bool] = {"": True}       # whether a folder of the worktree is one, not a link
     for name, (sha, mode, _, _) in entries.items():
@@ -191,7 +197,7 @@ def _date_back(worktree: Path, entries: dict[str, files_on_disk.Entry], offsets:
         path = os.path.join(worktree, name)
         try:
             st = os.lstat(path)
-            if st.st_mtime_ns // _SECOND < written or _blob_id(path, st) != sha:
+            if st.st_mtime_ns // _SECOND < written or (name not in filtered and _blob_id(path, st) != sha):
                 continue
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - _SECOND), follow_symlinks=False)
             stamps[offsets[name]] = os.lstat(path)
@@ -644,7 +650,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
     else:
         repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
         head_file.commit(paths, issue_id, detach=True)
-    settle_index(path, git.worktree_admin(paths.common_dir, issue_id))
+    settle_index(path, git.worktree_admin(paths.common_dir, issue_id), filtered=filters.smudge(path))
     init_submodules(paths, path)
 
 
@@ -674,4 +680,7 @@ def _reset(paths: git.RepoPaths, issue_id: str, work: pygit2.Repository, commit:
     objects are in the shared store already: each caller has just read `worktree_head`."""
     repo = open_repo(paths)
     rewrite.reset(work, commit, keep_uncommitted=lambda uncommitted: attempts.keep(repo, issue_id, [uncommitted]))
+    filtered = filters.smudge(Path(work.workdir))
+    if filtered:
+        settle_index(Path(work.workdir), git.worktree_admin(paths.common_dir, issue_id), filtered=filtered)
 

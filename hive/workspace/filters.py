@@ -1,0 +1,120 @@
+"""Files git writes through a filter driver of the person's config (git-lfs's `lfs`).
+
+libgit2, which writes hive's worktrees, runs no external filter: a file `.gitattributes` sends
+through one (`filter=lfs`) was written as its blob holds it, for git-lfs a pointer of three lines
+where the person's own checkout has the content. Agents read pointers, and every test that read
+such a file failed on every candidate. After each checkout hive makes in a worktree of its own,
+`smudge` has git write those files again through their filters, as git's own checkout does.
+
+The driver is the person's (`filter.<name>.smudge` or `.process` in their git config: `git lfs
+install` sets it); which files go through it is the branch's `.gitattributes`, as for git.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import CheckoutStrategy
+
+from hive import git
+
+_DRIVER_NAME = re.compile(r"[A-Za-z0-9._-]+")   # one a pathspec's `attr:` magic can name
+
+
+def drivers(work: pygit2.Repository) -> list[str]:
+    """The filter drivers git would run on checkout here: those the config (every level) gives a
+    `smudge` or `process` command."""
+    names = set()
+    for entry in work.config:
+        name = entry.name
+        if name.startswith("filter.") and name.endswith((".smudge", ".process")) and entry.value:
+            driver = name[len("filter."):name.rindex(".")]
+            if _DRIVER_NAME.fullmatch(driver):
+                names.add(driver)
+    return sorted(names)
+
+
+def smudge(worktree: Path) -> list[str]:
+    """Write again, through their filters, the files of `worktree` (one of hive's, its index just
+    written by a checkout) that hold their blob's bytes where git would have written them through
+    a driver (`drivers`); the paths written. Where the filter fails (git-lfs offline, the object
+    fetched nowhere) the blob's bytes are put back: the worktree is never left without a file."""
+    work = git.open_worktree(worktree)
+    names = drivers(work)
+    if not names or not _filters_assigned(work, worktree):
+        return []
+    listed = _git(worktree, ["ls-files", "-z", "--stage", "--", *(f":(attr:filter={name})" for name in names)])
+    if listed.returncode != 0:
+        return []
+    unfiltered = [path for path in _regular_entries(listed.stdout) if _holds_blob(work, worktree, *path)]
+    if not unfiltered:
+        return []
+    paths = [path for path, _ in unfiltered]
+    for path in paths:
+        os.unlink(os.path.join(worktree, path))   # git writes no file it takes for up to date
+    written = _git(worktree, ["--literal-pathspecs", "checkout", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                   b"\0".join(os.fsencode(path) for path in paths))
+    missing = [path for path in paths if not os.path.lexists(os.path.join(worktree, path))]
+    if missing:
+        git.open_worktree(worktree).checkout_index(paths=missing, strategy=CheckoutStrategy.FORCE)
+    return [] if written.returncode != 0 else paths
+
+
+def _filters_assigned(work: pygit2.Repository, worktree: Path) -> bool:
+    """Whether an attributes file git reads first names a filter: the worktree's top
+    `.gitattributes` (where `git lfs track` writes), the repository's `info/attributes`, the
+    person's `core.attributesFile`. Where none does, no `git ls-files` is run (a person who ran
+    `git lfs install` once has a driver in every repository). A filter named only in the
+    `.gitattributes` of a sub-folder is not seen."""
+    candidates = [worktree / ".gitattributes", git.common_dir_of(Path(work.path)) / "info" / "attributes"]
+    configured = work.config["core.attributesFile"] if "core.attributesFile" in work.config else None
+    if configured:
+        candidates.append(Path(os.path.expanduser(str(configured))))
+    for candidate in candidates:
+        try:
+            with open(candidate, "rb", opener=_no_follow) as attributes:
+                if b"filter=" in attributes.read(1 << 20):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+def _regular_entries(listed: bytes) -> list[tuple[str, str]]:
+    """(path, blob id) of each regular file, stage 0, in `git ls-files -z --stage` output."""
+    found = []
+    for record in listed.split(b"\0"):
+        meta, _, path = record.partition(b"\t")
+        fields = meta.split(b" ")
+        if len(fields) == 3 and fields[0] in (b"100644", b"100755") and fields[2] == b"0" and path:
+            found.append((os.fsdecode(path), fields[1].decode("ascii")))
+    return found
+
+
+def _holds_blob(work: pygit2.Repository, worktree: Path, path: str, oid: str) -> bool:
+    """Whether the file at `path` is a regular file holding exactly blob `oid` (its size first:
+    a file written through its filter is seldom the size of its pointer, and is not read)."""
+    full = os.path.join(worktree, path)
+    try:
+        st = os.lstat(full)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != work.odb.read_header(oid)[1]:
+            return False
+    except (OSError, KeyError, ValueError):
+        return False
+    return str(pygit2.hashfile(full)) == oid
+
+
+def _git(worktree: Path, args: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """git in hive's worktree, on its own repository: no hook (a checkout runs `post-checkout`,
+    git-lfs's among them), and an index libgit2 reads back (`git.INDEX_READABLE`)."""
+    return subprocess.run(["git", *git.NO_HOOKS, *git.INDEX_READABLE, *args], cwd=worktree, input=stdin,
+                          capture_output=True, env=git.environment_here(worktree))

@@ -1,0 +1,119 @@
+"""Files a filter driver of the person's config writes on checkout (git-lfs's `lfs`, or any
+`filter.<name>.smudge`): hive's worktrees hold them as git's own checkout does, not as their
+blobs hold them (libgit2 runs no external filter)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from hive import git as hive_git
+from hive.workspace import worktrees
+
+ISSUE = "hv-filt01"
+
+
+@pytest.fixture
+def filtered_repo(repo: Path, git) -> Path:
+    """The repository, with a driver in the person's global config that writes files upper-case
+    (and stores them lower-case), and a `notes.txt` that `.gitattributes` sends through it."""
+    git("config", "--global", "filter.upper.smudge", "tr a-z A-Z")
+    git("config", "--global", "filter.upper.clean", "tr A-Z a-z")
+    (repo / ".gitattributes").write_text("*.txt filter=upper\n", encoding="utf-8")
+    (repo / "notes.txt").write_text("hello filtered world\n", encoding="utf-8")
+    git("add", ".gitattributes", "notes.txt", cwd=repo)
+    git("commit", "-q", "-m", "filtered notes", cwd=repo)
+    assert git("show", "HEAD:notes.txt", cwd=repo).stdout == "hello filtered world\n"   # the blob
+    return repo
+
+
+def test_a_worktree_holds_filtered_files_as_git_writes_them_and_nothing_looks_changed(filtered_repo: Path, git):
+    """Made fresh, then reset to a commit with one more such file (what a test checkout does):
+    each time the files are what the driver writes, git and libgit2 see no change, and retiring
+    the worktree keeps nothing as "uncommitted" (the content is not the blob's, but stands for it)."""
+    paths = hive_git.discover(filtered_repo)
+    base = git("rev-parse", "main", cwd=filtered_repo).stdout.strip()
+    tree = worktrees.create(paths, ISSUE, base).path
+    assert (tree / "notes.txt").read_text() == "HELLO FILTERED WORLD\n"
+    assert (tree / "README.md").read_text() == "hello\n"            # no filter: as its blob
+    assert git("status", "--porcelain", cwd=tree).stdout == ""
+    assert pygit2.Repository(str(tree)).status() == {}
+
+    (filtered_repo / "more.txt").write_text("more words\n", encoding="utf-8")
+    git("add", "more.txt", cwd=filtered_repo)
+    git("commit", "-q", "-m", "more", cwd=filtered_repo)
+    worktrees.check_out_for_tests(paths, ISSUE, git("rev-parse", "main", cwd=filtered_repo).stdout.strip())
+    assert (tree / "more.txt").read_text() == "MORE WORDS\n"
+    assert (tree / "notes.txt").read_text() == "HELLO FILTERED WORLD\n"
+    assert git("status", "--porcelain", cwd=tree).stdout == ""
+    assert pygit2.Repository(str(tree)).status() == {}
+
+    worktrees.retire(paths, ISSUE, "main")
+    assert git("for-each-ref", f"refs/hive/attempts/{ISSUE}", cwd=filtered_repo).stdout == ""
+
+
+def test_a_filter_that_fails_leaves_the_file_as_its_blob_holds_it(filtered_repo: Path, git):
+    """The driver fails (git-lfs offline, its object fetched nowhere): the worktree is made all
+    the same, the file holding its blob's bytes, as before hive ran filters at all."""
+    git("config", "--global", "filter.upper.smudge", "false")
+    paths = hive_git.discover(filtered_repo)
+    tree = worktrees.create(paths, ISSUE, git("rev-parse", "main", cwd=filtered_repo).stdout.strip()).path
+    assert (tree / "notes.txt").read_text() == "hello filtered world\n"
+    worktrees.retire(paths, ISSUE, "main")
+
+
+def test_no_filter_is_run_where_the_person_configured_none(filtered_repo: Path, git, tmp_path: Path):
+    """`.gitattributes` names a filter this person's config does not define (a filter of the
+    branch's naming, such as an agent could add): nothing is run, the file is its blob."""
+    git("config", "--global", "--remove-section", "filter.upper")
+    ran = tmp_path / "ran"
+    git("config", "--global", "filter.other.smudge", f"sh -c 'touch {ran}; cat'")
+    paths = hive_git.discover(filtered_repo)
+    tree = worktrees.create(paths, ISSUE, git("rev-parse", "main", cwd=filtered_repo).stdout.strip()).path
+    assert (tree / "notes.txt").read_text() == "hello filtered world\n"
+    assert not ran.exists()
+    worktrees.retire(paths, ISSUE, "main")
+
+
+def _require_git_lfs() -> None:
+    if shutil.which("git-lfs"):
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI must run the git-lfs tests: install git-lfs (.ci/run does)")
+    pytest.skip("git-lfs is not installed")
+
+
+@pytest.mark.timeout(120)
+def test_with_git_lfs_the_agent_and_the_tests_read_the_content_not_its_pointer(make_repo, git, hive,
+                                                                                tmp_path: Path):
+    """A project that keeps its model in git-lfs: every worker's worktree held the pointer, so the
+    agent read three lines of metadata and every landing's tests failed (escalated). Now the
+    jailed agent reads the content, the tests pass on the candidate, the work lands, and the
+    target keeps the pointer (the content stays in git-lfs's store)."""
+    _require_git_lfs()
+    repo = make_repo("lfs-project")
+    git("lfs", "install", "--local", cwd=repo)
+    git("lfs", "track", "*.bin", cwd=repo)
+    (repo / "model.bin").write_bytes(b"REAL MODEL WEIGHTS\n")
+    git("add", ".gitattributes", "model.bin", cwd=repo)
+    git("commit", "-q", "-m", "the model", cwd=repo)
+    pointer = git("show", "HEAD:model.bin", cwd=repo).stdout
+    assert pointer.startswith("version https://git-lfs.github.com/spec/v1")
+    hive("init", cwd=repo)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": [
+        {"run": "grep -q 'REAL MODEL' model.bin"},
+        {"write": "result-{issue}.txt", "content": "read the model\n"},
+        {"commit": "{issue}: result"}, {"result": "success", "summary": "done"}]}), encoding="utf-8")
+    issue = hive("create", "use the model", cwd=repo).stdout.strip()
+    hive("run", "--backend", "scripted", "--until-idle", cwd=repo,
+         env={"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": "grep -q 'REAL MODEL' model.bin"})
+    shown = json.loads(hive("show", issue, "--json", cwd=repo).stdout)
+    assert shown["status"] == "finalized", shown
+    assert git("show", "main:model.bin", cwd=repo).stdout == pointer
+    assert git("show", f"main:result-{issue}.txt", cwd=repo).stdout == "read the model\n"
