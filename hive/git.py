@@ -806,6 +806,13 @@ def private_objects(common_dir: Path, worktree_name: str) -> Path:
     return worktree_admin(common_dir, worktree_name) / "hive-objects"
 
 
+def private_lfs(common_dir: Path, worktree_name: str) -> Path:
+    """Where a jailed agent's git-lfs stores the files it cleans (`lfs.storage`), beside its
+    private objects; it reads the shared store's through the alternate, as git does. hive copies
+    them over, re-hashed (`hive.workspace.worktrees.absorb_objects`)."""
+    return worktree_admin(common_dir, worktree_name) / "hive-lfs"
+
+
 def private_stores_env(common_dir: Path) -> dict[str, str]:
     """The agents' private stores as alternates, for a git that walks every ref, worktrees' HEADs
     included (fetch's connectivity check, push): a jailed agent's HEAD names objects that are only
@@ -825,16 +832,45 @@ def agent_git_env(base: dict[str, str] | None = None) -> dict[str, str]:
     pile up and every `git merge` spends a second finding it cannot gc). Set through
     GIT_CONFIG_COUNT (git >= 2.31), appended to any the environment already has.
     """
-    have: Mapping[str, str] = os.environ if base is None else base
+    return config_env({"gc.auto": "0", "maintenance.auto": "false", **AGENT_UNSIGNED},
+                      os.environ if base is None else base)
+
+
+def config_env(settings: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+    """`settings` as environment for a git run with `base`: appended to the ones `base` gives
+    through GIT_CONFIG_COUNT (git >= 2.31), which stay."""
     try:
-        n = int(have.get("GIT_CONFIG_COUNT", "0") or 0)
+        n = int(base.get("GIT_CONFIG_COUNT", "0") or 0)
     except ValueError:
         n = 0
-    settings = {"gc.auto": "0", "maintenance.auto": "false", **AGENT_UNSIGNED}
     env = {"GIT_CONFIG_COUNT": str(n + len(settings))}
     for i, (key, value) in enumerate(settings.items(), start=n):
         env.update({f"GIT_CONFIG_KEY_{i}": key, f"GIT_CONFIG_VALUE_{i}": value})
     return env
+
+
+_DRIVER_NAME = re.compile(r"[A-Za-z0-9._-]+")   # one a pathspec's `attr:` magic can name
+
+
+def filter_settings(config: "pygit2.Config") -> dict[str, str]:
+    """The `filter.<driver>.*` settings of each filter driver `config` (every level: a person's
+    `git lfs install` writes the global one) gives a `smudge` or `process` command: what git
+    runs on checkout for a file whose attributes name the driver."""
+    by_driver: dict[str, dict[str, str]] = {}
+    for entry in config:
+        name = entry.name
+        if name.startswith("filter.") and name.count(".") >= 2:
+            driver = name[len("filter."):name.rindex(".")]
+            if _DRIVER_NAME.fullmatch(driver):
+                by_driver.setdefault(driver, {})[name] = entry.value or ""
+    return {name: value for driver, settings in by_driver.items()
+            if settings.get(f"filter.{driver}.smudge") or settings.get(f"filter.{driver}.process")
+            for name, value in settings.items()}
+
+
+def filter_drivers(config: "pygit2.Config") -> list[str]:
+    """The names of the drivers `filter_settings` holds."""
+    return sorted({name[len("filter."):name.rindex(".")] for name in filter_settings(config)})
 
 
 # An agent's jail hides the person's signing keys and agent (`~/.gnupg`, `SSH_AUTH_SOCK`): with

@@ -57,6 +57,24 @@ def test_a_worktree_holds_filtered_files_as_git_writes_them_and_nothing_looks_ch
     assert git("for-each-ref", f"refs/hive/attempts/{ISSUE}", cwd=filtered_repo).stdout == ""
 
 
+def test_a_filter_named_in_the_persons_own_attributes_file_is_run_too(repo: Path, git, git_env: Path):
+    """The attributes come from `core.attributesFile` (the person's, no `.gitattributes` in the
+    project): git's own checkout runs the filter, so hive's does."""
+    git("config", "--global", "filter.upper.smudge", "tr a-z A-Z")
+    git("config", "--global", "filter.upper.clean", "tr A-Z a-z")
+    attributes = git_env / "attributes"
+    attributes.write_text("*.txt filter=upper\n", encoding="utf-8")
+    git("config", "--global", "core.attributesFile", str(attributes))
+    (repo / "notes.txt").write_text("quiet words\n", encoding="utf-8")
+    git("add", "notes.txt", cwd=repo)
+    git("commit", "-q", "-m", "notes", cwd=repo)
+    paths = hive_git.discover(repo)
+    tree = worktrees.create(paths, ISSUE, git("rev-parse", "main", cwd=repo).stdout.strip()).path
+    assert (tree / "notes.txt").read_text() == "QUIET WORDS\n"
+    assert git("status", "--porcelain", cwd=tree).stdout == ""
+    worktrees.retire(paths, ISSUE, "main")
+
+
 def test_a_filter_that_fails_leaves_the_file_as_its_blob_holds_it(filtered_repo: Path, git):
     """The driver fails (git-lfs offline, its object fetched nowhere): the worktree is made all
     the same, the file holding its blob's bytes, as before hive ran filters at all."""
@@ -80,6 +98,48 @@ def test_no_filter_is_run_where_the_person_configured_none(filtered_repo: Path, 
     worktrees.retire(paths, ISSUE, "main")
 
 
+def test_what_an_agent_leaves_in_its_lfs_store_is_taken_only_as_its_name_says(repo: Path, git, tmp_path: Path):
+    """The files a jailed agent's git-lfs stored are copied into the shared LFS store hashed again:
+    one whose bytes are not its name's SHA-256, a link, a FIFO, a name of the wrong folder are
+    not taken (each a way to plant bytes another worktree's checkout would then write); the
+    agent's store is emptied either way."""
+    import hashlib
+
+    paths = hive_git.discover(repo)
+    worktrees.create(paths, ISSUE, git("rev-parse", "main", cwd=repo).stdout.strip())
+    private = hive_git.private_lfs(paths.common_dir, ISSUE) / "objects"
+
+    def put(name: str, data: bytes, folder: str = "") -> Path:
+        place = private / (folder or f"{name[:2]}/{name[2:4]}")
+        place.mkdir(parents=True, exist_ok=True)
+        (place / name).write_bytes(data)
+        return place / name
+
+    genuine = b"weights the agent made\n"
+    good = hashlib.sha256(genuine).hexdigest()
+    put(good, genuine)
+    forged = hashlib.sha256(b"what the name promises").hexdigest()
+    put(forged, b"something else")
+    misplaced = hashlib.sha256(b"misplaced").hexdigest()
+    put(misplaced, b"misplaced", folder="00/00")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"a file of the person's")
+    linked = hashlib.sha256(secret.read_bytes()).hexdigest()
+    (private / linked[:2] / linked[2:4]).mkdir(parents=True, exist_ok=True)
+    (private / linked[:2] / linked[2:4] / linked).symlink_to(secret)
+    fifo = hashlib.sha256(b"").hexdigest()
+    (private / fifo[:2] / fifo[2:4]).mkdir(parents=True, exist_ok=True)
+    os.mkfifo(private / fifo[:2] / fifo[2:4] / fifo)
+
+    worktrees.absorb_objects(paths, ISSUE)
+    shared = paths.common_dir / "lfs" / "objects"
+    taken = sorted(p.name for p in shared.rglob("*") if p.is_file() or p.is_symlink())
+    assert taken == [good]
+    assert (shared / good[:2] / good[2:4] / good).read_bytes() == genuine
+    assert [p for p in private.rglob("*") if not p.is_dir()] == []
+    worktrees.retire(paths, ISSUE, "main")
+
+
 def _require_git_lfs() -> None:
     if shutil.which("git-lfs"):
         return
@@ -89,15 +149,19 @@ def _require_git_lfs() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_with_git_lfs_the_agent_and_the_tests_read_the_content_not_its_pointer(make_repo, git, hive,
-                                                                                tmp_path: Path):
-    """A project that keeps its model in git-lfs: every worker's worktree held the pointer, so the
-    agent read three lines of metadata and every landing's tests failed (escalated). Now the
-    jailed agent reads the content, the tests pass on the candidate, the work lands, and the
-    target keeps the pointer (the content stays in git-lfs's store)."""
+def test_with_git_lfs_agents_read_and_change_the_content_and_the_target_keeps_pointers(make_repo, git, hive,
+                                                                                         tmp_path: Path):
+    """A project that keeps its model in git-lfs, set up as `git lfs install` does (the person's
+    global config). Every worker's worktree held the pointer: the agent read three lines of
+    metadata, and every landing whose tests read the file failed. Now the jailed agent reads the
+    content and the tests pass on the candidate. An agent that changes the file commits a new
+    pointer (its global config was hidden from the jail, so git stored the content itself as a
+    plain blob; then git-lfs could not write its store there), its content reaches the shared
+    LFS store through hive, checked against its name, and the person's checkout gets the new
+    content; the target holds pointers only."""
     _require_git_lfs()
     repo = make_repo("lfs-project")
-    git("lfs", "install", "--local", cwd=repo)
+    git("lfs", "install", cwd=repo)
     git("lfs", "track", "*.bin", cwd=repo)
     (repo / "model.bin").write_bytes(b"REAL MODEL WEIGHTS\n")
     git("add", ".gitattributes", "model.bin", cwd=repo)
@@ -106,14 +170,26 @@ def test_with_git_lfs_the_agent_and_the_tests_read_the_content_not_its_pointer(m
     assert pointer.startswith("version https://git-lfs.github.com/spec/v1")
     hive("init", cwd=repo)
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"default": [
-        {"run": "grep -q 'REAL MODEL' model.bin"},
-        {"write": "result-{issue}.txt", "content": "read the model\n"},
-        {"commit": "{issue}: result"}, {"result": "success", "summary": "done"}]}), encoding="utf-8")
-    issue = hive("create", "use the model", cwd=repo).stdout.strip()
+    script.write_text(json.dumps({"labels": {
+        "read": [{"run": "grep -q 'REAL MODEL' model.bin"},
+                 {"write": "result-{issue}.txt", "content": "read the model\n"},
+                 {"commit": "{issue}: result"}, {"result": "success", "summary": "done"}],
+        "retrain": [{"run": "grep -q 'REAL MODEL' model.bin"},
+                    {"write": "model.bin", "content": "REAL MODEL WEIGHTS, RETRAINED\n"},
+                    {"commit": "{issue}: retrained"}, {"result": "success", "summary": "done"}]}}), encoding="utf-8")
+    read = hive("create", "use the model", "-l", "read", cwd=repo).stdout.strip()
     hive("run", "--backend", "scripted", "--until-idle", cwd=repo,
          env={"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": "grep -q 'REAL MODEL' model.bin"})
-    shown = json.loads(hive("show", issue, "--json", cwd=repo).stdout)
-    assert shown["status"] == "finalized", shown
+    assert json.loads(hive("show", read, "--json", cwd=repo).stdout)["status"] == "finalized"
     assert git("show", "main:model.bin", cwd=repo).stdout == pointer
-    assert git("show", f"main:result-{issue}.txt", cwd=repo).stdout == "read the model\n"
+    assert git("show", f"main:result-{read}.txt", cwd=repo).stdout == "read the model\n"
+
+    retrain = hive("create", "retrain the model", "-l", "retrain", cwd=repo).stdout.strip()
+    hive("run", "--backend", "scripted", "--until-idle", cwd=repo,
+         env={"HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_TEST_COMMAND": "grep -q RETRAINED model.bin"})
+    shown = json.loads(hive("show", retrain, "--json", cwd=repo).stdout)
+    assert shown["status"] == "finalized", shown
+    new_pointer = git("show", "main:model.bin", cwd=repo).stdout
+    assert new_pointer.startswith("version https://git-lfs.github.com/spec/v1") and new_pointer != pointer
+    assert (repo / "model.bin").read_bytes() == b"REAL MODEL WEIGHTS, RETRAINED\n"   # the person's checkout
+    assert git("lfs", "fsck", cwd=repo).returncode == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hive import git
 from hive.errors import HiveError
 from hive.jail import mechanisms
 from hive.jail.mechanisms import support
@@ -45,6 +46,8 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
     if jail is None:
         return Launch(list(argv), dict(env))
     inside = {**jail_environment(env, jail.provider_env), **dict(jail.env)}
+    if jail.git_config:
+        inside.update(git.config_env(dict(jail.git_config), inside))
     found = support(jail.mechanism)
     if not found.ok:
         if not strict:

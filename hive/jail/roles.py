@@ -114,7 +114,23 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
                 ("GIT_ALTERNATE_OBJECT_DIRECTORIES", str(paths.common_dir / "objects"))]
     return JailSpec(writable=tuple(writable), readable=(str(paths.common_dir), *_system_readable()),
                     hidden=_hidden(paths, main_worktree=True), scratch=SCRATCH, frozen=tuple(frozen),
-                    env=tuple(env))
+                    env=tuple(env), git_config=_filters(paths, admin))
+
+
+def _filters(paths: git.RepoPaths, admin: Path | None) -> tuple[tuple[str, str], ...]:
+    """The person's filter drivers (git-lfs's): their global config is hidden with their home,
+    and without them the agent's git would store an LFS file's content as a plain blob. git-lfs
+    then keeps what it cleans in a store of the worktree's (`git.private_lfs`): the shared one
+    is read-only here (it reads that one through the objects' alternate)."""
+    settings = git.filter_settings(git.repository(paths.common_dir).config)
+    if admin is not None and any(name.startswith("filter.lfs.") for name in settings):
+        lfs = git.private_lfs(paths.common_dir, admin.name)
+        try:
+            lfs.mkdir(exist_ok=True)
+        except OSError:
+            pass                     # the admin folder is gone: there is no worktree to jail
+        settings["lfs.storage"] = str(lfs)
+    return tuple(settings.items())
 
 
 def queen_jail(paths: git.RepoPaths, plan_directory: Path) -> JailSpec:

@@ -35,6 +35,7 @@ class JailSpec:
     frozen: tuple[str, ...] = ()
     max_processes: int = DEFAULT_MAX_PROCESSES
     env: tuple[tuple[str, str], ...] = ()     # set inside whatever the caller's environment says
+    git_config: tuple[tuple[str, str], ...] = ()   # git settings inside, after the environment's own
     endpoints: tuple[str, ...] = ()
     provider_env: tuple[str, ...] = ()
     home: str = field(default_factory=lambda: os.path.expanduser("~"))

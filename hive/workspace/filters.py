@@ -13,7 +13,6 @@ install` sets it); which files go through it is the branch's `.gitattributes`, a
 from __future__ import annotations
 
 import os
-import re
 import stat
 import subprocess
 from pathlib import Path
@@ -23,29 +22,15 @@ from pygit2.enums import CheckoutStrategy
 
 from hive import git
 
-_DRIVER_NAME = re.compile(r"[A-Za-z0-9._-]+")   # one a pathspec's `attr:` magic can name
-
-
-def drivers(work: pygit2.Repository) -> list[str]:
-    """The filter drivers git would run on checkout here: those the config (every level) gives a
-    `smudge` or `process` command."""
-    names = set()
-    for entry in work.config:
-        name = entry.name
-        if name.startswith("filter.") and name.endswith((".smudge", ".process")) and entry.value:
-            driver = name[len("filter."):name.rindex(".")]
-            if _DRIVER_NAME.fullmatch(driver):
-                names.add(driver)
-    return sorted(names)
-
 
 def smudge(worktree: Path) -> list[str]:
     """Write again, through their filters, the files of `worktree` (one of hive's, its index just
     written by a checkout) that hold their blob's bytes where git would have written them through
-    a driver (`drivers`); the paths written. Where the filter fails (git-lfs offline, the object
-    fetched nowhere) the blob's bytes are put back: the worktree is never left without a file."""
+    a driver of the person's (`git.filter_drivers`); the paths written. Where the filter fails
+    (git-lfs offline, the object fetched nowhere) the blob's bytes are put back: the worktree is
+    never left without a file."""
     work = git.open_worktree(worktree)
-    names = drivers(work)
+    names = git.filter_drivers(work.config)
     if not names or not _filters_assigned(work, worktree):
         return []
     listed = _git(worktree, ["ls-files", "-z", "--stage", "--", *(f":(attr:filter={name})" for name in names)])

@@ -280,6 +280,7 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
     empty its private store. How many were new. (Its links and special files go first:
     `clear_agent_git_dir`.)"""
     clear_agent_git_dir(paths, issue_id)
+    _absorb_lfs(paths, issue_id)
     private = git.private_objects(paths.common_dir, issue_id)
     try:
         entries = list(os.scandir(private))
@@ -302,6 +303,67 @@ def absorb_objects(paths: git.RepoPaths, issue_id: str) -> int:
             Path(entry.path).unlink(missing_ok=True)
     (private / "pack").mkdir(exist_ok=True)
     return added
+
+
+_LFS_OID = re.compile(r"[0-9a-f]{64}")
+
+
+def _absorb_lfs(paths: git.RepoPaths, issue_id: str) -> int:
+    """The files a jailed agent's git-lfs stored (`git.private_lfs`) moved into the shared LFS
+    store, each hashed again as it is copied (its name is its SHA-256: a file whose bytes are not
+    what its name says is not taken); how many were new there."""
+    private = git.private_lfs(paths.common_dir, issue_id) / "objects"
+    shared = paths.common_dir / "lfs" / "objects"
+    added = 0
+    for first in _folders(private):
+        for second in _folders(Path(first.path)):
+            for item in _entries_of(Path(second.path)):
+                name = item.name
+                target = shared / name[:2] / name[2:4] / name
+                if (_LFS_OID.fullmatch(name) and name[:2] == first.name and name[2:4] == second.name
+                        and not target.exists() and _copy_hashed(Path(item.path), target, name)):
+                    added += 1
+                Path(item.path).unlink(missing_ok=True)
+    return added
+
+
+def _folders(folder: Path) -> list[os.DirEntry[str]]:
+    return [entry for entry in _entries_of(folder) if entry.is_dir(follow_symlinks=False)]
+
+
+def _entries_of(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return []
+
+
+def _copy_hashed(source: Path, target: Path, sha256: str) -> bool:
+    """`source` copied to `target` (through a file beside it, renamed) if, as a regular file, its
+    bytes hash to `sha256`; whether it was."""
+    try:
+        handle = lines.open_regular(source)
+    except OSError:                   # lines.NotAFile among them: a FIFO, a link
+        return False
+    if handle is None:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}-{threading.get_ident()}")
+    digest = hashlib.sha256()
+    try:
+        with handle, open(temp, "wb") as out:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != sha256:
+            return False
+        os.replace(temp, target)
+        return True
+    except OSError:
+        return False
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 MAX_LOOSE_OBJECT = 512 << 20
