@@ -193,3 +193,34 @@ def test_with_git_lfs_agents_read_and_change_the_content_and_the_target_keeps_po
     assert new_pointer.startswith("version https://git-lfs.github.com/spec/v1") and new_pointer != pointer
     assert (repo / "model.bin").read_bytes() == b"REAL MODEL WEIGHTS, RETRAINED\n"   # the person's checkout
     assert git("lfs", "fsck", cwd=repo).returncode == 0
+
+
+@pytest.mark.timeout(120)
+def test_with_git_lfs_a_shared_run_pushes_the_new_content_with_the_pointer(git, hive, tmp_path: Path):
+    """`git hive run --remote origin`: the pointer an agent committed reaches the remote's target,
+    and so does its content (git-lfs's pre-push hook, which hive's push runs as the person's own
+    does): a fresh clone checks the retrained model out, not a pointer it cannot resolve."""
+    _require_git_lfs()
+    remote = tmp_path / "remote.git"
+    git("init", "-q", "--bare", "-b", "main", str(remote))
+    person = tmp_path / "person"
+    git("clone", "-q", str(remote), str(person))
+    git("lfs", "install", cwd=person)
+    git("lfs", "track", "*.bin", cwd=person)
+    (person / "model.bin").write_bytes(b"REAL MODEL WEIGHTS\n")
+    git("add", ".gitattributes", "model.bin", cwd=person)
+    git("commit", "-q", "-m", "the model", cwd=person)
+    git("push", "-q", "origin", "main", cwd=person)
+    hive("init", cwd=person)
+    hive("sync", cwd=person)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"default": [
+        {"write": "model.bin", "content": "RETRAINED WEIGHTS\n"},
+        {"commit": "{issue}: retrained"}, {"result": "success", "summary": "done"}]}), encoding="utf-8")
+    issue = hive("create", "retrain the model", cwd=person).stdout.strip()
+    hive("run", "--backend", "scripted", "--remote", "origin", "--until-idle", cwd=person,
+         env={"HIVE_SCRIPTED_SCRIPT": str(script)})
+    assert json.loads(hive("show", issue, "--json", cwd=person).stdout)["status"] == "finalized"
+    fresh = tmp_path / "fresh"
+    git("clone", "-q", str(remote), str(fresh))
+    assert (fresh / "model.bin").read_bytes() == b"RETRAINED WEIGHTS\n"
