@@ -172,6 +172,8 @@ def test_with_git_lfs_agents_read_and_change_the_content_and_the_target_keeps_po
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"labels": {
         "read": [{"run": "grep -q 'REAL MODEL' model.bin"},
+                 # git-lfs inside finds the content in the shared store, through the alternate
+                 {"run": "rm model.bin && git checkout -- model.bin && grep -q 'REAL MODEL' model.bin"},
                  {"write": "result-{issue}.txt", "content": "read the model\n"},
                  {"commit": "{issue}: result"}, {"result": "success", "summary": "done"}],
         "retrain": [{"run": "grep -q 'REAL MODEL' model.bin"},
