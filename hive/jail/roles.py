@@ -19,6 +19,7 @@ import os
 import sys
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 from hive import git
 from hive.jail.spec import JailSpec
@@ -101,6 +102,11 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
     writable = [str(worktree)]
     frozen = [str(worktree / ".git")]
     env = list(_identity(paths))
+    readable = [str(paths.common_dir), *_system_readable()]
+    store = pre_commit_store(os.environ, os.path.expanduser("~"))
+    if store is not None:
+        readable.append(store)
+        env.append(("PRE_COMMIT_HOME", store))
     if admin is not None:
         writable.append(str(admin))
         _plain_empty_file(admin / "config.worktree")
@@ -112,9 +118,21 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
         (objects / "pack").mkdir(exist_ok=True)
         env += [("GIT_OBJECT_DIRECTORY", str(objects)),
                 ("GIT_ALTERNATE_OBJECT_DIRECTORIES", str(paths.common_dir / "objects"))]
-    return JailSpec(writable=tuple(writable), readable=(str(paths.common_dir), *_system_readable()),
+    return JailSpec(writable=tuple(writable), readable=tuple(readable),
                     hidden=_hidden(paths, main_worktree=True), scratch=SCRATCH, frozen=tuple(frozen),
                     env=tuple(env), git_config=_filters(paths, admin))
+
+
+def pre_commit_store(env: Mapping[str, str], home: str) -> str | None:
+    """The store of the pre-commit framework (`PRE_COMMIT_HOME`, else `pre-commit` in the cache
+    folder) when it exists in the hidden home: the person's hooks run for the agent's commits too,
+    and the hook environments their own commits installed there are what those hooks run. Shown
+    read-only (pre-commit then uses it as it is, installing nothing); where it cannot read it,
+    pre-commit failed every commit on the read-only home ("Read-only file system: ~/.cache")."""
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    store = os.path.realpath(env.get("PRE_COMMIT_HOME") or os.path.join(cache, "pre-commit"))
+    inside = store.startswith(os.path.realpath(home) + os.sep)
+    return store if inside and os.path.isfile(os.path.join(store, "db.db")) else None
 
 
 def _filters(paths: git.RepoPaths, admin: Path | None) -> tuple[tuple[str, str], ...]:
