@@ -852,25 +852,59 @@ def config_env(settings: Mapping[str, str], base: Mapping[str, str]) -> dict[str
 _DRIVER_NAME = re.compile(r"[A-Za-z0-9._-]+")   # one a pathspec's `attr:` magic can name
 
 
-def filter_settings(config: "pygit2.Config") -> dict[str, str]:
-    """The `filter.<driver>.*` settings of each filter driver `config` (every level: a person's
-    `git lfs install` writes the global one) gives a `smudge` or `process` command: what git
-    runs on checkout for a file whose attributes name the driver."""
+@dataclass(frozen=True)
+class FilterConfig:
+    """What of the person's git config decides which files a checkout writes through a filter."""
+
+    settings: Mapping[str, str]   # every `filter.<driver>.*` of a driver with a smudge or process command
+    attributes_file: str          # `core.attributesFile`, "" when none
+
+    @property
+    def drivers(self) -> list[str]:
+        return sorted({name[len("filter."):name.rindex(".")] for name in self.settings})
+
+
+_filter_configs: dict[str, tuple[tuple[int, ...], FilterConfig]] = {}
+
+
+def filter_config(paths: RepoPaths) -> FilterConfig:
+    """The repository's `FilterConfig`, every level of its config read (a person's `git lfs
+    install` writes the global one): through libgit2 once for each version of the files it reads
+    (`include`d files aside), since every worktree hive makes asks."""
+    key = tuple(_mtime_ns(path) for path in _config_files(paths))
+    known = _filter_configs.get(str(paths.common_dir))
+    if known is not None and known[0] == key:
+        return known[1]
     by_driver: dict[str, dict[str, str]] = {}
-    for entry in config:
-        name = entry.name
-        if name.startswith("filter.") and name.count(".") >= 2:
+    attributes_file = ""
+    for entry in repository(paths.common_dir).config:
+        name, value = entry.name, entry.value or ""
+        if name == "core.attributesfile":
+            attributes_file = value
+        elif name.startswith("filter.") and name.count(".") >= 2:
             driver = name[len("filter."):name.rindex(".")]
             if _DRIVER_NAME.fullmatch(driver):
-                by_driver.setdefault(driver, {})[name] = entry.value or ""
-    return {name: value for driver, settings in by_driver.items()
-            if settings.get(f"filter.{driver}.smudge") or settings.get(f"filter.{driver}.process")
-            for name, value in settings.items()}
+                by_driver.setdefault(driver, {})[name] = value
+    found = FilterConfig({name: value for driver, settings in by_driver.items()
+                          if settings.get(f"filter.{driver}.smudge") or settings.get(f"filter.{driver}.process")
+                          for name, value in settings.items()}, attributes_file)
+    _filter_configs[str(paths.common_dir)] = (key, found)
+    return found
 
 
-def filter_drivers(config: "pygit2.Config") -> list[str]:
-    """The names of the drivers `filter_settings` holds."""
-    return sorted({name[len("filter."):name.rindex(".")] for name in filter_settings(config)})
+def _config_files(paths: RepoPaths) -> list[str]:
+    """The config files git and libgit2 may read for this repository."""
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    return [str(paths.common_dir / "config"), os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"),
+            os.environ.get("GIT_CONFIG_GLOBAL", ""), os.environ.get("GIT_CONFIG_SYSTEM", "/etc/gitconfig")]
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns if path else -1
+    except OSError:
+        return -1
 
 
 # An agent's jail hides the person's signing keys and agent (`~/.gnupg`, `SSH_AUTH_SOCK`): with

@@ -140,7 +140,7 @@ def _filters(paths: git.RepoPaths, admin: Path | None) -> tuple[tuple[str, str],
     and without them the agent's git would store an LFS file's content as a plain blob. git-lfs
     then keeps what it cleans in a store of the worktree's (`git.private_lfs`): the shared one
     is read-only here (it reads that one through the objects' alternate)."""
-    settings = git.filter_settings(git.repository(paths.common_dir).config)
+    settings = dict(git.filter_config(paths).settings)
     if admin is not None and any(name.startswith("filter.lfs.") for name in settings):
         lfs = git.private_lfs(paths.common_dir, admin.name)
         try:

@@ -23,43 +23,43 @@ from pygit2.enums import CheckoutStrategy
 from hive import git
 
 
-def smudge(worktree: Path) -> list[str]:
+def smudge(paths: git.RepoPaths, worktree: Path) -> list[str]:
     """Write again, through their filters, the files of `worktree` (one of hive's, its index just
     written by a checkout) that hold their blob's bytes where git would have written them through
-    a driver of the person's (`git.filter_drivers`); the paths written. Where the filter fails
+    a driver of the person's (`git.filter_config`); the paths written. Where the filter fails
     (git-lfs offline, the object fetched nowhere) the blob's bytes are put back: the worktree is
     never left without a file."""
-    work = git.open_worktree(worktree)
-    names = git.filter_drivers(work.config)
-    if not names or not _filters_assigned(work, worktree):
+    config = git.filter_config(paths)
+    names = config.drivers
+    if not names or not _filters_assigned(paths, worktree, config.attributes_file):
         return []
     listed = _git(worktree, ["ls-files", "-z", "--stage", "--", *(f":(attr:filter={name})" for name in names)])
     if listed.returncode != 0:
         return []
-    unfiltered = [path for path in _regular_entries(listed.stdout) if _holds_blob(work, worktree, *path)]
+    odb = git.repository(paths.common_dir).odb
+    unfiltered = [path for path in _regular_entries(listed.stdout) if _holds_blob(odb, worktree, *path)]
     if not unfiltered:
         return []
-    paths = [path for path, _ in unfiltered]
-    for path in paths:
+    files = [path for path, _ in unfiltered]
+    for path in files:
         os.unlink(os.path.join(worktree, path))   # git writes no file it takes for up to date
     written = _git(worktree, ["--literal-pathspecs", "checkout", "--pathspec-from-file=-", "--pathspec-file-nul"],
-                   b"\0".join(os.fsencode(path) for path in paths))
-    missing = [path for path in paths if not os.path.lexists(os.path.join(worktree, path))]
+                   b"\0".join(os.fsencode(path) for path in files))
+    missing = [path for path in files if not os.path.lexists(os.path.join(worktree, path))]
     if missing:
         git.open_worktree(worktree).checkout_index(paths=missing, strategy=CheckoutStrategy.FORCE)
-    return [] if written.returncode != 0 else paths
+    return [] if written.returncode != 0 else files
 
 
-def _filters_assigned(work: pygit2.Repository, worktree: Path) -> bool:
+def _filters_assigned(paths: git.RepoPaths, worktree: Path, attributes_file: str) -> bool:
     """Whether an attributes file git reads first names a filter: the worktree's top
     `.gitattributes` (where `git lfs track` writes), the repository's `info/attributes`, the
     person's `core.attributesFile`. Where none does, no `git ls-files` is run (a person who ran
     `git lfs install` once has a driver in every repository). A filter named only in the
     `.gitattributes` of a sub-folder is not seen."""
-    candidates = [worktree / ".gitattributes", git.common_dir_of(Path(work.path)) / "info" / "attributes"]
-    configured = work.config["core.attributesFile"] if "core.attributesFile" in work.config else None
-    if configured:
-        candidates.append(Path(os.path.expanduser(str(configured))))
+    candidates = [worktree / ".gitattributes", paths.common_dir / "info" / "attributes"]
+    if attributes_file:
+        candidates.append(Path(os.path.expanduser(attributes_file)))
     for candidate in candidates:
         try:
             with open(candidate, "rb", opener=_no_follow) as attributes:
@@ -85,13 +85,13 @@ def _regular_entries(listed: bytes) -> list[tuple[str, str]]:
     return found
 
 
-def _holds_blob(work: pygit2.Repository, worktree: Path, path: str, oid: str) -> bool:
+def _holds_blob(odb: pygit2.Odb, worktree: Path, path: str, oid: str) -> bool:
     """Whether the file at `path` is a regular file holding exactly blob `oid` (its size first:
     a file written through its filter is seldom the size of its pointer, and is not read)."""
     full = os.path.join(worktree, path)
     try:
         st = os.lstat(full)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != work.odb.read_header(oid)[1]:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != odb.read_header(oid)[1]:
             return False
     except (OSError, KeyError, ValueError):
         return False
