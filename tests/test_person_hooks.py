@@ -80,7 +80,7 @@ def test_the_pre_commit_framework_runs_for_a_jailed_agents_commit_from_the_perso
     assert {p: p.stat().st_mtime_ns for p in Path(store).rglob("*")} == before
 
 
-def test_the_store_is_shown_only_where_pre_commit_made_one_in_the_home(tmp_path: Path):
+def test_the_store_is_found_where_pre_commit_makes_it_and_only_once_made(tmp_path: Path):
     home = tmp_path / "home"
     store = home / ".cache" / "pre-commit"
     assert pre_commit_store({}, str(home)) is None                        # none made
@@ -92,7 +92,7 @@ def test_the_store_is_shown_only_where_pre_commit_made_one_in_the_home(tmp_path:
     (moved / "db.db").write_bytes(b"")
     assert pre_commit_store({"PRE_COMMIT_HOME": str(moved)}, str(home)) == str(moved)
     assert pre_commit_store({"XDG_CACHE_HOME": str(home / "xdg")}, str(home)) is None
-    outside = tmp_path / "elsewhere"                                      # not hidden: nothing to show
-    outside.mkdir()
-    (outside / "db.db").write_bytes(b"")
-    assert pre_commit_store({"PRE_COMMIT_HOME": str(outside)}, str(home)) is None
+    elsewhere = tmp_path / "xdg-cache" / "pre-commit"                     # the jail is told where
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "db.db").write_bytes(b"")
+    assert pre_commit_store({"XDG_CACHE_HOME": str(elsewhere.parent)}, str(home)) == str(elsewhere)

@@ -125,14 +125,14 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
 
 def pre_commit_store(env: Mapping[str, str], home: str) -> str | None:
     """The store of the pre-commit framework (`PRE_COMMIT_HOME`, else `pre-commit` in the cache
-    folder) when it exists in the hidden home: the person's hooks run for the agent's commits too,
-    and the hook environments their own commits installed there are what those hooks run. Shown
-    read-only (pre-commit then uses it as it is, installing nothing); where it cannot read it,
-    pre-commit failed every commit on the read-only home ("Read-only file system: ~/.cache")."""
+    folder), when the person's own commits made one: the person's hooks run for the agent's
+    commits too, with the hook environments installed there. Shown read-only (pre-commit then
+    uses it as it is, installing nothing) and named in `PRE_COMMIT_HOME` (the jail passes no
+    `XDG_CACHE_HOME`); where pre-commit found none, it failed every commit on the read-only home
+    ("Read-only file system: ~/.cache")."""
     cache = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     store = os.path.realpath(env.get("PRE_COMMIT_HOME") or os.path.join(cache, "pre-commit"))
-    inside = store.startswith(os.path.realpath(home) + os.sep)
-    return store if inside and os.path.isfile(os.path.join(store, "db.db")) else None
+    return store if os.path.isfile(os.path.join(store, "db.db")) else None
 
 
 def _filters(paths: git.RepoPaths, admin: Path | None) -> tuple[tuple[str, str], ...]:
