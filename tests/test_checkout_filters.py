@@ -75,6 +75,33 @@ def test_a_filter_named_in_the_persons_own_attributes_file_is_run_too(repo: Path
     worktrees.retire(paths, ISSUE, "main")
 
 
+def test_a_filter_named_in_a_sub_folders_attributes_is_run_too(repo: Path, git):
+    """`git lfs track` run in `assets/` writes `assets/.gitattributes`: the filter named there
+    applies there, as for git; each folder's answer is kept by its tree id, so the next commit,
+    which changes another folder, still finds it."""
+    git("config", "--global", "filter.upper.smudge", "tr a-z A-Z")
+    git("config", "--global", "filter.upper.clean", "tr A-Z a-z")
+    (repo / "assets").mkdir()
+    (repo / "assets" / ".gitattributes").write_text("*.txt filter=upper\n", encoding="utf-8")
+    (repo / "assets" / "words.txt").write_text("deep words\n", encoding="utf-8")
+    (repo / "top.txt").write_text("top words\n", encoding="utf-8")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "assets", cwd=repo)
+    paths = hive_git.discover(repo)
+    tree = worktrees.create(paths, ISSUE, git("rev-parse", "main", cwd=repo).stdout.strip()).path
+    assert (tree / "assets" / "words.txt").read_text() == "DEEP WORDS\n"
+    assert (tree / "top.txt").read_text() == "top words\n"            # not under assets/
+    (repo / "other").mkdir()
+    (repo / "other" / "file.md").write_text("x\n", encoding="utf-8")
+    (repo / "assets" / "more.txt").write_text("more words\n", encoding="utf-8")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "more", cwd=repo)
+    worktrees.check_out_for_tests(paths, ISSUE, git("rev-parse", "main", cwd=repo).stdout.strip())
+    assert (tree / "assets" / "more.txt").read_text() == "MORE WORDS\n"
+    assert git("status", "--porcelain", cwd=tree).stdout == ""
+    worktrees.retire(paths, ISSUE, "main")
+
+
 def test_a_filter_that_fails_leaves_the_file_as_its_blob_holds_it(filtered_repo: Path, git):
     """The driver fails (git-lfs offline, its object fetched nowhere): the worktree is made all
     the same, the file holding its blob's bytes, as before hive ran filters at all."""

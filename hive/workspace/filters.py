@@ -21,17 +21,18 @@ import pygit2
 from pygit2.enums import CheckoutStrategy
 
 from hive import git
+from hive.state import raw_trees
 
 
-def smudge(paths: git.RepoPaths, worktree: Path) -> list[str]:
+def smudge(paths: git.RepoPaths, worktree: Path, commit: str) -> list[str]:
     """Write again, through their filters, the files of `worktree` (one of hive's, its index just
-    written by a checkout) that hold their blob's bytes where git would have written them through
+    written by a checkout of `commit`) that hold their blob's bytes where git would have written them through
     a driver of the person's (`git.filter_config`); the paths written. Where the filter fails
     (git-lfs offline, the object fetched nowhere) the blob's bytes are put back: the worktree is
     never left without a file."""
     config = git.filter_config(paths)
     names = config.drivers
-    if not names or not _filters_assigned(paths, worktree, config.attributes_file):
+    if not names or not _filters_assigned(paths, commit, config.attributes_file):
         return []
     listed = _git(worktree, ["ls-files", "-z", "--stage", "--", *(f":(attr:filter={name})" for name in names)])
     if listed.returncode != 0:
@@ -51,13 +52,19 @@ def smudge(paths: git.RepoPaths, worktree: Path) -> list[str]:
     return [] if written.returncode != 0 else files
 
 
-def _filters_assigned(paths: git.RepoPaths, worktree: Path, attributes_file: str) -> bool:
-    """Whether an attributes file git reads first names a filter: the worktree's top
-    `.gitattributes` (where `git lfs track` writes), the repository's `info/attributes`, the
-    person's `core.attributesFile`. Where none does, no `git ls-files` is run (a person who ran
-    `git lfs install` once has a driver in every repository). A filter named only in the
-    `.gitattributes` of a sub-folder is not seen."""
-    candidates = [worktree / ".gitattributes", paths.common_dir / "info" / "attributes"]
+def _filters_assigned(paths: git.RepoPaths, commit: str, attributes_file: str) -> bool:
+    """Whether an attributes file git reads names a filter: a `.gitattributes` of the commit, in
+    any folder (`git lfs track` run in `assets/` writes `assets/.gitattributes`), the
+    repository's `info/attributes`, the person's `core.attributesFile`. Where none does, no `git
+    ls-files` is run (a person who ran `git lfs install` once has a driver in every repository)."""
+    odb = git.repository(paths.common_dir).odb
+    try:
+        tree = str(git.repository(paths.common_dir)[commit].peel(pygit2.Tree).id)
+        if _tree_names_filter(odb, tree):
+            return True
+    except (KeyError, ValueError, pygit2.GitError):
+        return True                  # not read here: let git decide
+    candidates = [paths.common_dir / "info" / "attributes"]
     if attributes_file:
         candidates.append(Path(os.path.expanduser(attributes_file)))
     for candidate in candidates:
@@ -68,6 +75,42 @@ def _filters_assigned(paths: git.RepoPaths, worktree: Path, attributes_file: str
         except OSError:
             continue
     return False
+
+
+_NAMES_FILTER: dict[str, bool] = {}   # tree id -> whether a `.gitattributes` in it says `filter=`
+_KEPT_TREES = 200_000
+_FOLDER, _FILES = b"40000", (b"100644", b"100755")
+
+
+def _tree_names_filter(odb: pygit2.Odb, root: str) -> bool:
+    """Whether a `.gitattributes` anywhere in tree `root` names a filter; each tree's answer kept
+    by its id, so a commit after another reads only the folders it changed (and no recursion: a
+    tree of the branch may nest deeper than Python's stack)."""
+    if len(_NAMES_FILTER) > _KEPT_TREES:
+        _NAMES_FILTER.clear()
+    children: dict[str, tuple[bool, list[str]]] = {}
+    stack = [root]
+    while stack:
+        tree = stack[-1]
+        if tree in _NAMES_FILTER:
+            stack.pop()
+            continue
+        if tree not in children:
+            own, subtrees = False, []
+            for record in raw_trees.parse(odb.read(tree)[1]):
+                space = record.index(b" ")
+                mode, name, oid = record[:space], record[space + 1:-21], record[-20:].hex()
+                if mode == _FOLDER:
+                    subtrees.append(oid)
+                elif name == b".gitattributes" and mode in _FILES:
+                    own = own or b"filter=" in odb.read(oid)[1]
+            children[tree] = (own, subtrees)
+            stack.extend(sub for sub in subtrees if sub not in _NAMES_FILTER)
+            continue
+        own, subtrees = children.pop(tree)
+        _NAMES_FILTER[tree] = own or any(_NAMES_FILTER.get(sub, False) for sub in subtrees)
+        stack.pop()
+    return _NAMES_FILTER[root]
 
 
 def _no_follow(path: str, flags: int) -> int:

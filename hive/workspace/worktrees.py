@@ -123,7 +123,8 @@ def create(paths: git.RepoPaths, issue_id: str, base_commit: str) -> Worktree:
     git.fetch_missing_objects(paths, [base_commit])   # a partial clone's target, fetched ahead of its files
     if not spares.take(paths, issue_id, path, base_commit):
         _add_detached(paths, issue_id, path, base)
-    settle_index(path, git.worktree_admin(paths.common_dir, issue_id), filtered=filters.smudge(paths, path))
+    filtered = filters.smudge(paths, path, base_commit)
+    settle_index(path, git.worktree_admin(paths.common_dir, issue_id), filtered=filtered)
     init_submodules(paths, path)
     return Worktree(issue_id, path, branch, base_commit)
 
@@ -712,7 +713,7 @@ def recreate(paths: git.RepoPaths, issue_id: str) -> None:
     else:
         repo.add_worktree(issue_id, str(path), repo.references[work_ref(issue_id)])
         head_file.commit(paths, issue_id, detach=True)
-    settle_index(path, git.worktree_admin(paths.common_dir, issue_id), filtered=filters.smudge(paths, path))
+    settle_index(path, git.worktree_admin(paths.common_dir, issue_id), filtered=filters.smudge(paths, path, head))
     init_submodules(paths, path)
 
 
@@ -742,7 +743,7 @@ def _reset(paths: git.RepoPaths, issue_id: str, work: pygit2.Repository, commit:
     objects are in the shared store already: each caller has just read `worktree_head`."""
     repo = open_repo(paths)
     rewrite.reset(work, commit, keep_uncommitted=lambda uncommitted: attempts.keep(repo, issue_id, [uncommitted]))
-    filtered = filters.smudge(paths, Path(work.workdir))
+    filtered = filters.smudge(paths, Path(work.workdir), commit)
     if filtered:
         settle_index(Path(work.workdir), git.worktree_admin(paths.common_dir, issue_id), filtered=filtered)
 
