@@ -110,7 +110,7 @@ def _tree_names_filter(odb: pygit2.Odb, root: str) -> bool:
         own, subtrees = children.pop(tree)
         _NAMES_FILTER[tree] = own or any(_NAMES_FILTER.get(sub, False) for sub in subtrees)
         stack.pop()
-    return _NAMES_FILTER[root]
+    return _NAMES_FILTER.get(root, True)   # True: cleared meanwhile by another thread, let git decide
 
 
 def _no_follow(path: str, flags: int) -> int:
