@@ -253,3 +253,27 @@ def test_with_git_lfs_a_shared_run_pushes_the_new_content_with_the_pointer(git, 
     fresh = tmp_path / "fresh"
     git("clone", "-q", str(remote), str(fresh))
     assert (fresh / "model.bin").read_bytes() == b"RETRAINED WEIGHTS\n"
+
+
+def test_the_filter_gate_walks_a_tree_nested_deeper_than_pythons_stack(repo: Path):
+    """A tree of the branch (an agent's landed work) nested 3,000 folders deep, a `.gitattributes`
+    naming a filter at the bottom: the gate finds it, with no RecursionError (hive would have
+    failed every worktree made from that commit)."""
+    import sys
+
+    from hive.workspace import filters
+
+    odb_repo = pygit2.Repository(str(repo))
+    attributes = odb_repo.create_blob(b"*.bin filter=lfs\n")
+    builder = odb_repo.TreeBuilder()
+    builder.insert(".gitattributes", attributes, pygit2.GIT_FILEMODE_BLOB)
+    tree = builder.write()
+    depth = sys.getrecursionlimit() * 3
+    for _ in range(depth):
+        builder = odb_repo.TreeBuilder()
+        builder.insert("d", tree, pygit2.GIT_FILEMODE_TREE)
+        tree = builder.write()
+    assert filters._tree_names_filter(odb_repo.odb, str(tree)) is True
+    plain = odb_repo.TreeBuilder()
+    plain.insert("d", odb_repo.create_blob(b"nothing\n"), pygit2.GIT_FILEMODE_BLOB)
+    assert filters._tree_names_filter(odb_repo.odb, str(plain.write())) is False
