@@ -523,16 +523,20 @@ def unsplit_worktree_index(worktree: Path) -> None:
 INDEX_READABLE = ("-c", "core.splitIndex=false", "-c", "index.skipHash=false", "-c", "core.fsmonitor=false")
 
 
-def _update_index(worktree: Path, args: list[str]) -> None:
-    """`git update-index ARGS` on `worktree`'s own index, whatever repository or index the
-    environment names; writing nothing libgit2 cannot read back (a split index, no checksum),
-    starting no fsmonitor hook."""
+def in_worktree(worktree: Path, args: list[str], stdin: bytes = b"") -> "subprocess.CompletedProcess[bytes]":
+    """git ARGS in one of hive's worktrees, on that worktree's own repository and index whatever
+    the environment names, writing an index libgit2 reads back (`INDEX_READABLE`). OSError where
+    git cannot start."""
     import subprocess
 
-    env = environment_here(worktree)
+    return subprocess.run(["git", "-C", str(worktree), *INDEX_READABLE, *args], input=stdin,
+                          capture_output=True, env=environment_here(worktree))
+
+
+def _update_index(worktree: Path, args: list[str]) -> None:
+    """`git update-index ARGS` on `worktree`'s own index (`in_worktree`)."""
     try:
-        proc = subprocess.run(["git", "-C", str(worktree), *INDEX_READABLE, "update-index", *args],
-                              stdin=subprocess.DEVNULL, capture_output=True, env=env)
+        proc = in_worktree(worktree, ["update-index", *args])
     except OSError as exc:   # no git on PATH, too long a command line
         raise HiveError(f"git update-index could not start in {worktree}: {exc.strerror or exc}") from exc
     if proc.returncode != 0:
@@ -762,7 +766,7 @@ def remove_if_stale(lock: Path, stale_after: float = STALE_LOCK_SECONDS) -> bool
     return True
 
 
-def _entries(folder: str | Path) -> list[os.DirEntry[str]]:
+def folder_entries(folder: str | Path) -> list[os.DirEntry[str]]:
     """A folder's entries; none once it is gone. A worktree's admin folder goes whenever its issue
     is retired, in another thread: pathlib's glob raises when a folder vanishes under it."""
     try:
@@ -777,9 +781,9 @@ def clear_stale_locks(common_dir: Path, log: Callable[[str], None] = lambda _: N
     """Remove every stale git lock of a repository — its refs (remote-tracking ones included),
     packed-refs, HEAD, config, the index of every worktree — without waiting for any, each told
     to `log`. Called at daemon start and before each fetch or push; returns the locks removed."""
-    candidates = [Path(e.path) for e in _entries(common_dir) if e.name.endswith(".lock")]
-    for admin in _entries(common_dir / "worktrees"):
-        candidates.extend(Path(e.path) for e in _entries(admin.path) if e.name.endswith(".lock"))
+    candidates = [Path(e.path) for e in folder_entries(common_dir) if e.name.endswith(".lock")]
+    for admin in folder_entries(common_dir / "worktrees"):
+        candidates.extend(Path(e.path) for e in folder_entries(admin.path) if e.name.endswith(".lock"))
     for folder, _, names in os.walk(common_dir / "refs"):
         candidates.extend(Path(folder, name) for name in names if name.endswith(".lock"))
     removed = [lock for lock in candidates if remove_if_stale(lock, stale_after)]
@@ -817,7 +821,7 @@ def private_stores_env(common_dir: Path) -> dict[str, str]:
     """The agents' private stores as alternates, for a git that walks every ref, worktrees' HEADs
     included (fetch's connectivity check, push): a jailed agent's HEAD names objects that are only
     there until hive absorbs them, and without them such a git fails on a "bad object"."""
-    admins = sorted((admin.path for admin in _entries(common_dir / "worktrees") if not admin.is_symlink()))
+    admins = sorted((admin.path for admin in folder_entries(common_dir / "worktrees") if not admin.is_symlink()))
     stores = [path for path in (os.path.join(admin, "hive-objects") for admin in admins)
               if os.path.isdir(path) and not os.path.islink(path)]
     return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(stores)} if stores else {}

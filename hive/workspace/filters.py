@@ -26,19 +26,19 @@ from hive.state import raw_trees
 
 def smudge(paths: git.RepoPaths, worktree: Path, commit: str) -> list[str]:
     """Write again, through their filters, the files of `worktree` (one of hive's, its index just
-    written by a checkout of `commit`) that hold their blob's bytes where git would have written them through
-    a driver of the person's (`git.filter_config`); the paths written. Where the filter fails
-    (git-lfs offline, the object fetched nowhere) the blob's bytes are put back: the worktree is
-    never left without a file."""
+    written by a checkout of `commit`) that hold their blob's bytes where git would have written
+    them through a driver of the person's (`git.filter_config`); the paths written. Where the
+    filter fails (git-lfs offline, the object fetched nowhere) the blob's bytes are put back: the
+    worktree is never left without a file."""
     config = git.filter_config(paths)
     names = config.drivers
     if not names or not _filters_assigned(paths, commit, config.attributes_file):
         return []
+    repo = git.repository(paths.common_dir)
     listed = _git(worktree, ["ls-files", "-z", "--stage", "--", *(f":(attr:filter={name})" for name in names)])
     if listed.returncode != 0:
         return []
-    odb = git.repository(paths.common_dir).odb
-    unfiltered = [path for path in _regular_entries(listed.stdout) if _holds_blob(odb, worktree, *path)]
+    unfiltered = [path for path in _regular_entries(listed.stdout) if _holds_blob(repo.odb, worktree, *path)]
     if not unfiltered:
         return []
     files = [path for path, _ in unfiltered]
@@ -57,19 +57,18 @@ def _filters_assigned(paths: git.RepoPaths, commit: str, attributes_file: str) -
     any folder (`git lfs track` run in `assets/` writes `assets/.gitattributes`), the
     repository's `info/attributes`, the person's `core.attributesFile`. Where none does, no `git
     ls-files` is run (a person who ran `git lfs install` once has a driver in every repository)."""
-    odb = git.repository(paths.common_dir).odb
+    repo = git.repository(paths.common_dir)
     try:
-        tree = str(git.repository(paths.common_dir)[commit].peel(pygit2.Tree).id)
-        if _tree_names_filter(odb, tree):
+        if _tree_names_filter(repo.odb, str(repo[commit].peel(pygit2.Tree).id)):
             return True
     except (KeyError, ValueError, pygit2.GitError):
         return True                  # not read here: let git decide
     candidates = [paths.common_dir / "info" / "attributes"]
     if attributes_file:
         candidates.append(Path(os.path.expanduser(attributes_file)))
-    for candidate in candidates:
+    for candidate in candidates:   # the person's own files: followed where a link (dotfiles), as by git
         try:
-            with open(candidate, "rb", opener=_no_follow) as attributes:
+            with open(candidate, "rb") as attributes:
                 if b"filter=" in attributes.read(1 << 20):
                     return True
         except OSError:
@@ -113,10 +112,6 @@ def _tree_names_filter(odb: pygit2.Odb, root: str) -> bool:
     return _NAMES_FILTER.get(root, True)   # True: cleared meanwhile by another thread, let git decide
 
 
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
-
-
 def _regular_entries(listed: bytes) -> list[tuple[str, str]]:
     """(path, blob id) of each regular file, stage 0, in `git ls-files -z --stage` output."""
     found = []
@@ -142,7 +137,5 @@ def _holds_blob(odb: pygit2.Odb, worktree: Path, path: str, oid: str) -> bool:
 
 
 def _git(worktree: Path, args: list[str], stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    """git in hive's worktree, on its own repository: no hook (a checkout runs `post-checkout`,
-    git-lfs's among them), and an index libgit2 reads back (`git.INDEX_READABLE`)."""
-    return subprocess.run(["git", *git.NO_HOOKS, *git.INDEX_READABLE, *args], cwd=worktree, input=stdin,
-                          capture_output=True, env=git.environment_here(worktree))
+    """`git.in_worktree` with no hook: a checkout runs `post-checkout`, git-lfs's among them."""
+    return git.in_worktree(worktree, [*git.NO_HOOKS, *args], stdin)

@@ -318,7 +318,7 @@ def _absorb_lfs(paths: git.RepoPaths, issue_id: str) -> int:
     added = 0
     for first in _folders(private):
         for second in _folders(Path(first.path)):
-            for item in _entries_of(Path(second.path)):
+            for item in git.folder_entries(second.path):
                 name = item.name
                 target = shared / name[:2] / name[2:4] / name
                 if (_LFS_OID.fullmatch(name) and name[:2] == first.name and name[2:4] == second.name
@@ -329,15 +329,7 @@ def _absorb_lfs(paths: git.RepoPaths, issue_id: str) -> int:
 
 
 def _folders(folder: Path) -> list[os.DirEntry[str]]:
-    return [entry for entry in _entries_of(folder) if entry.is_dir(follow_symlinks=False)]
-
-
-def _entries_of(folder: Path) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(folder) as entries:
-            return list(entries)
-    except OSError:
-        return []
+    return [entry for entry in git.folder_entries(folder) if entry.is_dir(follow_symlinks=False)]
 
 
 def _copy_hashed(source: Path, target: Path, sha256: str) -> bool:
