@@ -115,7 +115,7 @@ def leftovers(host_fifo: Path, outside: Path) -> list[tuple[str, str]]:
     jail refuses, for hive to meet when it reads or rewrites them after (its changes for the
     touches rule, its HEAD and objects, the merge's reset): hive must neither wait on a FIFO
     (libgit2 reads every `.gitignore` and `.gitattributes`, through a link too) nor follow a link.
-    `host_fifo`: a FIFO of the host's; `outside`: a folder of the user's."""
+    `host_fifo`: a FIFO of the host's; `outside`: a folder of the user's, with `keep.txt`."""
     admin = '"$(git rev-parse --git-dir)"'
     return [
         ("fifo-gitignore", "mkfifo .gitignore"),
@@ -125,7 +125,21 @@ def leftovers(host_fifo: Path, outside: Path) -> list[tuple[str, str]]:
         ("fifo-orig-head", f"mkfifo {admin}/ORIG_HEAD"),
         ("fifo-head-log", f"mkdir -p {admin}/logs && rm -f {admin}/logs/HEAD && mkfifo {admin}/logs/HEAD"),
         ("fifo-loose-object", f"mkdir -p {admin}/hive-objects/ab && mkfifo {admin}/hive-objects/ab/{'c' * 38}"),
+        # the agent's git-lfs store (`hive-lfs`), which hive copies into the shared one: a FIFO, and
+        # a link to a file of the user's named by that file's SHA-256 (followed, hive would take
+        # the user's file into the LFS store, for any checkout naming that id to write out)
+        ("fifo-lfs-object", f"mkdir -p {admin}/hive-lfs/objects/ab/cd && "
+                            f"mkfifo {admin}/hive-lfs/objects/ab/cd/abcd{'e' * 60}"),
+        ("lfs-object-link-out", _lfs_link(admin, outside / "keep.txt")),
     ]
+
+
+def _lfs_link(admin: str, target: Path) -> str:
+    """A link in the agent's LFS store to `target`, named as git-lfs names the object `target`'s
+    bytes are (what a file of the user's holds: `leftovers`' callers write it first)."""
+    oid = hashlib.sha256(target.read_bytes()).hexdigest() if target.is_file() else "f" * 64
+    folder = f"{admin}/hive-lfs/objects/{oid[:2]}/{oid[2:4]}"
+    return f"mkdir -p {folder} && ln -s {target} {folder}/{oid}"
 
 
 def tree_digest(root: Path) -> dict[str, str]:

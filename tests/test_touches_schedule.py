@@ -130,7 +130,8 @@ def test_what_an_agent_leaves_for_hive_to_read_blocks_nothing_and_leads_nowhere(
         list_json: Callable[..., list[dict]], wait_for: Callable[..., Any], tmp_path: Path) -> None:
     """The hostile leftovers (`tests/hostile.py`): an agent commits its work, leaves FIFOs named
     `.gitignore`, a `.gitattributes` linked to a FIFO of the host's, a link out, FIFOs in its git
-    folder (a FIFO put back during hive's reads: `test_rewrite.py`). Meanwhile an issue arrives that
+    folder (a FIFO put back during hive's reads: `test_rewrite.py`), a FIFO and a link to a file of
+    the user's in its git-lfs store. Meanwhile an issue arrives that
     declares the file the agent changed: the touches rule reads the agent's worktree again and
     again while it waits. Nothing waits on a FIFO, nothing outside is written; both land, what
     the first left uncommitted kept (its links as links)."""
@@ -164,6 +165,8 @@ def test_what_an_agent_leaves_for_hive_to_read_blocks_nothing_and_leads_nowhere(
     assert statuses == {first: "finalized", later: "finalized"}, statuses
     assert os.listdir(outside) == ["keep.txt"]
     assert stat.S_ISFIFO(os.stat(host_fifo).st_mode)
+    user_file = (outside / "keep.txt").read_bytes()                       # not taken through a link
+    assert [p for p in (repo / ".git" / "lfs").rglob("*") if p.is_file() and p.read_bytes() == user_file] == []
     kept = git("for-each-ref", "--format=%(objectname)", f"refs/hive/attempts/{first}/", cwd=repo).stdout.split()
     assert any(git("ls-tree", c, ".gitattributes", cwd=repo).stdout.startswith("120000 ") for c in kept), kept
 
