@@ -146,6 +146,67 @@ def test_a_credential_inside_a_folder_shown_again_is_hidden_again_through_a_link
     assert "SECRET" not in result.output, result.output
 
 
+def test_the_tools_on_path_show_their_own_folders_and_never_one_holding_the_repository(tmp_path: Path) -> None:
+    """A launcher folder shows its tool, any other folder itself; a folder that holds the
+    repository (and the person's other projects beside it), the home, a relative entry or one
+    outside the home shows nothing more."""
+    from hive.jail.roles import tool_folders
+
+    home = tmp_path / "home"
+    project = home / "code" / "proj"
+    linked = home / "apps" / "current"
+    for folder in (".pyenv/shims", ".cargo/bin", "bin", "code/bin", "code/proj/.venv/bin",
+                   "code/proj/node_modules/.bin", "code/proj/scripts", ".local/bin", "apps/v2/bin"):
+        (home / folder).mkdir(parents=True)
+    linked.symlink_to(home / "apps" / "v2")
+    entries = [home / ".pyenv/shims", home / ".cargo/bin", home / "bin", home / "code/bin",
+               project / ".venv/bin", project / "node_modules/.bin", project / "scripts", home / ".local/bin",
+               linked / "bin", home / "code", project, home, Path("/usr/bin")]
+    search_path = os.pathsep.join([*map(str, entries), "node_modules/.bin", "", "."])
+    assert tool_folders(search_path, str(home), (str(project), str(project / ".git"))) == [
+        str(home / ".pyenv"), str(home / ".cargo"), str(home / "bin"), str(home / "code/bin"),
+        str(project / ".venv"), str(project / "node_modules"), str(project / "scripts"), str(home / ".local"),
+        str(home / "apps/v2")]
+
+
+def test_a_venv_of_the_project_on_path_shows_that_venv_and_not_the_persons_other_projects(
+        make_repo, git, hive, git_env: Path, monkeypatch) -> None:
+    """With the project's venv activated (`~/code/proj/.venv/bin` on PATH), a worker's commands
+    run that venv's tools; `~/code`, with the person's other projects and their `.env` files,
+    stays hidden, and so do the project's own untracked files. (The whole first folder under the
+    home was shown before: every `.env` in `~/code` was readable to every agent.)"""
+    require_jail()
+    from hive import git as hive_git
+    from hive.jail import roles
+    from hive.workspace import worktrees
+
+    code = git_env / "code"
+    other = code / "other"
+    other.mkdir(parents=True)
+    (other / ".env").write_text("SECRET-OTHER-PROJECT-7c3a\n")
+    project = make_repo("project")
+    project.rename(code / "proj")
+    project = code / "proj"
+    (project / ".env").write_text("SECRET-OWN-ENV-2b9d\n")
+    tool = project / ".venv" / "bin" / "venv-tool"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\necho the venv tool runs\n")
+    tool.chmod(0o755)
+    hive("init", cwd=project)
+    monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
+    paths = hive_git.discover(project)
+    issue = "hv-7oo1s5"
+    worktrees.create(paths, issue, git("rev-parse", "main", cwd=project).stdout.strip())
+    tree = worktrees.worktree_path(paths, issue)
+    launch = prepare(["sh", "-c", f'venv-tool; cat "{other}/.env" "{project}/.env"; ls -a "{code}"; true'],
+                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
+    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    launch.release()
+    assert "the venv tool runs" in done.stdout, done.stdout + done.stderr
+    assert "SECRET" not in done.stdout + done.stderr
+    assert "other" not in done.stdout.split()
+
+
 def test_the_environment_is_an_allowlist_and_a_providers_keys_reach_only_its_own_cli() -> None:
     host = {"PATH": "/bin", "ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "o", "OPENAI_BASE_URL": "u",
             "HTTPS_PROXY": "p", "https_proxy": "p", "LC_ALL": "C", "HIVE_MAX_AGENTS": "3", "GIT_DIR": "/x",

@@ -27,24 +27,47 @@ from hive.jail.spec import JailSpec
 _HIVE_PACKAGE = str(Path(__file__).resolve().parent.parent)
 
 
-def _system_readable() -> tuple[str, ...]:
+def _system_readable(paths: git.RepoPaths) -> tuple[str, ...]:
     """What commands need that may lie in the hidden home, shown again read-only: hive's own
-    Python (a venv in ~) and the tool folders on PATH (`~/.pyenv/shims` → `~/.pyenv`, a shim
-    needs its whole tree; the credentials inside stay hidden, see `JailSpec.credentials`)."""
-    return _readable_for(os.environ.get("PATH", ""), os.path.expanduser("~"))
+    Python (a venv in ~) and the folders of the tools on PATH (see `tool_folders`)."""
+    return _readable_for(os.environ.get("PATH", ""), os.path.expanduser("~"),
+                         (str(paths.main_worktree), str(paths.common_dir)))
 
 
 @lru_cache(maxsize=4)
-def _readable_for(search_path: str, home: str) -> tuple[str, ...]:
-    """`_system_readable` for one PATH and home: worked out once (each agent start asks)."""
-    home = os.path.realpath(home)
-    tools = []
-    for entry in search_path.split(os.pathsep):
-        real = os.path.realpath(entry) if entry else ""
-        if real.startswith(home + os.sep):
-            tools.append(os.path.join(home, real[len(home) + 1:].split(os.sep)[0]))
+def _readable_for(search_path: str, home: str, repository: tuple[str, ...]) -> tuple[str, ...]:
+    """`_system_readable` for one PATH, home and repository: worked out once (each agent start asks)."""
     return tuple(dict.fromkeys((sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                                _HIVE_PACKAGE, *tools)))
+                                _HIVE_PACKAGE, *tool_folders(search_path, home, repository))))
+
+
+TOOL_BIN_FOLDERS = ("bin", "sbin", "shims", ".bin")   # a tool's launchers, beside the rest of it
+
+
+def tool_folders(search_path: str, home: str, repository: tuple[str, ...]) -> list[str]:
+    """The folders in the home that the commands on `search_path` need: for a launcher folder
+    (`~/.pyenv/shims`, `~/.cargo/bin`, a venv's `bin`, `node_modules/.bin`) the tool it belongs
+    to (a shim needs its whole tree; the credentials inside stay hidden, see
+    `JailSpec.credentials`), else the folder itself. Never the home, nor a folder holding the
+    repository: `~/code/proj/.venv/bin` on PATH shows that venv, not `~/code` with the person's
+    other projects (and their `.env` files) in it. A relative entry names a folder of each
+    command's own working directory (in the jail: its worktree, shown already)."""
+    home = os.path.realpath(home)
+    repository = tuple(os.path.realpath(folder) for folder in repository)
+
+    def holds_repository(folder: str) -> bool:
+        return any(inside == folder or inside.startswith(folder + os.sep) for inside in repository)
+
+    folders = []
+    for entry in search_path.split(os.pathsep):
+        if not os.path.isabs(entry):
+            continue
+        real = os.path.realpath(entry)
+        if not real.startswith(home + os.sep) or holds_repository(real):
+            continue
+        tool = os.path.dirname(real) if os.path.basename(real) in TOOL_BIN_FOLDERS else real
+        folders.append(real if tool == home or holds_repository(tool) else tool)
+    return folders
 
 
 def _git_admin(worktree: Path) -> Path | None:
@@ -102,7 +125,7 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
     writable = [str(worktree)]
     frozen = [str(worktree / ".git")]
     env = list(_identity(paths))
-    readable = [str(paths.common_dir), *_system_readable()]
+    readable = [str(paths.common_dir), *_system_readable(paths)]
     store = pre_commit_store(os.environ, os.path.expanduser("~"))
     if store is not None:
         readable.append(store)
@@ -155,6 +178,6 @@ def queen_jail(paths: git.RepoPaths, plan_directory: Path) -> JailSpec:
     """The Queen's jail: it reads the repository and writes only its plan directory."""
     plan = plan_directory.resolve()
     return JailSpec(writable=(str(plan),),
-                    readable=(str(paths.main_worktree), str(paths.common_dir), *_system_readable()),
+                    readable=(str(paths.main_worktree), str(paths.common_dir), *_system_readable(paths)),
                     hidden=_hidden(paths, main_worktree=False), scratch=SCRATCH,
                     frozen=(str(plan / ".git"),), env=_identity(paths))
