@@ -47,7 +47,7 @@ def _run_jailed(command: str, worktree: str, jail: JailSpec) -> dict[str, object
     except NoJail as e:
         return {"refused": str(e)}
     try:
-        done = subprocess.run(launch.argv, env=launch.env, cwd=worktree, stdin=subprocess.DEVNULL,
+        done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, cwd=worktree, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     finally:
         launch.release()

@@ -14,8 +14,10 @@ Skipped, with the reason, where no jail can be built; in CI (`CI=true`) that is 
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -200,11 +202,143 @@ def test_a_venv_of_the_project_on_path_shows_that_venv_and_not_the_persons_other
     tree = worktrees.worktree_path(paths, issue)
     launch = prepare(["sh", "-c", f'venv-tool; cat "{other}/.env" "{project}/.env"; ls -a "{code}"; true'],
                      cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
-    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
     launch.release()
     assert "the venv tool runs" in done.stdout, done.stdout + done.stderr
     assert "SECRET" not in done.stdout + done.stderr
     assert "other" not in done.stdout.split()
+
+
+def _require_node() -> str:
+    npm = shutil.which("npm")
+    if npm and shutil.which("node"):
+        return npm
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI must run the Node tests: node and npm come with the agent CLIs (.ci/run)")
+    pytest.skip("node and npm are not installed")
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["installed", "a-link"])
+def test_a_worker_uses_the_node_modules_installed_in_the_main_worktree(make_repo, git, hive, tmp_path: Path,
+                                                                       linked: bool) -> None:
+    """`npm test` in a worktree finds the packages and their commands installed in the main
+    worktree (Node looks in every folder above, and the worktree lies inside the main worktree's
+    `.git`), read-only. Before, the hidden main worktree hid them: every landing of a JavaScript
+    project failed ("check-greet: not found"). A `node_modules` that is a link is not followed."""
+    require_jail()
+    _require_node()
+    from hive import git as hive_git
+    from hive.jail import roles
+    from hive.workspace import worktrees
+
+    project = make_repo("web")
+    (project / "package.json").write_text(json.dumps({"name": "web", "version": "1.0.0",
+                                                      "scripts": {"test": "check-greet && node test.js"}}))
+    (project / "test.js").write_text('console.log(require("greet")("worktree"));\n')
+    (project / ".gitignore").write_text("node_modules/\n")
+    git("add", "-A", cwd=project)
+    git("commit", "-q", "-m", "a package", cwd=project)
+    installed = tmp_path / "elsewhere" if linked else project / "node_modules"
+    (installed / "greet").mkdir(parents=True)
+    (installed / "greet" / "index.js").write_text('module.exports = (who) => "hello " + who;\n')
+    (installed / ".bin").mkdir()
+    (installed / ".bin" / "check-greet").write_text("#!/bin/sh\necho greet is installed\n")
+    (installed / ".bin" / "check-greet").chmod(0o755)
+    if linked:
+        (project / "node_modules").symlink_to(installed)
+    hive("init", cwd=project)
+    paths = hive_git.discover(project)
+    issue = "hv-n0dejs"
+    worktrees.create(paths, issue, git("rev-parse", "main", cwd=project).stdout.strip())
+    tree = worktrees.worktree_path(paths, issue)
+    launch = prepare(["sh", "-c", "npm test --offline --no-update-notifier; node_modules/.bin/check-greet; "
+                      "git add -A; echo \"staged:$(git diff --cached --name-only)\"; "
+                      "touch ../../../../node_modules/greet/index.js node_modules/greet/index.js"],
+                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
+    launch.release()
+    output = done.stdout + done.stderr
+    if linked:
+        assert "check-greet: not found" in output, output
+        return
+    assert output.count("greet is installed") == 2 and "hello worktree" in output, output
+    assert "staged:\n" in output, output                       # ignored, as in the person's checkout
+    assert output.count("Read-only file system") == 2, output   # read-only: the person's install
+    assert not any((tree / "node_modules").iterdir())         # what the jail left: its mount point
+
+
+def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(make_repo, git, hive) -> None:
+    """A Python project installed editable (`pip install -e .`, `uv sync`) in a venv of its
+    checkout: the venv's `.pth` names the main worktree's `src`. A worktree's command runs
+    `.venv/bin/python` as in the person's checkout, and imports the worktree's version of the
+    package, not the target's (nor nothing: the hidden main worktree failed every landing with
+    "No module named ..."). The person's own untracked files stay hidden."""
+    require_jail()
+    from hive import git as hive_git
+    from hive.jail import roles
+    from hive.workspace import worktrees
+
+    project = make_repo("lib")
+    (project / "src" / "mypkg").mkdir(parents=True)
+    (project / "src" / "mypkg" / "__init__.py").write_text('WHO = "the target"\n')
+    (project / ".gitignore").write_text(".venv/\n")
+    git("add", "-A", cwd=project)
+    git("commit", "-q", "-m", "a package", cwd=project)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
+    purelib = subprocess.run([str(project / ".venv" / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "__editable__.mypkg-0.pth").write_text(f"{project / 'src'}\n")
+    (project / ".env").write_text("SECRET-PERSONS-ENV-41f0\n")
+    hive("init", cwd=project)
+    paths = hive_git.discover(project)
+    issue = "hv-ed1tab"
+    worktrees.create(paths, issue, git("rev-parse", "main", cwd=project).stdout.strip())
+    tree = worktrees.worktree_path(paths, issue)
+    (tree / "src" / "mypkg" / "__init__.py").write_text('WHO = "the worktree"\n')   # the work under test
+    launch = prepare(["sh", "-c", '.venv/bin/python -c "import mypkg; print(mypkg.WHO)"; '
+                      f'cat "{project}/.env"; git add -A; echo "staged:$(git diff --cached --name-only)"'],
+                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
+    launch.release()
+    output = done.stdout + done.stderr
+    assert "the worktree\n" in output and "the target" not in output, output
+    assert "SECRET" not in output, output
+    assert "staged:src/mypkg/__init__.py\n" in output, output   # the venv is not the agent's to add
+
+
+def test_a_link_an_agent_leaves_in_its_worktree_is_not_shown_at_the_main_worktrees_place(
+        repo: Path, git, git_env: Path) -> None:
+    """The worktree's files are shown at the main worktree's place by the descriptors hive opened
+    without following a link: a link the agent left there (to the person's home, hidden in the
+    jail) shows nothing, and neither does one put in place of a folder after hive opened it."""
+    require_jail()
+    from hive import git as hive_git
+    from hive.jail import roles
+    from hive.workspace import worktrees
+
+    secret = git_env / "private"
+    secret.mkdir()
+    (secret / "notes.txt").write_text("SECRET-HOME-NOTES-9e2c\n")
+    paths = hive_git.discover(repo)
+    issue = "hv-f0rged"
+    worktrees.create(paths, issue, git("rev-parse", "main", cwd=repo).stdout.strip())
+    tree = worktrees.worktree_path(paths, issue)
+    (tree / "leak").symlink_to(secret)
+    (tree / "swapped").mkdir()
+    (tree / "swapped" / "mine.txt").write_text("the agent's own\n")
+    launch = prepare(["sh", "-c", f'cat "{repo}/leak/notes.txt" "{repo}/swapped/notes.txt" "{repo}/README.md" '
+                      f'"{repo}/swapped/mine.txt"; ls -a "{repo}"'],
+                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
+    (tree / "swapped").rename(tree / "aside")                  # after hive opened it: a link instead
+    (tree / "swapped").symlink_to(secret)
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
+    launch.release()
+    output = done.stdout + done.stderr
+    assert "SECRET" not in output, output
+    assert "hello\n" in output, output                          # the worktree's README, at the main worktree's place
+    assert "the agent's own\n" in output, output               # what hive opened, moved since
+    assert "leak" not in output.split(), output
 
 
 def test_the_environment_is_an_allowlist_and_a_providers_keys_reach_only_its_own_cli() -> None:
@@ -227,7 +361,7 @@ def test_starting_a_jail_needs_the_mechanism_or_says_why(tmp_path: Path, monkeyp
     assert launch.cap is not None                           # the command last, inside, under the bound
     bounded = ["--", *launch.cap.bounded(["true"])]
     assert support().program in launch.argv and launch.argv[-len(bounded):] == bounded
-    assert subprocess.run(launch.argv, env=launch.env).returncode == 0
+    assert subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds).returncode == 0
     launch.release()
     monkeypatch.setenv("HIVE_BWRAP", str(tmp_path / "no-bwrap"))
     detect.support.cache_clear()
@@ -268,7 +402,7 @@ def test_the_network_relay_starts_from_its_modules_bytecode_and_execs_the_comman
         launch = prepare(command, cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"},
                          jail=JailSpec(writable=(str(tmp_path),), endpoints=("http://127.0.0.1:9999",)))
         try:
-            done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True, timeout=30)
+            done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True, timeout=30)
         finally:
             launch.release()
         assert (done.returncode, done.stdout) == (code, said), done.stderr
@@ -287,7 +421,7 @@ def test_the_mechanisms_registry_decides_the_jail_and_names_the_fix_when_it_cann
         assert named.ok and named.mechanism == name, named
         launch = prepare(["true"], cwd=str(tmp_path), env={"PATH": "/bin"},
                          jail=JailSpec(writable=(str(tmp_path),), mechanism=name))
-        assert named.program in launch.argv and subprocess.run(launch.argv, env=launch.env).returncode == 0
+        assert named.program in launch.argv and subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds).returncode == 0
         launch.release()
     assert support().mechanism == mechanisms.names()[0]
     unknown = support("chroot")
@@ -324,7 +458,7 @@ def _registered(monkeypatch: pytest.MonkeyPatch, *probed: Support) -> None:
     for found in probed:
         module = types.ModuleType(f"tests.mechanism_{found.mechanism}")
         module.__dict__.update(PROGRAM_ENV="X", probe=lambda found=found: found, programs=lambda: (),
-                               command=lambda program, spec, argv, cwd, env, gate_folder="": [program, *argv])
+                               command=lambda program, spec, argv, cwd, env, gate_folder="", views=(): [program, *argv])
         monkeypatch.setitem(sys.modules, module.__name__, module)
         registry[found.mechanism] = mechanisms.Mechanism(found.mechanism, module.__name__)
     monkeypatch.setattr(mechanisms, "MECHANISMS", registry)
@@ -440,7 +574,7 @@ def test_a_jailed_commit_lands_through_the_private_object_store_rehashed(repo: P
     launch = prepare(["sh", "-c", 'echo made > made.txt && git add made.txt && git commit -q -m "made" '
                       '&& test ! -w "$(git rev-parse --git-common-dir)/objects"'],
                      cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=jail)
-    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
     launch.release()
     assert done.returncode == 0, done.stderr
     private = hive_git.private_objects(paths.common_dir, issue)
@@ -475,7 +609,7 @@ def test_the_queens_jail_writes_only_its_plan_directory(repo: Path, tmp_path: Pa
               f'cat ~/.ssh/id_rsa; touch "{paths.hive_dir}/pwned"; true; }}')
     launch = prepare(["sh", "-c", script], cwd=str(plan), env={"PATH": os.environ["PATH"]},
                      jail=roles.queen_jail(paths, plan))
-    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
     launch.release()
     assert done.returncode == 0, done.stderr
     assert (plan / "PLAN.md").read_text() == "planned\n"

@@ -396,6 +396,29 @@ def test_an_agent_start_is_refused_for_a_stub_bwrap(tmp_path: Path, monkeypatch:
         detect.support.cache_clear()
 
 
+def test_a_bwrap_too_old_to_bind_a_descriptor_is_refused_naming_hive_s_own(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A jail shows its views from descriptors hive opened (`--ro-bind-fd`): a bubblewrap without
+    that option (an old distribution's, first on PATH) is refused, and the fix names hive's own."""
+    real = shutil.which("bwrap") or detect._packaged_bwrap()
+    if not real:
+        pytest.skip("no bwrap here")
+    old = tmp_path / "bwrap"
+    old.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = --ro-bind-fd ] && '
+                   '{ echo "bwrap: Unknown option --ro-bind-fd" >&2; exit 1; }; done\n'
+                   f'exec {real} "$@"\n')
+    old.chmod(0o755)
+    monkeypatch.setenv("HIVE_BWRAP", str(old))
+    detect.support.cache_clear()
+    try:
+        found = detect.support()
+        assert not found.ok and "too old for hive's jail" in found.reason, found
+        shipped = detect._packaged_bwrap()
+        assert (f"HIVE_BWRAP={shipped}" if shipped else "a newer bubblewrap") in found.fix, found
+    finally:
+        detect.support.cache_clear()
+
+
 def test_a_user_running_more_processes_than_the_bound_still_gets_a_jail_bounded_alone(jailed: Jailed) -> None:
     """The process bound counts the jail's own processes: a user already running more than it
     outside (a desktop's threads, a sibling agent's fork bomb) gets a jail, and the jail is held

@@ -769,7 +769,7 @@ def test_the_agent_starts_from_its_modules_bytecode_in_its_jail(repo, hive_dir):
     argv = backend._argv("s1", session)
     launch = prepare([argv[0], "-v", *argv[1:]], cwd=str(tree), env=jail_environment(dict(os.environ)),
                      jail=backend._jail(session))
-    done = subprocess.run(launch.argv, env=launch.env, cwd=tree, input="", capture_output=True, text=True,
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, cwd=tree, input="", capture_output=True, text=True,
                           timeout=30)
     launch.release()
     assert done.returncode == 0, done.stderr[-2000:]

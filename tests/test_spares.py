@@ -342,7 +342,7 @@ def _jailed_add_writes(paths: hive_git.RepoPaths, issue: str, tree: Path, git) -
     worktrees.absorb_objects(paths, issue)                               # its store emptied first
     launch = prepare(["sh", "-c", f"echo {tree.name} > new.txt && git add -A"], cwd=str(tree),
                      env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
-    done = subprocess.run(launch.argv, env=launch.env, capture_output=True, text=True)
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
     launch.release()
     assert done.returncode == 0, done.stderr
     return {p.parent.name + p.name for p in hive_git.private_objects(paths.common_dir, issue).glob("[0-9a-f][0-9a-f]/*")}

@@ -71,8 +71,8 @@ class AgentProcess:
         start; `hive.jail.NoJail` when the jail cannot be built."""
         launch = prepare(argv, cwd=cwd, env=env, jail=jail)
         try:
-            popen = subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, start_new_session=True, bufsize=0,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            popen = launch.popen(cwd=cwd, start_new_session=True, bufsize=0,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except BaseException:
             launch.release()
             raise

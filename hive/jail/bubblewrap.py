@@ -12,7 +12,7 @@ The mounts, in the order bwrap needs (a deeper path after the one containing it)
 the system read-only, a fresh /dev and /proc, then per path — shallowest first — scratch (an
 empty tmpfs), hidden (an empty tmpfs, made read-only once everything inside it is mounted; an
 empty read-only file for a file), readable (read-only), writable (read-write), frozen (read-only
-again).
+again), views (what a descriptor hive opened leads to, read-only at another path).
 
 Every namespace is the jail's own, the user namespace included, and every capability is dropped
 in it: started by root, the jail is no more root than one started by a user (no remount, no
@@ -30,9 +30,9 @@ import os
 
 from hive.jail import detect
 from hive.jail.detect import FLAGS
-from hive.jail.spec import JailSpec
+from hive.jail.spec import JailSpec, View
 
-SCRATCH, HIDDEN, READABLE, WRITABLE, FROZEN = range(5)
+SCRATCH, HIDDEN, READABLE, WRITABLE, FROZEN, VIEW = range(6)
 RUNTIME_DIRS = ("/run", "/var/run")      # hidden in every jail: the host's sockets live there
 
 # the mechanism (hive.jail.mechanisms.JailMechanism): `command` below, the rest is detect.py's
@@ -52,8 +52,9 @@ def host_sockets() -> list[str]:
             if len(fields) == 8 and fields[7].startswith("/")]
 
 
-def _mounts(spec: JailSpec, gate_folder: str = "") -> list[tuple[int, int, str]]:
-    """(depth, kind, path) of every mount, in bwrap order; paths that do not exist are left out."""
+def _mounts(spec: JailSpec, gate_folder: str = "", views: tuple[View, ...] = ()) -> list[tuple[int, int, str]]:
+    """(depth, kind, path) of every mount, in bwrap order; paths that do not exist are left out,
+    and so is a view onto a path another mount takes or of a source holding a host socket."""
     chosen: dict[tuple[int, str], None] = {}
     for kind, paths in ((SCRATCH, spec.scratch), (HIDDEN, (*RUNTIME_DIRS, *spec.hidden)),
                         (READABLE, (*spec.readable, gate_folder)),
@@ -68,11 +69,17 @@ def _mounts(spec: JailSpec, gate_folder: str = "") -> list[tuple[int, int, str]]
         real = real_path(secret)
         if os.path.lexists(real) and any(_inside(real, p) for p in shown):
             chosen[(HIDDEN, real)] = None
-    for socket_path in host_sockets():      # a host socket the jail would show is covered
+    sockets = host_sockets()
+    for socket_path in sockets:             # a host socket the jail would show is covered
         if gate_folder and _inside(socket_path, gate_folder):
             continue
         if os.path.lexists(socket_path) and _shown(socket_path, chosen):
             chosen[(HIDDEN, socket_path)] = None
+    taken = {path for _, path in chosen}
+    for view in views:
+        if view.destination not in taken and not any(_inside(socket_path, view.source) for socket_path in sockets):
+            chosen[(VIEW, view.destination)] = None
+            taken.add(view.destination)
     return _needed(sorted((path.count(os.sep), kind, path) for kind, path in chosen))
 
 
@@ -129,13 +136,17 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def command(program: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
-            gate_folder: str = "") -> list[str]:
+            gate_folder: str = "", views: tuple[View, ...] = ()) -> list[str]:
     """`argv` run inside the jail by the `bwrap` `program`, in `cwd`, with exactly `env`;
-    `gate_folder`: the sockets of its relay (network.py), shown read-only."""
+    `gate_folder`: the sockets of its relay (network.py), shown read-only; `views` shown by their
+    descriptors (which the command must be given)."""
     line = [program, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *FLAGS, "--clearenv"]
     read_only_tmpfs = []
-    for _, kind, path in _mounts(spec, gate_folder):
-        if kind in (HIDDEN, SCRATCH) and os.path.isdir(path):
+    opened = {view.destination: view.fd for view in views}
+    for _, kind, path in _mounts(spec, gate_folder, views):
+        if kind == VIEW:
+            line += ["--ro-bind-fd", str(opened[path]), path]
+        elif kind in (HIDDEN, SCRATCH) and os.path.isdir(path):
             line += ["--tmpfs", path]
             if kind == HIDDEN:
                 read_only_tmpfs.append(path)

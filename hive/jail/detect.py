@@ -97,13 +97,21 @@ def probe(bwrap: str) -> tuple[str, str] | None:
     nonce = uuid.uuid4().hex
     script = (f"echo {nonce}; for n in {' '.join(NAMESPACES)}; do readlink /proc/self/ns/$n; done; "
               "grep '^CapEff:' /proc/self/status")
+    root = os.open("/", os.O_PATH | os.O_CLOEXEC)    # a jail's views are bound from descriptors
     try:
-        ran = subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", *FLAGS,
-                              "/bin/sh", "-c", script], capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+        ran = subprocess.run([bwrap, "--ro-bind", "/", "/", "--ro-bind-fd", str(root), "/", "--dev", "/dev",
+                              "--proc", "/proc", *FLAGS, "/bin/sh", "-c", script],
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT, pass_fds=(root,))
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{bwrap} cannot run ({e})", f"{INSTALL_FIX}, {OFF_FIX}"
+    finally:
+        os.close(root)
     if ran.returncode != 0:
         said = (ran.stderr.strip().splitlines() or ["no message"])[-1]
+        if "--ro-bind-fd" in said:
+            shipped = _packaged_bwrap()
+            use = f"HIVE_BWRAP={shipped} (hive's own bubblewrap) or " if shipped else ""
+            return f"{bwrap} is too old for hive's jail ({said})", f"use {use}a newer bubblewrap, {OFF_FIX}"
         return (f"bubblewrap cannot make namespaces here ({said})",
                 "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
                 "user.max_user_namespaces > 0, kernel.apparmor_restrict_unprivileged_userns=0; in a "

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 
 from hive import git
 from hive.errors import HiveError
@@ -11,7 +15,7 @@ from hive.jail.mechanisms import support
 from hive.jail.environment import jail_environment
 from hive.jail.limits import ProcessCap
 from hive.jail.network import Gate, NoNetwork, open_gate
-from hive.jail.spec import JailSpec
+from hive.jail.spec import JailSpec, View
 
 
 class NoJail(HiveError):
@@ -24,6 +28,20 @@ class Launch:
     env: dict[str, str]
     cap: ProcessCap | None = field(default=None, repr=False)
     gate: Gate | None = field(default=None, repr=False)
+    fds: tuple[int, ...] = ()   # descriptors the command line names (the jail's views): to pass
+
+    def popen(self, **options: Any) -> subprocess.Popen[bytes]:
+        """Start the command (`subprocess.Popen` `options`, the working directory among them)
+        with its descriptors, then close them here: the jail holds what they opened."""
+        try:
+            return subprocess.Popen(self.argv, env=self.env, pass_fds=self.fds, **options)
+        finally:
+            self._close_fds()
+
+    def _close_fds(self) -> None:
+        fds, self.fds = self.fds, ()
+        for fd in fds:
+            os.close(fd)
 
     def members(self) -> list[int] | None:
         """The live processes the command's cgroup holds — once the command's first process has
@@ -32,7 +50,8 @@ class Launch:
         return self.cap.members() if self.cap is not None else None
 
     def release(self) -> None:
-        """After the command and everything it started have ended."""
+        """After the command and everything it started have ended (or it could not start)."""
+        self._close_fds()
         if self.cap is not None:
             self.cap.release()
         if self.gate is not None:
@@ -61,6 +80,34 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
             raise NoJail(str(e)) from None
         inside.update(gate.env)
         argv = [*gate.relay, *argv]
-    cap = ProcessCap.make(jail.max_processes)
-    line = mechanisms.command(found, jail, cap.bounded(argv), cwd, inside, gate.folder if gate else "")
-    return Launch(cap.joined(line), {}, cap, gate)
+    views = open_views(jail.views)
+    launch = Launch([], {}, gate=gate, fds=tuple(view.fd for view in views))
+    try:
+        cap = launch.cap = ProcessCap.make(jail.max_processes)
+        line = mechanisms.command(found, jail, cap.bounded(argv), cwd, inside, gate.folder if gate else "", views)
+    except BaseException:
+        launch.release()
+        raise
+    launch.argv = cap.joined(line)
+    return launch
+
+
+def open_views(views: tuple[tuple[str, str], ...]) -> tuple[View, ...]:
+    """Each (source, destination) of `JailSpec.views` whose source is a folder or a regular file,
+    opened without following a link; the others (missing, a link, a socket...) left out."""
+    opened = []
+    for source, destination in views:
+        try:
+            fd = os.open(source, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            mode, where = 0, ""
+        if (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) and where.startswith("/"):
+            opened.append(View(fd, where, destination))
+        else:
+            os.close(fd)
+    return tuple(opened)

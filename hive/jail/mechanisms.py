@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from hive.jail.spec import JailSpec
+    from hive.jail.spec import JailSpec, View
 
 ON, OFF = "on", "off"
 
@@ -61,9 +61,10 @@ class JailMechanism(Protocol):
         """Whether it builds a jail here and with which program; tried once per process."""
 
     def command(self, program: str, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
-                gate_folder: str = "") -> list[str]:
+                gate_folder: str = "", views: tuple[View, ...] = ()) -> list[str]:
         """`argv` run inside `spec` by `program`, in `cwd`, with exactly `env`; `gate_folder`: the
-        sockets of its relay (network.py), shown read-only."""
+        sockets of its relay (network.py), shown read-only; `views`: `spec.views` opened, each
+        shown read-only at its destination (the descriptors are passed to the command)."""
 
     def programs(self) -> tuple[Program, ...]:
         """Every program it could use that its tests should try."""
@@ -113,6 +114,6 @@ def support(choice: str = ON) -> Support:
 
 
 def command(found: Support, spec: JailSpec, argv: list[str], cwd: str, env: dict[str, str],
-            gate_folder: str = "") -> list[str]:
+            gate_folder: str = "", views: tuple[View, ...] = ()) -> list[str]:
     """`argv` run inside `spec` by the mechanism `found` probed."""
-    return module(found.mechanism).command(found.program, spec, argv, cwd, env, gate_folder)
+    return module(found.mechanism).command(found.program, spec, argv, cwd, env, gate_folder, views)

@@ -16,6 +16,7 @@ workers and the refinery — the main worktree (its untracked files, `.env` and 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -125,7 +126,9 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
     writable = [str(worktree)]
     frozen = [str(worktree / ".git")]
     env = list(_identity(paths))
-    readable = [str(paths.common_dir), *_system_readable(paths)]
+    dependencies = dependency_folders(paths.main_worktree)
+    readable = [str(paths.common_dir), *_system_readable(paths),
+                *(str(paths.main_worktree / name) for name in dependencies)]
     store = pre_commit_store(os.environ, os.path.expanduser("~"))
     if store is not None:
         readable.append(store)
@@ -143,7 +146,60 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
                 ("GIT_ALTERNATE_OBJECT_DIRECTORIES", str(paths.common_dir / "objects"))]
     return JailSpec(writable=tuple(writable), readable=tuple(readable),
                     hidden=_hidden(paths, main_worktree=True), scratch=SCRATCH, frozen=tuple(frozen),
-                    env=tuple(env), git_config=_filters(paths, admin))
+                    env=tuple(env), git_config=_filters(paths, admin),
+                    views=project_views(paths, worktree, dependencies))
+
+
+NODE_MODULES = "node_modules"
+
+
+def dependency_folders(main_worktree: Path) -> list[str]:
+    """The names of the folders at the top of the main worktree that hold installed
+    dependencies: Node's `node_modules` and Python's venvs (a folder with `pyvenv.cfg`: `.venv`,
+    `venv`...). Real folders only: a link there may be a landed commit's, leading anywhere."""
+    try:
+        entries = list(os.scandir(main_worktree))
+    except OSError:
+        return []
+    return sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False) and (
+        entry.name == NODE_MODULES or os.path.isfile(os.path.join(entry.path, "pyvenv.cfg"))))
+
+
+def project_views(paths: git.RepoPaths, worktree: Path, dependencies: list[str]) -> tuple[tuple[str, str], ...]:
+    """What makes a worktree's commands find the project as they do in the person's checkout,
+    read-only (`JailSpec.views`):
+
+    - the worktree's own files shown at the main worktree's place, each of its top entries: what
+      names the project by that path finds this worktree's version, not nothing (the hidden main
+      worktree) — an editable install (`pip install -e .`, `uv sync`), whose `.pth` names the main
+      worktree's `src`, then imports the code under test;
+    - the main worktree's installed `dependencies` (its `.venv`, its `node_modules`) shown in the
+      worktree, where a command looks for them (`.venv/bin/pytest`, `uv run`, `npm test`), when
+      the person's checkout ignores them (an agent's `git add -A` adds none of it) and the
+      worktree has none of its own (an empty folder is the mount point a jail left)."""
+    main = paths.main_worktree.resolve()
+    if worktree == main:
+        return ()
+    views = []
+    try:
+        entries = [entry.name for entry in os.scandir(worktree)]
+    except OSError:
+        entries = []
+    views += [(str(worktree / name), str(main / name)) for name in sorted(entries) if name != ".git"]
+    ignored = git.repository(paths.common_dir).path_is_ignored
+    for name in dependencies:
+        if name in entries and not _empty_folder(worktree / name):
+            continue
+        if ignored(name) or ignored(f"{name}/pyvenv.cfg"):
+            views.append((str(main / name), str(worktree / name)))
+    return tuple(views)
+
+
+def _empty_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode) and not any(os.scandir(path))
+    except OSError:
+        return False
 
 
 def pre_commit_store(env: Mapping[str, str], home: str) -> str | None:

@@ -21,7 +21,11 @@ class JailSpec:
     read-only) inside; `scratch` ones look empty and are writable (the jail's own /tmp);
     `readable` ones are shown read-only again inside a hidden one (the CLI's own install);
     `writable` ones are bound read-write; `frozen` ones are read-only inside a writable one
-    (a worktree's `.git` file, which names the repository it belongs to).
+    (a worktree's `.git` file, which names the repository it belongs to). `views` are
+    (source, destination) pairs: the folder or file `source` shown read-only at `destination`
+    (which need not exist outside), `source` opened by hive without following a link (a link
+    there shows nothing) and handed to the mechanism open (`View`), so that what is shown is what
+    hive opened, whatever the path leads to a moment later.
 
     The jail has a network of its own with nothing in it: `endpoints` (URLs: scheme, host, port)
     are the only places outside it can reach, through hive's relay (network.py), and
@@ -33,6 +37,7 @@ class JailSpec:
     hidden: tuple[str, ...] = ()
     scratch: tuple[str, ...] = ()
     frozen: tuple[str, ...] = ()
+    views: tuple[tuple[str, str], ...] = ()
     max_processes: int = DEFAULT_MAX_PROCESSES
     env: tuple[tuple[str, str], ...] = ()     # set inside whatever the caller's environment says
     git_config: tuple[tuple[str, str], ...] = ()   # git settings inside, after the environment's own
@@ -51,3 +56,13 @@ class JailSpec:
 
     def credentials(self) -> tuple[str, ...]:
         return tuple(os.path.join(self.home, name) for name in CREDENTIALS)
+
+
+@dataclass(frozen=True)
+class View:
+    """One of `JailSpec.views` made ready: `source` open (`fd`, an O_PATH descriptor of a folder
+    or a regular file), to be shown read-only at `destination`."""
+
+    fd: int
+    source: str          # where the descriptor led when it was opened (host sockets are checked there)
+    destination: str

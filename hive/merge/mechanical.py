@@ -47,8 +47,12 @@ def run_test(command: str, cwd: Path, timeout: float, jail: JailSpec | None = No
     unjailed, with the same environment, only with `sandbox = "off"` or where no jail can be built."""
     launch = prepare(["sh", "-c", command], cwd=str(cwd), env=jail_environment(dict(os.environ)),
                      jail=jail, strict=False)
-    proc = subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc = launch.popen(cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    except BaseException:
+        launch.release()
+        raise
     started(proc.pid)
     try:
         out, _ = proc.communicate(timeout=timeout)
