@@ -94,7 +94,8 @@ def prepare(argv: list[str], *, cwd: str, env: dict[str, str], jail: JailSpec | 
 
 def open_views(views: tuple[tuple[str, str], ...]) -> tuple[View, ...]:
     """Each (source, destination) of `JailSpec.views` whose source is a folder or a regular file,
-    opened without following a link; the others (missing, a link, a socket...) left out."""
+    opened without following a link; the others (missing, a link, a socket, deleted meanwhile...)
+    left out."""
     opened = []
     for source, destination in views:
         try:
@@ -106,7 +107,7 @@ def open_views(views: tuple[tuple[str, str], ...]) -> tuple[View, ...]:
             where = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             mode, where = 0, ""
-        if (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) and where.startswith("/"):
+        if (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) and where.startswith("/") and not where.endswith(" (deleted)"):
             opened.append(View(fd, where, destination))
         else:
             os.close(fd)

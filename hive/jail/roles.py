@@ -158,7 +158,8 @@ def dependency_folders(main_worktree: Path) -> list[str]:
     dependencies: Node's `node_modules` and Python's venvs (a folder with `pyvenv.cfg`: `.venv`,
     `venv`...). Real folders only: a link there may be a landed commit's, leading anywhere."""
     try:
-        entries = list(os.scandir(main_worktree))
+        with os.scandir(main_worktree) as listing:
+            entries = list(listing)
     except OSError:
         return []
     return sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False) and (
@@ -180,12 +181,11 @@ def project_views(paths: git.RepoPaths, worktree: Path, dependencies: list[str])
     main = paths.main_worktree.resolve()
     if worktree == main:
         return ()
-    views = []
     try:
-        entries = [entry.name for entry in os.scandir(worktree)]
+        entries = sorted(os.listdir(worktree))
     except OSError:
         entries = []
-    views += [(str(worktree / name), str(main / name)) for name in sorted(entries) if name != ".git"]
+    views = [(str(worktree / name), str(main / name)) for name in entries if name != ".git"]
     ignored = git.repository(paths.common_dir).path_is_ignored
     for name in dependencies:
         if name in entries and not _empty_folder(worktree / name):
@@ -197,7 +197,7 @@ def project_views(paths: git.RepoPaths, worktree: Path, dependencies: list[str])
 
 def _empty_folder(path: Path) -> bool:
     try:
-        return stat.S_ISDIR(path.lstat().st_mode) and not any(os.scandir(path))
+        return stat.S_ISDIR(path.lstat().st_mode) and not os.listdir(path)
     except OSError:
         return False
 
