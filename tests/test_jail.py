@@ -267,7 +267,8 @@ def test_a_worker_uses_the_node_modules_installed_in_the_main_worktree(make_repo
     assert not any((tree / "node_modules").iterdir())         # what the jail left: its mount point
 
 
-def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(make_repo, git, hive) -> None:
+def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(make_repo, git, hive,
+                                                                            git_env: Path) -> None:
     """A Python project installed editable (`pip install -e .`, `uv sync`) in a venv of its
     checkout: the venv's `.pth` names the main worktree's `src`. A worktree's command runs
     `.venv/bin/python` as in the person's checkout, and imports the worktree's version of the
@@ -297,7 +298,8 @@ def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(mak
     tree = worktrees.worktree_path(paths, issue)
     (tree / "src" / "mypkg" / "__init__.py").write_text('WHO = "the worktree"\n')   # the work under test
     launch = prepare(["sh", "-c", '.venv/bin/python -c "import mypkg; print(mypkg.WHO)"; '
-                      f'cat "{project}/.env"; git add -A; echo "staged:$(git diff --cached --name-only)"'],
+                      f'cat "{project}/.env"; git add -A; echo "staged:$(git diff --cached --name-only)"; '
+                      'echo "no-sync:$UV_NO_SYNC"; mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/uv" && echo cache-made'],
                      cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
     done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
     launch.release()
@@ -305,6 +307,10 @@ def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(mak
     assert "the worktree\n" in output and "the target" not in output, output
     assert "SECRET" not in output, output
     assert "staged:src/mypkg/__init__.py\n" in output, output   # the venv is not the agent's to add
+    # uv uses the person's venv as it is (a sync would install the worktree's copy into it), and
+    # a tool's cache goes to the jail's own /tmp (the home is read-only: "Failed to initialize cache")
+    assert "no-sync:1\n" in output and "cache-made\n" in output, output
+    assert not (git_env / ".cache").exists()
 
 
 def test_a_link_an_agent_leaves_in_its_worktree_is_not_shown_at_the_main_worktrees_place(

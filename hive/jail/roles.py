@@ -94,6 +94,9 @@ def _identity(paths: git.RepoPaths) -> tuple[tuple[str, str], ...]:
 
 
 SCRATCH = ("/tmp", "/var/tmp")      # empty and writable in each jail, its own
+# the tools' caches in the jail's own /tmp: the home is read-only there, and uv, go and pip fail
+# where they cannot make theirs ("Failed to initialize cache at ~/.cache/uv")
+CACHE = ("XDG_CACHE_HOME", "/tmp/.cache")
 
 
 def _hidden(paths: git.RepoPaths, *, main_worktree: bool) -> tuple[str, ...]:
@@ -125,10 +128,12 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
     admin = _git_admin(worktree)
     writable = [str(worktree)]
     frozen = [str(worktree / ".git")]
-    env = list(_identity(paths))
+    env = [*_identity(paths), CACHE]
     dependencies = dependency_folders(paths.main_worktree)
     readable = [str(paths.common_dir), *_system_readable(paths),
                 *(str(paths.main_worktree / name) for name in dependencies)]
+    if any(name != NODE_MODULES for name in dependencies):
+        env.append(NO_SYNC)
     store = pre_commit_store(os.environ, os.path.expanduser("~"))
     if store is not None:
         readable.append(store)
@@ -151,6 +156,9 @@ def worktree_jail(paths: git.RepoPaths, worktree: Path) -> JailSpec:
 
 
 NODE_MODULES = "node_modules"
+# the project's venv is the person's, read-only in the jail: `uv run` uses it as it is, where it
+# would install the worktree's copy of the project into it first (and fail: read-only)
+NO_SYNC = ("UV_NO_SYNC", "1")
 
 
 def dependency_folders(main_worktree: Path) -> list[str]:
@@ -236,4 +244,4 @@ def queen_jail(paths: git.RepoPaths, plan_directory: Path) -> JailSpec:
     return JailSpec(writable=(str(plan),),
                     readable=(str(paths.main_worktree), str(paths.common_dir), *_system_readable(paths)),
                     hidden=_hidden(paths, main_worktree=False), scratch=SCRATCH,
-                    frozen=(str(plan / ".git"),), env=_identity(paths))
+                    frozen=(str(plan / ".git"),), env=(*_identity(paths), CACHE))
