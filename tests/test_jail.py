@@ -333,7 +333,9 @@ def test_a_link_an_agent_leaves_in_its_worktree_is_not_shown_at_the_main_worktre
     (tree / "leak").symlink_to(secret)
     (tree / "swapped").mkdir()
     (tree / "swapped" / "mine.txt").write_text("the agent's own\n")
-    launch = prepare(["sh", "-c", f'cat "{repo}/leak/notes.txt" "{repo}/swapped/notes.txt" "{repo}/README.md" '
+    (tree / "pkg").mkdir()
+    (tree / "pkg" / "code.py").write_text("print('the worktree's code')\n")
+    launch = prepare(["sh", "-c", f'cat "{repo}/leak/notes.txt" "{repo}/swapped/notes.txt" "{repo}/pkg/code.py" '
                       f'"{repo}/swapped/mine.txt"; ls -a "{repo}"'],
                      cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
     (tree / "swapped").rename(tree / "aside")                  # after hive opened it: a link instead
@@ -342,9 +344,10 @@ def test_a_link_an_agent_leaves_in_its_worktree_is_not_shown_at_the_main_worktre
     launch.release()
     output = done.stdout + done.stderr
     assert "SECRET" not in output, output
-    assert "hello\n" in output, output                          # the worktree's README, at the main worktree's place
+    assert "the worktree's code" in output, output             # its folders, at the main worktree's place
     assert "the agent's own\n" in output, output               # what hive opened, moved since
-    assert "leak" not in output.split(), output
+    shown = output.split()
+    assert "leak" not in shown and "README.md" not in shown, output   # not a link, nor a file
 
 
 def test_the_environment_is_an_allowlist_and_a_providers_keys_reach_only_its_own_cli() -> None:

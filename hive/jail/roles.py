@@ -178,10 +178,12 @@ def project_views(paths: git.RepoPaths, worktree: Path, dependencies: list[str])
     """What makes a worktree's commands find the project as they do in the person's checkout,
     read-only (`JailSpec.views`):
 
-    - the worktree's own files shown at the main worktree's place, each of its top entries: what
-      names the project by that path finds this worktree's version, not nothing (the hidden main
-      worktree) — an editable install (`pip install -e .`, `uv sync`), whose `.pth` names the main
-      worktree's `src`, then imports the code under test;
+    - the worktree's own folders shown at the main worktree's place, each of its top ones: what
+      names the project's folders by that path finds this worktree's version, not nothing (the
+      hidden main worktree) — an editable install (`pip install -e .`, `uv sync`), whose `.pth`
+      names the main worktree's `src`, then imports the code under test. Not its files, nor its
+      dot folders: an agent CLI that reads instructions in every folder above its own
+      (`CLAUDE.md`) would read its worktree's twice;
     - the main worktree's installed `dependencies` (its `.venv`, its `node_modules`) shown in the
       worktree, where a command looks for them (`.venv/bin/pytest`, `uv run`, `npm test`), when
       the person's checkout ignores them (an agent's `git add -A` adds none of it) and the
@@ -190,10 +192,12 @@ def project_views(paths: git.RepoPaths, worktree: Path, dependencies: list[str])
     if worktree == main:
         return ()
     try:
-        entries = sorted(os.listdir(worktree))
+        with os.scandir(worktree) as listing:
+            entries = {entry.name: entry.is_dir(follow_symlinks=False) for entry in listing}
     except OSError:
-        entries = []
-    views = [(str(worktree / name), str(main / name)) for name in entries if name != ".git"]
+        entries = {}
+    views = [(str(worktree / name), str(main / name)) for name, folder in sorted(entries.items())
+             if folder and not name.startswith(".")]
     ignored = git.repository(paths.common_dir).path_is_ignored
     for name in dependencies:
         if name in entries and not _empty_folder(worktree / name):
