@@ -542,6 +542,40 @@ def test_sandbox_off_is_warned_at_every_start_and_doctor_says_so(repo: Path, hiv
     assert 'jail: OFF (warning: sandbox = "off"' in doctor.stdout
 
 
+def test_unjailed_an_editable_install_is_warned_of_and_the_advice_tests_the_worktrees_code(
+        make_repo, git, hive, tmp_path: Path) -> None:
+    """Unjailed (`sandbox = "off"`, or no jail here), a worktree's test command imports what an
+    editable install names: the person's checkout, not the code under test. `run` says so at its
+    start, and its advice (the worktree's folder first on PYTHONPATH) lands the work."""
+    project = make_repo("lib")
+    (project / "src" / "mypkg").mkdir(parents=True)
+    (project / "src" / "mypkg" / "__init__.py").write_text('WHO = "the target"\n')
+    (project / ".gitignore").write_text(".venv/\n")
+    git("add", "-A", cwd=project)
+    git("commit", "-q", "-m", "a package", cwd=project)
+    venv = project / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "__editable__.mypkg-0.pth").write_text(f"{project / 'src'}\n")
+    hive("init", cwd=project)
+    script = write_script(tmp_path, {"labels": {"who": [
+        {"write": "src/mypkg/__init__.py", "content": 'WHO = "{issue}"\n'}, {"commit": "{issue}: who"},
+        {"result": "success", "summary": "done"}]}})
+    check = "python -c 'import mypkg, sys; sys.exit(mypkg.WHO == \"the target\")'"   # the work is under test
+    env = {"HIVE_SANDBOX": "off", "HIVE_SCRIPTED_SCRIPT": str(script), "HIVE_MAX_RETRIES": "0",
+           "HIVE_MAX_AGENT_SWITCHES": "0", "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    for test_command, lands in ((check, False), (f"PYTHONPATH=src {check}", True)):
+        hive("config", "set", "test_command", test_command, cwd=project)
+        issue = hive("create", "say who", "-l", "who", cwd=project).stdout.strip()
+        done = hive("run", "--until-idle", "--backend", "scripted", cwd=project, env=env, check=False)
+        said = done.stdout + done.stderr
+        assert ".venv/ installs src/ of your checkout editable and agents run unjailed" in said, said
+        assert "(PYTHONPATH=src ...)" in said, said
+        status = json.loads(hive("show", issue, "--json", cwd=project).stdout)["status"]
+        assert (status == "finalized") == lands, said
+
+
 def test_scripted_agents_run_unjailed_with_a_warning_where_no_jail_can_be_built(repo: Path, hive, new_issue,
                                                                                  state_log) -> None:
     issue = new_issue("Worked by a scripted agent")

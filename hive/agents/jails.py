@@ -42,3 +42,19 @@ def start_problem(config: Config, roles_started: tuple[str, ...]) -> tuple[str, 
     if real and not found.ok:
         return (f"cannot jail the {'/'.join(real)} agents: {found.reason} — {found.fix}"), ""
     return "", ""
+
+
+def unjailed_imports_warning(config: Config, paths: git.RepoPaths) -> str:
+    """Where agents run unjailed and a venv of the main worktree installs a folder of it
+    editable: a worktree's test commands import the main worktree's code from there, not the
+    code under test (jailed, the worktree's folders are shown at the main worktree's place)."""
+    if config.sandbox != "off" and support(config.sandbox).ok:
+        return ""
+    main = paths.main_worktree
+    installed = roles.editable_installs(main, roles.dependency_folders(main))
+    if not installed:
+        return ""
+    venv, folder = installed[0]
+    return (f"warning: {venv}/ installs {folder}/ of your checkout editable and agents run unjailed: a "
+            f"worktree's test command imports your checkout's code from there, not the worktree's; run "
+            f"them jailed, or put the worktree's first in test_command (PYTHONPATH={folder} ...)")

@@ -174,6 +174,27 @@ def dependency_folders(main_worktree: Path) -> list[str]:
         entry.name == NODE_MODULES or os.path.isfile(os.path.join(entry.path, "pyvenv.cfg"))))
 
 
+def editable_installs(main_worktree: Path, dependencies: list[str]) -> list[tuple[str, str]]:
+    """(venv, folder) for each folder of the main worktree that a venv of it puts on Python's
+    path (an editable install's `.pth`: `pip install -e .`, `uv sync`). Jailed, a worktree's
+    commands find the worktree's version there (`project_views`); unjailed, the main worktree's."""
+    main = os.path.realpath(main_worktree)
+    found = []
+    for venv in dependencies:
+        if venv == NODE_MODULES:
+            continue
+        for pth in sorted(Path(main_worktree, venv).glob("lib/python*/site-packages/*.pth")):
+            try:
+                lines = pth.read_text(encoding="utf-8", errors="replace")[:65536].splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                folder = os.path.realpath(line.strip()) if line.startswith("/") else ""
+                if folder.startswith(main + os.sep) and not folder.startswith(os.path.join(main, venv) + os.sep):
+                    found.append((venv, os.path.relpath(folder, main)))
+    return found
+
+
 def project_views(paths: git.RepoPaths, worktree: Path, dependencies: list[str]) -> tuple[tuple[str, str], ...]:
     """What makes a worktree's commands find the project as they do in the person's checkout,
     read-only (`JailSpec.views`):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from hive.agents.jails import start_problem
+from hive.agents.jails import start_problem, unjailed_imports_warning
 from hive.backends.registry import backend_for_role
 from hive.errors import HiveError
 from hive.merge.pipeline import attach
@@ -33,7 +33,8 @@ def build_daemon(project: Project, *, backend: str | None, max_agents: int | Non
     worker_backend = backend_for_role(config, "worker", str(paths.hive_dir), str(paths.main_worktree))
     daemon = Daemon(project, worker_backend, config, until_idle=until_idle, log=log,
                     remote=remote or config.sync_remote or None)
-    if warning:
-        daemon.log(warning)
+    for said in (warning, unjailed_imports_warning(config, paths)):
+        if said:
+            daemon.log(said)
     daemon.use_merge(attach(daemon))
     return daemon
