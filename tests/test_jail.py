@@ -267,6 +267,23 @@ def test_a_worker_uses_the_node_modules_installed_in_the_main_worktree(make_repo
     assert not any((tree / "node_modules").iterdir())         # what the jail left: its mount point
 
 
+def _editable_project(make_repo, git) -> Path:
+    """A Python project (`src/mypkg`, its `WHO` "the target") installed editable in a venv of its
+    checkout, `.venv` (ignored), as `pip install -e .` installs one: a `.pth` naming `src`."""
+    project = make_repo("lib")
+    (project / "src" / "mypkg").mkdir(parents=True)
+    (project / "src" / "mypkg" / "__init__.py").write_text('WHO = "the target"\n')
+    (project / ".gitignore").write_text(".venv/\n")
+    git("add", "-A", cwd=project)
+    git("commit", "-q", "-m", "a package", cwd=project)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
+    purelib = subprocess.run([str(project / ".venv" / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, "__editable__.mypkg-0.pth").write_text(f"{project / 'src'}\n")
+    return project
+
+
 def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(make_repo, git, hive,
                                                                             git_env: Path) -> None:
     """A Python project installed editable (`pip install -e .`, `uv sync`) in a venv of its
@@ -279,17 +296,7 @@ def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(mak
     from hive.jail import roles
     from hive.workspace import worktrees
 
-    project = make_repo("lib")
-    (project / "src" / "mypkg").mkdir(parents=True)
-    (project / "src" / "mypkg" / "__init__.py").write_text('WHO = "the target"\n')
-    (project / ".gitignore").write_text(".venv/\n")
-    git("add", "-A", cwd=project)
-    git("commit", "-q", "-m", "a package", cwd=project)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
-    purelib = subprocess.run([str(project / ".venv" / "bin" / "python"), "-c",
-                              "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "__editable__.mypkg-0.pth").write_text(f"{project / 'src'}\n")
+    project = _editable_project(make_repo, git)
     (project / ".env").write_text("SECRET-PERSONS-ENV-41f0\n")
     hive("init", cwd=project)
     paths = hive_git.discover(project)
@@ -547,17 +554,8 @@ def test_unjailed_an_editable_install_is_warned_of_and_the_advice_tests_the_work
     """Unjailed (`sandbox = "off"`, or no jail here), a worktree's test command imports what an
     editable install names: the person's checkout, not the code under test. `run` says so at its
     start, and its advice (the worktree's folder first on PYTHONPATH) lands the work."""
-    project = make_repo("lib")
-    (project / "src" / "mypkg").mkdir(parents=True)
-    (project / "src" / "mypkg" / "__init__.py").write_text('WHO = "the target"\n')
-    (project / ".gitignore").write_text(".venv/\n")
-    git("add", "-A", cwd=project)
-    git("commit", "-q", "-m", "a package", cwd=project)
+    project = _editable_project(make_repo, git)
     venv = project / ".venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    Path(purelib, "__editable__.mypkg-0.pth").write_text(f"{project / 'src'}\n")
     hive("init", cwd=project)
     script = write_script(tmp_path, {"labels": {"who": [
         {"write": "src/mypkg/__init__.py", "content": 'WHO = "{issue}"\n'}, {"commit": "{issue}: who"},

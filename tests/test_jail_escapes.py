@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -33,7 +34,7 @@ import pytest
 from hive import git as hive_git
 from hive.cli import served
 from hive.jail import NoJail, detect, mechanisms, prepare, roles
-from hive.jail.mechanisms import Program
+from hive.jail.mechanisms import Program, Support
 from hive.workspace import worktrees
 from hive.workspace.fastforward import checkout_of
 from tests.hostile import READ_ONLY, attempts, require_jail
@@ -381,19 +382,25 @@ def test_a_stub_program_is_refused_naming_why(jailed: Jailed, tmp_path: Path) ->
     assert mechanisms.module(jailed.mechanism).PROGRAM_ENV in result["refused"], result
 
 
-def test_an_agent_start_is_refused_for_a_stub_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    stub = tmp_path / "bwrap"
-    stub.write_text("#!/bin/sh\necho looks fine\nexit 0\n")
-    stub.chmod(0o755)
-    monkeypatch.setenv("HIVE_BWRAP", str(stub))
+@contextmanager
+def _probed(bwrap: Path, script: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Support]:
+    """What the probe says of `bwrap`, a shell `script` named by HIVE_BWRAP (the probe's memory
+    of this process's bwrap forgotten before and after)."""
+    bwrap.write_text(script)
+    bwrap.chmod(0o755)
+    monkeypatch.setenv("HIVE_BWRAP", str(bwrap))
     detect.support.cache_clear()
     try:
-        found = detect.support()
+        yield detect.support()
+    finally:
+        detect.support.cache_clear()
+
+
+def test_an_agent_start_is_refused_for_a_stub_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _probed(tmp_path / "bwrap", "#!/bin/sh\necho looks fine\nexit 0\n", monkeypatch) as found:
         assert not found.ok and "no working bubblewrap" in found.reason, found
         with pytest.raises(NoJail, match="no working bubblewrap"):
             prepare(["true"], cwd=str(tmp_path), env={}, jail=roles.JailSpec(writable=(str(tmp_path),)))
-    finally:
-        detect.support.cache_clear()
 
 
 def test_a_bwrap_too_old_to_bind_a_descriptor_is_refused_naming_hive_s_own(tmp_path: Path,
@@ -403,20 +410,13 @@ def test_a_bwrap_too_old_to_bind_a_descriptor_is_refused_naming_hive_s_own(tmp_p
     real = shutil.which("bwrap") or detect._packaged_bwrap()
     if not real:
         pytest.skip("no bwrap here")
-    old = tmp_path / "bwrap"
-    old.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = --ro-bind-fd ] && '
-                   '{ echo "bwrap: Unknown option --ro-bind-fd" >&2; exit 1; }; done\n'
-                   f'exec {real} "$@"\n')
-    old.chmod(0o755)
-    monkeypatch.setenv("HIVE_BWRAP", str(old))
-    detect.support.cache_clear()
-    try:
-        found = detect.support()
+    old = ('#!/bin/sh\nfor a in "$@"; do [ "$a" = --ro-bind-fd ] && '
+           '{ echo "bwrap: Unknown option --ro-bind-fd" >&2; exit 1; }; done\n'
+           f'exec {real} "$@"\n')
+    with _probed(tmp_path / "bwrap", old, monkeypatch) as found:
         assert not found.ok and "too old for hive's jail" in found.reason, found
         shipped = detect._packaged_bwrap()
         assert (f"HIVE_BWRAP={shipped}" if shipped else "a newer bubblewrap") in found.fix, found
-    finally:
-        detect.support.cache_clear()
 
 
 def test_a_user_running_more_processes_than_the_bound_still_gets_a_jail_bounded_alone(jailed: Jailed) -> None:
