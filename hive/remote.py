@@ -151,6 +151,9 @@ class Remote:
         """Push `local_ref` to the remote's `branch`, only if the remote still has `expected`
         (None: only if the branch does not exist there). `lease=False` forces."""
         self.clear_stale_locks()
+        unsent = self._send_lfs_content(local_ref) if branch != git.STATE_BRANCH else ""
+        if unsent:
+            return PushResult(False, offline=True, message=unsent)
         guard = f"--force-with-lease=refs/heads/{branch}:{expected or ''}" if lease else "--force"
         proc = _git(self.project, ["push", "--quiet", "--porcelain", guard, self.name,
                                    f"{local_ref}:refs/heads/{branch}"])
@@ -160,6 +163,18 @@ class Remote:
         if any(marker in text for marker in REJECTED_MARKERS):
             return PushResult(False, rejected=True, message=text)
         return PushResult(False, offline=True, message=_reason(text, "push failed"))
+
+    def _send_lfs_content(self, local_ref: str) -> str:
+        """Where hive's push runs no hook (the hooks are files of the branch: `git.own_command`)
+        and the person uses git-lfs, what its `pre-push` hook sends on their own pushes: the
+        content of the LFS files the pushed commits name (`git lfs push`), so that the remote never
+        gets a pointer without its content. The reason when it could not ("" when sent or not
+        needed)."""
+        paths = self.project.paths
+        if "lfs" not in git.filter_config(paths).drivers or not git.hooks_in_worktree(paths):
+            return ""
+        proc = _git(self.project, ["lfs", "push", self.name, local_ref])
+        return "" if proc.returncode == 0 else _reason((proc.stdout + proc.stderr).strip(), "git lfs push failed")
 
     def delete_branches(self, branches: list[str]) -> bool:
         """Delete `branches` on the remote (one push) and their remote-tracking refs here."""

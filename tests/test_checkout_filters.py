@@ -225,19 +225,24 @@ def test_with_git_lfs_agents_read_and_change_the_content_and_the_target_keeps_po
 
 
 @pytest.mark.timeout(120)
-def test_with_git_lfs_a_shared_run_pushes_the_new_content_with_the_pointer(git, hive, tmp_path: Path):
+@pytest.mark.parametrize("hooks", ["git-dir", "worktree"])
+def test_with_git_lfs_a_shared_run_pushes_the_new_content_with_the_pointer(git, hive, tmp_path: Path, hooks: str):
     """`git hive run --remote origin`: the pointer an agent committed reaches the remote's target,
-    and so does its content (git-lfs's pre-push hook, which hive's push runs as the person's own
-    does): a fresh clone checks the retrained model out, not a pointer it cannot resolve."""
+    and so does its content: a fresh clone checks the retrained model out, not a pointer it cannot
+    resolve. With the hooks in `.git/hooks`, git-lfs's pre-push hook sends it, on hive's push as
+    on the person's; with the hooks a folder of the branch (`core.hooksPath = .githooks`, as husky
+    sets one up), hive's push runs no hook, and hive sends the content itself (`git lfs push`)."""
     _require_git_lfs()
     remote = tmp_path / "remote.git"
     git("init", "-q", "--bare", "-b", "main", str(remote))
     person = tmp_path / "person"
     git("clone", "-q", str(remote), str(person))
+    if hooks == "worktree":
+        git("config", "core.hooksPath", ".githooks", cwd=person)
     git("lfs", "install", cwd=person)
     git("lfs", "track", "*.bin", cwd=person)
     (person / "model.bin").write_bytes(b"REAL MODEL WEIGHTS\n")
-    git("add", ".gitattributes", "model.bin", cwd=person)
+    git("add", "-A", cwd=person)
     git("commit", "-q", "-m", "the model", cwd=person)
     git("push", "-q", "origin", "main", cwd=person)
     hive("init", cwd=person)
