@@ -549,6 +549,23 @@ def test_sandbox_off_is_warned_at_every_start_and_doctor_says_so(repo: Path, hiv
     assert 'jail: OFF (warning: sandbox = "off"' in doctor.stdout
 
 
+def test_an_editable_install_is_a_path_line_of_a_venvs_pth_into_the_checkout(tmp_path: Path) -> None:
+    """What `run` warns of unjailed: the folders of the checkout a venv's `.pth` names — not its
+    `import` lines, relative lines, the venv's own folders or places outside the checkout."""
+    from hive.jail.roles import dependency_folders, editable_installs
+
+    main = tmp_path / "proj"
+    site = main / "venv" / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    (main / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (main / "src").mkdir()
+    (main / "node_modules").mkdir()
+    (site / "__editable__.mine-1.pth").write_text(f"{main / 'src'}\n")
+    (site / "other.pth").write_text(f"import _virtualenv\nrelative/path\n{main / 'venv' / 'extra'}\n{tmp_path}\n")
+    assert dependency_folders(main) == ["node_modules", "venv"]
+    assert editable_installs(main, dependency_folders(main)) == [("venv", "src")]
+
+
 def test_unjailed_an_editable_install_is_warned_of_and_the_advice_tests_the_worktrees_code(
         make_repo, git, hive, tmp_path: Path) -> None:
     """Unjailed (`sandbox = "off"`, or no jail here), a worktree's test command imports what an
