@@ -23,7 +23,7 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -171,6 +171,34 @@ def test_the_tools_on_path_show_their_own_folders_and_never_one_holding_the_repo
         str(home / "apps/v2")]
 
 
+def _project(make_repo, git, name: str, files: dict[str, str]) -> Path:
+    """A repository `name` whose `main` has `files` (path: text) committed."""
+    project = make_repo(name)
+    for path, text in files.items():
+        (project / path).parent.mkdir(parents=True, exist_ok=True)
+        (project / path).write_text(text)
+    git("add", "-A", cwd=project)
+    git("commit", "-q", "-m", f"the {name} project", cwd=project)
+    return project
+
+
+def _in_a_worker_jail(project: Path, git, argv: list[str],
+                      change: Callable[[Path], object] = lambda tree: None) -> tuple[Path, str]:
+    """`argv` run in the jail of a worker's worktree of `project` (where hive is set up), made at
+    `main` and changed by `change(tree)` first: the worktree, and what the command printed."""
+    from hive import git as hive_git
+    from hive.jail import roles
+    from hive.workspace import worktrees
+
+    paths = hive_git.discover(project)
+    tree = worktrees.create(paths, "hv-j4i1ed", git("rev-parse", "main", cwd=project).stdout.strip()).path
+    change(tree)
+    launch = prepare(argv, cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
+    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
+    launch.release()
+    return tree, done.stdout + done.stderr
+
+
 def test_a_venv_of_the_project_on_path_shows_that_venv_and_not_the_persons_other_projects(
         make_repo, git, hive, git_env: Path, monkeypatch) -> None:
     """With the project's venv activated (`~/code/proj/.venv/bin` on PATH), a worker's commands
@@ -178,10 +206,6 @@ def test_a_venv_of_the_project_on_path_shows_that_venv_and_not_the_persons_other
     stays hidden, and so do the project's own untracked files. (The whole first folder under the
     home was shown before: every `.env` in `~/code` was readable to every agent.)"""
     require_jail()
-    from hive import git as hive_git
-    from hive.jail import roles
-    from hive.workspace import worktrees
-
     code = git_env / "code"
     other = code / "other"
     other.mkdir(parents=True)
@@ -196,17 +220,11 @@ def test_a_venv_of_the_project_on_path_shows_that_venv_and_not_the_persons_other
     tool.chmod(0o755)
     hive("init", cwd=project)
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
-    paths = hive_git.discover(project)
-    issue = "hv-7oo1s5"
-    worktrees.create(paths, issue, git("rev-parse", "main", cwd=project).stdout.strip())
-    tree = worktrees.worktree_path(paths, issue)
-    launch = prepare(["sh", "-c", f'venv-tool; cat "{other}/.env" "{project}/.env"; ls -a "{code}"; true'],
-                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
-    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
-    launch.release()
-    assert "the venv tool runs" in done.stdout, done.stdout + done.stderr
-    assert "SECRET" not in done.stdout + done.stderr
-    assert "other" not in done.stdout.split()
+    _, output = _in_a_worker_jail(project, git, ["sh", "-c", f'venv-tool; cat "{other}/.env" "{project}/.env"; '
+                                                 f'ls -a "{code}"; true'])
+    assert "the venv tool runs" in output, output
+    assert "SECRET" not in output
+    assert "other" not in output.split()
 
 
 def _require_node() -> str:
@@ -227,17 +245,10 @@ def test_a_worker_uses_the_node_modules_installed_in_the_main_worktree(make_repo
     project failed ("check-greet: not found"). A `node_modules` that is a link is not followed."""
     require_jail()
     _require_node()
-    from hive import git as hive_git
-    from hive.jail import roles
-    from hive.workspace import worktrees
-
-    project = make_repo("web")
-    (project / "package.json").write_text(json.dumps({"name": "web", "version": "1.0.0",
-                                                      "scripts": {"test": "check-greet && node test.js"}}))
-    (project / "test.js").write_text('console.log(require("greet")("worktree"));\n')
-    (project / ".gitignore").write_text("node_modules/\n")
-    git("add", "-A", cwd=project)
-    git("commit", "-q", "-m", "a package", cwd=project)
+    project = _project(make_repo, git, "web", {
+        "package.json": json.dumps({"name": "web", "version": "1.0.0",
+                                    "scripts": {"test": "check-greet && node test.js"}}),
+        "test.js": 'console.log(require("greet")("worktree"));\n', ".gitignore": "node_modules/\n"})
     installed = tmp_path / "elsewhere" if linked else project / "node_modules"
     (installed / "greet").mkdir(parents=True)
     (installed / "greet" / "index.js").write_text('module.exports = (who) => "hello " + who;\n')
@@ -247,17 +258,10 @@ def test_a_worker_uses_the_node_modules_installed_in_the_main_worktree(make_repo
     if linked:
         (project / "node_modules").symlink_to(installed)
     hive("init", cwd=project)
-    paths = hive_git.discover(project)
-    issue = "hv-n0dejs"
-    worktrees.create(paths, issue, git("rev-parse", "main", cwd=project).stdout.strip())
-    tree = worktrees.worktree_path(paths, issue)
-    launch = prepare(["sh", "-c", "npm test --offline --no-update-notifier; node_modules/.bin/check-greet; "
-                      "git add -A; echo \"staged:$(git diff --cached --name-only)\"; "
-                      "touch ../../../../node_modules/greet/index.js node_modules/greet/index.js"],
-                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
-    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
-    launch.release()
-    output = done.stdout + done.stderr
+    tree, output = _in_a_worker_jail(project, git, [
+        "sh", "-c", "npm test --offline --no-update-notifier; node_modules/.bin/check-greet; "
+        "git add -A; echo \"staged:$(git diff --cached --name-only)\"; "
+        "touch ../../../../node_modules/greet/index.js node_modules/greet/index.js"])
     if linked:
         assert "check-greet: not found" in output, output
         return
@@ -267,15 +271,27 @@ def test_a_worker_uses_the_node_modules_installed_in_the_main_worktree(make_repo
     assert not any((tree / "node_modules").iterdir())         # what the jail left: its mount point
 
 
+def test_a_workspace_package_linked_in_node_modules_is_the_worktrees_own(make_repo, git, hive) -> None:
+    """npm workspaces link each package of the repository into `node_modules`
+    (`node_modules/greet -> ../packages/greet`, relative): in a worktree, `require` finds the
+    worktree's version of the package — the code under test — not the person's checkout's."""
+    require_jail()
+    _require_node()
+    project = _project(make_repo, git, "workspaces", {"packages/greet/index.js": 'module.exports = "the target";\n',
+                                                      ".gitignore": "node_modules/\n"})
+    (project / "node_modules").mkdir()
+    (project / "node_modules" / "greet").symlink_to(Path("..") / "packages" / "greet")
+    hive("init", cwd=project)
+    _, output = _in_a_worker_jail(project, git, ["node", "-e", 'console.log(require("greet"))'], change=lambda tree: (
+        tree / "packages" / "greet" / "index.js").write_text('module.exports = "the worktree";\n'))
+    assert output == "the worktree\n", output
+
+
 def _editable_project(make_repo, git) -> Path:
     """A Python project (`src/mypkg`, its `WHO` "the target") installed editable in a venv of its
     checkout, `.venv` (ignored), as `pip install -e .` installs one: a `.pth` naming `src`."""
-    project = make_repo("lib")
-    (project / "src" / "mypkg").mkdir(parents=True)
-    (project / "src" / "mypkg" / "__init__.py").write_text('WHO = "the target"\n')
-    (project / ".gitignore").write_text(".venv/\n")
-    git("add", "-A", cwd=project)
-    git("commit", "-q", "-m", "a package", cwd=project)
+    project = _project(make_repo, git, "lib", {"src/mypkg/__init__.py": 'WHO = "the target"\n',
+                                               ".gitignore": ".venv/\n"})
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")], check=True)
     purelib = subprocess.run([str(project / ".venv" / "bin" / "python"), "-c",
                               "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -292,25 +308,14 @@ def test_an_editable_install_in_the_projects_venv_imports_the_worktrees_code(mak
     package, not the target's (nor nothing: the hidden main worktree failed every landing with
     "No module named ..."). The person's own untracked files stay hidden."""
     require_jail()
-    from hive import git as hive_git
-    from hive.jail import roles
-    from hive.workspace import worktrees
-
     project = _editable_project(make_repo, git)
     (project / ".env").write_text("SECRET-PERSONS-ENV-41f0\n")
     hive("init", cwd=project)
-    paths = hive_git.discover(project)
-    issue = "hv-ed1tab"
-    worktrees.create(paths, issue, git("rev-parse", "main", cwd=project).stdout.strip())
-    tree = worktrees.worktree_path(paths, issue)
-    (tree / "src" / "mypkg" / "__init__.py").write_text('WHO = "the worktree"\n')   # the work under test
-    launch = prepare(["sh", "-c", '.venv/bin/python -c "import mypkg; print(mypkg.WHO)"; '
-                      f'cat "{project}/.env"; git add -A; echo "staged:$(git diff --cached --name-only)"; '
-                      'echo "no-sync:$UV_NO_SYNC"; mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/uv" && echo cache-made'],
-                     cwd=str(tree), env={"PATH": os.environ["PATH"]}, jail=roles.worktree_jail(paths, tree))
-    done = subprocess.run(launch.argv, env=launch.env, pass_fds=launch.fds, capture_output=True, text=True)
-    launch.release()
-    output = done.stdout + done.stderr
+    _, output = _in_a_worker_jail(project, git, [
+        "sh", "-c", '.venv/bin/python -c "import mypkg; print(mypkg.WHO)"; '
+        f'cat "{project}/.env"; git add -A; echo "staged:$(git diff --cached --name-only)"; '
+        'echo "no-sync:$UV_NO_SYNC"; mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/uv" && echo cache-made'],
+        change=lambda tree: (tree / "src" / "mypkg" / "__init__.py").write_text('WHO = "the worktree"\n'))
     assert "the worktree\n" in output and "the target" not in output, output
     assert "SECRET" not in output, output
     assert "staged:src/mypkg/__init__.py\n" in output, output   # the venv is not the agent's to add
