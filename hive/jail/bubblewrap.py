@@ -30,7 +30,7 @@ import os
 
 from hive.jail import detect
 from hive.jail.detect import FLAGS
-from hive.jail.spec import JailSpec, View
+from hive.jail.spec import JailSpec, View, descriptor_path
 
 SCRATCH, HIDDEN, READABLE, WRITABLE, FROZEN, VIEW = range(6)
 RUNTIME_DIRS = ("/run", "/var/run")      # hidden in every jail: the host's sockets live there
@@ -93,14 +93,9 @@ def real_path(path: str) -> str:
     except OSError:
         return os.path.realpath(path)
     try:
-        resolved = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        resolved = ""
+        return descriptor_path(fd) or os.path.realpath(path)
     finally:
         os.close(fd)
-    if not resolved.startswith("/") or resolved.endswith(" (deleted)"):
-        return os.path.realpath(path)
-    return resolved
 
 
 def _shown(path: str, chosen: dict[tuple[int, str], None]) -> bool:

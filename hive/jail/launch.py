@@ -15,7 +15,7 @@ from hive.jail.mechanisms import support
 from hive.jail.environment import jail_environment
 from hive.jail.limits import ProcessCap
 from hive.jail.network import Gate, NoNetwork, open_gate
-from hive.jail.spec import JailSpec, View
+from hive.jail.spec import JailSpec, View, descriptor_path
 
 
 class NoJail(HiveError):
@@ -104,10 +104,10 @@ def open_views(views: tuple[tuple[str, str], ...]) -> tuple[View, ...]:
             continue
         try:
             mode = os.fstat(fd).st_mode
-            where = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
-            mode, where = 0, ""
-        if (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) and where.startswith("/") and not where.endswith(" (deleted)"):
+            mode = 0
+        where = descriptor_path(fd)
+        if (stat.S_ISDIR(mode) or stat.S_ISREG(mode)) and where:
             opened.append(View(fd, where, destination))
         else:
             os.close(fd)

@@ -185,7 +185,8 @@ def editable_installs(main_worktree: Path, dependencies: list[str]) -> list[tupl
             continue
         for pth in sorted(Path(main_worktree, venv).glob("lib/python*/site-packages/*.pth")):
             try:
-                lines = pth.read_text(encoding="utf-8", errors="replace")[:65536].splitlines()
+                with open(pth, "rb") as listing:
+                    lines = listing.read(1 << 16).decode("utf-8", "replace").splitlines()
             except OSError:
                 continue
             for line in lines:

@@ -66,3 +66,13 @@ class View:
     fd: int
     source: str          # where the descriptor led when it was opened (host sockets are checked there)
     destination: str
+
+
+def descriptor_path(fd: int) -> str:
+    """Where an open descriptor leads now, as the kernel resolves it; "" where it gives no answer
+    (no /proc) or the file is gone."""
+    try:
+        resolved = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+    return resolved if resolved.startswith("/") and not resolved.endswith(" (deleted)") else ""
