@@ -31,7 +31,8 @@ from hive.jail import JailSpec, mechanisms, prepare, support
 from hive.jail.environment import jail_environment
 from hive.jail.mechanisms import Support
 from tests.daemon_helpers import RUN, hive_dir, write_script
-from tests.hostile import FORKED, GONE, READ_ONLY, SLEEPER, Scene, attempts, processes_with, require_jail
+from tests.hostile import (FORKED, GONE, READ_ONLY, SLEEPER, Scene, attempts, leftovers, processes_with,
+                           require_jail)
 
 READ_ONLY_OR_GONE = READ_ONLY + "|" + GONE
 
@@ -360,6 +361,30 @@ def test_a_link_an_agent_leaves_in_its_worktree_is_not_shown_at_the_main_worktre
     assert "the agent's own\n" in output, output               # what hive opened, moved since
     shown = output.split()
     assert "leak" not in shown and "README.md" not in shown, output   # not a link, nor a file
+
+
+def test_a_jail_built_over_the_hostile_leftovers_starts_and_shows_none_of_them_elsewhere(
+        repo: Path, git, git_env: Path, tmp_path: Path) -> None:
+    """The corpus of what an agent leaves in its worktree and git folder (`hostile.leftovers`:
+    FIFOs where git reads, links out) is there when the next jail of that worktree is built (its
+    next turn, its own test command): the jail starts, waiting on no FIFO, and what it shows at
+    the main worktree's place leads to none of the user's files."""
+    require_jail()
+    host_fifo = tmp_path / "host-fifo"
+    os.mkfifo(host_fifo)
+    outside = git_env / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("SECRET-USERS-FILE-3b7a\n")
+
+    def leave(tree: Path) -> None:
+        for label, command in leftovers(host_fifo, outside):
+            done = subprocess.run(["sh", "-c", command], cwd=tree, capture_output=True, text=True)
+            assert done.returncode == 0, (label, done.stderr)
+
+    _, output = _in_a_worker_jail(repo, git, ["sh", "-c", f'cat "{repo}/out/keep.txt"; ls "{repo}"; echo started'],
+                                  change=leave)
+    assert "started" in output and "SECRET" not in output, output
+    assert "out" not in output.split(), output
 
 
 def test_the_environment_is_an_allowlist_and_a_providers_keys_reach_only_its_own_cli() -> None:
